@@ -1,0 +1,14 @@
+"""The one error type the runtime raises for bad input.
+
+Every message is a single line that names the problem (bad tree JSON, unknown model, empty prompt,
+context too long, ...), so the CLI can print it as it is, without a traceback.
+"""
+
+from __future__ import annotations
+
+
+class StandError(ValueError):
+    """Bad input to the STAND runtime or to treeopt; ``str(error)`` is one line naming the problem."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(" ".join(str(message).split()))

@@ -1,0 +1,92 @@
+"""Precomputed pools of random numbers, drawn from one ``torch.Generator`` and never reused.
+
+Drafting needs Gumbel noise for every drafted node and verification needs uniforms for every
+acceptance test and every residual sample: tens of draws per decoding step. Drawing them one by one
+from torch costs microseconds each, so :class:`RandomStream` draws blocks ahead and hands values out
+in order. Each value is used exactly once: reusing Gumbel noise would correlate draft tokens across
+nodes and steps, and reusing a uniform would correlate accept decisions, either of which breaks the
+losslessness of speculative sampling. A seeded generator reproduces a run bit for bit.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+_TINY = np.finfo(np.float64).tiny
+
+
+class _Pool:
+    """A block of float64 values refilled from ``draw(n)`` whenever it runs out."""
+
+    def __init__(self, draw, block: int) -> None:
+        self._draw = draw
+        self._block = block
+        self._values = np.empty(0)
+        self._next = 0
+
+    def take(self, n: int) -> np.ndarray:
+        if self._next + n > len(self._values):
+            rest = self._values[self._next :]
+            self._values = np.concatenate([rest, self._draw(max(self._block, n))])
+            self._next = 0
+        out = self._values[self._next : self._next + n]
+        self._next += n
+        return out
+
+    def take_one(self) -> float:
+        if self._next >= len(self._values):
+            self._values = self._draw(self._block)
+            self._next = 0
+        value = self._values[self._next]
+        self._next += 1
+        return float(value)
+
+
+class RandomStream:
+    """All randomness of a decoding run: U[0, 1) uniforms and standard Gumbel noise.
+
+    Args:
+        generator: the source of every draw; ``None`` makes a fresh unseeded CPU generator.
+        block: values drawn from the generator per refill of each pool.
+
+    Both pools are float64. Gumbel values are ``-log(-log(u))`` of their own uniforms (u clamped
+    away from 0), precomputed per block, as in the Gumbel-Top-K trick (Kool et al., 2019, §2).
+    """
+
+    def __init__(self, generator: torch.Generator | None = None, block: int = 4096) -> None:
+        if generator is None:
+            generator = torch.Generator()
+            generator.seed()
+        self.generator = generator
+        self._uniforms = _Pool(self._draw_uniforms, block)
+        self._gumbels = _Pool(self._draw_gumbels, block)
+
+    @classmethod
+    def seeded(cls, seed: int | None, block: int = 4096) -> "RandomStream":
+        """A stream on a fresh CPU generator seeded with ``seed`` (``None``: nondeterministic seed)."""
+        generator = torch.Generator()
+        if seed is None:
+            generator.seed()
+        else:
+            generator.manual_seed(int(seed))
+        return cls(generator, block)
+
+    def _draw_uniforms(self, n: int) -> np.ndarray:
+        return torch.rand(n, generator=self.generator, dtype=torch.float64).numpy()
+
+    def _draw_gumbels(self, n: int) -> np.ndarray:
+        uniforms = np.maximum(self._draw_uniforms(n), _TINY)
+        return -np.log(-np.log(uniforms))
+
+    def uniform(self) -> float:
+        """One fresh U[0, 1) draw."""
+        return self._uniforms.take_one()
+
+    def uniforms(self, n: int) -> np.ndarray:
+        """``[n]`` float64 fresh U[0, 1) draws (a view: copy it if it must outlive the next draw)."""
+        return self._uniforms.take(n)
+
+    def gumbel(self, n: int) -> np.ndarray:
+        """``[n]`` float64 fresh standard Gumbel draws (a view into the pool)."""
+        return self._gumbels.take(n)

@@ -1,0 +1,114 @@
+"""The target model's sampling distribution p, computed by one function for every decoding path.
+
+p is what plain sampling draws from: ``softmax(logits / temperature)``, then top-k, then top-p
+(nucleus), renormalised. Temperature 0 means greedy decoding: p is one-hot on the argmax.
+Plain decoding, tree verification and the n-gram store all call :func:`target_probs`, so the
+distribution that speculative sampling preserves is exactly the one plain decoding samples from.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from .errors import StandError
+
+# A full sort of a 49k vocabulary row is slow on a CPU; the nucleus almost always lies inside the
+# top few hundred tokens, so top-p first tries a partial top-k of this size and falls back to a
+# full sort only when the nucleus is larger.
+_NUCLEUS_PROBE = 512
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How the target model is sampled.
+
+    Attributes:
+        temperature: softmax temperature; 0 selects greedy decoding (one-hot p on the argmax).
+        top_p: nucleus mass in (0, 1]; 1 disables top-p.
+        top_k: keep the k most likely tokens; 0 disables top-k.
+
+    Raises:
+        StandError: a parameter is out of range.
+    """
+
+    temperature: float = 0.6
+    top_p: float = 0.95
+    top_k: int = 0
+
+    def __post_init__(self) -> None:
+        if not (self.temperature >= 0.0 and np.isfinite(self.temperature)):
+            raise StandError(f"temperature must be >= 0, got {self.temperature}")
+        if not (0.0 < self.top_p <= 1.0):
+            raise StandError(f"top_p must be in (0, 1], got {self.top_p}")
+        if self.top_k < 0:
+            raise StandError(f"top_k must be >= 0, got {self.top_k}")
+
+    @property
+    def greedy(self) -> bool:
+        """True when p is one-hot on the argmax (temperature 0)."""
+        return self.temperature == 0.0
+
+
+def target_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+    """The target sampling distribution p for each row of ``logits``.
+
+    Args:
+        logits: ``[..., vocab]`` raw target-model logits (any float dtype, any device).
+        params: temperature, top-k and top-p.
+
+    Returns:
+        ``[..., vocab]`` float32 probabilities after temperature, top-k and top-p, each row summing
+        to 1. Greedy (temperature 0): one-hot on ``argmax(logits)`` (the first index on ties).
+    """
+    logits = logits.float()
+    if params.greedy:
+        probs = torch.zeros_like(logits)
+        probs.scatter_(-1, logits.argmax(dim=-1, keepdim=True), 1.0)
+        return probs
+    scaled = logits / params.temperature
+    if params.top_k > 0 and params.top_k < scaled.shape[-1]:
+        kth = torch.topk(scaled, params.top_k, dim=-1).values[..., -1:]
+        scaled = scaled.masked_fill(scaled < kth, float("-inf"))
+    probs = torch.softmax(scaled, dim=-1)
+    if params.top_p < 1.0:
+        probs = _nucleus(probs, params.top_p)
+    return probs
+
+
+def _nucleus(probs: torch.Tensor, top_p: float) -> torch.Tensor:
+    """Keep the smallest set of most likely tokens whose mass reaches ``top_p``; renormalise.
+
+    ``probs``: ``[..., vocab]`` float32 rows summing to 1. A token is kept when the mass of the
+    tokens strictly more likely than it (in sorted order) is below ``top_p``; the first is always kept.
+    """
+    vocab = probs.shape[-1]
+    probe = min(_NUCLEUS_PROBE, vocab)
+    sorted_probs, sorted_ids = torch.topk(probs, probe, dim=-1)
+    cumulative = sorted_probs.cumsum(dim=-1)
+    if probe < vocab and bool((cumulative[..., -1] < top_p).any()):
+        sorted_probs, sorted_ids = torch.sort(probs, dim=-1, descending=True)
+        cumulative = sorted_probs.cumsum(dim=-1)
+    keep_sorted = (cumulative - sorted_probs) < top_p
+    kept = torch.zeros_like(probs)
+    kept.scatter_(-1, sorted_ids, sorted_probs * keep_sorted)
+    return kept / kept.sum(dim=-1, keepdim=True)
+
+
+def sample_index(probs: np.ndarray, uniform: float) -> int:
+    """Draw an index from an unnormalised distribution by inverting its CDF at ``uniform``.
+
+    Args:
+        probs: ``[n]`` non-negative weights (any float dtype) with a positive sum.
+        uniform: a U[0, 1) draw (from :class:`stand_runtime.randomness.RandomStream`).
+
+    Returns:
+        The index i with ``cdf[i-1] <= uniform * total < cdf[i]``; never an index of zero weight.
+    """
+    cdf = np.cumsum(probs, dtype=np.float64)
+    index = int(np.searchsorted(cdf, uniform * cdf[-1], side="right"))
+    if index >= len(cdf):  # uniform * total rounded up to the total
+        index = int(np.flatnonzero(probs)[-1])
+    return index

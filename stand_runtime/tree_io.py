@@ -1,0 +1,203 @@
+"""Tree files: the versioned ``stand-tree`` JSON schema, the plain ``choices`` list, bundled trees.
+
+The versioned format (DESIGN §4.4)::
+
+    {"format": "stand-tree", "version": 1,
+     "paths": [[0], [1], [0, 0], ...],          # rank paths, 0-based, parents before children
+     "expected_acceptance": [0.71, 0.12, ...],  # alpha-hat per node (same order), optional
+     "metadata": {...}}                         # free-form provenance, optional
+
+The ``choices`` format is the bare list of paths (Medusa/EAGLE convention). Loading accepts both,
+checks the structure with a JSON schema and then the tree itself (see
+:func:`stand_runtime.tree.validate_paths`); every error is one line naming the file and the problem.
+Saving is atomic: a temporary file in the same folder, renamed over the target.
+"""
+
+from __future__ import annotations
+
+import importlib.resources
+import json
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+
+from .errors import StandError
+from .tree import DraftTree
+
+FORMAT_NAME = "stand-tree"
+FORMAT_VERSION = 1
+BUNDLED_PACKAGE = "trees"
+DEFAULT_TREE = "heuristic-80"
+
+_PATHS_SCHEMA = {"type": "array", "items": {"type": "array", "items": {"type": "integer"}}}
+_TREE_SCHEMA = {
+    "type": "object",
+    "required": ["format", "version", "paths"],
+    "properties": {
+        "format": {"const": FORMAT_NAME},
+        "version": {"type": "integer"},
+        "paths": _PATHS_SCHEMA,
+        "expected_acceptance": {"type": "array", "items": {"type": "number", "minimum": 0}},
+        "metadata": {"type": "object"},
+    },
+}
+
+
+@dataclass(frozen=True, eq=False)
+class TreeFile:
+    """A draft tree with what its file says about it.
+
+    Attributes:
+        tree: the validated tree.
+        expected_acceptance: alpha-hat per draft node in the tree's breadth-first order, or None.
+        metadata: provenance (model, dataset, sampling parameters, ...); may be empty.
+    """
+
+    tree: DraftTree
+    expected_acceptance: tuple[float, ...] | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def expected_acceptance_length(self) -> float | None:
+        """1 + sum of alpha-hat: expected tokens per target forward, or None without alpha-hat."""
+        if self.expected_acceptance is None:
+            return None
+        return 1.0 + sum(self.expected_acceptance)
+
+
+def parse_tree(data: Any, source: str = "tree") -> TreeFile:
+    """Build a :class:`TreeFile` from decoded JSON (versioned object or plain ``choices`` list).
+
+    Raises:
+        StandError: one line naming ``source`` and the problem (schema, version, or bad path).
+    """
+    if isinstance(data, list):
+        _check_schema(data, _PATHS_SCHEMA, source)
+        return TreeFile(_build(data, source))
+    if isinstance(data, dict) and isinstance(data.get("version"), int) and data["version"] != FORMAT_VERSION and data.get("format") == FORMAT_NAME:
+        raise StandError(f"bad tree JSON {source}: version {data['version']} is not supported (expected {FORMAT_VERSION})")
+    _check_schema(data, _TREE_SCHEMA, source)
+    tree = _build(data["paths"], source)
+    alpha = data.get("expected_acceptance")
+    if alpha is not None:
+        if len(alpha) != tree.num_nodes:
+            raise StandError(
+                f"bad tree JSON {source}: expected_acceptance has {len(alpha)} values for {tree.num_nodes} paths"
+            )
+        order = {tuple(p): a for p, a in zip(data["paths"], alpha)}
+        alpha = tuple(float(order[p]) for p in tree.paths)
+    return TreeFile(tree, alpha, dict(data.get("metadata") or {}))
+
+
+def _check_schema(data: Any, schema: dict, source: str) -> None:
+    try:
+        jsonschema.validate(data, schema)
+    except jsonschema.ValidationError as error:
+        where = error.json_path if error.json_path != "$" else "top level"
+        raise StandError(f"bad tree JSON {source}: {where}: {error.message[:200]}") from None
+
+
+def _build(paths: list, source: str) -> DraftTree:
+    try:
+        return DraftTree.from_paths(paths)
+    except StandError as error:
+        raise StandError(f"bad tree JSON {source}: {str(error).removeprefix('bad tree: ')}") from None
+
+
+def load_tree(path_or_name: str | os.PathLike) -> TreeFile:
+    """Load a tree file, or a bundled tree by name (e.g. ``"heuristic-80"``, see :func:`bundled_trees`).
+
+    Raises:
+        StandError: the file is missing or unreadable, is not JSON, or is not a valid tree.
+    """
+    spec = str(path_or_name)
+    path = Path(spec)
+    if not path.exists():
+        bundled = bundled_trees()
+        if spec in bundled:
+            path = bundled[spec]
+        else:
+            names = ", ".join(sorted(bundled)) or "none"
+            raise StandError(f"tree not found: {spec!r} is neither a file nor a bundled tree ({names})")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise StandError(f"cannot read tree {path}: {error}") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise StandError(f"bad tree JSON {path}: not JSON ({error})") from None
+    return parse_tree(data, str(path))
+
+
+def tree_to_json(tree_file: TreeFile, fmt: str = "stand") -> Any:
+    """The JSON value of a tree: the versioned object (``fmt="stand"``) or the plain ``choices`` list.
+
+    Raises:
+        StandError: unknown ``fmt``.
+    """
+    paths = [list(p) for p in tree_file.tree.paths]
+    if fmt == "choices":
+        return paths
+    if fmt != "stand":
+        raise StandError(f"unknown tree format {fmt!r} (use 'stand' or 'choices')")
+    data: dict[str, Any] = {"format": FORMAT_NAME, "version": FORMAT_VERSION, "paths": paths}
+    if tree_file.expected_acceptance is not None:
+        data["expected_acceptance"] = [round(float(a), 6) for a in tree_file.expected_acceptance]
+    data["metadata"] = tree_file.metadata
+    return data
+
+
+def save_tree(tree_file: TreeFile, path: str | os.PathLike, fmt: str = "stand") -> Path:
+    """Write a tree file atomically; returns the path written.
+
+    Raises:
+        StandError: unknown format, or the path cannot be written.
+    """
+    data = tree_to_json(tree_file, fmt)
+    if fmt == "choices":
+        text = json.dumps(data)
+    else:  # one key per line, each value compact: readable and diff-friendly
+        text = "{\n" + ",\n".join(f" {json.dumps(key)}: {json.dumps(value)}" for key, value in data.items()) + "\n}"
+    return write_text_atomic(path, text + "\n")
+
+
+def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
+    """Write ``text`` to ``path`` through a temporary file in the same folder and a rename.
+
+    An interrupted write leaves the old file (or none) in place, never half a file.
+
+    Raises:
+        StandError: the folder does not exist or is not writable.
+    """
+    path = Path(path)
+    folder = path.parent if str(path.parent) else Path(".")
+    if not folder.is_dir():
+        raise StandError(f"cannot write {path}: folder {folder} does not exist")
+    try:
+        handle, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
+    except OSError as error:
+        raise StandError(f"cannot write {path}: {error.strerror}") from None
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as out:
+            out.write(text)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp_name, path)
+    except OSError as error:
+        Path(tmp_name).unlink(missing_ok=True)
+        raise StandError(f"cannot write {path}: {error.strerror}") from None
+    return path
+
+
+def bundled_trees() -> dict[str, Path]:
+    """Trees shipped in the ``trees`` package: name (file stem) → path."""
+    try:
+        root = importlib.resources.files(BUNDLED_PACKAGE)
+    except ModuleNotFoundError:
+        return {}
+    return {Path(entry.name).stem: Path(str(entry)) for entry in root.iterdir() if entry.name.endswith(".json")}

@@ -1,0 +1,103 @@
+"""Gumbel-Top-K drafting (STAND §3.2): exact without-replacement frequencies, noise never reused."""
+
+import itertools
+
+import numpy as np
+import pytest
+import torch
+from scipy import stats
+
+from stand_runtime import DraftTree, NGramStore, RandomStream, draft_tree, gumbel_top_k
+
+
+def test_gumbel_top_k_pairs_match_sequential_sampling_without_replacement():
+    q = np.array([0.4, 0.25, 0.2, 0.1, 0.05])
+    draws = 60_000
+    stream = RandomStream.seeded(1)
+    noise = stream.gumbel(draws * len(q)).reshape(draws, len(q))
+    picks = gumbel_top_k(np.log(q)[None].repeat(draws, 0), 2, noise)
+    assert picks.shape == (draws, 2)
+    assert (picks[:, 0] != picks[:, 1]).all()
+    pairs = list(itertools.permutations(range(len(q)), 2))
+    expected = np.array([q[i] * q[j] / (1 - q[i]) for i, j in pairs])
+    assert expected.sum() == pytest.approx(1.0)
+    codes = picks[:, 0] * len(q) + picks[:, 1]
+    observed = np.array([(codes == i * len(q) + j).sum() for i, j in pairs])
+    result = stats.chisquare(observed, expected * draws)
+    assert result.pvalue > 0.001, result
+
+
+def test_impossible_entries_are_never_drawn():
+    with np.errstate(divide="ignore"):
+        log_q = np.log(np.array([0.5, 0.5, 0.0]))
+    stream = RandomStream.seeded(0)
+    for _ in range(200):
+        assert sorted(gumbel_top_k(log_q, 2, stream.gumbel(3)).tolist()) == [0, 1]
+
+
+def test_same_seed_same_draws_and_consecutive_calls_never_share_noise():
+    a, b = RandomStream.seeded(7, block=64), RandomStream.seeded(7, block=64)
+    first, second = a.gumbel(50).copy(), a.gumbel(50).copy()
+    assert np.array_equal(np.concatenate([first, second]), b.gumbel(100))
+    assert not np.intersect1d(first, second).size
+    # across refills of the pool too (block 64 < 3 * 50), and for uniforms
+    third = a.gumbel(50)
+    assert not np.intersect1d(third, np.concatenate([first, second])).size
+    u1, u2 = a.uniforms(40).copy(), a.uniforms(40).copy()
+    assert not np.intersect1d(u1, u2).size
+    assert ((u1 >= 0) & (u1 < 1)).all()
+    c = RandomStream.seeded(8, block=64)
+    assert not np.array_equal(c.gumbel(50), first)
+
+
+def test_generator_passed_in_drives_everything():
+    gen = torch.Generator().manual_seed(3)
+    stream = RandomStream(gen)
+    stream.gumbel(10)
+    assert not torch.equal(gen.get_state(), torch.Generator().manual_seed(3).get_state())
+
+
+def _store_with(context_to_dist, max_n=1):
+    store = NGramStore(max_n=max_n)
+    for context, dist in context_to_dist.items():
+        ids, probs = zip(*dist.items())
+        store.update(list(context), list(ids), list(probs))
+    return store
+
+
+def test_draft_tree_fills_static_slots_and_drops_misses():
+    tree = DraftTree.from_paths([[0], [1], [2], [0, 0], [0, 1], [1, 0], [0, 0, 0]])
+    # token 5 -> {6: .6, 7: .4}; 6 -> {8: 1}; 7 -> miss; 8 -> miss
+    store = _store_with({(5,): {6: 0.6, 7: 0.4}, (6,): {8: 1.0}})
+    draft = draft_tree(tree, store, [1, 5], None)
+    # root has 3 static children but q has only 2 tokens: rank 2 is dropped
+    assert draft.tokens == [5, 6, 7, 8]
+    assert draft.nodes.tolist() == [0, 1, 2, 4]  # static [0], [1], [0, 0]
+    assert draft.parents.tolist() == [-1, 0, 0, 1]
+    assert draft.depths.tolist() == [0, 1, 1, 2]
+    assert draft.children == [[1, 2], [3], [], []]
+    assert draft.draft_ids[0].tolist() == [6, 7] and draft.draft_probs[0].tolist() == pytest.approx([0.6, 0.4])
+    assert draft.draft_ids[2] is None and not draft.stochastic
+    # the kept nodes are closed under ancestors, so their mask is the sub-matrix of the static one
+    sub = tree.ancestor_mask[draft.nodes][:, draft.nodes]
+    assert sub.tolist() == [[1, 0, 0, 0], [1, 1, 0, 0], [1, 0, 1, 0], [1, 1, 0, 1]]
+
+
+def test_draft_tree_max_depth_and_miss_at_root():
+    tree = DraftTree.chain(4)
+    store = _store_with({(1,): {1: 1.0}})
+    assert draft_tree(tree, store, [1], None, max_depth=2).tokens == [1, 1, 1]
+    assert draft_tree(tree, store, [2], RandomStream.seeded(0)).num_nodes == 0
+
+
+def test_stochastic_draft_children_are_distinct_and_follow_q():
+    tree = DraftTree.from_paths([[0], [1]])
+    store = _store_with({(5,): {6: 0.7, 7: 0.2, 8: 0.1}})
+    stream = RandomStream.seeded(0)
+    firsts = []
+    for _ in range(2000):
+        draft = draft_tree(tree, store, [5], stream)
+        assert draft.stochastic and len(set(draft.tokens[1:])) == 2
+        firsts.append(draft.tokens[1])
+    freq = np.mean(np.array(firsts) == 6)
+    assert abs(freq - 0.7) < 0.04

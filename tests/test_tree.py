@@ -1,0 +1,124 @@
+"""Static draft trees: validation errors name the path; masks and positions of a hand-checked tree."""
+
+import json
+
+import pytest
+import torch
+
+from stand_runtime import DraftTree, StandError, load_tree, parse_tree, save_tree, tree_attention_mask, tree_position_ids
+from stand_runtime.tree_io import TreeFile, bundled_trees
+
+FIVE = [[0], [1], [0, 0], [0, 1], [1, 0]]
+
+
+def test_five_node_tree_arrays_and_masks_by_hand():
+    # given out of order: the tree sorts to breadth-first order
+    tree = DraftTree.from_paths([[0, 1], [1], [0], [1, 0], [0, 0]])
+    assert tree.paths == ((0,), (1,), (0, 0), (0, 1), (1, 0))
+    assert tree.parents.tolist() == [-1, 0, 0, 1, 1, 2]
+    assert tree.depths.tolist() == [0, 1, 1, 2, 2, 2]
+    assert tree.ranks.tolist() == [-1, 0, 1, 0, 1, 0]
+    assert tree.children == ((1, 2), (3, 4), (5,), (), (), ())
+    expected = [
+        [1, 0, 0, 0, 0, 0],
+        [1, 1, 0, 0, 0, 0],
+        [1, 0, 1, 0, 0, 0],
+        [1, 1, 0, 1, 0, 0],
+        [1, 1, 0, 0, 1, 0],
+        [1, 0, 1, 0, 0, 1],
+    ]
+    assert tree.ancestor_mask.int().tolist() == expected
+    mask = tree_attention_mask(tree.ancestor_mask, prefix_len=3)
+    assert mask.shape == (1, 1, 6, 9) and mask.dtype == torch.float32
+    allowed = (mask[0, 0] == 0).int().tolist()
+    assert allowed == [[1, 1, 1] + row for row in expected]
+    assert (mask[0, 0][mask[0, 0] != 0] == torch.finfo(torch.float32).min).all()
+    assert tree_position_ids(tree.depths, 3).tolist() == [[3, 4, 4, 5, 5, 5]]
+    assert tree.num_nodes == 5 and tree.max_depth == 2
+    assert tree.nodes_per_depth() == [2, 3] and tree.width_per_depth() == [2, 2]
+
+
+def test_networkx_export():
+    tree = DraftTree.from_paths(FIVE)
+    graph = tree.to_networkx([0.5, 0.2, 0.3, 0.1, 0.05])
+    assert graph.number_of_nodes() == 6 and graph.number_of_edges() == 5
+    assert sorted(graph.successors(1)) == [3, 4]
+    assert graph.nodes[5]["path"] == (1, 0) and graph.nodes[5]["value"] == 0.05
+
+
+@pytest.mark.parametrize(
+    "paths, message",
+    [
+        ([[0], [0, 0, 0]], r"path \[0, 0, 0\] has no parent \[0, 0\]"),
+        ([[0], [2]], r"path \[2\] has no elder sibling \[1\]"),
+        ([[0], [1], [0]], r"duplicate path \[0\]"),
+        ([[0], [-1]], r"path \[-1\] has a negative rank"),
+        ([[0], [10]], r"path \[10\] has rank >= 10"),
+        ([[0], []], r"empty path"),
+        ([[0], [0.5]], r"not a list of integer ranks"),
+    ],
+)
+def test_invalid_paths_name_the_path(paths, message):
+    with pytest.raises(StandError, match=message) as info:
+        DraftTree.from_paths(paths)
+    assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "data, message",
+    [
+        ({"format": "stand-tree", "version": 2, "paths": [[0]]}, "version 2 is not supported"),
+        ({"format": "stand-tree", "paths": [[0]]}, "'version' is a required property"),
+        ({"format": "other", "version": 1, "paths": [[0]]}, r"\$.format"),
+        ({"format": "stand-tree", "version": 1, "paths": [[0], [0, "a"]]}, r"\$.paths\[1\]\[1\]"),
+        ({"format": "stand-tree", "version": 1, "paths": [[0], [1, 0, 0]]}, r"path \[1, 0, 0\] has no parent"),
+        ({"format": "stand-tree", "version": 1, "paths": [[0]], "expected_acceptance": [0.1, 0.2]}, "2 values for 1 paths"),
+        ("not a tree", "bad tree JSON"),
+    ],
+)
+def test_invalid_json_is_one_line_error(tmp_path, data, message):
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(StandError, match=message) as info:
+        load_tree(path)
+    assert "\n" not in str(info.value) and "bad.json" in str(info.value)
+
+
+def test_not_json_and_missing_file(tmp_path):
+    path = tmp_path / "t.json"
+    path.write_text("{oops")
+    with pytest.raises(StandError, match="not JSON"):
+        load_tree(path)
+    with pytest.raises(StandError, match="neither a file nor a bundled tree"):
+        load_tree(tmp_path / "missing.json")
+
+
+def test_round_trip_versioned_and_choices(tmp_path):
+    tree = DraftTree.from_paths(FIVE)
+    alpha = (0.6, 0.2, 0.3, 0.05, 0.04)
+    meta = {"model": "m", "samples": 3}
+    out = save_tree(TreeFile(tree, alpha, meta), tmp_path / "t.json")
+    loaded = load_tree(out)
+    assert loaded.tree.paths == tree.paths
+    assert loaded.expected_acceptance == pytest.approx(alpha)
+    assert loaded.metadata == meta
+    assert loaded.expected_acceptance_length == pytest.approx(1 + sum(alpha))
+    raw = json.loads(out.read_text())
+    assert raw["format"] == "stand-tree" and raw["version"] == 1
+    choices = save_tree(TreeFile(tree), tmp_path / "c.json", fmt="choices")
+    assert json.loads(choices.read_text()) == [list(p) for p in tree.paths]
+    assert load_tree(choices).tree.paths == tree.paths
+    # alpha follows its path when the file lists paths out of breadth-first order
+    shuffled = {"format": "stand-tree", "version": 1, "paths": [[1], [0]], "expected_acceptance": [0.2, 0.7]}
+    assert parse_tree(shuffled).expected_acceptance == (0.7, 0.2)
+
+
+def test_save_is_atomic_and_reports_unwritable(tmp_path):
+    with pytest.raises(StandError, match="does not exist"):
+        save_tree(TreeFile(DraftTree.from_paths(FIVE)), tmp_path / "nope" / "t.json")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_bundled_trees_load():
+    for name, path in bundled_trees().items():
+        assert load_tree(name).tree.num_nodes > 0, path

@@ -1,0 +1,171 @@
+"""Lossless verification (DESIGN §3.3): emitted tokens are distributed exactly as plain sampling.
+
+Each case simulates >= 100k verifications and compares the first emitted token's frequencies with p
+by a chi-square test (p-value > 0.001). Tokens with p = 0 must never be emitted.
+"""
+
+import zlib
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from stand_runtime import (
+    Draft,
+    DraftTree,
+    NGramStore,
+    RandomStream,
+    draft_tree,
+    gumbel_top_k,
+    verify_greedy,
+    verify_sampling,
+)
+
+TRIALS = 100_000
+
+
+def one_level_draft(q_ids, q_probs, order, stochastic):
+    """A root whose children are ``q_ids[order]`` (drawing order) drawn from q; they are leaves."""
+    n = len(order)
+    children = [int(q_ids[i]) for i in order]
+    slots = [-1, *order]
+    return Draft(
+        nodes=np.arange(n + 1),
+        tokens=[0, *children],
+        parents=np.array([-1] + [0] * n),
+        depths=np.array([0] + [1] * n),
+        children=[list(range(1, n + 1))] + [[] for _ in range(n)],
+        slots=slots,
+        draft_ids=[np.asarray(q_ids)] + [None] * n,
+        draft_probs=[np.asarray(q_probs, dtype=np.float64)] + [None] * n,
+        stochastic=stochastic,
+    )
+
+
+def first_token_counts(p, q, m, stochastic, seed):
+    """Simulate drafting m children from q and verifying against p; count the first emitted token."""
+    vocab = len(p)
+    rng = RandomStream.seeded(seed)
+    support = np.flatnonzero(q)
+    q_support = q[support] / q[support].sum()
+    with np.errstate(divide="ignore"):
+        log_q = np.log(q_support)
+    m = min(m, len(support))
+    counts = np.zeros(vocab, dtype=np.int64)
+    target = lambda node: p  # noqa: E731 - the children are leaves; only the root's p matters first
+    top_m = np.argsort(-q_support, kind="stable")[:m]
+    for _ in range(TRIALS):
+        order = gumbel_top_k(log_q, m, rng.gumbel(len(support))) if stochastic else top_m
+        draft = one_level_draft(support, q_support, order.tolist(), stochastic)
+        result = verify_sampling(draft, target, rng)
+        first = draft.tokens[result.accepted[0]] if result.accepted else result.token
+        counts[first] += 1
+    return counts
+
+
+def assert_matches(counts, p):
+    assert counts[p == 0].sum() == 0, "emitted a token the target can never sample"
+    support = p > 0
+    if support.sum() == 1:
+        return
+    result = stats.chisquare(counts[support], p[support] / p[support].sum() * counts.sum())
+    assert result.pvalue > 0.001, (result, counts, p)
+
+
+def normalised(x):
+    x = np.asarray(x, dtype=np.float64)
+    return x / x.sum()
+
+
+rng_cases = np.random.default_rng(1234)
+CASES = {
+    "random-1": (normalised(rng_cases.random(6)), normalised(rng_cases.random(6)), 2),
+    "random-2": (normalised(rng_cases.random(8) ** 3), normalised(rng_cases.random(8) ** 3), 3),
+    "q-support-smaller-than-children": (normalised([0.1, 0.2, 0.3, 0.4, 0.0]), normalised([0.5, 0.5, 0, 0, 0]), 4),
+    "p-equals-q": (normalised([0.5, 0.3, 0.2, 0.0]), normalised([0.5, 0.3, 0.2, 0.0]), 2),
+    "disjoint": (normalised([0.6, 0.4, 0, 0, 0]), normalised([0, 0, 0.2, 0.3, 0.5]), 3),
+    "p-one-hot": (normalised([0, 0, 1.0, 0, 0]), normalised([0.3, 0.3, 0.2, 0.1, 0.1]), 3),
+    "q-one-hot": (normalised([0.2, 0.5, 0.3, 0, 0]), normalised([0, 1.0, 0, 0, 0]), 2),
+    "many-children": (normalised(rng_cases.random(12)), normalised(rng_cases.random(12) ** 2), 10),
+}
+
+
+@pytest.mark.parametrize("stochastic", [True, False], ids=["stochastic", "deterministic"])
+@pytest.mark.parametrize("case", list(CASES))
+def test_first_emitted_token_is_distributed_as_p(case, stochastic):
+    p, q, m = CASES[case]
+    counts = first_token_counts(p, q, m, stochastic, seed=zlib.crc32(case.encode()))
+    assert counts.sum() == TRIALS
+    assert_matches(counts, p)
+
+
+def markov_joint(p_matrix, root):
+    return p_matrix[root][:, None] * p_matrix
+
+
+def two_token_counts(p_matrix, q_matrix, stochastic, trials, seed):
+    """Run full steps on a two-level tree with a Markov target; count the first two emitted tokens."""
+    vocab = len(p_matrix)
+    tree = DraftTree.from_paths([[0], [1], [0, 0], [0, 1], [1, 0], [1, 1]])
+    store = NGramStore(max_n=1)
+    for token in range(vocab):
+        support = np.flatnonzero(q_matrix[token])
+        store.update([token], support, q_matrix[token][support])
+    rng = RandomStream.seeded(seed)
+    counts = np.zeros((vocab, vocab), dtype=np.int64)
+    accepted_total = 0
+    root = 0
+    for _ in range(trials):
+        emitted, context = [], [root]
+        while len(emitted) < 2:
+            draft = draft_tree(tree, store, context, rng if stochastic else None)
+            result = verify_sampling(draft, lambda node: p_matrix[draft.tokens[node]], rng)
+            accepted_total += len(result.accepted)
+            step = [draft.tokens[i] for i in result.accepted] + [result.token]
+            emitted += step
+            context = context + step
+        counts[emitted[0], emitted[1]] += 1
+    return counts, accepted_total
+
+
+@pytest.mark.parametrize("stochastic", [True, False], ids=["stochastic", "deterministic"])
+def test_two_level_tree_markov_joint_distribution(stochastic):
+    gen = np.random.default_rng(7)
+    vocab = 4
+    p_matrix = gen.random((vocab, vocab)) ** 2
+    p_matrix[1, 3] = 0.0  # a transition the target never takes
+    p_matrix /= p_matrix.sum(1, keepdims=True)
+    q_matrix = 0.5 * p_matrix + 0.5 * gen.dirichlet(np.ones(vocab), size=vocab)
+    trials = 60_000
+    counts, accepted = two_token_counts(p_matrix, q_matrix, stochastic, trials, seed=11)
+    assert accepted > trials  # drafts were really accepted, at both levels on average
+    joint = markov_joint(p_matrix, 0).ravel()
+    observed = counts.ravel()
+    assert observed[joint == 0].sum() == 0
+    result = stats.chisquare(observed[joint > 0], joint[joint > 0] * trials)
+    assert result.pvalue > 0.001, result
+
+
+def test_greedy_accepts_exactly_the_argmax_path():
+    tree = DraftTree.from_paths([[0], [1], [0, 0], [1, 0], [1, 1], [1, 1, 0]])
+    store = NGramStore(max_n=1)
+    store.update([0], [1, 2], [0.6, 0.4])
+    store.update([2], [3, 1], [0.5, 0.5])
+    store.update([1], [3], [1.0])
+    store.update([3], [0], [1.0])
+    draft = draft_tree(tree, store, [0], None)
+    # target argmax: after 0 -> 2, after 2 -> 1, after 1 -> 3, after 3 -> 2
+    argmax_next = {0: 2, 2: 1, 1: 3, 3: 2}
+
+    def target(node):
+        p = np.full(4, 0.1)
+        p[argmax_next[draft.tokens[node]]] = 0.7
+        return p
+
+    result = verify_greedy(draft, target)
+    path = [draft.tokens[i] for i in result.accepted]
+    assert path == [2, 1, 3]  # the argmax chain, through rank 1 then rank 1 then rank 0
+    assert result.token == 2 and result.bonus
+    # a root whose argmax is not drafted emits the argmax and accepts nothing
+    miss = verify_greedy(draft, lambda node: np.array([0.1, 0.1, 0.1, 0.7]))
+    assert miss.accepted == [] and miss.token == 3 and not miss.bonus

@@ -1,0 +1,103 @@
+"""Candidate trees from a rank-product prior (DESIGN §4.1), and per-depth heuristic trees.
+
+The prior values a rank path as ``value(r1..rd) = prod_j a(r_j)`` with ``a(r) = base / (r + 1)**decay``,
+decreasing in rank and below 1, so a parent is worth at least its child and an elder sibling at least
+its younger one. The top-N paths by value are then closed under parent and elder sibling; they are
+grown from the root with a max-heap over the frontier (a node's first child and next sibling enter the
+frontier when it is taken), which visits the paths in order of decreasing value.
+
+The default candidate (625 nodes, base 0.9, decay 1.0, width <= 10) reaches depth 23 along the
+rank-0 chain and is 10 wide at the root: it contains every node an 80-node optimized tree could want.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+
+from stand_runtime import DraftTree, StandError
+from stand_runtime.tree import MAX_RANK
+
+
+@dataclass(frozen=True)
+class Prior:
+    """The rank-product prior: ``a(r) = base / (r + 1) ** decay``.
+
+    Raises:
+        StandError: base not in (0, 1) or decay <= 0.
+    """
+
+    base: float = 0.9
+    decay: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not (0.0 < self.base < 1.0) or self.decay <= 0:
+            raise StandError(f"prior needs 0 < base < 1 and decay > 0, got base={self.base}, decay={self.decay}")
+
+    def factor(self, rank: int) -> float:
+        """a(rank), the value multiplier of taking the rank-th child."""
+        return self.base / (rank + 1) ** self.decay
+
+
+def candidate_tree(
+    num_nodes: int = 625, prior: Prior = Prior(), max_width: int = MAX_RANK, max_depth: int = 64
+) -> DraftTree:
+    """The top ``num_nodes`` rank paths under ``prior``, closed under parent and elder sibling.
+
+    Args:
+        num_nodes: draft nodes (root excluded), >= 1.
+        prior: the rank-product prior.
+        max_width: children per node at most (<= 10, the store's k).
+        max_depth: deepest path allowed.
+
+    Returns:
+        The candidate :class:`DraftTree`.
+
+    Raises:
+        StandError: a parameter out of range.
+    """
+    if num_nodes < 1 or not (1 <= max_width <= MAX_RANK) or max_depth < 1:
+        raise StandError(
+            f"candidate tree needs nodes >= 1, 1 <= width <= {MAX_RANK}, depth >= 1; got {num_nodes}, {max_width}, {max_depth}"
+        )
+    chosen: list[tuple[int, ...]] = []
+    frontier = [(-prior.factor(0), (0,))]
+    while frontier and len(chosen) < num_nodes:
+        negative_value, path = heapq.heappop(frontier)
+        chosen.append(path)
+        value = -negative_value
+        if len(path) < max_depth:
+            heapq.heappush(frontier, (-value * prior.factor(0), path + (0,)))
+        if path[-1] + 1 < max_width:
+            sibling = value / prior.factor(path[-1]) * prior.factor(path[-1] + 1)
+            heapq.heappush(frontier, (-sibling, path[:-1] + (path[-1] + 1,)))
+    return DraftTree.from_paths(chosen)
+
+
+def per_depth_tree(counts: list[int], prior: Prior = Prior(), max_width: int = MAX_RANK) -> DraftTree:
+    """A tree with ``counts[d]`` nodes at depth d + 1, each depth filled by prior value.
+
+    At each depth the nodes are the most valuable children of the previous depth's nodes, taken
+    through a frontier so the result stays closed under parent and elder sibling. Token Recycling's
+    static 80-node tree has the depth profile 8/21/25/15/8/3.
+
+    Raises:
+        StandError: a count is < 1, or larger than the previous depth can hold.
+    """
+    paths: list[tuple[int, ...]] = []
+    previous: list[tuple[tuple[int, ...], float]] = [((), 1.0)]
+    for depth, count in enumerate(counts, start=1):
+        if count < 1 or count > len(previous) * max_width:
+            raise StandError(f"depth {depth} cannot hold {count} nodes (previous depth has {len(previous)})")
+        frontier = [(-value * prior.factor(0), parent + (0,), value) for parent, value in previous]
+        heapq.heapify(frontier)
+        level: list[tuple[tuple[int, ...], float]] = []
+        while len(level) < count:
+            negative_value, path, parent_value = heapq.heappop(frontier)
+            level.append((path, -negative_value))
+            if path[-1] + 1 < max_width:
+                sibling = parent_value * prior.factor(path[-1] + 1)
+                heapq.heappush(frontier, (-sibling, path[:-1] + (path[-1] + 1,), parent_value))
+        paths += [path for path, _ in level]
+        previous = level
+    return DraftTree.from_paths(paths)

@@ -1,0 +1,1 @@
+"""Bundled draft trees (JSON files in this folder, found with importlib.resources)."""
