@@ -41,3 +41,9 @@ __all__ = [
     "verify_greedy",
     "verify_sampling",
 ]
+
+from .decode import METHODS, generate  # noqa: E402
+from .metrics import DecodeStats, GenerationResult  # noqa: E402
+from .models import DEFAULT_MODEL, load_model  # noqa: E402
+
+__all__ += ["DEFAULT_MODEL", "DecodeStats", "GenerationResult", "METHODS", "generate", "load_model"]

@@ -15,6 +15,7 @@ Saving is atomic: a temporary file in the same folder, renamed over the target.
 
 from __future__ import annotations
 
+import functools
 import importlib.resources
 import json
 import os
@@ -93,12 +94,14 @@ def parse_tree(data: Any, source: str = "tree") -> TreeFile:
     return TreeFile(tree, alpha, dict(data.get("metadata") or {}))
 
 
+_VALIDATORS = {id(schema): jsonschema.Draft202012Validator(schema) for schema in (_PATHS_SCHEMA, _TREE_SCHEMA)}
+
+
 def _check_schema(data: Any, schema: dict, source: str) -> None:
-    try:
-        jsonschema.validate(data, schema)
-    except jsonschema.ValidationError as error:
+    error = jsonschema.exceptions.best_match(_VALIDATORS[id(schema)].iter_errors(data))
+    if error is not None:
         where = error.json_path if error.json_path != "$" else "top level"
-        raise StandError(f"bad tree JSON {source}: {where}: {error.message[:200]}") from None
+        raise StandError(f"bad tree JSON {source}: {where}: {error.message[:200]}")
 
 
 def _build(paths: list, source: str) -> DraftTree:
@@ -123,6 +126,16 @@ def load_tree(path_or_name: str | os.PathLike) -> TreeFile:
         else:
             names = ", ".join(sorted(bundled)) or "none"
             raise StandError(f"tree not found: {spec!r} is neither a file nor a bundled tree ({names})")
+    try:
+        stat = path.stat()
+        return _load_cached(path.resolve(), stat.st_mtime_ns, stat.st_size)
+    except OSError as error:
+        raise StandError(f"cannot read tree {path}: {error}") from None
+
+
+@functools.lru_cache(maxsize=32)
+def _load_cached(path: Path, mtime_ns: int, size: int) -> TreeFile:
+    """Parse a tree file once per (path, mtime, size): trees are immutable once loaded."""
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as error:

