@@ -41,6 +41,11 @@ STORE_TOP_K = 10
 _GREEDY_STORE_PARAMS = SamplingParams(temperature=1.0, top_p=1.0, top_k=0)
 
 
+def store_params(params: SamplingParams) -> SamplingParams:
+    """The distribution the n-gram store records: p itself, or for greedy decoding the softmax."""
+    return _GREEDY_STORE_PARAMS if params.greedy else params
+
+
 @torch.inference_mode()
 def generate(
     model,
@@ -57,6 +62,7 @@ def generate(
     store: NGramStore | None = None,
     eos_token_ids: Sequence[int] | None = None,
     on_tokens=None,
+    on_step=None,
 ) -> GenerationResult:
     """Decode one sequence with STAND or plain decoding; the output distribution is the target's.
 
@@ -75,6 +81,8 @@ def generate(
             (best-of-N trajectories). None = a fresh store for this call.
         eos_token_ids: token ids that end generation; None = the tokenizer's and the model's EOS ids.
         on_tokens: optional callback receiving each step's committed token ids (for streaming).
+        on_step: optional callback ``(draft, verification)`` after each step's verification (used to
+            count accepted static nodes for direct calibration).
 
     Returns:
         A :class:`GenerationResult` with the generated ``tokens`` (EOS included if it ended the run),
@@ -140,6 +148,8 @@ def generate(
             verify_greedy(draft, probs_at) if params.greedy else verify_sampling(draft, probs_at, randomness)
         )
         stats.verification_s += clock.lap()
+        if on_step is not None:
+            on_step(draft, result)
 
         new_tokens = [draft.tokens[p] for p in result.accepted] + [result.token]
         new_tokens = _truncate(new_tokens, remaining, eos)
@@ -293,7 +303,7 @@ def _feed_store(
     if not positions:
         return
     if params.greedy or rows is None or any(row is None for row in rows):
-        probs = target_probs(logits, _GREEDY_STORE_PARAMS if params.greedy else params)
+        probs = target_probs(logits, store_params(params))
     else:
         probs = torch.from_numpy(np.stack(rows))
     top = torch.topk(probs, min(STORE_TOP_K, probs.shape[-1]), dim=-1)

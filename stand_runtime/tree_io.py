@@ -207,6 +207,22 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
     return path
 
 
+def check_writable(path: str | os.PathLike) -> None:
+    """Fail early, with one line, when ``path`` could not be written later.
+
+    Raises:
+        StandError: the folder does not exist, is not writable, or the path is a folder.
+    """
+    path = Path(path)
+    folder = path.parent if str(path.parent) else Path(".")
+    if not folder.is_dir():
+        raise StandError(f"cannot write {path}: folder {folder} does not exist")
+    if path.is_dir():
+        raise StandError(f"cannot write {path}: it is a folder")
+    if not os.access(folder, os.W_OK):
+        raise StandError(f"cannot write {path}: folder {folder} is not writable")
+
+
 def bundled_trees() -> dict[str, Path]:
     """Trees shipped in the ``trees`` package: name (file stem) → path."""
     try:

@@ -75,11 +75,13 @@ def verify_sampling(draft: Draft, target_probs: TargetProbs, randomness: RandomS
 
     Uses recursive rejection sampling without replacement when ``draft.stochastic`` (children drawn
     from q by Gumbel-Top-K) and the deterministic-draft rule otherwise (see the module docstring).
+    At each node the outcome (child i accepted, or none) is drawn in one shot from the probabilities
+    :func:`acceptance_chain` gives, which is the same law as running the stages one by one.
 
     Args:
         draft: the drafted tree (tokens, q per node with children).
         target_probs: p per draft position, ``[vocab]`` float64, each summing to 1.
-        randomness: fresh uniforms for accept tests and residual samples.
+        randomness: fresh uniforms for the outcome at each node and for recovered/bonus samples.
 
     Returns:
         The accepted path and the emitted token; the emitted sequence is distributed as plain
@@ -91,55 +93,83 @@ def verify_sampling(draft: Draft, target_probs: TargetProbs, randomness: RandomS
         kids = draft.children[node]
         if not kids:
             return Verification(accepted, sample_index(probs, randomness.uniform()), True)
-        if draft.stochastic:
-            child, residual = _reject_stochastic(draft, node, probs, randomness)
-        else:
-            child, residual = _reject_deterministic(draft, node, probs, randomness)
-        if child is None:
+        support, q, slots = node_draft(draft, node)
+        accept, residual_on_support = acceptance_chain(
+            probs[support].tolist(), q, slots, stochastic=draft.stochastic and q is not None
+        )
+        u, cumulative, chosen = randomness.uniform(), 0.0, None
+        for child, prob in zip(kids, accept):
+            cumulative += prob
+            if u < cumulative:
+                chosen = child
+                break
+        if chosen is None:
+            residual = probs.copy()
+            residual[support] = residual_on_support
             return Verification(accepted, sample_index(residual, randomness.uniform()), False)
-        accepted.append(child)
-        node = child
+        accepted.append(chosen)
+        node = chosen
 
 
-def _reject_stochastic(draft: Draft, node: int, probs: np.ndarray, randomness: RandomStream):
-    """Recursive rejection sampling without replacement over ``node``'s children (Jeon et al. 2024).
+def node_draft(draft: Draft, node: int) -> tuple[np.ndarray, list[float] | None, list[int]]:
+    """The draft distribution at ``node``: support ids ``[k]``, q on it (None when the drafts carry
+    no probabilities) and each child's slot in the support, in drawing order."""
+    kids = draft.children[node]
+    if draft.draft_ids[node] is None:
+        return np.asarray([draft.tokens[c] for c in kids], dtype=np.int64), None, list(range(len(kids)))
+    return draft.draft_ids[node], draft.draft_probs[node].tolist(), [draft.slots[c] for c in kids]
 
-    The residual is kept unnormalised as ``weights`` with mass ``total`` (p_i = weights / total);
-    only the <= k entries on q's support change from stage to stage, so they are handled as lists.
+
+def acceptance_chain(
+    target_on_support: list[float], q: list[float] | None, slots: list[int], stochastic: bool
+) -> tuple[list[float], list[float]]:
+    """Probability that each child is the accepted one, and the final residual on q's support.
+
+    Runs the stages of the verification rule (module docstring) analytically. Only the entries of
+    p on q's support change from stage to stage, so p enters as its values on the support and the
+    rest of the vocabulary is implied (p sums to 1).
+
+    Args:
+        target_on_support: ``[k]`` p at the support ids.
+        q: ``[k]`` the draft distribution the children were drawn from (stochastic rule), or None.
+        slots: support index of each child, in drawing order (``m <= k`` children).
+        stochastic: True for recursive rejection sampling without replacement (Jeon et al. 2024),
+            False for the deterministic-draft rule (q_i one-hot on the i-th child).
+
+    Returns:
+        ``accept``: ``[m]`` probability that child i is accepted (the rest, ``1 - sum``, is "none");
+        ``residual``: ``[k]`` unnormalised residual weights at the support ids after every child
+        was rejected (the weights elsewhere are p's own): sample the recovered token from p with
+        these entries replaced.
     """
-    support = draft.draft_ids[node]
-    q = draft.draft_probs[node].tolist()
-    weights, total = probs, 1.0
-    for child in draft.children[node]:
-        slot = draft.slots[child]
-        if randomness.uniform() * q[slot] * total < weights[draft.tokens[child]]:
-            return child, None
-        on_support = weights[support].tolist()
-        lowered = [max(w - q_x * total, 0.0) for w, q_x in zip(on_support, q)]
-        remaining = total - sum(on_support) + sum(lowered)
-        # p_i = q_i exactly leaves no residual mass; the rejection that led here then had
-        # probability 0, so any distribution is correct: keep p_i.
+    weights = list(target_on_support)
+    total = 1.0
+    reach = 1.0  # probability that every earlier child was rejected
+    accept: list[float] = []
+    q = list(q) if q is not None else None
+    for slot in slots:
+        target = weights[slot] / total
+        if stochastic:
+            ratio = min(1.0, target / q[slot]) if q[slot] > 0 else 0.0
+        else:
+            ratio = min(1.0, target)
+        accept.append(reach * ratio)
+        reach *= 1.0 - ratio
+        if stochastic:
+            lowered = [max(w - q_x * total, 0.0) for w, q_x in zip(weights, q)]
+            remaining = total - sum(weights) + sum(lowered)
+        else:
+            lowered = list(weights)
+            lowered[slot] = 0.0
+            remaining = total - weights[slot]
+        # p_i = q_i exactly leaves no residual mass: the rejection then has probability 0 and any
+        # distribution is correct, so keep p_i.
         if remaining > 1e-12 * total:
-            weights = weights.copy()
-            weights[support] = lowered
-            total = remaining
-        q[slot] = 0.0
-        q_total = sum(q)
-        if q_total <= 0:
-            break
-        q = [q_x / q_total for q_x in q]
-    return None, weights
-
-
-def _reject_deterministic(draft: Draft, node: int, probs: np.ndarray, randomness: RandomStream):
-    """The deterministic-draft rule: q_i one-hot on each child in turn (residual unnormalised)."""
-    weights, total = probs, 1.0
-    for child in draft.children[node]:
-        token = draft.tokens[child]
-        if randomness.uniform() * total < weights[token]:
-            return child, None
-        if total - weights[token] > 1e-12 * total:
-            total -= float(weights[token])
-            weights = weights.copy()
-            weights[token] = 0.0
-    return None, weights
+            weights, total = lowered, remaining
+        if stochastic:
+            q_total = sum(q) - q[slot]
+            q[slot] = 0.0
+            if q_total <= 0:
+                break
+            q = [q_x / q_total for q_x in q]
+    return accept, weights

