@@ -31,3 +31,63 @@ def stats_table(stats: DecodeStats, title: str = "decoding") -> Table:
     for name, value in rows:
         table.add_row(name, value)
     return table
+
+
+def _bar(value: float, scale: float, width: int = 16) -> str:
+    if scale <= 0:
+        return ""
+    filled = value / scale * width
+    return "█" * int(filled) + ("▌" if filled - int(filled) >= 0.5 else "")
+
+
+def profile_table(name: str, profile) -> Table:
+    """A tree's depth profile: nodes, width and sum alpha-hat per depth, with bars."""
+    from treeopt.profile import DepthProfile
+
+    assert isinstance(profile, DepthProfile)
+    expected = profile.expected_acceptance_length
+    title = f"{name}: {profile.num_nodes} nodes, max depth {profile.max_depth}"
+    if expected is not None:
+        title += f", expected acceptance length {expected:.3f}"
+    table = Table(title=title)
+    table.add_column("depth", justify="right")
+    table.add_column("nodes", justify="right")
+    table.add_column("width", justify="right")
+    table.add_column("nodes", justify="left")
+    if profile.alpha_per_depth is not None:
+        table.add_column("Σα̂", justify="right")
+        table.add_column("expected accepted tokens", justify="left")
+    top_nodes = max(profile.nodes_per_depth, default=1)
+    top_alpha = max(profile.alpha_per_depth or [0.0]) or 1.0
+    for depth, (count, width) in enumerate(zip(profile.nodes_per_depth, profile.width_per_depth), start=1):
+        row = [str(depth), str(count), str(width), _bar(count, top_nodes)]
+        if profile.alpha_per_depth is not None:
+            alpha = profile.alpha_per_depth[depth - 1]
+            row += [f"{alpha:.3f}", _bar(alpha, top_alpha)]
+        table.add_row(*row)
+    return table
+
+
+def curve_table(curve: list[dict], chosen: int, every: int = 8) -> Table:
+    """The --nodes auto curve: expected acceptance length, latency and tokens/s per tree size."""
+    table = Table(title=f"tree size vs expected throughput (chosen: {chosen} nodes)")
+    for column in ("nodes", "expected τ", "latency (ms)", "expected tokens/s"):
+        table.add_column(column, justify="right")
+    for row in curve:
+        if row["nodes"] % every == 0 or row["nodes"] == chosen or row["nodes"] == 1:
+            style = "bold green" if row["nodes"] == chosen else None
+            table.add_row(str(row["nodes"]), f"{row['expected_acceptance_length']:.3f}", f"{row['latency_s'] * 1e3:.1f}",
+                          f"{row['tokens_per_s']:.2f}", style=style)
+    return table
+
+
+def bench_table(results, speedups: dict, title: str) -> Table:
+    """Methods side by side: tree nodes, acceptance length, tokens/s, speedup over ar."""
+    table = Table(title=title)
+    for column in ("method", "tree nodes", "acceptance length", "tokens/s", "speedup vs ar"):
+        table.add_column(column, justify="right" if column != "method" else "left")
+    for result in results:
+        ratio = speedups.get(result.label)
+        table.add_row(result.label, str(result.tree_nodes), f"{result.acceptance_length:.3f}", f"{result.tokens_per_s:.2f}",
+                      "—" if ratio is None else f"{ratio:.2f}×")
+    return table

@@ -1,0 +1,52 @@
+"""Depth profiles of draft trees (DESIGN §4.5): where a tree's nodes and expected acceptance sit."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from stand_runtime import DraftTree
+
+
+@dataclass(frozen=True)
+class DepthProfile:
+    """Per-depth shape of a tree and, with alpha-hat, its expected accepted tokens.
+
+    Attributes:
+        nodes_per_depth: nodes at depth 1 .. max_depth.
+        width_per_depth: widest fan-out into each depth.
+        alpha_per_depth: sum of alpha-hat per depth (expected accepted tokens at that depth), or None.
+        max_depth: depth of the deepest node.
+        num_nodes: draft nodes (root excluded).
+        expected_acceptance_length: 1 + sum alpha-hat (tokens per target forward), or None.
+    """
+
+    nodes_per_depth: list[int]
+    width_per_depth: list[int]
+    alpha_per_depth: list[float] | None
+    max_depth: int
+    num_nodes: int
+    expected_acceptance_length: float | None
+
+    def as_dict(self) -> dict:
+        return {
+            "nodes_per_depth": self.nodes_per_depth,
+            "width_per_depth": self.width_per_depth,
+            "alpha_per_depth": self.alpha_per_depth,
+            "max_depth": self.max_depth,
+            "num_nodes": self.num_nodes,
+            "expected_acceptance_length": self.expected_acceptance_length,
+        }
+
+
+def depth_profile(tree: DraftTree, alpha: np.ndarray | None = None) -> DepthProfile:
+    """The depth profile of ``tree``; ``alpha`` is ``[N]`` alpha-hat per node (breadth-first) or None."""
+    alpha_per_depth = None
+    expected = None
+    if alpha is not None:
+        alpha = np.asarray(alpha, dtype=np.float64)
+        sums = np.bincount(tree.depths[1:], weights=alpha, minlength=tree.max_depth + 1)
+        alpha_per_depth = [float(x) for x in sums[1:]]
+        expected = 1.0 + float(alpha.sum())
+    return DepthProfile(tree.nodes_per_depth(), tree.width_per_depth(), alpha_per_depth, tree.max_depth, tree.num_nodes, expected)

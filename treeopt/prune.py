@@ -1,0 +1,127 @@
+"""Pruning a calibrated candidate to the best K-node draft tree (DESIGN §4.3).
+
+A valid tree is closed under parent and elder sibling (a node with m children uses the first m
+draws). Written in left-child/right-sibling form — a node's "left" link is its rank-0 child, its
+"right" link its next younger sibling — this closure is exactly closure under the binary parent,
+so the best K-node tree is the best K-node rooted subtree of that binary tree, which a tree
+knapsack computes exactly in O(N K^2):
+
+    best(v, k) = alpha(v) + max_{i + j = k - 1} best(left(v), i) + best(right(v), j),  best(., 0) = 0
+
+Greedy growth on the frontier (the paper's choice) is optimal only when alpha never increases from a
+node to its child or younger sibling; calibration estimates are noisy and need not be monotone, so
+we solve the knapsack exactly instead. One solve gives the optimum for every K at once, which is what
+``--nodes auto`` scans.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from stand_runtime import DraftTree, StandError
+
+_NEG = -np.inf
+
+
+class KnapsackSolution:
+    """Best sums and choices for every budget up to ``max_nodes``.
+
+    Attributes:
+        best_sum: ``[max_nodes + 1]`` float64, the largest ``sum alpha`` of a valid k-node tree.
+    """
+
+    def __init__(self, tree: DraftTree, alpha: np.ndarray, max_nodes: int) -> None:
+        self._tree = tree
+        self._alpha = np.asarray(alpha, dtype=np.float64)
+        self._max = max_nodes
+        n = tree.num_nodes
+        index = {path: i + 1 for i, path in enumerate(tree.paths)}
+        self._left = np.zeros(n + 1, dtype=np.int64)  # 0 = none (the root is never a child)
+        self._right = np.zeros(n + 1, dtype=np.int64)
+        for node, path in enumerate(tree.paths, start=1):
+            self._left[node] = index.get(path + (0,), 0)
+            self._right[node] = index.get(path[:-1] + (path[-1] + 1,), 0)
+        # best[v][k]: best sum using k nodes of v's binary subtree, v included when k >= 1
+        self._best: dict[int, np.ndarray] = {}
+        self._split: dict[int, np.ndarray] = {}
+        for node in range(n, 0, -1):  # children and younger siblings come later in BFS order
+            self._solve(node)
+        self._first = index.get((0,), 0)
+        self.best_sum = self._table(self._first)
+
+    def _table(self, node: int) -> np.ndarray:
+        if node == 0:
+            table = np.full(self._max + 1, _NEG)
+            table[0] = 0.0
+            return table
+        return self._best[node]
+
+    def _solve(self, node: int) -> None:
+        left, right = self._table(self._left[node]), self._table(self._right[node])
+        best = np.full(self._max + 1, _NEG)
+        split = np.zeros(self._max + 1, dtype=np.int64)
+        best[0] = 0.0
+        for k in range(1, self._max + 1):
+            # i nodes to the left subtree, k - 1 - i to the right one
+            candidates = left[: k] + right[k - 1 :: -1][: k]
+            i = int(np.argmax(candidates))
+            if candidates[i] > _NEG:
+                best[k] = self._alpha[node - 1] + candidates[i]
+                split[k] = i
+        self._best[node] = best
+        self._split[node] = split
+
+    def nodes(self, k: int) -> list[int]:
+        """Static node indices (1-based, breadth-first) of the best k-node tree."""
+        chosen: list[int] = []
+        stack = [(self._first, k)]
+        while stack:
+            node, budget = stack.pop()
+            if budget == 0 or node == 0:
+                continue
+            chosen.append(node)
+            i = int(self._split[node][budget])
+            stack.append((int(self._left[node]), i))
+            stack.append((int(self._right[node]), budget - 1 - i))
+        return sorted(chosen)
+
+
+def prune(tree: DraftTree, alpha: np.ndarray, num_nodes: int) -> tuple[DraftTree, np.ndarray]:
+    """The valid ``num_nodes``-node subtree of ``tree`` with the largest ``sum alpha``.
+
+    Args:
+        tree: the candidate tree.
+        alpha: ``[N]`` alpha-hat per candidate draft node, breadth-first order.
+        num_nodes: K, the size of the result.
+
+    Returns:
+        ``(pruned tree, [K] alpha of its nodes in its breadth-first order)``.
+
+    Raises:
+        StandError: K < 1, K larger than the candidate, or alpha of the wrong length.
+    """
+    _check(tree, alpha, num_nodes)
+    solution = KnapsackSolution(tree, alpha, num_nodes)
+    return subtree(tree, alpha, solution.nodes(num_nodes))
+
+
+def best_sums(tree: DraftTree, alpha: np.ndarray, max_nodes: int) -> np.ndarray:
+    """``[max_nodes + 1]`` the best ``sum alpha`` of a valid k-node tree, for k = 0 .. max_nodes."""
+    _check(tree, alpha, max_nodes)
+    return KnapsackSolution(tree, alpha, max_nodes).best_sum
+
+
+def subtree(tree: DraftTree, alpha: np.ndarray, nodes: list[int]) -> tuple[DraftTree, np.ndarray]:
+    """The tree made of the given static nodes (1-based), with their alpha, in breadth-first order."""
+    pruned = DraftTree.from_paths([tree.paths[i - 1] for i in nodes])
+    lookup = {tree.paths[i - 1]: float(alpha[i - 1]) for i in nodes}
+    return pruned, np.array([lookup[p] for p in pruned.paths])
+
+
+def _check(tree: DraftTree, alpha: np.ndarray, num_nodes: int) -> None:
+    if len(alpha) != tree.num_nodes:
+        raise StandError(f"alpha has {len(alpha)} values for {tree.num_nodes} candidate nodes")
+    if num_nodes < 1:
+        raise StandError(f"--nodes must be >= 1, got {num_nodes}")
+    if num_nodes > tree.num_nodes:
+        raise StandError(f"--nodes {num_nodes} is larger than the candidate tree ({tree.num_nodes} nodes)")
