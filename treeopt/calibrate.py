@@ -98,7 +98,7 @@ class Calibration:
     Attributes:
         candidate: the candidate tree.
         alpha_sum: ``[N + 1]`` float64 summed per-step acceptance (index 0, the root, unused).
-        steps: the denominator: decoding steps (direct) or start positions (replay).
+        steps: the denominator: decoding steps (direct) or their importance-weighted estimate (replay).
         per_prompt: for each finished prompt: id, steps, tokens and its own ``alpha_sum`` (resume,
             and errors clustered by prompt).
         metadata: settings, model, timings, version.
@@ -106,14 +106,14 @@ class Calibration:
 
     candidate: DraftTree
     alpha_sum: np.ndarray
-    steps: int = 0
+    steps: float = 0
     per_prompt: list[dict] = field(default_factory=list)
     metadata: dict = field(default_factory=dict)
 
     @property
     def alpha(self) -> np.ndarray:
         """``[N]`` alpha-hat per candidate draft node, breadth-first order."""
-        return self.alpha_sum[1:] / max(self.steps, 1)
+        return self.alpha_sum[1:] / self.steps if self.steps > 0 else np.zeros(self.candidate.num_nodes)
 
     def alpha_stderr(self) -> np.ndarray:
         """``[N]`` standard error of alpha-hat, clustered by prompt (trajectories are not i.i.d. steps)."""
@@ -132,7 +132,7 @@ class Calibration:
         """1 + sum of alpha-hat over the whole candidate."""
         return 1.0 + float(self.alpha.sum())
 
-    def add_prompt(self, prompt_id: str, alpha_sum: np.ndarray, steps: int, tokens: int) -> None:
+    def add_prompt(self, prompt_id: str, alpha_sum: np.ndarray, steps: float, tokens: int) -> None:
         self.alpha_sum += alpha_sum
         self.steps += steps
         self.per_prompt.append({"id": prompt_id, "steps": steps, "tokens": tokens, "alpha_sum": alpha_sum.tolist()})
@@ -143,8 +143,8 @@ class Calibration:
             "version": CALIBRATION_VERSION,
             "candidate": [list(p) for p in self.candidate.paths],
             "alpha": [round(float(a), 8) for a in self.alpha],
-            "steps": self.steps,
-            "per_prompt": [{**p, "alpha_sum": [round(a, 8) for a in p["alpha_sum"]]} for p in self.per_prompt],
+            "steps": round(self.steps, 6),
+            "per_prompt": [{**p, "steps": round(p["steps"], 6), "alpha_sum": [round(a, 8) for a in p["alpha_sum"]]} for p in self.per_prompt],
             "metadata": self.metadata,
         }
 
@@ -181,8 +181,8 @@ def load_calibration(path: str | Path) -> Calibration:
             if row.shape != alpha_sum.shape or entry["steps"] < 0:
                 raise StandError(f"prompt {entry.get('id')} has {row.shape[0]} values for {alpha_sum.shape[0]} nodes")
             alpha_sum += row
-        steps = int(data["steps"])
-        if steps != sum(int(p["steps"]) for p in per_prompt):
+        steps = float(data["steps"])
+        if abs(steps - sum(float(p["steps"]) for p in per_prompt)) > 1e-6 * max(1.0, steps):
             raise StandError("steps do not add up over prompts")
     except StandError as error:
         raise StandError(f"corrupt calibration file {path}: {error}") from None
@@ -205,27 +205,50 @@ def replay_trajectory(
     trajectory: Trajectory,
     tree: DraftTree,
     store: NGramStore,
-    randomness: RandomStream | None,
+    randomness: RandomStream,
     alpha_sum: np.ndarray,
+    *,
+    stochastic: bool = True,
+    budget: int | None = None,
+    segmentations: int = 4,
 ) -> int:
-    """Replay the drafter along one trajectory, adding per-node acceptance to ``alpha_sum``.
+    """Replay the drafter along one trajectory, adding per-step acceptance to ``alpha_sum``.
+
+    Decoding starts a step only where the previous one ended, and easy stretches of text are covered
+    by few long steps, so averaging over *every* start position overweights them (an inspection
+    paradox: +30% on tau for HumanEval here). The replay instead walks ``segmentations`` independent
+    step sequences along the trajectory. From a step start it walks the candidate tree as the
+    module docstring says, and also weighs each way the step can end on the trajectory: at depth d
+    by recovering y after every child was rejected, ``w_d (1 - sum a) residual(y) / p(y)``, or with a
+    bonus token where nothing was drafted, ``w_d``. The next start is drawn in proportion to those
+    weights (greedy decoding makes them 0/1, so the replay then takes exactly the steps decoding
+    takes). ``alpha_sum`` receives the contributions of the visited starts, and the return value
+    counts them: alpha-hat = accepted per step, the quantity direct calibration measures.
 
     Args:
         trajectory: the sampled trajectory with its recorded distributions.
         tree: the candidate tree.
         store: the n-gram store as the engine would hold it (fed here as decoding would feed it:
-            prompt positions first, then each position after the step starting there).
-        randomness: Gumbel noise for stochastic drafting; None drafts q's top-m.
+            prompt positions first, then each position after the steps starting there).
+        randomness: Gumbel noise for stochastic drafting and uniforms for drawing step ends.
         alpha_sum: ``[N + 1]`` accumulator, updated in place.
+        stochastic: Gumbel-Top-K drafts and recursive rejection sampling; False: q's top-m and the
+            deterministic-draft rule.
+        budget: the max_new_tokens the engine would run with (it drafts no deeper than the tokens
+            left); None = the trajectory's length.
+        segmentations: independent step sequences walked per trajectory (variance reduction).
 
     Returns:
-        The number of start positions replayed (one per generated token).
+        The number of steps replayed.
     """
     sequence = trajectory.sequence
     prompt_len = len(trajectory.prompt)
     generated = trajectory.tokens
+    budget = len(generated) if budget is None else budget
     store.update_sequence(sequence, range(prompt_len - 1), trajectory.store_ids, trajectory.store_probs)
     max_n = store.max_n
+    next_starts = [0] * segmentations
+    steps = 0
     sparse_cache: dict[int, dict[int, float]] = {}
 
     def target_at(index: int) -> dict[int, float]:
@@ -237,33 +260,62 @@ def replay_trajectory(
 
     for start in range(len(generated)):
         position = prompt_len - 1 + start
-        node, weight, index = 0, 1.0, start
-        context = tuple(sequence[max(0, position + 1 - max_n) : position + 1])
-        while index < len(generated):
-            kids = tree.children[node]
-            entry = store.lookup(context) if kids else None
-            if entry is None:
-                break
-            m = min(len(kids), len(entry.id_list))
-            if randomness is None:
-                slots = list(range(m))
-            else:
-                slots = gumbel_top_k(entry.log_q, m, randomness.gumbel(len(entry.id_list))).tolist()
-            target = target_at(index)
-            on_support = [target.get(token, 0.0) for token in entry.id_list]
-            accept, _ = acceptance_chain(on_support, entry.q.tolist() if randomness is not None else None, slots, randomness is not None)
-            for child, prob in zip(kids, accept):
-                alpha_sum[child] += weight * prob
-            next_token = generated[index]
-            match = next((i for i, slot in enumerate(slots) if entry.id_list[slot] == next_token), None)
-            if match is None or target.get(next_token, 0.0) <= 0.0 or accept[match] <= 0.0:
-                break
-            weight *= accept[match] / target[next_token]
-            node = kids[match]
-            context = (context + (next_token,))[-max_n:]
-            index += 1
+        for walker, walker_start in enumerate(next_starts):
+            if walker_start != start:
+                continue
+            steps += 1
+            ends: dict[int, float] = {}
+            node, weight, index = 0, 1.0, start
+            context = tuple(sequence[max(0, position + 1 - max_n) : position + 1])
+            while index < len(generated):
+                kids = tree.children[node] if index < budget - 1 else ()
+                entry = store.lookup(context) if kids else None
+                if entry is None:  # nothing drafted here: the step ends with a bonus token
+                    ends[index + 1] = ends.get(index + 1, 0.0) + weight
+                    break
+                m = min(len(kids), len(entry.id_list))
+                if stochastic:
+                    slots = gumbel_top_k(entry.log_q, m, randomness.gumbel(len(entry.id_list))).tolist()
+                else:
+                    slots = list(range(m))
+                target = target_at(index)
+                on_support = [target.get(token, 0.0) for token in entry.id_list]
+                accept, residual = acceptance_chain(on_support, entry.q.tolist() if stochastic else None, slots, stochastic)
+                for child, prob in zip(kids, accept):
+                    alpha_sum[child] += weight * prob
+                next_token = generated[index]
+                p_next = target.get(next_token, 0.0)
+                if p_next <= 0.0:
+                    break
+                rejected = max(0.0, 1.0 - sum(accept))  # the step may end here: y recovered from the residual
+                residual_total = 1.0 - sum(on_support) + sum(residual)
+                if rejected > 0.0 and residual_total > 0.0:
+                    slot_of = entry.id_list.index(next_token) if next_token in entry.id_list else None
+                    residual_y = residual[slot_of] if slot_of is not None else p_next
+                    ends[index + 1] = ends.get(index + 1, 0.0) + weight * rejected * residual_y / residual_total / p_next
+                match = next((i for i, slot in enumerate(slots) if entry.id_list[slot] == next_token), None)
+                if match is None or accept[match] <= 0.0:
+                    break
+                weight *= accept[match] / p_next
+                node = kids[match]
+                context = (context + (next_token,))[-max_n:]
+                index += 1
+            next_starts[walker] = _draw_end(ends, start + 1, randomness.uniform())
         store.update_sequence(sequence, [position], trajectory.store_ids[position : position + 1], trajectory.store_probs[position : position + 1])
-    return len(generated)
+    return steps
+
+
+def _draw_end(ends: dict[int, float], fallback: int, uniform: float) -> int:
+    """Draw where the replayed step ends, with probability proportional to its weight."""
+    total = sum(ends.values())
+    if total <= 0.0:
+        return fallback
+    threshold, cumulative = uniform * total, 0.0
+    for end, weight in sorted(ends.items()):
+        cumulative += weight
+        if threshold < cumulative:
+            return end
+    return max(ends)
 
 
 def calibrate(
@@ -335,7 +387,10 @@ def calibrate(
                 alpha_sum = np.zeros(candidate.num_nodes + 1)
                 steps = tokens = 0
                 for trajectory in trajectories[number * config.trajectories : (number + 1) * config.trajectories]:
-                    steps += replay_trajectory(trajectory, candidate, store, randomness if config.stochastic_drafts else None, alpha_sum)
+                    steps += replay_trajectory(
+                        trajectory, candidate, store, randomness, alpha_sum,
+                        stochastic=config.stochastic_drafts, budget=config.max_new_tokens,
+                    )
                     tokens += len(trajectory.tokens)
                 calibration.add_prompt(prompt.id, alpha_sum, steps, tokens)
                 _finish_prompt(calibration, config, settings, timings, out, progress, prompt.id)
@@ -387,7 +442,7 @@ def _metadata(config: CalibrationConfig, settings: dict, timings: dict, calibrat
         "trajectories": config.trajectories,
         "seed": config.seed,
         "tokens": int(sum(p["tokens"] for p in calibration.per_prompt)),
-        "steps": calibration.steps,
+        "steps": round(calibration.steps, 3),
         "expected_acceptance_length": calibration.expected_acceptance_length,
         "timings": {k: round(v, 3) for k, v in timings.items()},
         "settings": settings,

@@ -1,0 +1,114 @@
+"""Calibration: replay agrees with direct (greedy: exactly; sampling: within sampling error), resume."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import tiny_model
+from stand_runtime import NGramStore, RandomStream, SamplingParams, StandError, generate
+from treeopt.calibrate import CalibrationConfig, calibrate, load_calibration, replay_trajectory
+from treeopt.candidate import candidate_tree
+from treeopt.datasets import Prompt
+from treeopt.export import export_tree
+from treeopt.trajectories import sample_trajectories
+
+PROMPTS = [[3, 1, 4, 1, 5] * 4, [2, 7, 1, 8, 2, 8] * 3, [1, 1, 2, 3, 5, 8, 13] * 3]
+
+
+def test_greedy_replay_takes_exactly_the_steps_of_direct_decoding():
+    model = tiny_model()
+    tree = candidate_tree(20)
+    direct = np.zeros(tree.num_nodes + 1)
+    direct_steps = 0
+    for prompt in PROMPTS:
+        def count(draft, verification):
+            for position in verification.accepted:
+                direct[draft.nodes[position]] += 1
+
+        result = generate(model, None, prompt, tree=tree, temperature=0, max_new_tokens=24, eos_token_ids=[], on_step=count)
+        direct_steps += result.stats.target_forwards
+    replayed = np.zeros(tree.num_nodes + 1)
+    trajectories = sample_trajectories(model, PROMPTS, SamplingParams(temperature=0), 24, [], torch.Generator(), batch_size=3)
+    replay_steps = sum(
+        replay_trajectory(t, tree, NGramStore(), RandomStream.seeded(0), replayed, stochastic=False, segmentations=1)
+        for t in trajectories
+    )
+    assert replay_steps == direct_steps
+    assert np.allclose(replayed, direct)
+    assert direct.sum() > 10  # drafts were accepted
+
+
+def se_floor(alpha, steps):
+    return np.sqrt(np.maximum(alpha, 1.0 / steps) * (1 - np.minimum(alpha, 0.99)) / steps)
+
+
+@pytest.mark.model
+def test_replay_and_direct_agree_on_the_default_model(default_model, tmp_path):
+    """4 HumanEval prompts x 2 trajectories x 48 tokens, T = 0.6, a 60-node candidate.
+
+    Per node, z = (alpha_replay - alpha_direct) / sqrt(se_r^2 + se_d^2) with each se the larger of
+    the prompt-clustered standard error and the binomial one; every node with alpha >= 0.02 in either
+    estimate must have |z| < 4. The exported 20- and 40-node trees' expected acceptance lengths must
+    differ by less than 10%.
+    """
+    model, tokenizer = default_model
+    results = {}
+    for method in ("replay", "direct"):
+        config = CalibrationConfig(samples=4, method=method, max_new_tokens=48, candidate_nodes=60, trajectories=2, seed=0)
+        results[method] = calibrate(config, model, tokenizer, tmp_path / f"{method}.json")
+    replay, direct = results["replay"], results["direct"]
+    se = np.sqrt(
+        np.maximum(replay.alpha_stderr(), se_floor(replay.alpha, replay.steps)) ** 2
+        + np.maximum(direct.alpha_stderr(), se_floor(direct.alpha, direct.steps)) ** 2
+    )
+    z = (replay.alpha - direct.alpha) / se
+    relevant = np.maximum(replay.alpha, direct.alpha) >= 0.02
+    assert relevant.sum() >= 5
+    assert np.abs(z[relevant]).max() < 4, z[relevant]
+    for nodes in (20, 40):
+        tau_replay = export_tree(replay, nodes).metadata["expected_acceptance_length"]
+        tau_direct = export_tree(direct, nodes).metadata["expected_acceptance_length"]
+        assert abs(tau_replay - tau_direct) / tau_direct < 0.10, (nodes, tau_replay, tau_direct)
+    assert direct.expected_acceptance_length > 1.3  # drafts were accepted
+
+
+class FakeTokenizer:
+    """Maps prompt text to fixed ids (the tiny model has no tokenizer)."""
+
+    chat_template = None
+    eos_token_id = None
+
+    def __call__(self, text):
+        return {"input_ids": [int(t) for t in text.split()]}
+
+    def decode(self, ids, skip_special_tokens=True):
+        return " ".join(map(str, ids))
+
+
+def test_resume_skips_finished_prompts_and_rejects_other_settings(tmp_path):
+    model = tiny_model()
+    prompts = [Prompt(f"p{i}", " ".join(map(str, p))) for i, p in enumerate(PROMPTS)]
+    config = CalibrationConfig(samples=3, max_new_tokens=12, candidate_nodes=15, batch_size=1)
+    out = tmp_path / "cal.json"
+    full = calibrate(config, model, FakeTokenizer(), out, prompts=prompts)
+    # simulate an interruption after the first prompt
+    data = json.loads(out.read_text())
+    first = data["per_prompt"][0]
+    data["per_prompt"] = [first]
+    data["steps"] = first["steps"]
+    out.write_text(json.dumps(data))
+    seen = []
+    from treeopt.calibrate import Progress
+
+    resumed = calibrate(config, model, FakeTokenizer(), out, resume=True, prompts=prompts,
+                        progress=Progress(prompt_done=seen.append))
+    assert seen == ["p1", "p2"]  # the finished prompt was not redone
+    assert [p["id"] for p in load_calibration(out).per_prompt] == ["p0", "p1", "p2"]
+    assert resumed.steps > 0 and full.steps > 0
+    other = CalibrationConfig(samples=3, max_new_tokens=13, candidate_nodes=15, batch_size=1)
+    with pytest.raises(StandError, match="other settings .*max_new_tokens"):
+        calibrate(other, model, FakeTokenizer(), out, resume=True, prompts=prompts)
+    with pytest.raises(StandError, match="does not exist"):
+        calibrate(config, model, FakeTokenizer(), tmp_path / "nope" / "cal.json", prompts=prompts)

@@ -1,0 +1,60 @@
+"""Prompt sources: HumanEval from its package, JSONL files, one-line errors for bad input."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from stand_runtime import StandError
+from treeopt.datasets import load_prompts
+
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
+
+
+def test_humaneval_from_installed_package():
+    prompts = load_prompts("humaneval")
+    assert len(prompts) == 164 and prompts[0].id == "HumanEval/0"
+    assert "def has_close_elements" in prompts[0].text
+    assert [p.id for p in load_prompts(samples=2, offset=30)] == ["HumanEval/30", "HumanEval/31"]
+    shuffled = load_prompts(samples=5, shuffle_seed=1)
+    assert shuffled == load_prompts(samples=5, shuffle_seed=1) and shuffled != load_prompts(samples=5)
+
+
+@pytest.mark.skipif(not (SHARED / "gsm8k_test.jsonl").is_file(), reason="shared benchmark data not present")
+def test_real_jsonl_with_answers():
+    prompts = load_prompts(str(SHARED / "gsm8k_test.jsonl"), samples=3)
+    assert prompts[0].answer == "18" and "Janet" in prompts[0].text
+
+
+def test_jsonl_field_detection_and_explicit_field(tmp_path):
+    path = tmp_path / "d.jsonl"
+    path.write_text(json.dumps({"question": "q1", "x": "a"}) + "\n\n" + json.dumps({"question": "q2", "x": "b"}) + "\n")
+    assert [p.text for p in load_prompts(str(path))] == ["q1", "q2"]
+    assert [p.text for p in load_prompts(str(path), field="x")] == ["a", "b"]
+
+
+@pytest.mark.parametrize(
+    "content, kwargs, message",
+    [
+        ("", {}, "is empty"),
+        ("\n\n", {}, "is empty"),
+        ('{"text": "hi"}\n', {}, "has none of the fields"),
+        ('{"prompt": "hi"}\n{"other": 1}\n', {}, "record 2 has no text field 'prompt'"),
+        ('{"prompt": "hi"}\n', {"field": "nope"}, "has no text field 'nope'"),
+        ('{"prompt": "hi"}\n{oops\n', {}, "line 2"),
+        ('{"prompt": "hi"}\n', {"samples": 5}, "5 requested"),
+    ],
+)
+def test_bad_jsonl_is_a_one_line_error(tmp_path, content, kwargs, message):
+    path = tmp_path / "d.jsonl"
+    path.write_text(content)
+    with pytest.raises(StandError, match=message) as info:
+        load_prompts(str(path), **kwargs)
+    assert "\n" not in str(info.value)
+
+
+def test_missing_file_and_unknown_dataset():
+    with pytest.raises(StandError, match="dataset file not found"):
+        load_prompts("/nowhere/data.jsonl")
+    with pytest.raises(StandError, match="unknown dataset 'no-such-dataset'"):
+        load_prompts("no-such-dataset")
