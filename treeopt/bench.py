@@ -1,7 +1,11 @@
 """Benchmarks: decoding methods side by side on the same prompts, interleaved prompt by prompt.
 
 Each prompt is decoded by every method before the next prompt starts, so machine drift hits all
-methods alike; speedups are ratios against ``ar`` measured in the same run. Nothing here is asserted
+methods alike; speedups are ratios against ``ar`` measured in the same run. With ``trajectories``
+N > 1 each method samples N trajectories per prompt one after another, sharing one drafter memory
+per prompt (STAND's n-gram store, Token Recycling's matrix) so later trajectories draft from earlier
+ones — the best-of-N setting of the STAND paper. Prompts with reference answers get majority-vote
+accuracy over their N trajectories, computed identically for every method. Nothing here is asserted
 by tests: speed is reported, not tested.
 """
 
@@ -13,25 +17,27 @@ from typing import Callable
 
 from stand_runtime import StandError, generate
 from stand_runtime.decode import METHODS, resolve_tree
+from stand_runtime.drafters import RecyclingMatrix
 from stand_runtime.ngram_store import NGramStore
 
+from .answers import extract_answer, majority_vote, normalise
 from .datasets import Prompt
 
 
 @dataclass(frozen=True)
 class BenchMethod:
-    """One decoding configuration: a method and (for drafting methods) a tree spec."""
+    """One decoding configuration: a method and (for tree methods) a tree spec."""
 
     method: str
     tree: str | None = None
 
     @property
     def label(self) -> str:
-        return self.method if self.tree is None or self.method == "ar" else f"{self.method}[{self.tree}]"
+        return self.method if self.tree is None or self.method in ("ar", "pld") else f"{self.method}[{self.tree}]"
 
 
 def parse_methods(methods: str, trees: list[str] | None) -> list[BenchMethod]:
-    """``"ar,stand"`` and tree specs → configurations (each drafting method once per tree).
+    """``"ar,stand"`` and tree specs → configurations (each STAND method once per tree).
 
     Raises:
         StandError: an unknown method name (the message lists the valid ones).
@@ -44,10 +50,10 @@ def parse_methods(methods: str, trees: list[str] | None) -> list[BenchMethod]:
             raise StandError(f"unknown method {name!r} (valid: {', '.join(METHODS)})")
     out = []
     for name in names:
-        if name == "ar":
-            out.append(BenchMethod("ar"))
-        else:
+        if name in ("stand", "stand-det"):
             out += [BenchMethod(name, tree) for tree in (trees or [None])]
+        else:
+            out.append(BenchMethod(name))
     return out
 
 
@@ -62,6 +68,9 @@ class MethodResult:
     tokens: int = 0
     steps: int = 0
     decode_s: float = 0.0
+    correct: int = 0
+    graded: int = 0
+    by_trajectory: list[list[int]] = field(default_factory=list)  # [tokens, steps] per trajectory index
     per_prompt: list[dict] = field(default_factory=list)
 
     @property
@@ -72,34 +81,69 @@ class MethodResult:
     def tokens_per_s(self) -> float:
         return self.tokens / self.decode_s if self.decode_s else 0.0
 
+    @property
+    def accuracy(self) -> float | None:
+        return self.correct / self.graded if self.graded else None
+
+    def acceptance_by_trajectory(self) -> list[float]:
+        """Acceptance length of the t-th trajectory of every prompt, t = 1 .. N."""
+        return [tokens / steps if steps else 0.0 for tokens, steps in self.by_trajectory]
+
+
+def _memory(method: str, vocab: int):
+    if method in ("stand", "stand-det"):
+        return NGramStore()
+    if method == "recycle":
+        return RecyclingMatrix(vocab)
+    return None
+
 
 def run_bench(
     model, tokenizer, prompts: list[Prompt], methods: list[BenchMethod], *, temperature: float, top_p: float,
-    max_new_tokens: int, seed: int, on_run: Callable[[str, str, object], None] | None = None,
+    max_new_tokens: int, seed: int, trajectories: int = 1, on_run: Callable[[str, str, object], None] | None = None,
 ) -> list[MethodResult]:
-    """Decode every prompt with every method, interleaved; return per-method totals.
+    """Decode every prompt with every method (N trajectories each), interleaved; per-method totals.
 
     Raises:
-        StandError: a bad tree or prompt (before any decoding starts for trees).
+        StandError: a bad tree (before any decoding), or trajectories < 1.
     """
+    if trajectories < 1:
+        raise StandError(f"trajectories must be >= 1, got {trajectories}")
     results = []
     for spec in methods:
-        nodes = 0 if spec.method == "ar" else resolve_tree(spec.tree).num_nodes
-        results.append(MethodResult(spec.label, spec.method, spec.tree, nodes))
+        nodes = 0 if spec.method == "ar" else (10 if spec.method == "pld" else resolve_tree(spec.tree).num_nodes)
+        result = MethodResult(spec.label, spec.method, spec.tree, nodes)
+        result.by_trajectory = [[0, 0] for _ in range(trajectories)]
+        results.append(result)
     for index, prompt in enumerate(prompts):
         for spec, result in zip(methods, results):
-            run = generate(
-                model, tokenizer, prompt.text, method=spec.method, tree=spec.tree, temperature=temperature,
-                top_p=top_p, max_new_tokens=max_new_tokens, seed=seed + index, store=None if spec.method == "ar" else NGramStore(),
-            )
-            stats = run.stats
-            result.tokens += stats.new_tokens
-            result.steps += stats.target_forwards
-            result.decode_s += stats.decode_s
-            result.per_prompt.append({"prompt": prompt.id, "tokens": stats.new_tokens, "steps": stats.target_forwards,
-                                      "acceptance_length": stats.acceptance_length, "tokens_per_s": stats.tokens_per_s})
-            if on_run is not None:
-                on_run(prompt.id, spec.label, run)
+            memory = _memory(spec.method, model.config.vocab_size)
+            answers, runs = [], []
+            for trajectory in range(trajectories):
+                run = generate(
+                    model, tokenizer, prompt.text, method=spec.method, tree=spec.tree, temperature=temperature,
+                    top_p=top_p, max_new_tokens=max_new_tokens, seed=seed + 1000 * index + trajectory, store=memory,
+                )
+                stats = run.stats
+                result.tokens += stats.new_tokens
+                result.steps += stats.target_forwards
+                result.decode_s += stats.decode_s
+                result.by_trajectory[trajectory][0] += stats.new_tokens
+                result.by_trajectory[trajectory][1] += stats.target_forwards
+                answers.append(extract_answer(run.text))
+                runs.append({"tokens": stats.new_tokens, "steps": stats.target_forwards,
+                             "acceptance_length": stats.acceptance_length, "tokens_per_s": stats.tokens_per_s,
+                             "answer": answers[-1]})
+                if on_run is not None:
+                    on_run(prompt.id, spec.label, run)
+            entry = {"prompt": prompt.id, "trajectories": runs}
+            if prompt.answer is not None:
+                vote = majority_vote(answers)
+                entry["majority_answer"] = vote
+                entry["correct"] = vote is not None and vote == normalise(prompt.answer)
+                result.graded += 1
+                result.correct += int(entry["correct"])
+            result.per_prompt.append(entry)
     return results
 
 
@@ -117,6 +161,8 @@ def results_json(results: list[MethodResult], settings: dict) -> dict:
         "results": [
             {"method": r.method, "label": r.label, "tree": r.tree, "tree_nodes": r.tree_nodes,
              "acceptance_length": r.acceptance_length, "tokens_per_s": r.tokens_per_s, "speedup": ratio[r.label],
+             "accuracy": r.accuracy, "correct": r.correct, "graded": r.graded,
+             "acceptance_by_trajectory": r.acceptance_by_trajectory(),
              "tokens": r.tokens, "steps": r.steps, "decode_s": r.decode_s, "per_prompt": r.per_prompt}
             for r in results
         ],

@@ -84,10 +84,20 @@ def curve_table(curve: list[dict], chosen: int, every: int = 8) -> Table:
 def bench_table(results, speedups: dict, title: str) -> Table:
     """Methods side by side: tree nodes, acceptance length, tokens/s, speedup over ar."""
     table = Table(title=title)
-    for column in ("method", "tree nodes", "acceptance length", "tokens/s", "speedup vs ar"):
-        table.add_column(column, justify="right" if column != "method" else "left")
+    graded = any(result.graded for result in results)
+    by_trajectory = any(len(result.by_trajectory) > 1 for result in results)
+    columns = ["method", "tree nodes", "acceptance length", "tokens/s", "speedup vs ar"]
+    columns += ["τ per trajectory"] if by_trajectory else []
+    columns += ["accuracy"] if graded else []
+    for column in columns:
+        table.add_column(column, justify="right" if column != "method" else "left", overflow="fold")
     for result in results:
         ratio = speedups.get(result.label)
-        table.add_row(result.label, str(result.tree_nodes), f"{result.acceptance_length:.3f}", f"{result.tokens_per_s:.2f}",
-                      "—" if ratio is None else f"{ratio:.2f}×")
+        row = [result.label, str(result.tree_nodes), f"{result.acceptance_length:.3f}", f"{result.tokens_per_s:.2f}",
+               "—" if ratio is None else f"{ratio:.2f}×"]
+        if by_trajectory:
+            row.append(" ".join(f"{t:.2f}" for t in result.acceptance_by_trajectory()))
+        if graded:
+            row.append(f"{result.correct}/{result.graded}")
+        table.add_row(*row)
     return table

@@ -38,13 +38,7 @@ def plot_profiles(profiles: list, path: str | Path) -> Path:
     Raises:
         StandError: matplotlib is not installed (``pip install matplotlib``), or the path is unwritable.
     """
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise StandError("--png needs matplotlib: pip install matplotlib (or the project's [plot] extra)") from None
+    plt = _pyplot()
     from stand_runtime.tree_io import check_writable
 
     check_writable(path)
@@ -60,6 +54,41 @@ def plot_profiles(profiles: list, path: str | Path) -> Path:
     for axis in axes:
         axis.legend(fontsize=8)
     figure.tight_layout()
+    return _save(figure, plt, path)
+
+
+def plot_acceptance_by_trajectory(results, path: str | Path) -> Path:
+    """Acceptance length of the t-th trajectory per method (a shared drafter memory should make it grow).
+
+    Raises:
+        StandError: matplotlib is missing or the path is unwritable.
+    """
+    plt = _pyplot()
+    from stand_runtime.tree_io import check_writable
+
+    check_writable(path)
+    figure, axis = plt.subplots(figsize=(6, 4))
+    for result in results:
+        values = result.acceptance_by_trajectory()
+        axis.plot(range(1, len(values) + 1), values, marker="o", label=result.label)
+    axis.set(xlabel="trajectory", ylabel="acceptance length (tokens/step)", title="acceptance length vs trajectories")
+    axis.legend(fontsize=8)
+    figure.tight_layout()
+    return _save(figure, plt, path)
+
+
+def _pyplot():
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise StandError("plots need matplotlib: pip install matplotlib (or the project's [plot] extra)") from None
+    return plt
+
+
+def _save(figure, plt, path) -> Path:
     tmp = Path(path).with_name(f".{Path(path).name}.tmp.png")
     figure.savefig(tmp, dpi=110)
     plt.close(figure)

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from stand_runtime import SamplingParams, target_probs
-from stand_runtime.decode import STORE_TOP_K, store_params
+from stand_runtime.drafters import STORE_TOP_K, store_params
 
 SPARSE_MASS = 0.999
 _SPARSE_PROBE = 512
