@@ -13,6 +13,7 @@ from typing import Optional
 
 import typer
 from rich.console import Console
+from rich.text import Text
 
 from stand_runtime import StandError, __version__
 from treeopt import render
@@ -24,8 +25,9 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-console = Console()
-err_console = Console(stderr=True)
+# markup off: file names and error messages print literally (a "[" in a path is not a style tag)
+console = Console(markup=False)
+err_console = Console(stderr=True, markup=False)
 
 
 def one_line_errors(command):
@@ -36,7 +38,7 @@ def one_line_errors(command):
         try:
             return command(*args, **kwargs)
         except StandError as error:
-            err_console.print(f"[bold red]error:[/] {error}", highlight=False, soft_wrap=True)
+            err_console.print(Text("error: ", style="bold red") + Text(str(error)), highlight=False, soft_wrap=True)
             raise typer.Exit(2) from None
 
     return wrapper
@@ -70,9 +72,21 @@ def generate(
     json_out: Optional[Path] = typer.Option(None, "--json", help="Also write the statistics to this JSON file."),
 ) -> None:
     """Decode one prompt, streaming the text, then show the decoding statistics."""
-    from stand_runtime import generate as run_generate
-    from stand_runtime import load_model
+    from stand_runtime import SamplingParams, generate as run_generate, load_model
+    from stand_runtime.decode import METHODS, resolve_tree
+    from stand_runtime.tree_io import check_writable
 
+    if not prompt.strip():
+        raise StandError("empty prompt")
+    if method not in METHODS:
+        raise StandError(f"unknown method {method!r} (valid: {', '.join(METHODS)})")
+    if max_new_tokens < 1:
+        raise StandError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    SamplingParams(temperature, top_p, top_k)
+    if method in ("stand", "stand-det", "recycle"):
+        resolve_tree(tree)
+    if json_out is not None:
+        check_writable(json_out)
     with console.status(f"loading {model} ..."):
         target, tokenizer = load_model(model)
     streamer = _TextStreamer(tokenizer)
@@ -135,7 +149,7 @@ def calibrate(
 
     from stand_runtime import load_model, load_tree
     from stand_runtime.tree_io import check_writable
-    from treeopt.calibrate import CalibrationConfig, Progress as Hooks, calibrate as run_calibration
+    from treeopt.calibrate import CalibrationConfig, Progress as Hooks, calibrate as run_calibration, load_calibration
     from treeopt.datasets import load_prompts
     from treeopt.profile import depth_profile
 
@@ -148,6 +162,10 @@ def calibrate(
     check_writable(out)
     prompts = load_prompts(dataset, field=field, samples=samples, offset=offset)
     tree = load_tree(candidate_file).tree if candidate_file is not None else None
+    if tree is not None and tree.num_nodes == 0:
+        raise StandError(f"candidate tree {candidate_file} has no nodes")
+    if resume and out.exists():
+        load_calibration(out)  # a corrupt file fails now, not after the model has loaded
     with console.status(f"loading {model} ..."):
         target, tokenizer = load_model(model)
     columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[rate]}"),
@@ -195,6 +213,8 @@ def export(
     from treeopt.profile import depth_profile
 
     check_writable(out)
+    if out.resolve() == calibration.resolve():
+        raise StandError(f"--out {out} is the calibration file itself; choose another path")
     result = load_calibration(calibration)
     extra = {}
     if nodes == "auto":
@@ -270,10 +290,23 @@ def bench(
     from treeopt.bench import parse_methods, results_json, run_bench, speedups
     from treeopt.datasets import load_prompts
 
+    from stand_runtime import SamplingParams
+    from stand_runtime.decode import resolve_tree
+
     specs = parse_methods(methods, tree)
+    for spec in specs:
+        if spec.method in ("stand", "stand-det", "recycle"):
+            resolve_tree(spec.tree)
+    SamplingParams(temperature, top_p, 0)
+    if max_new_tokens < 1 or trajectories < 1:
+        raise StandError(f"max_new_tokens and trajectories must be >= 1, got {max_new_tokens} and {trajectories}")
     for path in (json_out, png):
         if path is not None:
             check_writable(path)
+    if png is not None:
+        from treeopt.show import _pyplot
+
+        _pyplot()  # matplotlib missing: say so before the run, not after it
     prompts = load_prompts(dataset, field=field, samples=samples, offset=offset)
     with console.status(f"loading {model} ..."):
         target, tokenizer = load_model(model)

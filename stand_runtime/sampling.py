@@ -39,6 +39,12 @@ class SamplingParams:
     top_k: int = 0
 
     def __post_init__(self) -> None:
+        for name in ("temperature", "top_p", "top_k"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise StandError(f"{name} must be a number, got {value!r}")
+        if not float(self.top_k).is_integer():
+            raise StandError(f"top_k must be an integer, got {self.top_k}")
         if not (self.temperature >= 0.0 and np.isfinite(self.temperature)):
             raise StandError(f"temperature must be >= 0, got {self.temperature}")
         if not (0.0 < self.top_p <= 1.0):

@@ -16,6 +16,7 @@ Saving is atomic: a temporary file in the same folder, renamed over the target.
 from __future__ import annotations
 
 import functools
+import math
 import importlib.resources
 import json
 import os
@@ -89,6 +90,8 @@ def parse_tree(data: Any, source: str = "tree") -> TreeFile:
             raise StandError(
                 f"bad tree JSON {source}: expected_acceptance has {len(alpha)} values for {tree.num_nodes} paths"
             )
+        if not all(math.isfinite(a) for a in alpha):
+            raise StandError(f"bad tree JSON {source}: expected_acceptance holds a non-finite value")
         order = {tuple(p): a for p, a in zip(data["paths"], alpha)}
         alpha = tuple(float(order[p]) for p in tree.paths)
     return TreeFile(tree, alpha, dict(data.get("metadata") or {}))
@@ -142,8 +145,8 @@ def _load_cached(path: Path, mtime_ns: int, size: int) -> TreeFile:
         raise StandError(f"cannot read tree {path}: {error}") from None
     try:
         data = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise StandError(f"bad tree JSON {path}: not JSON ({error})") from None
+    except (json.JSONDecodeError, RecursionError) as error:
+        raise StandError(f"bad tree JSON {path}: not JSON ({str(error) or 'nested too deeply'})") from None
     return parse_tree(data, str(path))
 
 
@@ -200,6 +203,9 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
             out.write(text)
             out.flush()
             os.fsync(out.fileno())
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp_name, 0o666 & ~umask)  # mkstemp makes 0600; give the file the usual mode
         os.replace(tmp_name, path)
     except OSError as error:
         Path(tmp_name).unlink(missing_ok=True)

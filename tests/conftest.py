@@ -44,3 +44,16 @@ def tiny_model(arch: str = "qwen2", vocab: int = 16, seed: int = 0, init: float 
 @pytest.fixture(scope="session")
 def tiny_qwen2():
     return tiny_model("qwen2")
+
+
+class DigitsTokenizer:
+    """A stand-in tokenizer for tiny models: text is space-separated token ids."""
+
+    chat_template = None
+    eos_token_id = None
+
+    def __call__(self, text):
+        return {"input_ids": [int(t) for t in text.split()]}
+
+    def decode(self, ids, skip_special_tokens=True):
+        return " ".join(map(str, ids))

@@ -2,7 +2,7 @@
 
 import pytest
 
-from conftest import tiny_model
+from conftest import DigitsTokenizer, tiny_model
 from stand_runtime import StandError
 from treeopt.answers import extract_answer, last_boxed, majority_vote
 from treeopt.bench import parse_methods, results_json, run_bench, speedups
@@ -36,17 +36,6 @@ def test_majority_vote_and_unbalanced_boxed():
     assert majority_vote(["4", "3"]) == "4"
     assert majority_vote([None, None]) is None
     assert last_boxed("\\boxed{1") is None
-
-
-class DigitsTokenizer:
-    chat_template = None
-    eos_token_id = None
-
-    def __call__(self, text):
-        return {"input_ids": [int(t) for t in text.split()]}
-
-    def decode(self, ids, skip_special_tokens=True):
-        return " ".join(map(str, ids))
 
 
 def test_interleaved_bench_with_trajectories_and_accuracy():

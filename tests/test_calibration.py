@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import tiny_model
+from conftest import DigitsTokenizer, tiny_model
 from stand_runtime import NGramStore, RandomStream, SamplingParams, StandError, generate
 from treeopt.calibrate import CalibrationConfig, calibrate, load_calibration, replay_trajectory
 from treeopt.candidate import candidate_tree
@@ -74,25 +74,12 @@ def test_replay_and_direct_agree_on_the_default_model(default_model, tmp_path):
     assert direct.expected_acceptance_length > 1.3  # drafts were accepted
 
 
-class FakeTokenizer:
-    """Maps prompt text to fixed ids (the tiny model has no tokenizer)."""
-
-    chat_template = None
-    eos_token_id = None
-
-    def __call__(self, text):
-        return {"input_ids": [int(t) for t in text.split()]}
-
-    def decode(self, ids, skip_special_tokens=True):
-        return " ".join(map(str, ids))
-
-
 def test_resume_skips_finished_prompts_and_rejects_other_settings(tmp_path):
     model = tiny_model()
     prompts = [Prompt(f"p{i}", " ".join(map(str, p))) for i, p in enumerate(PROMPTS)]
     config = CalibrationConfig(samples=3, max_new_tokens=12, candidate_nodes=15, batch_size=1)
     out = tmp_path / "cal.json"
-    full = calibrate(config, model, FakeTokenizer(), out, prompts=prompts)
+    full = calibrate(config, model, DigitsTokenizer(), out, prompts=prompts)
     # simulate an interruption after the first prompt
     data = json.loads(out.read_text())
     first = data["per_prompt"][0]
@@ -102,13 +89,13 @@ def test_resume_skips_finished_prompts_and_rejects_other_settings(tmp_path):
     seen = []
     from treeopt.calibrate import Progress
 
-    resumed = calibrate(config, model, FakeTokenizer(), out, resume=True, prompts=prompts,
+    resumed = calibrate(config, model, DigitsTokenizer(), out, resume=True, prompts=prompts,
                         progress=Progress(prompt_done=seen.append))
     assert seen == ["p1", "p2"]  # the finished prompt was not redone
     assert [p["id"] for p in load_calibration(out).per_prompt] == ["p0", "p1", "p2"]
     assert resumed.steps > 0 and full.steps > 0
     other = CalibrationConfig(samples=3, max_new_tokens=13, candidate_nodes=15, batch_size=1)
     with pytest.raises(StandError, match="other settings .*max_new_tokens"):
-        calibrate(other, model, FakeTokenizer(), out, resume=True, prompts=prompts)
+        calibrate(other, model, DigitsTokenizer(), out, resume=True, prompts=prompts)
     with pytest.raises(StandError, match="does not exist"):
-        calibrate(config, model, FakeTokenizer(), tmp_path / "nope" / "cal.json", prompts=prompts)
+        calibrate(config, model, DigitsTokenizer(), tmp_path / "nope" / "cal.json", prompts=prompts)

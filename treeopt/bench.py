@@ -48,6 +48,8 @@ def parse_methods(methods: str, trees: list[str] | None) -> list[BenchMethod]:
     for name in names:
         if name not in METHODS:
             raise StandError(f"unknown method {name!r} (valid: {', '.join(METHODS)})")
+    if len(set(names)) < len(names):
+        raise StandError(f"a method is listed twice in {methods!r}")
     out = []
     for name in names:
         if name in ("stand", "stand-det"):

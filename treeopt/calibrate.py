@@ -22,6 +22,7 @@ without redoing finished prompts.
 from __future__ import annotations
 
 import json
+import math
 import time
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
@@ -164,8 +165,8 @@ def load_calibration(path: str | Path) -> Calibration:
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise StandError(f"calibration file not found: {path}") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise StandError(f"corrupt calibration file {path}: {error}") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as error:
+        raise StandError(f"corrupt calibration file {path}: {str(error) or 'nested too deeply'}") from None
     if not isinstance(data, dict) or data.get("format") != CALIBRATION_FORMAT:
         raise StandError(f"corrupt calibration file {path}: not a {CALIBRATION_FORMAT} file")
     if data.get("version") != CALIBRATION_VERSION:
@@ -177,18 +178,34 @@ def load_calibration(path: str | Path) -> Calibration:
         per_prompt = list(data["per_prompt"])
         alpha_sum = np.zeros(candidate.num_nodes + 1)
         for entry in per_prompt:
+            label = entry.get("id") if isinstance(entry, dict) else entry
+            if not isinstance(entry, dict) or not isinstance(entry.get("alpha_sum"), list):
+                raise StandError(f"prompt {label!r} has no alpha_sum list")
+            if not all(_is_number(a) and a >= 0 for a in entry["alpha_sum"]):
+                raise StandError(f"prompt {label!r} has alpha_sum values that are not finite numbers >= 0")
+            if not _is_number(entry.get("steps")) or entry["steps"] < 0:
+                raise StandError(f"prompt {label!r} has steps {entry.get('steps')!r} (a finite number >= 0 expected)")
             row = np.asarray(entry["alpha_sum"], dtype=float)
-            if row.shape != alpha_sum.shape or entry["steps"] < 0:
-                raise StandError(f"prompt {entry.get('id')} has {row.shape[0]} values for {alpha_sum.shape[0]} nodes")
+            if row.shape != alpha_sum.shape:
+                raise StandError(f"prompt {label!r} has {row.shape[0]} values for {alpha_sum.shape[0]} nodes")
             alpha_sum += row
+        if not _is_number(data["steps"]):
+            raise StandError(f"steps {data['steps']!r} is not a finite number")
         steps = float(data["steps"])
         if abs(steps - sum(float(p["steps"]) for p in per_prompt)) > 1e-6 * max(1.0, steps):
             raise StandError("steps do not add up over prompts")
+        metadata = data.get("metadata") or {}
+        if not isinstance(metadata, dict):
+            raise StandError("metadata is not an object")
     except StandError as error:
         raise StandError(f"corrupt calibration file {path}: {error}") from None
-    except (KeyError, TypeError, ValueError) as error:
+    except (KeyError, TypeError, ValueError, AttributeError) as error:
         raise StandError(f"corrupt calibration file {path}: bad or missing field ({error})") from None
-    return Calibration(candidate, alpha_sum, steps, per_prompt, dict(data.get("metadata") or {}))
+    return Calibration(candidate, alpha_sum, steps, per_prompt, dict(metadata))
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 @dataclass

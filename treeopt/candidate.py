@@ -19,6 +19,10 @@ from stand_runtime import DraftTree, StandError
 from stand_runtime.tree import MAX_RANK
 
 
+MAX_CANDIDATE_NODES = 4096
+"""Largest candidate tree (its ancestor mask is nodes x nodes)."""
+
+
 @dataclass(frozen=True)
 class Prior:
     """The rank-product prior: ``a(r) = base / (r + 1) ** decay``.
@@ -31,7 +35,7 @@ class Prior:
     decay: float = 1.0
 
     def __post_init__(self) -> None:
-        if not (0.0 < self.base < 1.0) or self.decay <= 0:
+        if not (0.0 < self.base < 1.0) or not (0.0 < self.decay < float("inf")):
             raise StandError(f"prior needs 0 < base < 1 and decay > 0, got base={self.base}, decay={self.decay}")
 
     def factor(self, rank: int) -> float:
@@ -56,9 +60,10 @@ def candidate_tree(
     Raises:
         StandError: a parameter out of range.
     """
-    if num_nodes < 1 or not (1 <= max_width <= MAX_RANK) or max_depth < 1:
+    if not (1 <= num_nodes <= MAX_CANDIDATE_NODES) or not (1 <= max_width <= MAX_RANK) or max_depth < 1:
         raise StandError(
-            f"candidate tree needs nodes >= 1, 1 <= width <= {MAX_RANK}, depth >= 1; got {num_nodes}, {max_width}, {max_depth}"
+            f"candidate tree needs 1 <= nodes <= {MAX_CANDIDATE_NODES}, 1 <= width <= {MAX_RANK}, depth >= 1; "
+            f"got {num_nodes}, {max_width}, {max_depth}"
         )
     chosen: list[tuple[int, ...]] = []
     frontier = [(-prior.factor(0), (0,))]
@@ -71,6 +76,8 @@ def candidate_tree(
         if path[-1] + 1 < max_width:
             sibling = value / prior.factor(path[-1]) * prior.factor(path[-1] + 1)
             heapq.heappush(frontier, (-sibling, path[:-1] + (path[-1] + 1,)))
+    if len(chosen) < num_nodes:
+        raise StandError(f"a tree of width {max_width} and depth {max_depth} cannot hold {num_nodes} nodes")
     return DraftTree.from_paths(chosen)
 
 

@@ -66,6 +66,10 @@ def load_prompts(
     """
     if samples is not None and samples < 1:
         raise StandError(f"samples must be >= 1, got {samples}")
+    if offset < 0:
+        raise StandError(f"offset must be >= 0, got {offset}")
+    if not isinstance(dataset, str) or not dataset:
+        raise StandError(f"dataset must be a name or a file path, got {dataset!r}")
     if dataset == "humaneval":
         records = _read_jsonl(humaneval_path())
         prompts = [Prompt(str(r.get("task_id", i)), r["prompt"]) for i, r in enumerate(records)]

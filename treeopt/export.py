@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
-from stand_runtime import TreeFile, __version__
+import numpy as np
+
+from stand_runtime import StandError, TreeFile, __version__
 
 from .calibrate import Calibration
 from .prune import prune
@@ -14,8 +16,12 @@ def export_tree(calibration: Calibration, num_nodes: int, extra_metadata: dict |
     """The best ``num_nodes``-node tree of a calibration, with alpha-hat per node and provenance.
 
     Raises:
-        StandError: ``num_nodes`` < 1 or larger than the candidate.
+        StandError: ``num_nodes`` < 1 or larger than the candidate, or a calibration with no steps.
     """
+    if calibration.steps <= 0:
+        raise StandError("the calibration has no decoding steps: nothing to export")
+    if not (np.all(np.isfinite(calibration.alpha)) and np.all(calibration.alpha <= 1.0 + 1e-9)):
+        raise StandError("the calibration's alpha-hat are not probabilities (some are > 1 or not finite)")
     tree, alpha = prune(calibration.candidate, calibration.alpha, num_nodes)
     source = calibration.metadata
     metadata = {

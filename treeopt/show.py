@@ -22,8 +22,8 @@ def load_any(spec: str) -> tuple[DraftTree, np.ndarray | None]:
     if path.is_file():
         try:
             head = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-            head = None
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+            head = None  # not a calibration: load_tree gives the precise error
         if isinstance(head, dict) and head.get("format") == CALIBRATION_FORMAT:
             calibration = load_calibration(path)
             return calibration.candidate, calibration.alpha

@@ -1,0 +1,103 @@
+"""The treeopt CLI: bad input gives a one-line error and exit code 2, and writes nothing."""
+
+import json
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from cli import app
+from stand_runtime import load_tree
+from treeopt.calibrate import Calibration
+from treeopt.candidate import candidate_tree
+
+runner = CliRunner()
+
+
+def run(*args):
+    result = runner.invoke(app, list(args))
+    return result.exit_code, result.output
+
+
+def one_line_error(output: str, message: str) -> None:
+    lines = [line for line in output.strip().splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error:") and message in lines[0], output
+
+
+@pytest.fixture()
+def calibration_file(tmp_path):
+    tree = candidate_tree(30)
+    calibration = Calibration(tree, np.zeros(tree.num_nodes + 1))
+    calibration.add_prompt("p", np.concatenate([[0.0], np.linspace(0.5, 0.01, tree.num_nodes)]), 1.0, 10)
+    calibration.metadata = {"model": "smollm2-135m", "settings": {}}
+    return calibration.save(tmp_path / "cal.json")
+
+
+def test_version_and_help():
+    code, output = run("--version")
+    assert code == 0 and output.startswith("treeopt ")
+    code, output = run("--help")
+    assert code == 0 and "calibrate" in output and "export" in output
+
+
+def test_export_writes_a_valid_tree_and_rejects_bad_input(tmp_path, calibration_file):
+    out = tmp_path / "tree.json"
+    code, output = run("export", str(calibration_file), "--nodes", "12", "--out", str(out))
+    assert code == 0, output
+    assert load_tree(out).tree.num_nodes == 12
+    code, output = run("export", str(calibration_file), "--nodes", "31", "--out", str(tmp_path / "big.json"))
+    assert code == 2
+    one_line_error(output, "--nodes 31 is larger than the candidate tree (30 nodes)")
+    code, output = run("export", str(calibration_file), "--nodes", "many", "--out", str(tmp_path / "x.json"))
+    one_line_error(output, "--nodes must be an integer or 'auto'")
+    code, output = run("export", str(calibration_file), "--out", str(tmp_path / "missing" / "t.json"))
+    one_line_error(output, "does not exist")
+    corrupt = tmp_path / "corrupt.json"
+    corrupt.write_text(calibration_file.read_text()[:100])
+    code, output = run("export", str(corrupt), "--out", str(tmp_path / "c.json"))
+    one_line_error(output, "corrupt calibration file")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cal.json", "corrupt.json", "tree.json"]  # nothing half-written
+
+
+@pytest.mark.parametrize(
+    "content, extra, message",
+    [
+        ("", [], "is empty"),
+        ('{"text": "x"}\n', [], "has none of the fields"),
+        ('{"prompt": "x"}\n', ["--field", "question"], "has no text field 'question'"),
+    ],
+)
+def test_calibrate_bad_dataset_fails_before_loading_the_model(tmp_path, content, extra, message):
+    data = tmp_path / "d.jsonl"
+    data.write_text(content)
+    out = tmp_path / "cal.json"
+    code, output = run("calibrate", "--dataset", str(data), "--samples", "1", "--out", str(out), *extra)
+    assert code == 2
+    one_line_error(output, message)
+    assert not out.exists()
+
+
+def test_calibrate_unknown_dataset_and_unwritable_output(tmp_path):
+    code, output = run("calibrate", "--dataset", "no-such-dataset", "--out", str(tmp_path / "c.json"))
+    one_line_error(output, "unknown dataset 'no-such-dataset'")
+    code, output = run("calibrate", "--out", str(tmp_path / "nowhere" / "c.json"))
+    one_line_error(output, "does not exist")
+    code, output = run("calibrate", "--method", "guess", "--out", str(tmp_path / "c.json"))
+    one_line_error(output, "unknown calibration method 'guess'")
+
+
+def test_show_and_candidate(tmp_path, calibration_file):
+    out = tmp_path / "cand.json"
+    code, output = run("candidate", "--nodes", "40", "--out", str(out))
+    assert code == 0 and load_tree(out).tree.num_nodes == 40
+    code, output = run("show", "heuristic-80", str(out), str(calibration_file))
+    assert code == 0 and "heuristic-80: 80 nodes" in output and "expected acceptance length" in output
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"format": "stand-tree", "version": 1, "paths": [[1]]}))
+    code, output = run("show", str(bad))
+    one_line_error(output, "has no elder sibling [0]")
+
+
+def test_bench_unknown_method_lists_valid_ones():
+    code, output = run("bench", "--methods", "ar,medusa")
+    one_line_error(output, "unknown method 'medusa' (valid: stand, stand-det, pld, recycle, ar)")
