@@ -318,11 +318,12 @@ def bench(
     ratios = speedups(results)
     title = (f"{len(prompts)} prompts from {dataset} (offset {offset}) x {trajectories} trajectories, "
              f"{max_new_tokens} tokens, T={temperature}, top-p={top_p}")
-    console.print(render.bench_table(results, ratios, title))
-    if json_out is not None:
+    if json_out is not None:  # first: a long run's results must survive any display problem
         settings = {"model": model, "dataset": dataset, "samples": samples, "offset": offset, "temperature": temperature,
                     "top_p": top_p, "max_new_tokens": max_new_tokens, "seed": seed, "trajectories": trajectories}
         write_json(json_out, results_json(results, settings))
+    console.print(render.bench_table(results, ratios, title))
+    if json_out is not None:
         console.print(f"results written to {json_out}")
     if png is not None:
         from treeopt.show import plot_acceptance_by_trajectory
