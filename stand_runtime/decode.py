@@ -292,9 +292,12 @@ def tree_forward(model, cache, tokens: Sequence[int], depths, ancestors: torch.T
     """
     device = next(model.parameters()).device
     dtype = next(model.parameters()).dtype
-    mask = tree_attention_mask(ancestors.to(device), prefix_len, dtype)
-    if "sliding_attention" in (getattr(model.config, "layer_types", None) or ()):
-        mask = {"full_attention": mask, "sliding_attention": mask}
+    if len(tokens) == 1:
+        mask = None  # a lone root attends to the whole prefix: no mask, and SDPA's fast path
+    else:
+        mask = tree_attention_mask(ancestors.to(device), prefix_len, dtype)
+        if "sliding_attention" in (getattr(model.config, "layer_types", None) or ()):
+            mask = {"full_attention": mask, "sliding_attention": mask}
     ids = torch.tensor([list(tokens)], device=device)
     positions = tree_position_ids(depths, prefix_len).to(device)
     with torch.inference_mode():

@@ -33,7 +33,7 @@ from .tree import DraftTree
 FORMAT_NAME = "stand-tree"
 FORMAT_VERSION = 1
 BUNDLED_PACKAGE = "trees"
-DEFAULT_TREE = "heuristic-80"
+DEFAULT_TREE = "stand-smollm2-humaneval-80"
 
 _PATHS_SCHEMA = {"type": "array", "items": {"type": "array", "items": {"type": "integer"}}}
 _TREE_SCHEMA = {
