@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import json
+import time
 from pathlib import Path
 from typing import Optional
 
@@ -178,12 +179,12 @@ def calibrate(
         def start(count, tokens):
             bar.update(prompts_task, total=count)
             bar.update(tokens_task, total=tokens)
-            started["t"] = __import__("time").perf_counter()
+            started["t"] = time.perf_counter()
             started["n"] = 0
 
         def tokens(count):
             started["n"] += count
-            elapsed = __import__("time").perf_counter() - started["t"]
+            elapsed = time.perf_counter() - started["t"]
             bar.update(tokens_task, advance=count, rate=f"{started['n'] / max(elapsed, 1e-9):.1f} tok/s")
 
         hooks = Hooks(start=start, tokens=tokens, prompt_done=lambda _: bar.advance(prompts_task),

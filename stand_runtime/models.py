@@ -130,7 +130,7 @@ def _load_hub(model_id: str, dtype: torch.dtype):
         with _quiet():
             tokenizer = AutoTokenizer.from_pretrained(model_id, local_files_only=local_only)
             model = AutoModelForCausalLM.from_pretrained(model_id, dtype=dtype, local_files_only=local_only)
-    except Exception as error:  # hub errors come as many types (OSError, HTTP, offline, repo not found)
+    except Exception:  # hub errors come as many types (OSError, HTTP, offline, repo not found)
         hint = " (STAND_ALLOW_DOWNLOAD=1 lets it download)" if local_only else ""
         raise StandError(
             f"unknown model {model_id!r}: not a known name, a .gguf file, a model folder, or a hub id "

@@ -1,7 +1,5 @@
 """The decoding engine on transformers models: tree attention, KV compaction, losslessness, edge cases."""
 
-import itertools
-
 import numpy as np
 import pytest
 import torch
@@ -9,7 +7,7 @@ from scipy import stats
 from transformers import DynamicCache
 
 from conftest import tiny_model
-from stand_runtime import DraftTree, NGramStore, SamplingParams, StandError, generate, load_model, load_tree, target_probs
+from stand_runtime import NGramStore, SamplingParams, StandError, generate, load_model, load_tree, target_probs
 from stand_runtime.decode import _truncate, tree_forward
 from stand_runtime.kv_cache import keep_tree_entries
 

@@ -6,13 +6,15 @@ STAND paper §3.3 (data-driven tree optimization); DESIGN §4.2. Two estimators 
   ``alpha(v) = steps in which v was accepted / steps``. Exact, but each step forwards the whole
   candidate tree (~30x a plain step on a CPU for 625 nodes).
 - **replay** (ours): sample trajectories by batched plain decoding, recording p at every position
-  (:mod:`treeopt.trajectories`), then replay the drafter along each trajectory. For every start
-  position s, with the n-gram store as it was at s, walk the candidate tree: at a node reached with
-  weight w, draft its children c_1..c_m exactly as the engine would, compute each child's acceptance
-  probability a_i under the verification rule (:func:`stand_runtime.verify.acceptance_chain`), add
-  ``w * a_i`` to alpha(child_i); if some c_j is the trajectory's next token y, descend into it with
-  weight ``w * a_j / p(y)``, else stop. Since ``E_y[1{c_j = y} a_j / p(y)] = a_j`` level by level,
-  the average over start positions is an unbiased estimate of alpha(v); its cost grows with the
+  (:mod:`treeopt.trajectories`), then replay the drafter along each trajectory
+  (:func:`replay_trajectory`). From a step start, with the n-gram store as it was there, walk the
+  candidate tree: at a node reached with weight w, draft its children c_1..c_m exactly as the engine
+  would, compute each child's acceptance probability a_i under the verification rule
+  (:func:`stand_runtime.verify.acceptance_chain`), add ``w * a_i`` to alpha(child_i); if some c_j is
+  the trajectory's next token y, descend into it with weight ``w * a_j / p(y)``, else stop
+  (``E_y[1{c_j = y} a_j / p(y)] = a_j`` level by level). Step starts are not every position: the
+  replay draws sequences of steps along the trajectory (see :func:`replay_trajectory`), so that
+  alpha-hat is "accepted per step" as direct calibration measures it. Its cost grows with the
   trajectory length, not with the candidate's size.
 
 The calibration file is JSON, written atomically after every prompt, so an interrupted run resumes
