@@ -64,12 +64,13 @@ def generate(
     prompt: str = typer.Argument(..., help="Prompt text (wrapped in the model's chat template)."),
     model: str = typer.Option("smollm2-135m", help="Model: smollm2-135m, a .gguf file, a model folder or a hub id."),
     tree: Optional[str] = typer.Option(None, help="Draft tree: a JSON file or a bundled name (default: the bundled default)."),
-    method: str = typer.Option("stand", help="stand | stand-det | ar"),
+    method: str = typer.Option("stand", help="stand | stand-det | pld | recycle | ar"),
     temperature: float = typer.Option(0.6, help="Sampling temperature (0 = greedy)."),
     top_p: float = typer.Option(0.95, help="Nucleus mass."),
     top_k: int = typer.Option(0, help="Top-k (0 = off)."),
     max_new_tokens: int = typer.Option(256, help="Tokens to generate at most."),
     seed: Optional[int] = typer.Option(None, help="Seed for every random draw."),
+    feed_rejected: bool = typer.Option(False, help="STAND: feed the store at rejected tree nodes too."),
     json_out: Optional[Path] = typer.Option(None, "--json", help="Also write the statistics to this JSON file."),
 ) -> None:
     """Decode one prompt, streaming the text, then show the decoding statistics."""
@@ -93,7 +94,7 @@ def generate(
     streamer = _TextStreamer(tokenizer)
     result = run_generate(
         target, tokenizer, prompt, method=method, tree=tree, temperature=temperature, top_p=top_p, top_k=top_k,
-        max_new_tokens=max_new_tokens, seed=seed, on_tokens=streamer,
+        max_new_tokens=max_new_tokens, seed=seed, on_tokens=streamer, feed_rejected=feed_rejected,
     )
     streamer.finish()
     console.print(render.stats_table(result.stats, title=f"{method} on {model}"))
@@ -280,6 +281,8 @@ def bench(
     max_new_tokens: int = typer.Option(256),
     seed: int = typer.Option(0),
     trajectories: int = typer.Option(1, help="Trajectories per prompt, sharing one drafter memory (best-of-N)."),
+    store_feed: str = typer.Option("accepted", help="What feeds STAND's store: accepted, all (rejected tree nodes "
+                                   "too), or accepted,all to compare both."),
     json_out: Optional[Path] = typer.Option(None, "--json", help="Write the results as JSON."),
     png: Optional[Path] = typer.Option(None, help="Plot acceptance length against trajectory index (needs matplotlib)."),
 ) -> None:
@@ -294,7 +297,7 @@ def bench(
     from stand_runtime import SamplingParams
     from stand_runtime.decode import resolve_tree
 
-    specs = parse_methods(methods, tree)
+    specs = parse_methods(methods, tree, store_feed)
     for spec in specs:
         if spec.method in ("stand", "stand-det", "recycle"):
             resolve_tree(spec.tree)
@@ -311,19 +314,24 @@ def bench(
     prompts = load_prompts(dataset, field=field, samples=samples, offset=offset)
     with console.status(f"loading {model} ..."):
         target, tokenizer = load_model(model)
+    settings = {"model": model, "dataset": dataset, "samples": samples, "offset": offset, "temperature": temperature,
+                "top_p": top_p, "max_new_tokens": max_new_tokens, "seed": seed, "trajectories": trajectories,
+                "store_feed": store_feed}
+
+    def save(done: int, partial) -> None:  # after every prompt: an interrupted run keeps what it measured
+        if json_out is not None:
+            write_json(json_out, results_json(partial, {**settings, "prompts_done": done}))
+
     with Progress(console=console) as bar:
         task = bar.add_task("decoding", total=len(prompts) * len(specs) * trajectories)
         results = run_bench(target, tokenizer, prompts, specs, temperature=temperature, top_p=top_p,
                             max_new_tokens=max_new_tokens, seed=seed, trajectories=trajectories,
-                            on_run=lambda *_: bar.advance(task))
+                            on_run=lambda *_: bar.advance(task), on_prompt=save)
     ratios = speedups(results)
     title = (f"{len(prompts)} prompts from {dataset} (offset {offset}) x {trajectories} trajectories, "
              f"{max_new_tokens} tokens, T={temperature}, top-p={top_p}")
-    if json_out is not None:  # first: a long run's results must survive any display problem
-        settings = {"model": model, "dataset": dataset, "samples": samples, "offset": offset, "temperature": temperature,
-                    "top_p": top_p, "max_new_tokens": max_new_tokens, "seed": seed, "trajectories": trajectories}
-        write_json(json_out, results_json(results, settings))
     console.print(render.bench_table(results, ratios, title))
+    console.print(render.diagnostics_table(results))
     if json_out is not None:
         console.print(f"results written to {json_out}")
     if png is not None:

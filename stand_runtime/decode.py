@@ -50,6 +50,7 @@ def generate(
     max_new_tokens: int = 256,
     seed: int | None = None,
     store: NGramStore | RecyclingMatrix | None = None,
+    feed_rejected: bool = False,
     eos_token_ids: Sequence[int] | None = None,
     on_tokens=None,
     on_step=None,
@@ -70,6 +71,8 @@ def generate(
         store: the drafter's memory: an :class:`NGramStore` (stand, stand-det) or a
             :class:`RecyclingMatrix` (recycle); pass one to several calls to share it (best-of-N
             trajectories). None = a fresh one for this call.
+        feed_rejected: STAND only: also feed the store with p at rejected tree nodes (their contexts
+            are real token sequences and their logits exact), not only at accepted ones.
         eos_token_ids: token ids that end generation; None = the tokenizer's and the model's EOS ids.
         on_tokens: optional callback receiving each step's committed token ids (for streaming).
         on_step: optional callback ``(draft, verification)`` after each step's verification (used to
@@ -92,7 +95,7 @@ def generate(
     _check_context(model, len(prompt), max_new_tokens)
     eos = set(eos_token_ids if eos_token_ids is not None else default_eos_ids(model, tokenizer))
     randomness = RandomStream.seeded(seed)
-    drafter = make_drafter(method, tree, store, randomness, params, model.config.vocab_size)
+    drafter = make_drafter(method, tree, store, randomness, params, model.config.vocab_size, feed_rejected)
     device = next(model.parameters()).device
     stats = DecodeStats(prompt_tokens=len(prompt))
     clock = _Clock(device)
@@ -142,6 +145,8 @@ def generate(
         stats.target_forwards += 1
         stats.tokens_per_step.append(len(new_tokens))
         stats.drafted_per_step.append(draft.num_nodes)
+        stats.accepted_per_step.append(len(result.accepted))
+        stats.draft_depth_per_step.append(int(draft.depths[-1]))
         finished = len(new_tokens) < len(result.accepted) + 1 or new_tokens[-1] in eos
         if drafter is not None:
             drafter.observe_step(committed, draft, result, logits, rows)
@@ -164,8 +169,9 @@ def generate(
 _ROOT_ONLY = DraftTree.chain(0)
 
 
-def make_drafter(method: str, tree, store, randomness: RandomStream, params: SamplingParams, vocab: int) -> Drafter | None:
-    """The drafter of ``method`` (None for plain decoding).
+def make_drafter(method: str, tree, store, randomness: RandomStream, params: SamplingParams, vocab: int,
+                 feed_rejected: bool = False) -> Drafter | None:
+    """The drafter of ``method`` (None for plain decoding); ``feed_rejected`` applies to STAND only.
 
     Raises:
         StandError: unknown method, bad tree, or a ``store`` of the wrong kind for the method.
@@ -185,7 +191,7 @@ def make_drafter(method: str, tree, store, randomness: RandomStream, params: Sam
     stochastic = method == "stand" and not params.greedy
     return StandDrafter(
         resolve_tree(tree), store if store is not None else NGramStore(top_k=STORE_TOP_K),
-        randomness if stochastic else None, params,
+        randomness if stochastic else None, params, feed_rejected,
     )
 
 

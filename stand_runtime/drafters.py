@@ -5,7 +5,8 @@ same lossless rules (:mod:`stand_runtime.verify`):
 
 - :class:`StandDrafter` — STAND: the logit n-gram store (:mod:`stand_runtime.ngram_store`) drafted
   into a static tree by Gumbel-Top-K (stochastic) or top-m (deterministic, the paper's ablation and
-  greedy decoding); fed with p at the prompt and at every accepted position (DESIGN §3.1).
+  greedy decoding); fed with p at the prompt and at every accepted position, or optionally at every
+  forwarded tree node, rejected ones included (DESIGN §3.1).
 - :class:`PromptLookupDrafter` — prompt lookup decoding (Saxena, 2023): the longest suffix n-gram
   (n <= 3) of prompt + output is matched at its latest earlier occurrence and the tokens that
   followed it are proposed as a chain (10 by default). Drafts carry no probabilities.
@@ -24,6 +25,7 @@ import numpy as np
 import torch
 
 from .drafting import Draft, draft_tree
+from .metrics import DraftQuality
 from .ngram_store import NGramStore
 from .randomness import RandomStream
 from .sampling import SamplingParams, target_probs
@@ -67,11 +69,14 @@ class Drafter(Protocol):
 class StandDrafter:
     """STAND drafting from a logit n-gram store (paper §3.1-3.2)."""
 
-    def __init__(self, tree: DraftTree, store: NGramStore, randomness: RandomStream | None, params: SamplingParams) -> None:
+    def __init__(self, tree: DraftTree, store: NGramStore, randomness: RandomStream | None, params: SamplingParams,
+                 feed_rejected: bool = False) -> None:
         self.tree = tree
         self.store = store
         self.randomness = randomness
         self.params = params
+        self.feed_rejected = feed_rejected
+        self.quality = DraftQuality()
 
     def observe_prompt(self, prompt: list[int], logits: torch.Tensor) -> None:
         self._feed(prompt, list(range(len(prompt) - 1)), logits)
@@ -80,24 +85,54 @@ class StandDrafter:
         return draft_tree(self.tree, self.store, committed, self.randomness, max_depth=max_depth)
 
     def observe_step(self, committed, draft, verification, logits, rows) -> None:
+        self._measure_root(committed, draft, rows.get(0))
+        if self.feed_rejected:
+            self._feed_tree(committed, draft, logits, rows)
+            return
         keep = [0, *verification.accepted]
         path_tokens = committed + [draft.tokens[p] for p in verification.accepted]
         positions = list(range(len(committed) - 1, len(committed) - 1 + len(keep)))
-        self._feed(path_tokens, positions, logits[keep], [rows.get(p) for p in keep])
+        ids, probs = self._top(logits[keep], [rows.get(p) for p in keep])
+        self.store.update_sequence(path_tokens, positions, ids, probs)
 
-    def _feed(self, tokens, positions, logits, rows=None) -> None:
+    def _feed(self, tokens, positions, logits) -> None:
         """Record p (top-10) at ``positions``: row r predicts the token after ``tokens[: positions[r] + 1]``."""
-        if not positions:
-            return
+        if positions:
+            self.store.update_sequence(tokens, positions, *self._top(logits, None))
+
+    def _feed_tree(self, committed: list[int], draft: Draft, logits: torch.Tensor, rows: dict) -> None:
+        """Record p at every forwarded node, rejected ones included: each node's context (committed
+        tokens + the drafted path to it) is a real token sequence and its logits row is exact for it."""
+        ids, probs = self._top(logits, [rows.get(p) for p in range(len(draft.tokens))])
+        max_n = self.store.max_n
+        suffixes = [tuple(committed[-max_n:])]
+        for position in range(1, len(draft.tokens)):
+            suffixes.append((suffixes[draft.parents[position]] + (draft.tokens[position],))[-max_n:])
+        for position, suffix in enumerate(suffixes):
+            self.store.update(suffix, ids[position], probs[position])
+
+    def _top(self, logits: torch.Tensor, rows: list | None) -> tuple[np.ndarray, np.ndarray]:
+        """Top-10 ids ``[n, 10]`` int64 and probabilities ``[n, 10]`` float64 of p per row: the p rows
+        verification already computed when all are given, else p from ``logits`` ``[n, vocab]``."""
         if self.params.greedy or rows is None or any(row is None for row in rows):
             probs = target_probs(logits, store_params(self.params))
         else:
             probs = torch.from_numpy(np.stack(rows))
         top = torch.topk(probs, min(STORE_TOP_K, probs.shape[-1]), dim=-1)
-        self.store.update_sequence(tokens, positions, top.indices.cpu().numpy(), top.values.cpu().double().numpy())
+        return top.indices.cpu().numpy(), top.values.cpu().double().numpy()
+
+    def _measure_root(self, committed: list[int], draft: Draft, p: np.ndarray | None) -> None:
+        """Diagnostics: q at the root against p (before the step feeds the store, so q is the drafted one)."""
+        if p is None or not self.tree.children[0]:
+            return
+        match = self.store.match(committed)
+        if match is None:
+            self.quality.add(0)
+        elif draft.draft_ids[0] is not None:  # else the root was not drafted (token budget)
+            self.quality.add(match[0], p, draft.draft_ids[0], draft.draft_probs[0], len(self.tree.children[0]))
 
     def stats(self) -> dict:
-        return self.store.stats().as_dict()
+        return {**self.store.stats().as_dict(), "root": self.quality.as_dict()}
 
 
 def _chain_draft(root: int, tokens: list[int]) -> Draft:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+
 
 @dataclass
 class DecodeStats:
@@ -14,6 +16,8 @@ class DecodeStats:
         target_forwards: decoding steps (target forwards over root + drafted nodes), prefill excluded.
         tokens_per_step: tokens emitted by each step (accepted + 1, after truncation at EOS/limit).
         drafted_per_step: drafted nodes forwarded in each step (root excluded).
+        accepted_per_step: drafted tokens verification accepted in each step (before truncation).
+        draft_depth_per_step: depth of the deepest drafted node of each step (0 = nothing drafted).
         prefill_s, drafting_s, forward_s, verification_s, bookkeeping_s: wall time in seconds of the
             prefill forward, drafting, tree forwards, verification (p and the walk), and the rest
             (KV compaction, store updates).
@@ -24,6 +28,8 @@ class DecodeStats:
     target_forwards: int = 0
     tokens_per_step: list[int] = field(default_factory=list)
     drafted_per_step: list[int] = field(default_factory=list)
+    accepted_per_step: list[int] = field(default_factory=list)
+    draft_depth_per_step: list[int] = field(default_factory=list)
     prefill_s: float = 0.0
     drafting_s: float = 0.0
     forward_s: float = 0.0
@@ -73,8 +79,92 @@ class DecodeStats:
                 "bookkeeping": self.bookkeeping_s,
                 "total": self.total_s,
             },
+            "acceptance_by_depth": acceptance_by_depth(self.accepted_per_step, self.draft_depth_per_step),
             "store": self.store,
         }
+
+
+def acceptance_by_depth(accepted: list[int], depths: list[int]) -> list[dict]:
+    """Acceptance rate per draft depth over decoding steps.
+
+    At depth d a step *offers* a token when it drafted a node at depth >= d and accepted the d - 1
+    tokens above it; it *accepts* when it accepted >= d tokens. The rate is accepted / offered: the
+    chance that depth d extends an accepted run that reached it (alpha_d of the draft-tree papers).
+
+    Args:
+        accepted: per step, drafted tokens accepted.
+        depths: per step, the deepest drafted node's depth.
+
+    Returns:
+        One ``{"depth", "offered", "accepted", "rate"}`` per depth 1 .. max(depths).
+    """
+    acc = np.asarray(accepted, dtype=np.int64)
+    dep = np.asarray(depths, dtype=np.int64)
+    out = []
+    for d in range(1, int(dep.max(initial=0)) + 1):
+        offered = int(np.count_nonzero((dep >= d) & (acc >= d - 1)))
+        taken = int(np.count_nonzero(acc >= d))
+        out.append({"depth": d, "offered": offered, "accepted": taken, "rate": taken / offered if offered else 0.0})
+    return out
+
+
+class DraftQuality:
+    """How close STAND's root draft distribution q is to the target's p, by matched context length n.
+
+    For each step whose root lookup hit the n-token table, with p the target distribution at the root
+    and m the root's static children, it sums three single-step acceptance chances:
+
+    - ``overlap`` = sum_x min(p(x), q(x)): one token sampled from q is accepted (speculative sampling,
+      Leviathan et al., 2023, §3);
+    - ``top1`` = p(argmax q): q's most likely token is accepted (deterministic draft);
+    - ``topm`` = p mass of q's m most likely tokens: one of m deterministic children is accepted.
+
+    So stochastic drafting beats deterministic drafting at a node exactly when q is close enough to p
+    that ``overlap`` exceeds ``top1`` (with one child). Misses are counted under n = 0.
+    """
+
+    def __init__(self) -> None:
+        self.sums: dict[int, list[float]] = {}  # n -> [steps, overlap, top1, topm]
+
+    def add(self, n: int, p: np.ndarray | None = None, ids: np.ndarray | None = None,
+            q: np.ndarray | None = None, m: int = 1) -> None:
+        """Record one root: ``p`` ``[vocab]`` float64, ``ids``/``q`` ``[k]`` the draft support (n > 0)."""
+        row = self.sums.setdefault(n, [0, 0.0, 0.0, 0.0])
+        row[0] += 1
+        if n > 0:
+            on_support = p[ids]
+            order = np.argsort(-q, kind="stable")
+            row[1] += float(np.minimum(on_support, q).sum())
+            row[2] += float(on_support[order[0]])
+            row[3] += float(on_support[order[:m]].sum())
+
+    def as_dict(self) -> dict:
+        """Raw sums per n (mergeable with :func:`summarise_draft_quality`)."""
+        return {str(n): {"steps": r[0], "overlap": r[1], "top1": r[2], "topm": r[3]} for n, r in sorted(self.sums.items())}
+
+
+def summarise_draft_quality(parts: list[dict]) -> dict:
+    """Merge :meth:`DraftQuality.as_dict` sums of several runs into shares and means per n.
+
+    Returns:
+        ``{n: {"steps", "share", "overlap", "top1", "topm"}}`` with means over the steps of n and
+        ``share`` the fraction of all roots (misses are n = "0"), plus ``"all"`` over the hits.
+    """
+    totals: dict[str, list[float]] = {}
+    for part in parts:
+        for n, row in part.items():
+            acc = totals.setdefault(n, [0, 0.0, 0.0, 0.0])
+            for i, key in enumerate(("steps", "overlap", "top1", "topm")):
+                acc[i] += row[key]
+    roots = sum(row[0] for row in totals.values())
+    hits = [row for n, row in totals.items() if n != "0"]
+    out = {}
+    for n, row in sorted(totals.items()) + [("all", [sum(r[i] for r in hits) for i in range(4)])]:
+        steps = row[0]
+        out[n] = {"steps": int(steps), "share": steps / roots if roots else 0.0}
+        if n != "0":
+            out[n].update({k: (row[i] / steps if steps else 0.0) for i, k in enumerate(("overlap", "top1", "topm"), 1)})
+    return out
 
 
 @dataclass

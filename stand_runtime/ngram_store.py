@@ -166,12 +166,24 @@ class NGramStore:
             The entry of the longest stored suffix of ``context``, or ``None`` on a miss.
         """
         self._lookups += 1
+        match = self.match(context)
+        if match is None:
+            return None
+        n, entry = match
+        self._hits[n] += 1
+        return entry
+
+    def match(self, context: Sequence[int]) -> tuple[int, StoreEntry] | None:
+        """Like :meth:`lookup`, but also returns the matched context length n and counts nothing.
+
+        Returns:
+            ``(n, entry)`` for the longest stored suffix of ``context`` (n tokens), or ``None``.
+        """
         context = tuple(context[-self.max_n :])
         for n in range(len(context), 0, -1):
             entry = self._tables[n].get(context[-n:])
             if entry is not None:
-                self._hits[n] += 1
-                return entry
+                return n, entry
         return None
 
     def update(self, context: Sequence[int], ids: Sequence[int], probs: Sequence[float]) -> None:

@@ -15,6 +15,11 @@ def test_parse_methods_and_unknown_method():
                                         "stand[a.json]", "stand[heuristic-80]"]
     with pytest.raises(StandError, match="unknown method 'beam' .valid: stand, stand-det, pld, recycle, ar"):
         parse_methods("ar,beam", None)
+    both = parse_methods("ar,stand", None, "accepted,all")
+    assert [(s.label, s.feed_rejected) for s in both] == [("ar", False), ("stand", False), ("stand+rejected", True)]
+    for bad in ("", "rejected", "all,all"):
+        with pytest.raises(StandError, match="bad store feed .* .valid: a comma-separated subset of accepted, all"):
+            parse_methods("stand", None, bad)
 
 
 @pytest.mark.parametrize(
@@ -42,8 +47,11 @@ def test_interleaved_bench_with_trajectories_and_accuracy():
     model = tiny_model()
     prompts = [Prompt("a", "3 1 4 1 5 3 1 4 1 5", answer="7"), Prompt("b", "2 7 2 7 2 7")]
     specs = parse_methods("ar,pld,recycle,stand", ["heuristic-80"])
+    saved = []
     results = run_bench(model, DigitsTokenizer(), prompts, specs, temperature=0.8, top_p=0.95,
-                        max_new_tokens=12, seed=0, trajectories=3)
+                        max_new_tokens=12, seed=0, trajectories=3,
+                        on_prompt=lambda done, partial: saved.append((done, partial[0].tokens)))
+    assert saved == [(1, 3 * 12), (2, 2 * 3 * 12)]  # partial results after every prompt
     assert [r.label for r in results] == ["ar", "pld", "recycle", "stand[heuristic-80]"]
     for result in results:
         assert result.tokens == 2 * 3 * 12 and len(result.by_trajectory) == 3
@@ -52,3 +60,25 @@ def test_interleaved_bench_with_trajectories_and_accuracy():
     assert speedups(results)["ar"] == pytest.approx(1.0)
     data = results_json(results, {"samples": 2})
     assert {"method", "tree", "acceptance_length", "tokens_per_s", "speedup", "accuracy"} <= set(data["results"][0])
+
+
+def test_bench_diagnostics_add_up():
+    """Per-depth acceptance counts the accepted tokens; root shares cover every STAND step root."""
+    model = tiny_model()
+    prompts = [Prompt("a", "3 1 4 1 5 3 1 4 1 5"), Prompt("b", "2 7 2 7 2 7")]
+    results = run_bench(model, DigitsTokenizer(), prompts, parse_methods("ar,pld,stand", ["heuristic-80"]),
+                        temperature=0.8, top_p=0.95, max_new_tokens=16, seed=1, trajectories=2)
+    ar, pld, stand = results
+    assert ar.diagnostics()["acceptance_by_depth"] == []
+    for result in (pld, stand):
+        by_depth = result.diagnostics()["acceptance_by_depth"]
+        accepted = sum(row["accepted"] for row in by_depth)
+        assert accepted == sum(result.accepted_per_step) >= result.tokens - result.steps
+        assert all(0 <= row["accepted"] <= row["offered"] for row in by_depth)
+    diag = stand.diagnostics()
+    root = diag["root"]
+    assert sum(root[n]["share"] for n in root if n != "all") == pytest.approx(1.0)
+    # every step drafts from its root unless the store misses, the budget is spent, or the step is the last
+    assert sum(root[n]["steps"] for n in root if n != "all") >= stand.steps - 2 * 2 * 2
+    assert 0.0 <= root["all"]["top1"] <= root["all"]["topm"] <= 1.0 and 0.0 <= root["all"]["overlap"] <= 1.0
+    assert sum(diag["lookup_hit_rate_by_n"].values()) <= 1.0 and diag["lookups"] > 0

@@ -98,13 +98,15 @@ def plain_humaneval(default_model):
 
 
 @pytest.mark.model
-@pytest.mark.parametrize("method", ["stand", "pld", "recycle"])
-def test_greedy_equals_plain_decoding_on_humaneval(default_model, plain_humaneval, method):
+@pytest.mark.parametrize("method, feed_rejected", [("stand", False), ("stand", True), ("pld", False), ("recycle", False)],
+                         ids=["stand", "stand+rejected", "pld", "recycle"])
+def test_greedy_equals_plain_decoding_on_humaneval(default_model, plain_humaneval, method, feed_rejected):
     model, tokenizer = default_model
     problems, plain_runs = plain_humaneval
     accepted_total = 0
     for problem, plain in zip(problems, plain_runs):
-        fast = generate(model, tokenizer, problem["prompt"], method=method, temperature=0, max_new_tokens=64)
+        fast = generate(model, tokenizer, problem["prompt"], method=method, temperature=0, max_new_tokens=64,
+                        feed_rejected=feed_rejected)
         assert fast.tokens == plain.tokens, (method, problem["task_id"])
         accepted_total += fast.stats.new_tokens - fast.stats.target_forwards
     assert accepted_total >= 20, f"{method}: no drafts were accepted, the comparison proves nothing"
@@ -149,18 +151,22 @@ def loop_prompt(tiny_qwen2):
     return REPEAT_PROMPT + greedy.tokens
 
 
-@pytest.mark.parametrize("method", ["stand", "stand-det", "pld", "recycle"])
+@pytest.mark.parametrize("method", ["stand", "stand-det", "pld", "recycle", "stand+rejected"])
 def test_sampling_distribution_of_three_tokens_matches_exact(tiny_qwen2, loop_prompt, method):
+    """For "stand+rejected" one store, fed at rejected nodes too, is shared by all runs (so q keeps
+    changing between runs, as in best-of-N): each run must still sample from p."""
     model = tiny_qwen2
     params = SamplingParams(temperature=0.8, top_p=0.95)
     exact = exact_continuations(model, loop_prompt, params, 3)
     samples = 3000
     counts: dict = {}
     accepted = 0
+    feed_rejected = method == "stand+rejected"
+    shared = NGramStore() if feed_rejected else None
     for seed in range(samples):
         result = generate(
-            model, None, loop_prompt, method=method, tree="heuristic-80", temperature=0.8, top_p=0.95,
-            max_new_tokens=3, seed=seed, eos_token_ids=[],
+            model, None, loop_prompt, method=method.removesuffix("+rejected"), tree="heuristic-80", temperature=0.8,
+            top_p=0.95, max_new_tokens=3, seed=seed, eos_token_ids=[], store=shared, feed_rejected=feed_rejected,
         )
         assert len(result.tokens) == 3
         key = tuple(result.tokens)
@@ -253,3 +259,38 @@ def test_unknown_model_spec_is_a_one_line_error(spec, monkeypatch):
     with pytest.raises(StandError, match="unknown model") as info:
         load_model(spec)
     assert "\n" not in str(info.value)
+
+
+def test_feeding_rejected_nodes_stores_their_contexts(tiny_qwen2):
+    """With feed_rejected the store gets p at every node of a step's tree, rejected ones included,
+    keyed by the node's real context and equal to the target's p after that context."""
+    params = SamplingParams(temperature=0.8, top_p=0.95)
+    prompt = REPEAT_PROMPT
+    steps = []
+    for feed in (False, True):
+        store = NGramStore()
+        first = []
+        generate(tiny_qwen2, None, prompt, method="stand", tree="heuristic-80", temperature=0.8, top_p=0.95,
+                 max_new_tokens=8, seed=3, eos_token_ids=[], store=store, feed_rejected=feed,
+                 on_step=lambda draft, verification: first.append((draft, verification)))
+        steps.append((store, first[0]))
+    (only_accepted, (draft, verification)), (every_node, _) = steps
+    assert draft.num_nodes > len(verification.accepted) + 1, "the step must reject some nodes"
+    paths = {0: []}
+    for position in range(1, len(draft.tokens)):
+        paths[position] = paths[int(draft.parents[position])] + [draft.tokens[position]]
+    rejected = [p for p in range(1, len(draft.tokens)) if p not in verification.accepted]
+    checked = 0
+    for position in rejected:
+        context = prompt + paths[position]
+        n, entry = every_node.match(context)
+        assert n == 3
+        if entry.count == 1:  # a context seen once holds exactly the top-10 of p after it
+            p = target_probs(full_logits(tiny_qwen2, context)[-1], params).double().numpy()
+            top = np.argsort(-p, kind="stable")[: len(entry.id_list)]
+            assert sorted(entry.id_list) == sorted(top.tolist())
+            np.testing.assert_allclose(sorted(entry.prob_list), sorted(p[top]), atol=1e-4)
+            checked += 1
+    assert checked >= 5, checked
+    assert any(only_accepted.match(prompt + paths[p]) is None or only_accepted.match(prompt + paths[p])[0] < 3
+               for p in rejected)

@@ -104,3 +104,12 @@ def test_memory_bound_evicts_least_recently_updated():
 def test_bad_parameters_raise_one_line_error():
     with pytest.raises(StandError, match="store needs"):
         NGramStore(top_k=0)
+
+
+def test_match_reports_n_and_counts_nothing():
+    store = NGramStore(top_k=10)
+    store.update([5, 6, 7], [1, 2], [0.6, 0.4])
+    n, entry = store.match([9, 6, 7])
+    assert n == 2 and entry.id_list == [1, 2]
+    assert store.match([9, 9, 9]) is None
+    assert store.stats().lookups == 0

@@ -18,6 +18,7 @@ from typing import Callable
 from stand_runtime import StandError, generate
 from stand_runtime.decode import METHODS, resolve_tree
 from stand_runtime.drafters import RecyclingMatrix
+from stand_runtime.metrics import acceptance_by_depth, summarise_draft_quality
 from stand_runtime.ngram_store import NGramStore
 
 from .answers import extract_answer, majority_vote, normalise
@@ -30,18 +31,28 @@ class BenchMethod:
 
     method: str
     tree: str | None = None
+    feed_rejected: bool = False
 
     @property
     def label(self) -> str:
-        return self.method if self.tree is None or self.method in ("ar", "pld") else f"{self.method}[{self.tree}]"
+        label = self.method if self.tree is None or self.method in ("ar", "pld") else f"{self.method}[{self.tree}]"
+        return label + "+rejected" if self.feed_rejected else label
 
 
-def parse_methods(methods: str, trees: list[str] | None) -> list[BenchMethod]:
-    """``"ar,stand"`` and tree specs → configurations (each STAND method once per tree).
+STORE_FEEDS = ("accepted", "all")
+"""What feeds STAND's store: accepted positions only (the paper), or every forwarded node."""
+
+
+def parse_methods(methods: str, trees: list[str] | None, feeds: str = "accepted") -> list[BenchMethod]:
+    """``"ar,stand"``, tree specs and store feeds → configurations (each STAND method once per tree
+    and feed; ``feeds`` is a comma-separated subset of :data:`STORE_FEEDS`).
 
     Raises:
-        StandError: an unknown method name (the message lists the valid ones).
+        StandError: an unknown method name or feed (the message lists the valid ones), a duplicate.
     """
+    feed_list = [f.strip() for f in feeds.split(",") if f.strip()]
+    if not feed_list or any(f not in STORE_FEEDS for f in feed_list) or len(set(feed_list)) < len(feed_list):
+        raise StandError(f"bad store feed {feeds!r} (valid: a comma-separated subset of {', '.join(STORE_FEEDS)})")
     names = [m.strip() for m in methods.split(",") if m.strip()]
     if not names:
         raise StandError("no methods given")
@@ -53,7 +64,7 @@ def parse_methods(methods: str, trees: list[str] | None) -> list[BenchMethod]:
     out = []
     for name in names:
         if name in ("stand", "stand-det"):
-            out += [BenchMethod(name, tree) for tree in (trees or [None])]
+            out += [BenchMethod(name, tree, feed == "all") for tree in (trees or [None]) for feed in feed_list]
         else:
             out.append(BenchMethod(name))
     return out
@@ -67,6 +78,7 @@ class MethodResult:
     method: str
     tree: str | None
     tree_nodes: int
+    feed_rejected: bool = False
     tokens: int = 0
     steps: int = 0
     decode_s: float = 0.0
@@ -74,6 +86,10 @@ class MethodResult:
     graded: int = 0
     by_trajectory: list[list[int]] = field(default_factory=list)  # [tokens, steps] per trajectory index
     per_prompt: list[dict] = field(default_factory=list)
+    accepted_per_step: list[int] = field(default_factory=list)
+    draft_depth_per_step: list[int] = field(default_factory=list)
+    root_quality: list[dict] = field(default_factory=list)  # DraftQuality sums, one per run
+    final_stores: list[dict] = field(default_factory=list)  # store statistics per prompt (after its N runs)
 
     @property
     def acceptance_length(self) -> float:
@@ -86,6 +102,22 @@ class MethodResult:
     @property
     def accuracy(self) -> float | None:
         return self.correct / self.graded if self.graded else None
+
+    def diagnostics(self) -> dict:
+        """Why the acceptance length is what it is: acceptance per depth, and for STAND the store's
+        hit rate by context length n (all lookups, and the step roots) and q-versus-p at the roots."""
+        out: dict = {"acceptance_by_depth": acceptance_by_depth(self.accepted_per_step, self.draft_depth_per_step)}
+        if self.final_stores:
+            lookups = sum(s["lookups"] for s in self.final_stores)
+            rates: dict[str, float] = {}
+            for store in self.final_stores:
+                for n, rate in store["hit_rate_by_n"].items():
+                    rates[n] = rates.get(n, 0.0) + rate * store["lookups"]
+            out["lookup_hit_rate_by_n"] = {n: v / lookups if lookups else 0.0 for n, v in rates.items()}
+            out["lookups"] = lookups
+        if self.root_quality:
+            out["root"] = summarise_draft_quality(self.root_quality)
+        return out
 
     def acceptance_by_trajectory(self) -> list[float]:
         """Acceptance length of the t-th trajectory of every prompt, t = 1 .. N."""
@@ -103,8 +135,12 @@ def _memory(method: str, vocab: int):
 def run_bench(
     model, tokenizer, prompts: list[Prompt], methods: list[BenchMethod], *, temperature: float, top_p: float,
     max_new_tokens: int, seed: int, trajectories: int = 1, on_run: Callable[[str, str, object], None] | None = None,
+    on_prompt: Callable[[int, list[MethodResult]], None] | None = None,
 ) -> list[MethodResult]:
     """Decode every prompt with every method (N trajectories each), interleaved; per-method totals.
+
+    ``on_run(prompt_id, label, result)`` is called after every trajectory and
+    ``on_prompt(prompts_done, results)`` after every prompt (e.g. to save partial results).
 
     Raises:
         StandError: a bad tree (before any decoding), or trajectories < 1.
@@ -114,7 +150,7 @@ def run_bench(
     results = []
     for spec in methods:
         nodes = 0 if spec.method == "ar" else (10 if spec.method == "pld" else resolve_tree(spec.tree).num_nodes)
-        result = MethodResult(spec.label, spec.method, spec.tree, nodes)
+        result = MethodResult(spec.label, spec.method, spec.tree, nodes, spec.feed_rejected)
         result.by_trajectory = [[0, 0] for _ in range(trajectories)]
         results.append(result)
     for index, prompt in enumerate(prompts):
@@ -125,6 +161,7 @@ def run_bench(
                 run = generate(
                     model, tokenizer, prompt.text, method=spec.method, tree=spec.tree, temperature=temperature,
                     top_p=top_p, max_new_tokens=max_new_tokens, seed=seed + 1000 * index + trajectory, store=memory,
+                    feed_rejected=spec.feed_rejected,
                 )
                 stats = run.stats
                 result.tokens += stats.new_tokens
@@ -132,12 +169,18 @@ def run_bench(
                 result.decode_s += stats.decode_s
                 result.by_trajectory[trajectory][0] += stats.new_tokens
                 result.by_trajectory[trajectory][1] += stats.target_forwards
+                result.accepted_per_step += stats.accepted_per_step
+                result.draft_depth_per_step += stats.draft_depth_per_step
+                if stats.store is not None and "root" in stats.store:
+                    result.root_quality.append(stats.store["root"])
                 answers.append(extract_answer(run.text))
                 runs.append({"tokens": stats.new_tokens, "steps": stats.target_forwards,
                              "acceptance_length": stats.acceptance_length, "tokens_per_s": stats.tokens_per_s,
                              "answer": answers[-1]})
                 if on_run is not None:
                     on_run(prompt.id, spec.label, run)
+            if spec.method in ("stand", "stand-det"):
+                result.final_stores.append(run.stats.store)
             entry = {"prompt": prompt.id, "trajectories": runs}
             if prompt.answer is not None:
                 vote = majority_vote(answers)
@@ -146,6 +189,8 @@ def run_bench(
                 result.graded += 1
                 result.correct += int(entry["correct"])
             result.per_prompt.append(entry)
+        if on_prompt is not None:
+            on_prompt(index + 1, results)
     return results
 
 
@@ -162,10 +207,12 @@ def results_json(results: list[MethodResult], settings: dict) -> dict:
         "settings": settings,
         "results": [
             {"method": r.method, "label": r.label, "tree": r.tree, "tree_nodes": r.tree_nodes,
+             "feed_rejected": r.feed_rejected,
              "acceptance_length": r.acceptance_length, "tokens_per_s": r.tokens_per_s, "speedup": ratio[r.label],
              "accuracy": r.accuracy, "correct": r.correct, "graded": r.graded,
              "acceptance_by_trajectory": r.acceptance_by_trajectory(),
-             "tokens": r.tokens, "steps": r.steps, "decode_s": r.decode_s, "per_prompt": r.per_prompt}
+             "tokens": r.tokens, "steps": r.steps, "decode_s": r.decode_s, "diagnostics": r.diagnostics(),
+             "per_prompt": r.per_prompt}
             for r in results
         ],
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

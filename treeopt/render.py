@@ -101,3 +101,32 @@ def bench_table(results, speedups: dict, title: str) -> Table:
             row.append(f"{result.correct}/{result.graded}")
         table.add_row(*row)
     return table
+
+
+def diagnostics_table(results, depths: int = 6) -> Table:
+    """Why each method's acceptance length is what it is.
+
+    Acceptance rate per depth (accepted / offered, see :func:`stand_runtime.metrics.acceptance_by_depth`),
+    and for STAND the share of step roots answered by each store table (n = 3, 2, 1; miss) with the
+    mean single-draft acceptance chances at those roots: sum min(p, q) (a sampled draft) and
+    p(argmax q) (the deterministic draft).
+    """
+    table = Table(title="diagnostics: acceptance rate per depth; STAND root lookups and q vs p")
+    table.add_column("method")
+    for d in range(1, depths + 1):
+        table.add_column(f"α{d}", justify="right")
+    for column in ("root n=3/2/1/miss", "Σmin(p,q)", "p(top q)"):
+        table.add_column(column, justify="right")
+    for result in results:
+        diag = result.diagnostics()
+        rates = {row["depth"]: row for row in diag["acceptance_by_depth"]}
+        row = [result.label]
+        row += [f"{rates[d]['rate']:.2f}" if d in rates and rates[d]["offered"] else "" for d in range(1, depths + 1)]
+        root = diag.get("root")
+        if root:
+            shares = "/".join(f"{root.get(n, {'share': 0.0})['share']:.2f}" for n in ("3", "2", "1", "0"))
+            row += [shares, f"{root['all'].get('overlap', 0.0):.3f}", f"{root['all'].get('top1', 0.0):.3f}"]
+        else:
+            row += ["", "", ""]
+        table.add_row(*row)
+    return table

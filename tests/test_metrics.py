@@ -1,0 +1,29 @@
+"""Decoding diagnostics against hand-computed values: acceptance per depth, q-versus-p at the root."""
+
+import numpy as np
+import pytest
+
+from stand_runtime.metrics import DraftQuality, acceptance_by_depth, summarise_draft_quality
+
+
+def test_acceptance_by_depth_by_hand():
+    # steps: (accepted, deepest drafted): (0,2) (1,2) (2,3) (3,3) (0,0)
+    rows = acceptance_by_depth([0, 1, 2, 3, 0], [2, 2, 3, 3, 0])
+    assert [(r["depth"], r["offered"], r["accepted"]) for r in rows] == [(1, 4, 3), (2, 3, 2), (3, 2, 1)]
+    assert rows[0]["rate"] == pytest.approx(0.75) and rows[2]["rate"] == pytest.approx(0.5)
+    assert acceptance_by_depth([], []) == []
+
+
+def test_draft_quality_by_hand():
+    p = np.zeros(10)
+    p[[1, 2, 3]] = [0.7, 0.2, 0.1]
+    quality = DraftQuality()
+    # q over ids [2, 1, 4] = [0.5, 0.3, 0.2]: argmax q is token 2 (p 0.2), the top two are 2 and 1 (p 0.9)
+    quality.add(3, p, np.array([2, 1, 4]), np.array([0.5, 0.3, 0.2]), m=2)
+    quality.add(0)
+    summary = summarise_draft_quality([quality.as_dict(), quality.as_dict()])
+    assert summary["0"] == {"steps": 2, "share": 0.5}
+    assert summary["3"]["overlap"] == pytest.approx(0.2 + 0.3)  # min(0.2, 0.5) + min(0.7, 0.3) + min(0, 0.2)
+    assert summary["3"]["top1"] == pytest.approx(0.2)
+    assert summary["3"]["topm"] == pytest.approx(0.9)
+    assert summary["all"]["steps"] == 2 and summary["all"]["share"] == pytest.approx(0.5)
