@@ -51,6 +51,7 @@ def generate(
     seed: int | None = None,
     store: NGramStore | RecyclingMatrix | None = None,
     feed_rejected: bool = False,
+    diagnose: bool = False,
     eos_token_ids: Sequence[int] | None = None,
     on_tokens=None,
     on_step=None,
@@ -73,6 +74,8 @@ def generate(
             trajectories). None = a fresh one for this call.
         feed_rejected: STAND only: also feed the store with p at rejected tree nodes (their contexts
             are real token sequences and their logits exact), not only at accepted ones.
+        diagnose: STAND only: measure q against p at every step's root (``stats.store["root"]``,
+            see :class:`stand_runtime.metrics.DraftQuality`; costs ~0.7 ms per step on a CPU).
         eos_token_ids: token ids that end generation; None = the tokenizer's and the model's EOS ids.
         on_tokens: optional callback receiving each step's committed token ids (for streaming).
         on_step: optional callback ``(draft, verification)`` after each step's verification (used to
@@ -95,7 +98,7 @@ def generate(
     _check_context(model, len(prompt), max_new_tokens)
     eos = set(eos_token_ids if eos_token_ids is not None else default_eos_ids(model, tokenizer))
     randomness = RandomStream.seeded(seed)
-    drafter = make_drafter(method, tree, store, randomness, params, model.config.vocab_size, feed_rejected)
+    drafter = make_drafter(method, tree, store, randomness, params, model.config.vocab_size, feed_rejected, diagnose)
     device = next(model.parameters()).device
     stats = DecodeStats(prompt_tokens=len(prompt))
     clock = _Clock(device)
@@ -170,8 +173,9 @@ _ROOT_ONLY = DraftTree.chain(0)
 
 
 def make_drafter(method: str, tree, store, randomness: RandomStream, params: SamplingParams, vocab: int,
-                 feed_rejected: bool = False) -> Drafter | None:
-    """The drafter of ``method`` (None for plain decoding); ``feed_rejected`` applies to STAND only.
+                 feed_rejected: bool = False, diagnose: bool = False) -> Drafter | None:
+    """The drafter of ``method`` (None for plain decoding); ``feed_rejected`` and ``diagnose`` apply
+    to STAND only (see :func:`generate`).
 
     Raises:
         StandError: unknown method, bad tree, or a ``store`` of the wrong kind for the method.
@@ -191,7 +195,7 @@ def make_drafter(method: str, tree, store, randomness: RandomStream, params: Sam
     stochastic = method == "stand" and not params.greedy
     return StandDrafter(
         resolve_tree(tree), store if store is not None else NGramStore(top_k=STORE_TOP_K),
-        randomness if stochastic else None, params, feed_rejected,
+        randomness if stochastic else None, params, feed_rejected, diagnose,
     )
 
 

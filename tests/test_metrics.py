@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from stand_runtime.metrics import DraftQuality, acceptance_by_depth, summarise_draft_quality
+from stand_runtime.verify import acceptance_chain
 
 
 def test_acceptance_by_depth_by_hand():
@@ -27,3 +28,21 @@ def test_draft_quality_by_hand():
     assert summary["3"]["top1"] == pytest.approx(0.2)
     assert summary["3"]["topm"] == pytest.approx(0.9)
     assert summary["all"]["steps"] == 2 and summary["all"]["share"] == pytest.approx(0.5)
+
+
+def test_sampled_children_acceptance_matches_enumeration():
+    """sampled_m (Monte Carlo over Gumbel orders) = the exact mean over ordered draws without replacement."""
+    p = np.zeros(10)
+    p[[1, 2, 3]] = [0.7, 0.2, 0.1]
+    ids, q = np.array([2, 1, 4]), np.array([0.5, 0.3, 0.2])
+    exact = 0.0
+    for i in range(3):
+        for j in range(3):
+            if i != j:
+                chance = q[i] * q[j] / (1 - q[i])
+                exact += chance * sum(acceptance_chain(p[ids].tolist(), q.tolist(), [i, j], stochastic=True)[0])
+    quality = DraftQuality(orders=20000, seed=1)
+    quality.add(3, p, ids, q, m=2)
+    summary = summarise_draft_quality([quality.as_dict()])
+    assert summary["3"]["sampled_m"] == pytest.approx(exact, abs=0.01)
+    assert 0.0 < exact < 1.0

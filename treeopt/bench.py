@@ -161,7 +161,7 @@ def run_bench(
                 run = generate(
                     model, tokenizer, prompt.text, method=spec.method, tree=spec.tree, temperature=temperature,
                     top_p=top_p, max_new_tokens=max_new_tokens, seed=seed + 1000 * index + trajectory, store=memory,
-                    feed_rejected=spec.feed_rejected,
+                    feed_rejected=spec.feed_rejected, diagnose=True,
                 )
                 stats = run.stats
                 result.tokens += stats.new_tokens
