@@ -274,15 +274,14 @@ def bench(
     field: Optional[str] = typer.Option(None),
     samples: int = typer.Option(5, help="Prompts."),
     offset: int = typer.Option(30, help="Skip this many prompts first (default: past the 30 calibration prompts)."),
-    methods: str = typer.Option("ar,stand", help="Comma-separated: ar, pld, recycle, stand-det, stand."),
+    methods: str = typer.Option("ar,stand", help="Comma-separated: ar, pld, recycle, stand-det, stand; "
+                                "stand+rejected (or stand-det+rejected) also feeds the store at rejected tree nodes."),
     tree: Optional[list[str]] = typer.Option(None, help="Tree file or bundled name (repeat to compare trees)."),
     temperature: float = typer.Option(0.6),
     top_p: float = typer.Option(0.95),
     max_new_tokens: int = typer.Option(256),
     seed: int = typer.Option(0),
     trajectories: int = typer.Option(1, help="Trajectories per prompt, sharing one drafter memory (best-of-N)."),
-    store_feed: str = typer.Option("accepted", help="What feeds STAND's store: accepted, all (rejected tree nodes "
-                                   "too), or accepted,all to compare both."),
     json_out: Optional[Path] = typer.Option(None, "--json", help="Write the results as JSON."),
     png: Optional[Path] = typer.Option(None, help="Plot acceptance length against trajectory index (needs matplotlib)."),
 ) -> None:
@@ -297,7 +296,7 @@ def bench(
     from stand_runtime import SamplingParams
     from stand_runtime.decode import resolve_tree
 
-    specs = parse_methods(methods, tree, store_feed)
+    specs = parse_methods(methods, tree)
     for spec in specs:
         if spec.method in ("stand", "stand-det", "recycle"):
             resolve_tree(spec.tree)
@@ -315,8 +314,7 @@ def bench(
     with console.status(f"loading {model} ..."):
         target, tokenizer = load_model(model)
     settings = {"model": model, "dataset": dataset, "samples": samples, "offset": offset, "temperature": temperature,
-                "top_p": top_p, "max_new_tokens": max_new_tokens, "seed": seed, "trajectories": trajectories,
-                "store_feed": store_feed}
+                "top_p": top_p, "max_new_tokens": max_new_tokens, "seed": seed, "trajectories": trajectories}
 
     def save(done: int, partial) -> None:  # after every prompt: an interrupted run keeps what it measured
         if json_out is not None:

@@ -15,11 +15,10 @@ def test_parse_methods_and_unknown_method():
                                         "stand[a.json]", "stand[heuristic-80]"]
     with pytest.raises(StandError, match="unknown method 'beam' .valid: stand, stand-det, pld, recycle, ar"):
         parse_methods("ar,beam", None)
-    both = parse_methods("ar,stand", None, "accepted,all")
+    both = parse_methods("ar,stand,stand+rejected", None)
     assert [(s.label, s.feed_rejected) for s in both] == [("ar", False), ("stand", False), ("stand+rejected", True)]
-    for bad in ("", "rejected", "all,all"):
-        with pytest.raises(StandError, match="bad store feed .* .valid: a comma-separated subset of accepted, all"):
-            parse_methods("stand", None, bad)
+    with pytest.raises(StandError, match="unknown method 'pld.rejected' .valid: stand, .*, stand-det.rejected"):
+        parse_methods("pld+rejected", None)
 
 
 @pytest.mark.parametrize(

@@ -100,4 +100,4 @@ def test_show_and_candidate(tmp_path, calibration_file):
 
 def test_bench_unknown_method_lists_valid_ones():
     code, output = run("bench", "--methods", "ar,medusa")
-    one_line_error(output, "unknown method 'medusa' (valid: stand, stand-det, pld, recycle, ar)")
+    one_line_error(output, "unknown method 'medusa' (valid: stand, stand-det, pld, recycle, ar, stand+rejected, stand-det+rejected)")

@@ -36,35 +36,35 @@ class BenchMethod:
     @property
     def label(self) -> str:
         label = self.method if self.tree is None or self.method in ("ar", "pld") else f"{self.method}[{self.tree}]"
-        return label + "+rejected" if self.feed_rejected else label
+        return label + REJECTED_SUFFIX if self.feed_rejected else label
 
 
-STORE_FEEDS = ("accepted", "all")
-"""What feeds STAND's store: accepted positions only (the paper), or every forwarded node."""
+REJECTED_SUFFIX = "+rejected"
+"""Appended to a STAND method name: feed the store at rejected tree nodes too (DESIGN §3.1 option)."""
 
 
-def parse_methods(methods: str, trees: list[str] | None, feeds: str = "accepted") -> list[BenchMethod]:
-    """``"ar,stand"``, tree specs and store feeds → configurations (each STAND method once per tree
-    and feed; ``feeds`` is a comma-separated subset of :data:`STORE_FEEDS`).
+def parse_methods(methods: str, trees: list[str] | None) -> list[BenchMethod]:
+    """``"ar,stand,stand+rejected"`` and tree specs → configurations (each STAND method once per tree).
+
+    A STAND method name with the ``+rejected`` suffix feeds its store at rejected tree nodes too.
 
     Raises:
-        StandError: an unknown method name or feed (the message lists the valid ones), a duplicate.
+        StandError: an unknown method name (the message lists the valid ones), or a duplicate.
     """
-    feed_list = [f.strip() for f in feeds.split(",") if f.strip()]
-    if not feed_list or any(f not in STORE_FEEDS for f in feed_list) or len(set(feed_list)) < len(feed_list):
-        raise StandError(f"bad store feed {feeds!r} (valid: a comma-separated subset of {', '.join(STORE_FEEDS)})")
     names = [m.strip() for m in methods.split(",") if m.strip()]
     if not names:
         raise StandError("no methods given")
+    valid = [*METHODS, "stand" + REJECTED_SUFFIX, "stand-det" + REJECTED_SUFFIX]
     for name in names:
-        if name not in METHODS:
-            raise StandError(f"unknown method {name!r} (valid: {', '.join(METHODS)})")
+        if name not in valid:
+            raise StandError(f"unknown method {name!r} (valid: {', '.join(valid)})")
     if len(set(names)) < len(names):
         raise StandError(f"a method is listed twice in {methods!r}")
     out = []
     for name in names:
-        if name in ("stand", "stand-det"):
-            out += [BenchMethod(name, tree, feed == "all") for tree in (trees or [None]) for feed in feed_list]
+        base, rejected = name.removesuffix(REJECTED_SUFFIX), name.endswith(REJECTED_SUFFIX)
+        if base in ("stand", "stand-det"):
+            out += [BenchMethod(base, tree, rejected) for tree in (trees or [None])]
         else:
             out.append(BenchMethod(name))
     return out
