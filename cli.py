@@ -282,6 +282,7 @@ def bench(
     max_new_tokens: int = typer.Option(256),
     seed: int = typer.Option(0),
     trajectories: int = typer.Option(1, help="Trajectories per prompt, sharing one drafter memory (best-of-N)."),
+    share_store: bool = typer.Option(False, help="One drafter memory per method for all prompts (default: per prompt)."),
     json_out: Optional[Path] = typer.Option(None, "--json", help="Write the results as JSON."),
     png: Optional[Path] = typer.Option(None, help="Plot acceptance length against trajectory index (needs matplotlib)."),
 ) -> None:
@@ -314,7 +315,8 @@ def bench(
     with console.status(f"loading {model} ..."):
         target, tokenizer = load_model(model)
     settings = {"model": model, "dataset": dataset, "samples": samples, "offset": offset, "temperature": temperature,
-                "top_p": top_p, "max_new_tokens": max_new_tokens, "seed": seed, "trajectories": trajectories}
+                "top_p": top_p, "max_new_tokens": max_new_tokens, "seed": seed, "trajectories": trajectories,
+                "share_store": share_store}
 
     def save(done: int, partial) -> None:  # after every prompt: an interrupted run keeps what it measured
         if json_out is not None:
@@ -324,7 +326,7 @@ def bench(
         task = bar.add_task("decoding", total=len(prompts) * len(specs) * trajectories)
         results = run_bench(target, tokenizer, prompts, specs, temperature=temperature, top_p=top_p,
                             max_new_tokens=max_new_tokens, seed=seed, trajectories=trajectories,
-                            on_run=lambda *_: bar.advance(task), on_prompt=save)
+                            on_run=lambda *_: bar.advance(task), on_prompt=save, share_across_prompts=share_store)
     ratios = speedups(results)
     title = (f"{len(prompts)} prompts from {dataset} (offset {offset}) x {trajectories} trajectories, "
              f"{max_new_tokens} tokens, T={temperature}, top-p={top_p}")

@@ -81,3 +81,16 @@ def test_bench_diagnostics_add_up():
     assert sum(root[n]["steps"] for n in root if n != "all") >= stand.steps - 2 * 2 * 2
     assert 0.0 <= root["all"]["top1"] <= root["all"]["topm"] <= 1.0 and 0.0 <= root["all"]["overlap"] <= 1.0
     assert sum(diag["lookup_hit_rate_by_n"].values()) <= 1.0 and diag["lookups"] > 0
+
+
+def test_shared_store_across_prompts_keeps_learning():
+    """With share_across_prompts the second prompt drafts from what the first one stored."""
+    model = tiny_model()
+    prompts = [Prompt("a", "3 1 4 1 5 3 1 4 1 5"), Prompt("b", "3 1 4 1 5")]
+    lookups = {}
+    for share in (False, True):
+        results = run_bench(model, DigitsTokenizer(), prompts, parse_methods("stand", ["heuristic-80"]), temperature=0.8,
+                            top_p=0.95, max_new_tokens=12, seed=0, share_across_prompts=share)
+        lookups[share] = [store["lookups"] for store in results[0].final_stores]
+    assert lookups[True][1] > lookups[True][0]  # the second prompt's store is the first one's, still counting
+    assert lookups[False][1] < lookups[True][1]

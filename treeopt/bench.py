@@ -135,11 +135,12 @@ def _memory(method: str, vocab: int):
 def run_bench(
     model, tokenizer, prompts: list[Prompt], methods: list[BenchMethod], *, temperature: float, top_p: float,
     max_new_tokens: int, seed: int, trajectories: int = 1, on_run: Callable[[str, str, object], None] | None = None,
-    on_prompt: Callable[[int, list[MethodResult]], None] | None = None,
+    on_prompt: Callable[[int, list[MethodResult]], None] | None = None, share_across_prompts: bool = False,
 ) -> list[MethodResult]:
     """Decode every prompt with every method (N trajectories each), interleaved; per-method totals.
 
-    ``on_run(prompt_id, label, result)`` is called after every trajectory and
+    Each method's drafter memory (store or matrix) is shared by the trajectories of one prompt, or by
+    every prompt with ``share_across_prompts``. ``on_run(prompt_id, label, result)`` is called after every trajectory and
     ``on_prompt(prompts_done, results)`` after every prompt (e.g. to save partial results).
 
     Raises:
@@ -153,9 +154,10 @@ def run_bench(
         result = MethodResult(spec.label, spec.method, spec.tree, nodes, spec.feed_rejected)
         result.by_trajectory = [[0, 0] for _ in range(trajectories)]
         results.append(result)
+    shared = [_memory(spec.method, model.config.vocab_size) for spec in methods]
     for index, prompt in enumerate(prompts):
-        for spec, result in zip(methods, results):
-            memory = _memory(spec.method, model.config.vocab_size)
+        for spec, result, common in zip(methods, results, shared):
+            memory = common if share_across_prompts else _memory(spec.method, model.config.vocab_size)
             answers, runs = [], []
             for trajectory in range(trajectories):
                 run = generate(
