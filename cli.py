@@ -82,6 +82,8 @@ def generate(
         raise StandError("empty prompt")
     if method not in METHODS:
         raise StandError(f"unknown method {method!r} (valid: {', '.join(METHODS)})")
+    if feed_rejected and method not in ("stand", "stand-det"):
+        raise StandError(f"--feed-rejected applies to stand and stand-det, not {method!r}")
     if max_new_tokens < 1:
         raise StandError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
     SamplingParams(temperature, top_p, top_k)
@@ -318,7 +320,7 @@ def bench(
                 "top_p": top_p, "max_new_tokens": max_new_tokens, "seed": seed, "trajectories": trajectories,
                 "share_store": share_store}
 
-    def save(done: int, partial) -> None:  # after every prompt: an interrupted run keeps what it measured
+    def save(done: int, partial: list) -> None:  # after every prompt: an interrupted run keeps what it measured
         if json_out is not None:
             write_json(json_out, results_json(partial, {**settings, "prompts_done": done}))
 

@@ -23,7 +23,7 @@ from .drafters import STORE_TOP_K, Drafter, PromptLookupDrafter, RecyclingMatrix
 from .drafting import Draft
 from .errors import StandError
 from .kv_cache import keep_tree_entries
-from .metrics import DecodeStats, GenerationResult
+from .metrics import DecodeStats, DraftQuality, GenerationResult
 from .ngram_store import NGramStore
 from .randomness import RandomStream
 from .sampling import SamplingParams, target_probs
@@ -98,7 +98,8 @@ def generate(
     _check_context(model, len(prompt), max_new_tokens)
     eos = set(eos_token_ids if eos_token_ids is not None else default_eos_ids(model, tokenizer))
     randomness = RandomStream.seeded(seed)
-    drafter = make_drafter(method, tree, store, randomness, params, model.config.vocab_size, feed_rejected, diagnose)
+    drafter = make_drafter(method, tree, store, randomness, params, model.config.vocab_size, feed_rejected,
+                           diagnose, seed)
     device = next(model.parameters()).device
     stats = DecodeStats(prompt_tokens=len(prompt))
     clock = _Clock(device)
@@ -149,7 +150,7 @@ def generate(
         stats.tokens_per_step.append(len(new_tokens))
         stats.drafted_per_step.append(draft.num_nodes)
         stats.accepted_per_step.append(len(result.accepted))
-        stats.draft_depth_per_step.append(int(draft.depths[-1]))
+        stats.bonus_per_step.append(result.bonus)
         finished = len(new_tokens) < len(result.accepted) + 1 or new_tokens[-1] in eos
         if drafter is not None:
             drafter.observe_step(committed, draft, result, logits, rows)
@@ -165,6 +166,8 @@ def generate(
 
     if drafter is not None:
         stats.store = drafter.stats()
+        stats.diagnostics_s = getattr(drafter, "diagnostics_s", 0.0)
+        stats.bookkeeping_s -= stats.diagnostics_s
     text = tokenizer.decode(generated, skip_special_tokens=True) if tokenizer is not None else ""
     return GenerationResult(tokens=generated, text=text, stats=stats)
 
@@ -173,15 +176,18 @@ _ROOT_ONLY = DraftTree.chain(0)
 
 
 def make_drafter(method: str, tree, store, randomness: RandomStream, params: SamplingParams, vocab: int,
-                 feed_rejected: bool = False, diagnose: bool = False) -> Drafter | None:
+                 feed_rejected: bool = False, diagnose: bool = False, seed: int | None = None) -> Drafter | None:
     """The drafter of ``method`` (None for plain decoding); ``feed_rejected`` and ``diagnose`` apply
-    to STAND only (see :func:`generate`).
+    to STAND only (see :func:`generate`); ``seed`` seeds the diagnostics' private generator.
 
     Raises:
-        StandError: unknown method, bad tree, or a ``store`` of the wrong kind for the method.
+        StandError: unknown method, bad tree, a ``store`` of the wrong kind for the method, or
+            ``feed_rejected`` for a method without an n-gram store.
     """
     if method not in METHODS:
         raise StandError(f"unknown method {method!r} (valid: {', '.join(METHODS)})")
+    if feed_rejected and method not in ("stand", "stand-det"):
+        raise StandError(f"feed_rejected applies to stand and stand-det, not {method!r}")
     if method == "ar":
         return None
     if method == "pld":
@@ -195,7 +201,7 @@ def make_drafter(method: str, tree, store, randomness: RandomStream, params: Sam
     stochastic = method == "stand" and not params.greedy
     return StandDrafter(
         resolve_tree(tree), store if store is not None else NGramStore(top_k=STORE_TOP_K),
-        randomness if stochastic else None, params, feed_rejected, diagnose,
+        randomness if stochastic else None, params, feed_rejected, DraftQuality(seed=seed) if diagnose else None,
     )
 
 

@@ -19,6 +19,7 @@ Drafts without probabilities are verified with the deterministic-draft rule.
 
 from __future__ import annotations
 
+import time
 from typing import Protocol
 
 import numpy as np
@@ -67,25 +68,43 @@ class Drafter(Protocol):
 
 
 class StandDrafter:
-    """STAND drafting from a logit n-gram store (paper §3.1-3.2)."""
+    """STAND drafting from a logit n-gram store (paper §3.1-3.2).
+
+    Args:
+        tree: the static draft tree.
+        store: the n-gram store (shared across calls for best-of-N).
+        randomness: Gumbel noise for stochastic drafts; None = deterministic top-m drafts.
+        params: the target sampling distribution (what the store records).
+        feed_rejected: also record p at rejected tree nodes (DESIGN §3.1 option).
+        quality: when given, q is measured against p at every drafted root (diagnostics; the time it
+            takes is tallied in ``diagnostics_s``, seconds).
+    """
 
     def __init__(self, tree: DraftTree, store: NGramStore, randomness: RandomStream | None, params: SamplingParams,
-                 feed_rejected: bool = False, diagnose: bool = False) -> None:
+                 feed_rejected: bool = False, quality: DraftQuality | None = None) -> None:
         self.tree = tree
         self.store = store
         self.randomness = randomness
         self.params = params
         self.feed_rejected = feed_rejected
-        self.quality = DraftQuality() if diagnose else None  # q vs p at every root: ~0.7 ms per step
+        self.quality = quality
+        self.diagnostics_s = 0.0
+        self._root_n: int | None = None  # context length of the last drafted root's lookup (0 = miss)
 
     def observe_prompt(self, prompt: list[int], logits: torch.Tensor) -> None:
         self._feed(prompt, list(range(len(prompt) - 1)), logits)
 
     def draft(self, committed: list[int], max_depth: int) -> Draft:
+        if self.quality is not None:
+            match = self.store.match(committed)
+            self._root_n = 0 if match is None else match[0]
         return draft_tree(self.tree, self.store, committed, self.randomness, max_depth=max_depth)
 
     def observe_step(self, committed, draft, verification, logits, rows) -> None:
-        self._measure_root(committed, draft, rows.get(0))
+        if self.quality is not None:
+            start = time.perf_counter()
+            self._measure_root(draft, rows.get(0))
+            self.diagnostics_s += time.perf_counter() - start
         if self.feed_rejected:
             self._feed_tree(committed, draft, logits, rows)
             return
@@ -112,24 +131,33 @@ class StandDrafter:
             self.store.update(suffix, ids[position], probs[position])
 
     def _top(self, logits: torch.Tensor, rows: list | None) -> tuple[np.ndarray, np.ndarray]:
-        """Top-10 ids ``[n, 10]`` int64 and probabilities ``[n, 10]`` float64 of p per row: the p rows
-        verification already computed when all are given, else p from ``logits`` ``[n, vocab]``."""
-        if self.params.greedy or rows is None or any(row is None for row in rows):
-            probs = target_probs(logits, store_params(self.params))
-        else:
-            probs = torch.from_numpy(np.stack(rows))
-        top = torch.topk(probs, min(STORE_TOP_K, probs.shape[-1]), dim=-1)
-        return top.indices.cpu().numpy(), top.values.cpu().double().numpy()
+        """Top-10 ids ``[n, 10]`` int64 and probabilities ``[n, 10]`` float64 of p per row of
+        ``logits`` ``[n, vocab]``, reusing the ``[vocab]`` p rows verification already computed
+        (``rows[i]``, None where it did not) and computing the others in one batch."""
+        k = min(STORE_TOP_K, logits.shape[-1])
+        if self.params.greedy or rows is None or all(row is None for row in rows):
+            top = torch.topk(target_probs(logits, store_params(self.params)), k, dim=-1)
+            return top.indices.cpu().numpy(), top.values.cpu().double().numpy()
+        ids = np.empty((len(rows), k), dtype=np.int64)
+        probs = np.empty((len(rows), k), dtype=np.float64)
+        have = [i for i, row in enumerate(rows) if row is not None]
+        top = torch.topk(torch.from_numpy(np.stack([rows[i] for i in have])), k, dim=-1)
+        ids[have], probs[have] = top.indices.numpy(), top.values.numpy()
+        missing = [i for i, row in enumerate(rows) if row is None]
+        if missing:
+            top = torch.topk(target_probs(logits[missing], self.params), k, dim=-1)
+            ids[missing], probs[missing] = top.indices.cpu().numpy(), top.values.cpu().double().numpy()
+        return ids, probs
 
-    def _measure_root(self, committed: list[int], draft: Draft, p: np.ndarray | None) -> None:
-        """Diagnostics: q at the root against p (before the step feeds the store, so q is the drafted one)."""
-        if self.quality is None or p is None or not self.tree.children[0]:
-            return
-        match = self.store.match(committed)
-        if match is None:
+    def _measure_root(self, draft: Draft, p: np.ndarray | None) -> None:
+        """Diagnostics: q at a drafted root against p (q as drafted: the store is fed after this)."""
+        root_n, self._root_n = self._root_n, None
+        if root_n is None or p is None or not self.tree.children[0]:
+            return  # the step was not drafted (token budget) or the tree has no root children
+        if root_n == 0:
             self.quality.add(0)
-        elif draft.draft_ids[0] is not None:  # else the root was not drafted (token budget)
-            self.quality.add(match[0], p, draft.draft_ids[0], draft.draft_probs[0], len(self.tree.children[0]))
+        elif draft.draft_ids[0] is not None:
+            self.quality.add(root_n, p, draft.draft_ids[0], draft.draft_probs[0], len(self.tree.children[0]))
 
     def stats(self) -> dict:
         stats = self.store.stats().as_dict()

@@ -19,10 +19,13 @@ class DecodeStats:
         tokens_per_step: tokens emitted by each step (accepted + 1, after truncation at EOS/limit).
         drafted_per_step: drafted nodes forwarded in each step (root excluded).
         accepted_per_step: drafted tokens verification accepted in each step (before truncation).
-        draft_depth_per_step: depth of the deepest drafted node of each step (0 = nothing drafted).
+        bonus_per_step: per step, True when the accepted path ended at a node without drafted
+            children (a bonus token; nothing deeper was offered), False when a drafted child was rejected.
         prefill_s, drafting_s, forward_s, verification_s, bookkeeping_s: wall time in seconds of the
             prefill forward, drafting, tree forwards, verification (p and the walk), and the rest
             (KV compaction, store updates).
+        diagnostics_s: seconds spent on optional diagnostics (``generate(diagnose=True)``), kept out
+            of every figure above and out of the throughput.
         store: the n-gram store's statistics at the end (``StoreStats.as_dict()``), when one was used.
     """
 
@@ -31,7 +34,8 @@ class DecodeStats:
     tokens_per_step: list[int] = field(default_factory=list)
     drafted_per_step: list[int] = field(default_factory=list)
     accepted_per_step: list[int] = field(default_factory=list)
-    draft_depth_per_step: list[int] = field(default_factory=list)
+    bonus_per_step: list[bool] = field(default_factory=list)
+    diagnostics_s: float = 0.0
     prefill_s: float = 0.0
     drafting_s: float = 0.0
     forward_s: float = 0.0
@@ -81,30 +85,33 @@ class DecodeStats:
                 "bookkeeping": self.bookkeeping_s,
                 "total": self.total_s,
             },
-            "acceptance_by_depth": acceptance_by_depth(self.accepted_per_step, self.draft_depth_per_step),
+            "acceptance_by_depth": acceptance_by_depth(self.accepted_per_step, self.bonus_per_step),
             "store": self.store,
         }
 
 
-def acceptance_by_depth(accepted: list[int], depths: list[int]) -> list[dict]:
+def acceptance_by_depth(accepted: list[int], bonus: list[bool]) -> list[dict]:
     """Acceptance rate per draft depth over decoding steps.
 
-    At depth d a step *offers* a token when it drafted a node at depth >= d and accepted the d - 1
-    tokens above it; it *accepts* when it accepted >= d tokens. The rate is accepted / offered: the
-    chance that depth d extends an accepted run that reached it (alpha_d of the draft-tree papers).
+    A step *offers* depth d when the verification walk reached a drafted node at depth d: it
+    accepted the d - 1 tokens above it and then either accepted it or rejected every drafted child of
+    the node it stood on (a step that ended with a bonus token after ``a`` accepted tokens offered
+    depths 1 .. a only). It *accepts* depth d when it accepted >= d tokens. The rate is accepted /
+    offered: the chance that the walk descends past depth d - 1 when it can (alpha_d of the draft-tree
+    papers).
 
     Args:
         accepted: per step, drafted tokens accepted.
-        depths: per step, the deepest drafted node's depth.
+        bonus: per step, True when the walk ended at a node without drafted children.
 
     Returns:
-        One ``{"depth", "offered", "accepted", "rate"}`` per depth 1 .. max(depths).
+        One ``{"depth", "offered", "accepted", "rate"}`` per depth 1 .. deepest offered.
     """
     acc = np.asarray(accepted, dtype=np.int64)
-    dep = np.asarray(depths, dtype=np.int64)
+    reached = acc + np.where(np.asarray(bonus, dtype=bool), 0, 1)
     out = []
-    for d in range(1, int(dep.max(initial=0)) + 1):
-        offered = int(np.count_nonzero((dep >= d) & (acc >= d - 1)))
+    for d in range(1, int(reached.max(initial=0)) + 1):
+        offered = int(np.count_nonzero(reached >= d))
         taken = int(np.count_nonzero(acc >= d))
         out.append({"depth": d, "offered": offered, "accepted": taken, "rate": taken / offered if offered else 0.0})
     return out

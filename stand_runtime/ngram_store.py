@@ -176,6 +176,9 @@ class NGramStore:
     def match(self, context: Sequence[int]) -> tuple[int, StoreEntry] | None:
         """Like :meth:`lookup`, but also returns the matched context length n and counts nothing.
 
+        Args:
+            context: the tokens before the predicted position (only the last ``max_n`` are read).
+
         Returns:
             ``(n, entry)`` for the longest stored suffix of ``context`` (n tokens), or ``None``.
         """

@@ -243,6 +243,7 @@ def test_shared_store_across_calls_grows(tiny_qwen2):
         ({"prompt_or_ids": [1] * 200, "max_new_tokens": 100}, "context too long"),
         ({"prompt_or_ids": [1, 2], "method": "beam"}, "unknown method 'beam'"),
         ({"prompt_or_ids": [1, 2], "method": "recycle", "store": NGramStore(), "max_new_tokens": 8}, "RecyclingMatrix"),
+        ({"prompt_or_ids": [1, 2], "method": "pld", "feed_rejected": True, "max_new_tokens": 8}, "feed_rejected applies to stand and stand-det"),
         ({"prompt_or_ids": [1, 2], "top_p": 0}, "top_p must be in"),
         ({"prompt_or_ids": [1, 2], "tree": "no-such-tree", "max_new_tokens": 8}, "tree not found"),
     ],
@@ -274,6 +275,7 @@ def test_feeding_rejected_nodes_stores_their_contexts(tiny_qwen2):
                  max_new_tokens=8, seed=3, eos_token_ids=[], store=store, feed_rejected=feed,
                  on_step=lambda draft, verification: first.append((draft, verification)))
         steps.append((store, first[0]))
+    # the first step is the same in both runs (same seed, same prompt-only store): check the first run's
     (only_accepted, (draft, verification)), (every_node, _) = steps
     assert draft.num_nodes > len(verification.accepted) + 1, "the step must reject some nodes"
     paths = {0: []}

@@ -8,10 +8,11 @@ from stand_runtime.verify import acceptance_chain
 
 
 def test_acceptance_by_depth_by_hand():
-    # steps: (accepted, deepest drafted): (0,2) (1,2) (2,3) (3,3) (0,0)
-    rows = acceptance_by_depth([0, 1, 2, 3, 0], [2, 2, 3, 3, 0])
-    assert [(r["depth"], r["offered"], r["accepted"]) for r in rows] == [(1, 4, 3), (2, 3, 2), (3, 2, 1)]
-    assert rows[0]["rate"] == pytest.approx(0.75) and rows[2]["rate"] == pytest.approx(0.5)
+    # steps (accepted, bonus): (0, F) rejected at depth 1; (1, T) accepted a leaf, nothing offered below;
+    # (2, F) rejected at depth 3; (3, T); (0, T) nothing drafted
+    rows = acceptance_by_depth([0, 1, 2, 3, 0], [False, True, False, True, True])
+    assert [(r["depth"], r["offered"], r["accepted"]) for r in rows] == [(1, 4, 3), (2, 2, 2), (3, 2, 1)]
+    assert rows[0]["rate"] == pytest.approx(0.75) and rows[1]["rate"] == 1.0 and rows[2]["rate"] == pytest.approx(0.5)
     assert acceptance_by_depth([], []) == []
 
 

@@ -87,9 +87,9 @@ class MethodResult:
     by_trajectory: list[list[int]] = field(default_factory=list)  # [tokens, steps] per trajectory index
     per_prompt: list[dict] = field(default_factory=list)
     accepted_per_step: list[int] = field(default_factory=list)
-    draft_depth_per_step: list[int] = field(default_factory=list)
+    bonus_per_step: list[bool] = field(default_factory=list)
     root_quality: list[dict] = field(default_factory=list)  # DraftQuality sums, one per run
-    final_stores: list[dict] = field(default_factory=list)  # store statistics per prompt (after its N runs)
+    final_stores: list[dict] = field(default_factory=list)  # statistics of each store at its last use
 
     @property
     def acceptance_length(self) -> float:
@@ -106,7 +106,7 @@ class MethodResult:
     def diagnostics(self) -> dict:
         """Why the acceptance length is what it is: acceptance per depth, and for STAND the store's
         hit rate by context length n (all lookups, and the step roots) and q-versus-p at the roots."""
-        out: dict = {"acceptance_by_depth": acceptance_by_depth(self.accepted_per_step, self.draft_depth_per_step)}
+        out: dict = {"acceptance_by_depth": acceptance_by_depth(self.accepted_per_step, self.bonus_per_step)}
         if self.final_stores:
             lookups = sum(s["lookups"] for s in self.final_stores)
             rates: dict[str, float] = {}
@@ -154,7 +154,7 @@ def run_bench(
         result = MethodResult(spec.label, spec.method, spec.tree, nodes, spec.feed_rejected)
         result.by_trajectory = [[0, 0] for _ in range(trajectories)]
         results.append(result)
-    shared = [_memory(spec.method, model.config.vocab_size) for spec in methods]
+    shared = [_memory(spec.method, model.config.vocab_size) if share_across_prompts else None for spec in methods]
     for index, prompt in enumerate(prompts):
         for spec, result, common in zip(methods, results, shared):
             memory = common if share_across_prompts else _memory(spec.method, model.config.vocab_size)
@@ -172,7 +172,7 @@ def run_bench(
                 result.by_trajectory[trajectory][0] += stats.new_tokens
                 result.by_trajectory[trajectory][1] += stats.target_forwards
                 result.accepted_per_step += stats.accepted_per_step
-                result.draft_depth_per_step += stats.draft_depth_per_step
+                result.bonus_per_step += stats.bonus_per_step
                 if stats.store is not None and "root" in stats.store:
                     result.root_quality.append(stats.store["root"])
                 answers.append(extract_answer(run.text))
@@ -181,8 +181,12 @@ def run_bench(
                              "answer": answers[-1]})
                 if on_run is not None:
                     on_run(prompt.id, spec.label, run)
-            if spec.method in ("stand", "stand-det"):
-                result.final_stores.append(run.stats.store)
+            if spec.method in ("stand", "stand-det"):  # store counters are cumulative: each store's last
+                store_stats = {k: v for k, v in run.stats.store.items() if k != "root"}
+                if share_across_prompts:
+                    result.final_stores = [store_stats]
+                else:
+                    result.final_stores.append(store_stats)
             entry = {"prompt": prompt.id, "trajectories": runs}
             if prompt.answer is not None:
                 vote = majority_vote(answers)

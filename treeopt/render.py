@@ -115,7 +115,9 @@ def diagnostics_table(results, depths: int = 6) -> Table:
     table.add_column("method")
     for d in range(1, depths + 1):
         table.add_column(f"α{d}", justify="right")
-    for column in ("root n=3/2/1/miss", "Σmin(p,q)", "p(top q)"):
+    max_n = max((int(n) for r in results for n in r.diagnostics().get("root", {}) if n != "all"), default=3)
+    root_columns = "/".join(f"n={n}" if n else "miss" for n in range(max_n, -1, -1))
+    for column in (f"roots {root_columns}", "Σmin(p,q)", "p(top q)"):
         table.add_column(column, justify="right")
     for result in results:
         diag = result.diagnostics()
@@ -124,7 +126,7 @@ def diagnostics_table(results, depths: int = 6) -> Table:
         row += [f"{rates[d]['rate']:.2f}" if d in rates and rates[d]["offered"] else "" for d in range(1, depths + 1)]
         root = diag.get("root")
         if root:
-            shares = "/".join(f"{root.get(n, {'share': 0.0})['share']:.2f}" for n in ("3", "2", "1", "0"))
+            shares = "/".join(f"{root.get(str(n), {'share': 0.0})['share']:.2f}" for n in range(max_n, -1, -1))
             row += [shares, f"{root['all'].get('overlap', 0.0):.3f}", f"{root['all'].get('top1', 0.0):.3f}"]
         else:
             row += ["", "", ""]
