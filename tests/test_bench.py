@@ -55,6 +55,7 @@ def test_interleaved_bench_with_trajectories_and_accuracy():
     for result in results:
         assert result.tokens == 2 * 3 * 12 and len(result.by_trajectory) == 3
         assert result.graded == 1 and result.accuracy in (0.0, 1.0)
+        assert result.trajectories_graded == 3 and 0 <= result.trajectories_correct <= 3
     assert results[0].acceptance_length == 1.0
     assert speedups(results)["ar"] == pytest.approx(1.0)
     data = results_json(results, {"samples": 2})

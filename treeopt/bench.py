@@ -82,8 +82,10 @@ class MethodResult:
     tokens: int = 0
     steps: int = 0
     decode_s: float = 0.0
-    correct: int = 0
-    graded: int = 0
+    correct: int = 0  # prompts whose majority-vote answer is right
+    graded: int = 0  # prompts with a reference answer
+    trajectories_correct: int = 0  # single trajectories whose answer is right (more draws, same law)
+    trajectories_graded: int = 0
     by_trajectory: list[list[int]] = field(default_factory=list)  # [tokens, steps] per trajectory index
     per_prompt: list[dict] = field(default_factory=list)
     accepted_per_step: list[int] = field(default_factory=list)
@@ -194,6 +196,8 @@ def run_bench(
                 entry["correct"] = vote is not None and vote == normalise(prompt.answer)
                 result.graded += 1
                 result.correct += int(entry["correct"])
+                result.trajectories_graded += len(answers)
+                result.trajectories_correct += sum(answer == normalise(prompt.answer) for answer in answers)
             result.per_prompt.append(entry)
         if on_prompt is not None:
             on_prompt(index + 1, results)
@@ -216,6 +220,7 @@ def results_json(results: list[MethodResult], settings: dict) -> dict:
              "feed_rejected": r.feed_rejected,
              "acceptance_length": r.acceptance_length, "tokens_per_s": r.tokens_per_s, "speedup": ratio[r.label],
              "accuracy": r.accuracy, "correct": r.correct, "graded": r.graded,
+             "trajectories_correct": r.trajectories_correct, "trajectories_graded": r.trajectories_graded,
              "acceptance_by_trajectory": r.acceptance_by_trajectory(),
              "tokens": r.tokens, "steps": r.steps, "decode_s": r.decode_s, "diagnostics": r.diagnostics(),
              "per_prompt": r.per_prompt}

@@ -88,7 +88,7 @@ def bench_table(results, speedups: dict, title: str) -> Table:
     by_trajectory = any(len(result.by_trajectory) > 1 for result in results)
     columns = ["method", "tree nodes", "acceptance length", "tokens/s", "speedup vs ar"]
     columns += ["τ per trajectory"] if by_trajectory else []
-    columns += ["accuracy"] if graded else []
+    columns += ["majority-vote accuracy", "trajectories correct"] if graded else []
     for column in columns:
         table.add_column(column, justify="right" if column != "method" else "left", overflow="fold")
     for result in results:
@@ -98,7 +98,7 @@ def bench_table(results, speedups: dict, title: str) -> Table:
         if by_trajectory:
             row.append(" ".join(f"{t:.2f}" for t in result.acceptance_by_trajectory()))
         if graded:
-            row.append(f"{result.correct}/{result.graded}")
+            row += [f"{result.correct}/{result.graded}", f"{result.trajectories_correct}/{result.trajectories_graded}"]
         table.add_row(*row)
     return table
 
