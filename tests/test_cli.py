@@ -101,3 +101,8 @@ def test_show_and_candidate(tmp_path, calibration_file):
 def test_bench_unknown_method_lists_valid_ones():
     code, output = run("bench", "--methods", "ar,medusa")
     one_line_error(output, "unknown method 'medusa' (valid: stand, stand-det, pld, recycle, ar, stand+rejected, stand-det+rejected)")
+
+
+def test_generate_feed_rejected_needs_a_store_method():
+    code, output = run("generate", "--method", "pld", "--feed-rejected", "hello")
+    one_line_error(output, "--feed-rejected applies to stand and stand-det, not 'pld'")
