@@ -120,6 +120,8 @@ def diagnostics_table(results, depths: int = 6) -> Table:
     for column in (f"roots {root_columns}", "Σmin(p,q)", "p(top q)"):
         table.add_column(column, justify="right")
     for result in results:
+        if result.method == "ar":
+            continue  # nothing drafted
         diag = result.diagnostics()
         rates = {row["depth"]: row for row in diag["acceptance_by_depth"]}
         row = [result.label]
