@@ -82,6 +82,15 @@ def test_bench_diagnostics_add_up():
     assert sum(root[n]["steps"] for n in root if n != "all") >= stand.steps - 2 * 2 * 2
     assert 0.0 <= root["all"]["top1"] <= root["all"]["topm"] <= 1.0 and 0.0 <= root["all"]["overlap"] <= 1.0
     assert sum(diag["lookup_hit_rate_by_n"].values()) <= 1.0 and diag["lookups"] > 0
+    from rich.console import Console
+
+    from treeopt.render import diagnostics_table
+
+    console = Console(record=True, width=200, markup=False)  # as the CLI: tree names look like markup
+    console.print(diagnostics_table(results))
+    text = console.export_text()
+    assert "stand[heuristic-80]" in text and "pld" in text and "n=3/n=2/n=1/miss" in text
+    assert "\n│ ar " not in text  # plain decoding drafts nothing: no row
 
 
 def test_shared_store_across_prompts_keeps_learning():
