@@ -75,14 +75,14 @@ def generate(
 ) -> None:
     """Decode one prompt, streaming the text, then show the decoding statistics."""
     from stand_runtime import SamplingParams, generate as run_generate, load_model
-    from stand_runtime.decode import METHODS, resolve_tree
+    from stand_runtime.decode import METHODS, STORE_METHODS, resolve_tree
     from stand_runtime.tree_io import check_writable
 
     if not prompt.strip():
         raise StandError("empty prompt")
     if method not in METHODS:
         raise StandError(f"unknown method {method!r} (valid: {', '.join(METHODS)})")
-    if feed_rejected and method not in ("stand", "stand-det"):
+    if feed_rejected and method not in STORE_METHODS:
         raise StandError(f"--feed-rejected applies to stand and stand-det, not {method!r}")
     if max_new_tokens < 1:
         raise StandError(f"max_new_tokens must be >= 1, got {max_new_tokens}")

@@ -48,14 +48,17 @@ def tau(runs: dict, prompts: list[str], trajectories: list[int]) -> float:
     return tokens / steps if steps else float("nan")
 
 
-def ratio_with_interval(a: dict, b: dict, trajectories: list[int], rng, draws: int = 4000) -> str:
-    """tau(a) / tau(b) on the shared prompts, with a 95% bootstrap interval over prompts."""
+def ratio_with_interval(a: dict, b: dict, trajectories: list[int], rng, draws: int = 4000,
+                        trajectories_b: list[int] | None = None) -> str:
+    """tau(a) / tau(b) on the shared prompts (b over ``trajectories_b`` if given, else the same
+    trajectories), with a 95% bootstrap interval over prompts."""
     prompts = sorted(set(a) & set(b))
-    point = tau(a, prompts, trajectories) / tau(b, prompts, trajectories)
+    other = trajectories if trajectories_b is None else trajectories_b
+    point = tau(a, prompts, trajectories) / tau(b, prompts, other)
     boots = []
     for _ in range(draws):
         sample = list(rng.choice(prompts, len(prompts)))
-        boots.append(tau(a, sample, trajectories) / tau(b, sample, trajectories))
+        boots.append(tau(a, sample, trajectories) / tau(b, sample, other))
     low, high = np.percentile(boots, [2.5, 97.5])
     return f"{point:.2f} [{low:.2f}, {high:.2f}]"
 
@@ -86,14 +89,7 @@ def main() -> None:
     if count > 1:
         print(f"\ngrowth tau(trajectory {count}) / tau(trajectory 1) [95% CI]")
         for label, method in runs.items():
-            prompts = sorted(method)
-            point = tau(method, prompts, last) / tau(method, prompts, [0])
-            boots = []
-            for _ in range(4000):
-                sample = list(rng.choice(prompts, len(prompts)))
-                boots.append(tau(method, sample, last) / tau(method, sample, [0]))
-            low, high = np.percentile(boots, [2.5, 97.5])
-            print(f"  {label:28s} {point:.2f} [{low:.2f}, {high:.2f}]")
+            print(f"  {label:28s} {ratio_with_interval(method, method, last, rng, trajectories_b=[0])}")
     print("\nacceptance rate per depth (accepted / offered), depths 1-8")
     for label, rows in data["depth"].items():
         rates = [f"{rows[d][1] / rows[d][0]:.2f}" if rows[d][0] else "  - " for d in range(1, 9)]

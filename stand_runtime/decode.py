@@ -35,6 +35,9 @@ METHODS = ("stand", "stand-det", "pld", "recycle", "ar")
 """Decoding methods: STAND with stochastic (Gumbel-Top-K) drafts, STAND with deterministic top-m
 drafts (the paper's ablation), prompt lookup decoding, Token Recycling, and plain decoding."""
 
+STORE_METHODS = ("stand", "stand-det")
+"""The methods that draft from an n-gram store (and so take ``feed_rejected`` and ``diagnose``)."""
+
 
 @torch.inference_mode()
 def generate(
@@ -186,7 +189,7 @@ def make_drafter(method: str, tree, store, randomness: RandomStream, params: Sam
     """
     if method not in METHODS:
         raise StandError(f"unknown method {method!r} (valid: {', '.join(METHODS)})")
-    if feed_rejected and method not in ("stand", "stand-det"):
+    if feed_rejected and method not in STORE_METHODS:
         raise StandError(f"feed_rejected applies to stand and stand-det, not {method!r}")
     if method == "ar":
         return None

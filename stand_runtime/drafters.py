@@ -134,18 +134,19 @@ class StandDrafter:
         """Top-10 ids ``[n, 10]`` int64 and probabilities ``[n, 10]`` float64 of p per row of
         ``logits`` ``[n, vocab]``, reusing the ``[vocab]`` p rows verification already computed
         (``rows[i]``, None where it did not) and computing the others in one batch."""
-        k = min(STORE_TOP_K, logits.shape[-1])
-        if self.params.greedy or rows is None or all(row is None for row in rows):
-            top = torch.topk(target_probs(logits, store_params(self.params)), k, dim=-1)
-            return top.indices.cpu().numpy(), top.values.cpu().double().numpy()
-        ids = np.empty((len(rows), k), dtype=np.int64)
-        probs = np.empty((len(rows), k), dtype=np.float64)
+        n, k = logits.shape[0], min(STORE_TOP_K, logits.shape[-1])
+        if rows is None or self.params.greedy:  # greedy rows are one-hot: the store records the softmax
+            rows = [None] * n
         have = [i for i, row in enumerate(rows) if row is not None]
-        top = torch.topk(torch.from_numpy(np.stack([rows[i] for i in have])), k, dim=-1)
-        ids[have], probs[have] = top.indices.numpy(), top.values.numpy()
         missing = [i for i, row in enumerate(rows) if row is None]
+        ids = np.empty((n, k), dtype=np.int64)
+        probs = np.empty((n, k), dtype=np.float64)
+        if have:
+            top = torch.topk(torch.from_numpy(np.stack([rows[i] for i in have])), k, dim=-1)
+            ids[have], probs[have] = top.indices.numpy(), top.values.numpy()
         if missing:
-            top = torch.topk(target_probs(logits[missing], self.params), k, dim=-1)
+            source = logits if len(missing) == n else logits[missing]
+            top = torch.topk(target_probs(source, store_params(self.params)), k, dim=-1)
             ids[missing], probs[missing] = top.indices.cpu().numpy(), top.values.cpu().double().numpy()
         return ids, probs
 

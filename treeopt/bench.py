@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from stand_runtime import StandError, generate
-from stand_runtime.decode import METHODS, resolve_tree
+from stand_runtime.decode import METHODS, STORE_METHODS, resolve_tree
 from stand_runtime.drafters import RecyclingMatrix
 from stand_runtime.metrics import acceptance_by_depth, summarise_draft_quality
 from stand_runtime.ngram_store import NGramStore
@@ -54,7 +54,7 @@ def parse_methods(methods: str, trees: list[str] | None) -> list[BenchMethod]:
     names = [m.strip() for m in methods.split(",") if m.strip()]
     if not names:
         raise StandError("no methods given")
-    valid = [*METHODS, "stand" + REJECTED_SUFFIX, "stand-det" + REJECTED_SUFFIX]
+    valid = [*METHODS, *(method + REJECTED_SUFFIX for method in STORE_METHODS)]
     for name in names:
         if name not in valid:
             raise StandError(f"unknown method {name!r} (valid: {', '.join(valid)})")
@@ -63,7 +63,7 @@ def parse_methods(methods: str, trees: list[str] | None) -> list[BenchMethod]:
     out = []
     for name in names:
         base, rejected = name.removesuffix(REJECTED_SUFFIX), name.endswith(REJECTED_SUFFIX)
-        if base in ("stand", "stand-det"):
+        if base in STORE_METHODS:
             out += [BenchMethod(base, tree, rejected) for tree in (trees or [None])]
         else:
             out.append(BenchMethod(name))
@@ -127,7 +127,7 @@ class MethodResult:
 
 
 def _memory(method: str, vocab: int):
-    if method in ("stand", "stand-det"):
+    if method in STORE_METHODS:
         return NGramStore()
     if method == "recycle":
         return RecyclingMatrix(vocab)
@@ -183,7 +183,7 @@ def run_bench(
                              "answer": answers[-1]})
                 if on_run is not None:
                     on_run(prompt.id, spec.label, run)
-            if spec.method in ("stand", "stand-det"):  # store counters are cumulative: each store's last
+            if spec.method in STORE_METHODS:  # store counters are cumulative: each store's last
                 store_stats = {k: v for k, v in run.stats.store.items() if k != "root"}
                 if share_across_prompts:
                     result.final_stores = [store_stats]

@@ -115,16 +115,14 @@ def diagnostics_table(results, depths: int = 6) -> Table:
     table.add_column("method")
     for d in range(1, depths + 1):
         table.add_column(f"α{d}", justify="right")
-    max_n = max((int(n) for r in results for n in r.diagnostics().get("root", {}) if n != "all"), default=3)
+    drafted = [(result.label, result.diagnostics()) for result in results if result.method != "ar"]  # ar drafts nothing
+    max_n = max((int(n) for _, diag in drafted for n in diag.get("root", {}) if n != "all"), default=3)
     root_columns = "/".join(f"n={n}" if n else "miss" for n in range(max_n, -1, -1))
     for column in (f"roots {root_columns}", "Σmin(p,q)", "p(top q)"):
         table.add_column(column, justify="right")
-    for result in results:
-        if result.method == "ar":
-            continue  # nothing drafted
-        diag = result.diagnostics()
+    for label, diag in drafted:
         rates = {row["depth"]: row for row in diag["acceptance_by_depth"]}
-        row = [result.label]
+        row = [label]
         row += [f"{rates[d]['rate']:.2f}" if d in rates and rates[d]["offered"] else "" for d in range(1, depths + 1)]
         root = diag.get("root")
         if root:
