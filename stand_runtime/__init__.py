@@ -1,49 +1,66 @@
 """STAND runtime: model-free speculative decoding with a logit-based n-gram store.
 
-Parts (one module each): ``sampling`` (the target distribution p), ``randomness`` (noise pools),
-``ngram_store`` (draft distributions q), ``drafting`` (Gumbel-Top-K into a static tree), ``tree``
-and ``tree_io`` (static draft trees and their files), ``verify`` (lossless verification).
+Modules, one concept each (``ls`` shows the architecture):
+
+- ``sampling`` (the target distribution p), ``randomness`` (noise pools), ``gumbel`` (Gumbel-Top-K);
+- ``ngram_store`` (the draft distributions q), ``draft`` (a step's token tree), ``drafters/`` (STAND,
+  prompt lookup, Token Recycling, and the static-tree walk they share);
+- ``tree`` and ``tree_io`` (static draft trees and their files), ``verify`` (lossless verification);
+- the Hugging Face engine: ``models`` (loading), ``model_facts`` (EOS, context, attention layout,
+  positions), ``prompts``, ``forward`` (prefill and tree forward), ``kv_cache`` (compaction),
+  ``stopping``, ``decode`` (the loop), ``batch_sampling`` (batched plain sampling with recorded p);
+- ``backend`` (the decoding-backend protocol and its Hugging Face implementation);
+- ``metrics`` and ``diagnostics`` (statistics), ``files`` (atomic writes), ``errors``.
+
+Everything outside this package (the CLI, ``treeopt``) uses only the names exported here.
 """
 
-from .drafting import Draft, draft_tree, gumbel_top_k
+from .backend import Completion, DecodeRequest, DecodingBackend, HFBackend
+from .batch_sampling import RecordedDistributions
+from .decode import check_budget, generate
+from .diagnostics import DraftQuality, summarise_draft_quality
+from .draft import Draft, DraftBuilder
+from .drafters import (
+    DEFAULT_TREES,
+    METHODS,
+    STORE_METHODS,
+    STORE_TOP_K,
+    TREE_METHODS,
+    Memory,
+    RecyclingMatrix,
+    check_method,
+    draft_tree,
+    method_tree,
+    new_memory,
+    store_params,
+)
 from .errors import StandError
+from .files import check_writable, write_json_atomic, write_text_atomic
+from .forward import tree_forward
+from .gumbel import choose_children, gumbel_top_k
+from .kv_cache import new_cache
+from .metrics import DecodeStats, GenerationResult, acceptance_by_depth
+from .model_facts import default_eos_ids, vocab_size
+from .models import DEFAULT_MODEL, cache_root, load_model
 from .ngram_store import NGramStore, StoreEntry, StoreStats
-from .randomness import RandomStream
+from .prompts import encode_prompt
+from .randomness import RandomStream, check_seed
 from .sampling import SamplingParams, sample_index, target_probs
-from .tree import DraftTree, tree_attention_mask, tree_position_ids
-from .tree_io import TreeFile, bundled_trees, load_tree, parse_tree, save_tree
-from .verify import Verification, verify_greedy, verify_sampling
+from .tree import MAX_RANK, DraftTree, tree_attention_mask, tree_position_ids
+from .tree_io import TreeFile, bundled_trees, load_tree, parse_tree, resolve_tree, save_tree
+from .verify import Verification, acceptance_chain, verify_greedy, verify_sampling
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "Draft",
-    "DraftTree",
-    "NGramStore",
-    "RandomStream",
-    "SamplingParams",
-    "StandError",
-    "StoreEntry",
-    "StoreStats",
-    "TreeFile",
-    "Verification",
-    "__version__",
-    "bundled_trees",
-    "draft_tree",
-    "gumbel_top_k",
-    "load_tree",
-    "parse_tree",
-    "sample_index",
-    "save_tree",
-    "target_probs",
-    "tree_attention_mask",
-    "tree_position_ids",
-    "verify_greedy",
-    "verify_sampling",
+    "Completion", "DEFAULT_MODEL", "DEFAULT_TREES", "DecodeRequest", "DecodeStats", "DecodingBackend", "Draft",
+    "DraftBuilder", "DraftQuality", "DraftTree", "GenerationResult", "HFBackend", "MAX_RANK", "METHODS", "Memory",
+    "NGramStore", "RandomStream", "RecordedDistributions", "RecyclingMatrix", "STORE_METHODS", "STORE_TOP_K",
+    "SamplingParams", "StandError", "StoreEntry", "StoreStats", "TREE_METHODS", "TreeFile", "Verification",
+    "__version__", "acceptance_by_depth", "acceptance_chain", "bundled_trees", "cache_root", "check_budget", "check_method",
+    "check_seed", "check_writable", "choose_children", "default_eos_ids", "draft_tree", "encode_prompt", "generate",
+    "gumbel_top_k", "load_model", "load_tree", "method_tree", "new_cache", "new_memory", "parse_tree", "resolve_tree",
+    "sample_index", "save_tree", "store_params", "summarise_draft_quality", "target_probs", "tree_attention_mask",
+    "tree_forward", "tree_position_ids", "verify_greedy", "verify_sampling", "vocab_size", "write_json_atomic",
+    "write_text_atomic",
 ]
-
-from .decode import METHODS, generate  # noqa: E402
-from .metrics import DecodeStats, GenerationResult  # noqa: E402
-from .models import DEFAULT_MODEL, load_model  # noqa: E402
-
-__all__ += ["DEFAULT_MODEL", "DecodeStats", "GenerationResult", "METHODS", "generate", "load_model"]

@@ -44,3 +44,19 @@ def _move_to_front(cache: Cache, block_start: int, keep: Sequence[int]) -> None:
             for states in (layer.keys, layer.values):
                 index = device_source.setdefault(states.device, source.to(states.device))
                 states[:, :, block_start : block_start + kept] = states.index_select(2, index)
+
+
+def new_cache(model) -> Cache:
+    """An empty KV cache for ``model`` on transformers' own ``DynamicCache``.
+
+    Models with sliding-window layers get full-length layers (no trimming): compaction needs every
+    entry in place, and the window is applied by the tree mask instead
+    (:func:`stand_runtime.tree.tree_attention_mask`).
+    """
+    from transformers import DynamicCache
+
+    from .model_facts import attention_layout
+
+    if attention_layout(model).window is not None:
+        return DynamicCache()
+    return DynamicCache(config=model.config)

@@ -6,8 +6,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .verify import acceptance_chain
-
 
 @dataclass
 class DecodeStats:
@@ -42,6 +40,15 @@ class DecodeStats:
     verification_s: float = 0.0
     bookkeeping_s: float = 0.0
     store: dict | None = None
+
+    def record_step(self, tokens: int, drafted: int, accepted: int, bonus: bool) -> None:
+        """Count one decoding step: tokens committed, nodes drafted, drafts accepted (before
+        truncation), and whether the walk ended with a bonus token."""
+        self.target_forwards += 1
+        self.tokens_per_step.append(tokens)
+        self.drafted_per_step.append(drafted)
+        self.accepted_per_step.append(accepted)
+        self.bonus_per_step.append(bonus)
 
     @property
     def new_tokens(self) -> int:
@@ -117,84 +124,6 @@ def acceptance_by_depth(accepted: list[int], bonus: list[bool]) -> list[dict]:
     return out
 
 
-class DraftQuality:
-    """How close STAND's root draft distribution q is to the target's p, by matched context length n.
-
-    For each step whose root lookup hit the n-token table, with p the target distribution at the root
-    and m the root's children (static children, at most q's support), it sums four chances that the
-    step accepts a token at depth 1, under the lossless verification rules of
-    :mod:`stand_runtime.verify`:
-
-    - ``overlap`` = sum_x min(p(x), q(x)): one token sampled from q (Leviathan et al., 2023, §3);
-    - ``top1`` = p(argmax q): q's most likely token, verified by the deterministic-draft rule;
-    - ``topm`` = p mass of q's m most likely tokens: m deterministic children;
-    - ``sampled_m``: m children drawn from q without replacement (Gumbel-Top-K) and verified by
-      recursive rejection sampling (Jeon et al., 2024), averaged over ``orders`` Gumbel draws from a
-      private generator (the decoding's own randomness is never touched).
-
-    So at the same roots (same q, same p) the stochastic rule beats the deterministic one exactly when
-    ``sampled_m`` > ``topm`` (``overlap`` > ``top1`` for single-child nodes). Misses count under n = 0.
-    """
-
-    FIELDS = ("steps", "overlap", "top1", "topm", "sampled_m")
-
-    def __init__(self, orders: int = 4, seed: int = 0) -> None:
-        self.orders = orders
-        self._rng = np.random.default_rng(seed)
-        self.sums: dict[int, list[float]] = {}  # n -> FIELDS
-
-    def add(self, n: int, p: np.ndarray | None = None, ids: np.ndarray | None = None,
-            q: np.ndarray | None = None, m: int = 1) -> None:
-        """Record one root: ``p`` ``[vocab]`` float64; ``ids``, ``q`` ``[k]`` the draft support and
-        q on it (n > 0); ``m`` the root's static children."""
-        row = self.sums.setdefault(n, [0, 0.0, 0.0, 0.0, 0.0])
-        row[0] += 1
-        if n == 0:
-            return
-        on_support = p[ids]
-        m = min(m, len(ids))
-        order = np.argsort(-q, kind="stable")
-        row[1] += float(np.minimum(on_support, q).sum())
-        row[2] += float(on_support[order[0]])
-        row[3] += float(on_support[order[:m]].sum())
-        log_q = np.log(q)
-        target, q_list = on_support.tolist(), q.tolist()
-        sampled = 0.0
-        for _ in range(self.orders):
-            slots = np.argsort(-(log_q + self._rng.gumbel(size=len(q))), kind="stable")[:m].tolist()
-            sampled += sum(acceptance_chain(target, q_list, slots, stochastic=True)[0])
-        row[4] += sampled / self.orders
-
-    def as_dict(self) -> dict:
-        """Raw sums per n (mergeable with :func:`summarise_draft_quality`)."""
-        return {str(n): dict(zip(self.FIELDS, r)) for n, r in sorted(self.sums.items())}
-
-
-def summarise_draft_quality(parts: list[dict]) -> dict:
-    """Merge :meth:`DraftQuality.as_dict` sums of several runs into shares and means per n.
-
-    Returns:
-        ``{n: {"steps", "share", "overlap", "top1", "topm", "sampled_m"}}`` with means over the steps of n and
-        ``share`` the fraction of all roots (misses are n = "0"), plus ``"all"`` over the hits.
-    """
-    fields = DraftQuality.FIELDS
-    totals: dict[str, list[float]] = {}
-    for part in parts:
-        for n, row in part.items():
-            acc = totals.setdefault(n, [0.0] * len(fields))
-            for i, key in enumerate(fields):
-                acc[i] += row.get(key, 0.0)
-    roots = sum(row[0] for row in totals.values())
-    hits = [row for n, row in totals.items() if n != "0"]
-    out = {}
-    for n, row in sorted(totals.items()) + [("all", [sum(r[i] for r in hits) for i in range(len(fields))])]:
-        steps = row[0]
-        out[n] = {"steps": int(steps), "share": steps / roots if roots else 0.0}
-        if n != "0":
-            out[n].update({k: (row[i] / steps if steps else 0.0) for i, k in enumerate(fields[1:], 1)})
-    return out
-
-
 @dataclass
 class GenerationResult:
     """Output of :func:`stand_runtime.generate`.
@@ -203,11 +132,13 @@ class GenerationResult:
         tokens: generated token ids (prompt excluded; EOS included when it ended the run).
         text: ``tokens`` decoded (empty when no tokenizer was given).
         stats: the run's :class:`DecodeStats`.
+        finish_reason: ``"eos"``, ``"stop"`` (a stop string) or ``"length"`` (``max_new_tokens``).
     """
 
     tokens: list[int]
     text: str
     stats: DecodeStats
+    finish_reason: str | None = None
 
     @property
     def acceptance_length(self) -> float:

@@ -155,6 +155,13 @@ class NGramStore:
         self._merges = 0
         self._dropped_mass = 0.0
         self._evictions = 0
+        self._max_token_id = -1
+
+    @property
+    def max_token_id(self) -> int:
+        """The largest token id ever stored (-1 when empty): a store built for one vocabulary must
+        not draft for a model with a smaller one."""
+        return self._max_token_id
 
     def lookup(self, context: Sequence[int]) -> StoreEntry | None:
         """The draft distribution for the token after ``context``, longest match first.
@@ -207,6 +214,7 @@ class NGramStore:
         if kept == 0:
             return
         id_list, prob_list = id_list[:kept], prob_list[:kept]
+        self._max_token_id = max(self._max_token_id, max(id_list))
         for n in range(len(context), 0, -1):
             key = context[-n:]
             table = self._tables[n]

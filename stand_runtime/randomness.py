@@ -13,7 +13,21 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from .errors import StandError
+
 _TINY = np.finfo(np.float64).tiny
+SEED_LIMIT = 2**64
+"""Seeds are ints in [0, 2**64), the range of a ``torch.Generator`` seed."""
+
+
+def check_seed(seed) -> None:
+    """Raises StandError unless ``seed`` is None or an int in [0, 2**64) (bools are refused)."""
+    if seed is None:
+        return
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+        raise StandError(f"seed must be an integer in [0, 2**64), got {seed!r}")
+    if not 0 <= int(seed) < SEED_LIMIT:
+        raise StandError(f"seed must be in [0, 2**64), got {seed}")
 
 
 class _Pool:
@@ -64,7 +78,12 @@ class RandomStream:
 
     @classmethod
     def seeded(cls, seed: int | None, block: int = 4096) -> "RandomStream":
-        """A stream on a fresh CPU generator seeded with ``seed`` (``None``: nondeterministic seed)."""
+        """A stream on a fresh CPU generator seeded with ``seed`` (``None``: nondeterministic seed).
+
+        Raises:
+            StandError: ``seed`` is not None or an int in [0, 2**64).
+        """
+        check_seed(seed)
         generator = torch.Generator()
         if seed is None:
             generator.seed()
@@ -82,10 +101,6 @@ class RandomStream:
     def uniform(self) -> float:
         """One fresh U[0, 1) draw."""
         return self._uniforms.take_one()
-
-    def uniforms(self, n: int) -> np.ndarray:
-        """``[n]`` float64 fresh U[0, 1) draws (a view: copy it if it must outlive the next draw)."""
-        return self._uniforms.take(n)
 
     def gumbel(self, n: int) -> np.ndarray:
         """``[n]`` float64 fresh standard Gumbel draws (a view into the pool)."""

@@ -179,15 +179,24 @@ class DraftTree:
 
 
 def tree_attention_mask(
-    ancestor_mask: torch.Tensor, prefix_len: int, dtype: torch.dtype = torch.float32
+    ancestor_mask: torch.Tensor,
+    prefix_len: int,
+    dtype: torch.dtype = torch.float32,
+    *,
+    depths: np.ndarray | torch.Tensor | None = None,
+    window: int | None = None,
 ) -> torch.Tensor:
     """The additive 4D attention mask of one tree forward.
 
     Args:
         ancestor_mask: ``[n, n]`` bool, True where row node may attend to column node (itself and its
             ancestors); rows/columns are the forwarded nodes in order, root first.
-        prefix_len: tokens already in the KV cache; every node attends to all of them.
+        prefix_len: tokens already in the KV cache; every node attends to all of them (within
+            ``window``).
         dtype: float dtype of the model's attention.
+        depths: ``[n]`` node depths (root 0); needed with ``window``.
+        window: sliding-window size (tokens): a node at position i attends to a key at position j
+            only when ``i - j < window`` (transformers' ``sliding_window_overlay``); None = no window.
 
     Returns:
         ``[1, 1, n, prefix_len + n]`` of ``dtype``: 0 where attention is allowed, ``finfo.min`` where
@@ -195,8 +204,13 @@ def tree_attention_mask(
         or 0/1 float mask would be silently misread.)
     """
     n = ancestor_mask.shape[0]
-    allowed = torch.cat([torch.ones(n, prefix_len, dtype=torch.bool, device=ancestor_mask.device), ancestor_mask], dim=1)
-    mask = torch.zeros(allowed.shape, dtype=dtype, device=ancestor_mask.device)
+    device = ancestor_mask.device
+    allowed = torch.cat([torch.ones(n, prefix_len, dtype=torch.bool, device=device), ancestor_mask], dim=1)
+    if window is not None:
+        query = torch.as_tensor(depths, dtype=torch.long, device=device) + prefix_len
+        key = torch.cat([torch.arange(prefix_len, device=device), query])
+        allowed &= (query[:, None] - key[None, :]) < window
+    mask = torch.zeros(allowed.shape, dtype=dtype, device=device)
     mask.masked_fill_(~allowed, torch.finfo(dtype).min)
     return mask[None, None]
 

@@ -10,17 +10,17 @@ The versioned format (DESIGN §4.4)::
 The ``choices`` format is the bare list of paths (Medusa/EAGLE convention). Loading accepts both,
 checks the structure with a JSON schema and then the tree itself (see
 :func:`stand_runtime.tree.validate_paths`); every error is one line naming the file and the problem.
-Saving is atomic: a temporary file in the same folder, renamed over the target.
+Saving is atomic (:mod:`stand_runtime.files`). :func:`resolve_tree` turns any tree spec (a tree, a
+tree file, a path or a bundled name) into a :class:`DraftTree`, loading each file once.
 """
 
 from __future__ import annotations
 
 import functools
-import math
 import importlib.resources
 import json
+import math
 import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,12 +28,12 @@ from typing import Any
 import jsonschema
 
 from .errors import StandError
+from .files import write_text_atomic
 from .tree import DraftTree
 
 FORMAT_NAME = "stand-tree"
 FORMAT_VERSION = 1
 BUNDLED_PACKAGE = "trees"
-DEFAULT_TREE = "stand-smollm2-humaneval-80"
 
 _PATHS_SCHEMA = {"type": "array", "items": {"type": "array", "items": {"type": "integer"}}}
 _TREE_SCHEMA = {
@@ -182,53 +182,6 @@ def save_tree(tree_file: TreeFile, path: str | os.PathLike, fmt: str = "stand") 
     return write_text_atomic(path, text + "\n")
 
 
-def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
-    """Write ``text`` to ``path`` through a temporary file in the same folder and a rename.
-
-    An interrupted write leaves the old file (or none) in place, never half a file.
-
-    Raises:
-        StandError: the folder does not exist or is not writable.
-    """
-    path = Path(path)
-    folder = path.parent if str(path.parent) else Path(".")
-    if not folder.is_dir():
-        raise StandError(f"cannot write {path}: folder {folder} does not exist")
-    try:
-        handle, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
-    except OSError as error:
-        raise StandError(f"cannot write {path}: {error.strerror}") from None
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8") as out:
-            out.write(text)
-            out.flush()
-            os.fsync(out.fileno())
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp_name, 0o666 & ~umask)  # mkstemp makes 0600; give the file the usual mode
-        os.replace(tmp_name, path)
-    except OSError as error:
-        Path(tmp_name).unlink(missing_ok=True)
-        raise StandError(f"cannot write {path}: {error.strerror}") from None
-    return path
-
-
-def check_writable(path: str | os.PathLike) -> None:
-    """Fail early, with one line, when ``path`` could not be written later.
-
-    Raises:
-        StandError: the folder does not exist, is not writable, or the path is a folder.
-    """
-    path = Path(path)
-    folder = path.parent if str(path.parent) else Path(".")
-    if not folder.is_dir():
-        raise StandError(f"cannot write {path}: folder {folder} does not exist")
-    if path.is_dir():
-        raise StandError(f"cannot write {path}: it is a folder")
-    if not os.access(folder, os.W_OK):
-        raise StandError(f"cannot write {path}: folder {folder} is not writable")
-
-
 def bundled_trees() -> dict[str, Path]:
     """Trees shipped in the ``trees`` package: name (file stem) → path."""
     try:
@@ -236,3 +189,16 @@ def bundled_trees() -> dict[str, Path]:
     except ModuleNotFoundError:
         return {}
     return {Path(entry.name).stem: Path(str(entry)) for entry in root.iterdir() if entry.name.endswith(".json")}
+
+
+def resolve_tree(tree: "DraftTree | TreeFile | str | os.PathLike") -> DraftTree:
+    """The static tree of a :class:`DraftTree`, a :class:`TreeFile`, a file path or a bundled name.
+
+    Raises:
+        StandError: a missing, unreadable or invalid tree file, or an unknown name.
+    """
+    if isinstance(tree, DraftTree):
+        return tree
+    if isinstance(tree, TreeFile):
+        return tree.tree
+    return load_tree(tree).tree

@@ -35,7 +35,7 @@ from typing import Callable
 
 import numpy as np
 
-from .drafting import Draft
+from .draft import Draft
 from .randomness import RandomStream
 from .sampling import sample_index
 

@@ -3,7 +3,7 @@
 import pytest
 
 from conftest import DigitsTokenizer, tiny_model
-from stand_runtime import StandError
+from stand_runtime import SamplingParams, StandError
 from treeopt.answers import extract_answer, last_boxed, majority_vote
 from treeopt.bench import parse_methods, results_json, run_bench, speedups
 from treeopt.datasets import Prompt
@@ -11,8 +11,10 @@ from treeopt.datasets import Prompt
 
 def test_parse_methods_and_unknown_method():
     specs = parse_methods("ar,pld,recycle,stand-det,stand", ["a.json", "heuristic-80"])
-    assert [s.label for s in specs] == ["ar", "pld", "recycle", "stand-det[a.json]", "stand-det[heuristic-80]",
-                                        "stand[a.json]", "stand[heuristic-80]"]
+    assert [s.label for s in specs] == ["ar", "pld", "recycle[a.json]", "recycle[heuristic-80]", "stand-det[a.json]",
+                                        "stand-det[heuristic-80]", "stand[a.json]", "stand[heuristic-80]"]
+    defaults = parse_methods("recycle,stand", None)  # each tree method runs on its own default tree
+    assert [(s.label, s.tree_name) for s in defaults] == [("recycle", "heuristic-80"), ("stand", "stand-smollm2-humaneval-80")]
     with pytest.raises(StandError, match="unknown method 'beam' .valid: stand, stand-det, pld, recycle, ar"):
         parse_methods("ar,beam", None)
     both = parse_methods("ar,stand,stand+rejected", None)
@@ -47,11 +49,12 @@ def test_interleaved_bench_with_trajectories_and_accuracy():
     prompts = [Prompt("a", "3 1 4 1 5 3 1 4 1 5", answer="7"), Prompt("b", "2 7 2 7 2 7")]
     specs = parse_methods("ar,pld,recycle,stand", ["heuristic-80"])
     saved = []
-    results = run_bench(model, DigitsTokenizer(), prompts, specs, temperature=0.8, top_p=0.95,
+    results = run_bench(model, DigitsTokenizer(), prompts, specs, sampling=SamplingParams(0.8, 0.95),
                         max_new_tokens=12, seed=0, trajectories=3,
                         on_prompt=lambda done, partial: saved.append((done, partial[0].tokens)))
     assert saved == [(1, 3 * 12), (2, 2 * 3 * 12)]  # partial results after every prompt
-    assert [r.label for r in results] == ["ar", "pld", "recycle", "stand[heuristic-80]"]
+    assert [r.label for r in results] == ["ar", "pld", "recycle[heuristic-80]", "stand[heuristic-80]"]
+    assert [r.tree for r in results] == [None, None, "heuristic-80", "heuristic-80"]
     for result in results:
         assert result.tokens == 2 * 3 * 12 and len(result.by_trajectory) == 3
         assert result.graded == 1 and result.accuracy in (0.0, 1.0)
@@ -67,7 +70,7 @@ def test_bench_diagnostics_add_up():
     model = tiny_model()
     prompts = [Prompt("a", "3 1 4 1 5 3 1 4 1 5"), Prompt("b", "2 7 2 7 2 7")]
     results = run_bench(model, DigitsTokenizer(), prompts, parse_methods("ar,pld,stand", ["heuristic-80"]),
-                        temperature=0.8, top_p=0.95, max_new_tokens=16, seed=1, trajectories=2)
+                        sampling=SamplingParams(0.8, 0.95), max_new_tokens=16, seed=1, trajectories=2)
     ar, pld, stand = results
     assert ar.diagnostics()["acceptance_by_depth"] == []
     for result in (pld, stand):
@@ -84,7 +87,7 @@ def test_bench_diagnostics_add_up():
     assert sum(diag["lookup_hit_rate_by_n"].values()) <= 1.0 and diag["lookups"] > 0
     from rich.console import Console
 
-    from treeopt.render import diagnostics_table
+    from cli_render import diagnostics_table
 
     console = Console(record=True, width=200, markup=False)  # as the CLI: tree names look like markup
     console.print(diagnostics_table(results))
@@ -99,8 +102,8 @@ def test_shared_store_across_prompts_keeps_learning():
     prompts = [Prompt("a", "3 1 4 1 5 3 1 4 1 5"), Prompt("b", "3 1 4 1 5")]
     lookups = {}
     for share in (False, True):
-        results = run_bench(model, DigitsTokenizer(), prompts, parse_methods("stand", ["heuristic-80"]), temperature=0.8,
-                            top_p=0.95, max_new_tokens=12, seed=0, share_across_prompts=share)
+        results = run_bench(model, DigitsTokenizer(), prompts, parse_methods("stand", ["heuristic-80"]),
+                            sampling=SamplingParams(0.8, 0.95), max_new_tokens=12, seed=0, share_across_prompts=share)
         lookups[share] = [store["lookups"] for store in results[0].final_stores]
     assert len(lookups[False]) == 2 and len(lookups[True]) == 1  # one store: its cumulative counters once
     assert lookups[True][0] > lookups[False][0]

@@ -4,15 +4,15 @@ import json
 
 import numpy as np
 import pytest
-import torch
-
 from conftest import DigitsTokenizer, tiny_model
 from stand_runtime import NGramStore, RandomStream, SamplingParams, StandError, generate
-from treeopt.calibrate import CalibrationConfig, calibrate, load_calibration, replay_trajectory
+from stand_runtime.batch_sampling import sample_recorded
+from treeopt.calibrate import CalibrationConfig, calibrate
+from treeopt.calibration import load_calibration
+from treeopt.replay import replay_trajectory
 from treeopt.candidate import candidate_tree
 from treeopt.datasets import Prompt
 from treeopt.export import export_tree
-from treeopt.trajectories import sample_trajectories
 
 PROMPTS = [[3, 1, 4, 1, 5] * 4, [2, 7, 1, 8, 2, 8] * 3, [1, 1, 2, 3, 5, 8, 13] * 3]
 
@@ -30,10 +30,11 @@ def test_greedy_replay_takes_exactly_the_steps_of_direct_decoding():
         result = generate(model, None, prompt, tree=tree, temperature=0, max_new_tokens=24, eos_token_ids=[], on_step=count)
         direct_steps += result.stats.target_forwards
     replayed = np.zeros(tree.num_nodes + 1)
-    trajectories = sample_trajectories(model, PROMPTS, SamplingParams(temperature=0), 24, [], torch.Generator(), batch_size=3)
+    sampled = sample_recorded(model, PROMPTS, SamplingParams(temperature=0), 24, [], [None] * 3, batch_size=3)
     replay_steps = sum(
-        replay_trajectory(t, tree, NGramStore(), RandomStream.seeded(0), replayed, stochastic=False, segmentations=1)
-        for t in trajectories
+        replay_trajectory(s.prompt, s.tokens, s.recorded, tree, NGramStore(), RandomStream.seeded(0), replayed,
+                          stochastic=False, segmentations=1)
+        for s in sampled
     )
     assert replay_steps == direct_steps
     assert np.allclose(replayed, direct)

@@ -8,7 +8,7 @@ from typer.testing import CliRunner
 
 from cli import app
 from stand_runtime import load_tree
-from treeopt.calibrate import Calibration
+from treeopt.calibration import Calibration
 from treeopt.candidate import candidate_tree
 
 runner = CliRunner()
@@ -105,4 +105,4 @@ def test_bench_unknown_method_lists_valid_ones():
 
 def test_generate_feed_rejected_needs_a_store_method():
     code, output = run("generate", "--method", "pld", "--feed-rejected", "hello")
-    one_line_error(output, "--feed-rejected applies to stand and stand-det, not 'pld'")
+    one_line_error(output, "feed_rejected applies to stand and stand-det, not 'pld'")

@@ -43,7 +43,7 @@ def test_same_seed_same_draws_and_consecutive_calls_never_share_noise():
     # across refills of the pool too (block 64 < 3 * 50), and for uniforms
     third = a.gumbel(50)
     assert not np.intersect1d(third, np.concatenate([first, second])).size
-    u1, u2 = a.uniforms(40).copy(), a.uniforms(40).copy()
+    u1, u2 = np.array([a.uniform() for _ in range(40)]), np.array([a.uniform() for _ in range(40)])
     assert not np.intersect1d(u1, u2).size
     assert ((u1 >= 0) & (u1 < 1)).all()
     c = RandomStream.seeded(8, block=64)

@@ -8,7 +8,8 @@ from transformers import DynamicCache
 
 from conftest import tiny_model
 from stand_runtime import NGramStore, SamplingParams, StandError, generate, load_model, load_tree, target_probs
-from stand_runtime.decode import _truncate, tree_forward
+from stand_runtime import tree_forward
+from stand_runtime.stopping import StopRule
 from stand_runtime.kv_cache import keep_tree_entries
 
 
@@ -165,7 +166,8 @@ def test_sampling_distribution_of_three_tokens_matches_exact(tiny_qwen2, loop_pr
     shared = NGramStore() if feed_rejected else None
     for seed in range(samples):
         result = generate(
-            model, None, loop_prompt, method=method.removesuffix("+rejected"), tree="heuristic-80", temperature=0.8,
+            model, None, loop_prompt, method=method.removesuffix("+rejected"),
+            tree=None if method == "pld" else "heuristic-80", temperature=0.8,
             top_p=0.95, max_new_tokens=3, seed=seed, eos_token_ids=[], store=shared, feed_rejected=feed_rejected,
         )
         assert len(result.tokens) == 3
@@ -223,8 +225,9 @@ def test_max_new_tokens_reached_mid_run_gives_plain_length_and_content(tiny_qwen
         assert fast.tokens == plain.tokens[:limit], limit
         multi_token_steps += fast.stats.tokens_per_step[-1] > 1
     assert multi_token_steps > 10  # the limit was often reached inside an accepted run
-    assert _truncate([4, 5, 6, 7], 2, set()) == [4, 5]
-    assert _truncate([4, 5, 6, 7], 9, {6}) == [4, 5, 6]
+    assert StopRule([], 2).cut([], [4, 5, 6, 7]) == ([4, 5], "length")
+    assert StopRule([6], 9).cut([], [4, 5, 6, 7]) == ([4, 5, 6], "eos")
+    assert StopRule([6], 9).cut([1], [4, 5]) == ([4, 5], None)
 
 
 def test_shared_store_across_calls_grows(tiny_qwen2):

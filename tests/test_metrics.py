@@ -3,8 +3,7 @@
 import numpy as np
 import pytest
 
-from stand_runtime.metrics import DraftQuality, acceptance_by_depth, summarise_draft_quality
-from stand_runtime.verify import acceptance_chain
+from stand_runtime import DraftQuality, acceptance_by_depth, acceptance_chain, summarise_draft_quality
 
 
 def test_acceptance_by_depth_by_hand():

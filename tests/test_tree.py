@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from stand_runtime import DraftTree, StandError, load_tree, parse_tree, save_tree, tree_attention_mask, tree_position_ids
-from stand_runtime.tree_io import TreeFile, bundled_trees
+from stand_runtime import TreeFile, bundled_trees
 
 FIVE = [[0], [1], [0, 0], [0, 1], [1, 0]]
 

@@ -7,7 +7,8 @@ import pytest
 
 from stand_runtime import DraftTree, StandError, load_tree, save_tree
 from stand_runtime.tree import validate_paths
-from treeopt.calibrate import Calibration, CalibrationConfig, load_calibration
+from treeopt.calibrate import CalibrationConfig
+from treeopt.calibration import Calibration, load_calibration
 from treeopt.candidate import Prior, candidate_tree, per_depth_tree
 from treeopt.export import export_tree
 from treeopt.latency import choose_nodes, interpolate

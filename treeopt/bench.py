@@ -15,11 +15,18 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from stand_runtime import StandError, generate
-from stand_runtime.decode import METHODS, STORE_METHODS, resolve_tree
-from stand_runtime.drafters import RecyclingMatrix
-from stand_runtime.metrics import acceptance_by_depth, summarise_draft_quality
-from stand_runtime.ngram_store import NGramStore
+from stand_runtime import (
+    DEFAULT_TREES,
+    METHODS,
+    STORE_METHODS,
+    TREE_METHODS,
+    DecodeRequest,
+    HFBackend,
+    SamplingParams,
+    StandError,
+    acceptance_by_depth,
+    summarise_draft_quality,
+)
 
 from .answers import extract_answer, majority_vote, normalise
 from .datasets import Prompt
@@ -27,15 +34,28 @@ from .datasets import Prompt
 
 @dataclass(frozen=True)
 class BenchMethod:
-    """One decoding configuration: a method and (for tree methods) a tree spec."""
+    """One decoding configuration: a method and, for tree methods, the tree it drafts into.
+
+    Attributes:
+        method: one of :data:`stand_runtime.METHODS`.
+        tree: the tree spec as the user gave it (a file or bundled name); None = the method's default.
+        feed_rejected: STAND fed at rejected tree nodes too.
+    """
 
     method: str
     tree: str | None = None
     feed_rejected: bool = False
 
     @property
+    def tree_name(self) -> str | None:
+        """The tree this configuration runs on (the method's default when none was given)."""
+        if self.method not in TREE_METHODS:
+            return None
+        return self.tree if self.tree is not None else DEFAULT_TREES[self.method]
+
+    @property
     def label(self) -> str:
-        label = self.method if self.tree is None or self.method in ("ar", "pld") else f"{self.method}[{self.tree}]"
+        label = self.method if self.tree is None else f"{self.method}[{self.tree}]"
         return label + REJECTED_SUFFIX if self.feed_rejected else label
 
 
@@ -44,9 +64,11 @@ REJECTED_SUFFIX = "+rejected"
 
 
 def parse_methods(methods: str, trees: list[str] | None) -> list[BenchMethod]:
-    """``"ar,stand,stand+rejected"`` and tree specs → configurations (each STAND method once per tree).
+    """``"ar,stand,stand+rejected"`` and tree specs → configurations (each tree method once per tree).
 
-    A STAND method name with the ``+rejected`` suffix feeds its store at rejected tree nodes too.
+    Every tree method (stand, stand-det, recycle) runs on each tree given, or on its own default
+    tree (:data:`stand_runtime.DEFAULT_TREES`) when none is. A STAND method name with the
+    ``+rejected`` suffix feeds its store at rejected tree nodes too.
 
     Raises:
         StandError: an unknown method name (the message lists the valid ones), or a duplicate.
@@ -63,7 +85,7 @@ def parse_methods(methods: str, trees: list[str] | None) -> list[BenchMethod]:
     out = []
     for name in names:
         base, rejected = name.removesuffix(REJECTED_SUFFIX), name.endswith(REJECTED_SUFFIX)
-        if base in STORE_METHODS:
+        if base in TREE_METHODS:
             out += [BenchMethod(base, tree, rejected) for tree in (trees or [None])]
         else:
             out.append(BenchMethod(name))
@@ -126,82 +148,76 @@ class MethodResult:
         return [tokens / steps if steps else 0.0 for tokens, steps in self.by_trajectory]
 
 
-def _memory(method: str, vocab: int):
-    if method in STORE_METHODS:
-        return NGramStore()
-    if method == "recycle":
-        return RecyclingMatrix(vocab)
-    return None
-
-
 def run_bench(
-    model, tokenizer, prompts: list[Prompt], methods: list[BenchMethod], *, temperature: float, top_p: float,
+    model, tokenizer, prompts: list[Prompt], methods: list[BenchMethod], *, sampling: SamplingParams,
     max_new_tokens: int, seed: int, trajectories: int = 1, on_run: Callable[[str, str, object], None] | None = None,
     on_prompt: Callable[[int, list[MethodResult]], None] | None = None, share_across_prompts: bool = False,
 ) -> list[MethodResult]:
     """Decode every prompt with every method (N trajectories each), interleaved; per-method totals.
 
-    Each method's drafter memory (store or matrix) is shared by the trajectories of one prompt, or by
-    every prompt with ``share_across_prompts``. ``on_run(prompt_id, label, result)`` is called after every trajectory and
-    ``on_prompt(prompts_done, results)`` after every prompt (e.g. to save partial results).
+    Each method is one :class:`stand_runtime.HFBackend`; a prompt is one request with n = N samples,
+    whose drafter memory (store or matrix) the N trajectories share, or one memory for every prompt
+    with ``share_across_prompts``. ``on_run(prompt_id, label, completion)`` is called after every
+    trajectory and ``on_prompt(prompts_done, results)`` after every prompt (e.g. to save partial
+    results).
 
     Raises:
         StandError: a bad tree (before any decoding), or trajectories < 1.
     """
-    if trajectories < 1:
-        raise StandError(f"trajectories must be >= 1, got {trajectories}")
-    results = []
+    if isinstance(trajectories, bool) or not isinstance(trajectories, int) or trajectories < 1:
+        raise StandError(f"trajectories must be an integer >= 1, got {trajectories!r}")
+    backends, results = [], []
     for spec in methods:
-        nodes = 0 if spec.method == "ar" else (10 if spec.method == "pld" else resolve_tree(spec.tree).num_nodes)
-        result = MethodResult(spec.label, spec.method, spec.tree, nodes, spec.feed_rejected)
+        backend = HFBackend(model, tokenizer, spec.method, tree=spec.tree, feed_rejected=spec.feed_rejected,
+                            diagnose=True, share_memory=share_across_prompts)
+        nodes = {"ar": 0, "pld": 10}.get(spec.method) if backend.tree is None else backend.tree.num_nodes
+        result = MethodResult(spec.label, spec.method, spec.tree_name, nodes, spec.feed_rejected)
         result.by_trajectory = [[0, 0] for _ in range(trajectories)]
+        backends.append(backend)
         results.append(result)
-    shared = [_memory(spec.method, model.config.vocab_size) if share_across_prompts else None for spec in methods]
     for index, prompt in enumerate(prompts):
-        for spec, result, common in zip(methods, results, shared):
-            memory = common if share_across_prompts else _memory(spec.method, model.config.vocab_size)
-            answers, runs = [], []
-            for trajectory in range(trajectories):
-                run = generate(
-                    model, tokenizer, prompt.text, method=spec.method, tree=spec.tree, temperature=temperature,
-                    top_p=top_p, max_new_tokens=max_new_tokens, seed=seed + 1000 * index + trajectory, store=memory,
-                    feed_rejected=spec.feed_rejected, diagnose=True,
-                )
-                stats = run.stats
-                result.tokens += stats.new_tokens
-                result.steps += stats.target_forwards
-                result.decode_s += stats.decode_s
-                result.by_trajectory[trajectory][0] += stats.new_tokens
-                result.by_trajectory[trajectory][1] += stats.target_forwards
-                result.accepted_per_step += stats.accepted_per_step
-                result.bonus_per_step += stats.bonus_per_step
-                if stats.store is not None and "root" in stats.store:
-                    result.root_quality.append(stats.store["root"])
-                answers.append(extract_answer(run.text))
-                runs.append({"tokens": stats.new_tokens, "steps": stats.target_forwards,
-                             "acceptance_length": stats.acceptance_length, "tokens_per_s": stats.tokens_per_s,
-                             "answer": answers[-1]})
-                if on_run is not None:
-                    on_run(prompt.id, spec.label, run)
-            if spec.method in STORE_METHODS:  # store counters are cumulative: each store's last
-                store_stats = {k: v for k, v in run.stats.store.items() if k != "root"}
-                if share_across_prompts:
-                    result.final_stores = [store_stats]
-                else:
-                    result.final_stores.append(store_stats)
-            entry = {"prompt": prompt.id, "trajectories": runs}
-            if prompt.answer is not None:
-                vote = majority_vote(answers)
-                entry["majority_answer"] = vote
-                entry["correct"] = vote is not None and vote == normalise(prompt.answer)
-                result.graded += 1
-                result.correct += int(entry["correct"])
-                result.trajectories_graded += len(answers)
-                result.trajectories_correct += sum(answer == normalise(prompt.answer) for answer in answers)
-            result.per_prompt.append(entry)
+        request = DecodeRequest(prompt.text, n=trajectories, max_new_tokens=max_new_tokens, sampling=sampling,
+                                seed=seed + 1000 * index)
+        for spec, backend, result in zip(methods, backends, results):
+            notify = None if on_run is None else (lambda _r, _s, done, label=spec.label: on_run(prompt.id, label, done))
+            completions = backend.generate([request], on_completion=notify)[0]
+            _add_prompt(result, spec, prompt, completions, share_across_prompts)
         if on_prompt is not None:
             on_prompt(index + 1, results)
     return results
+
+
+def _add_prompt(result: MethodResult, spec: BenchMethod, prompt: Prompt, completions: list, shared: bool) -> None:
+    """Add one prompt's N trajectories to a method's totals."""
+    answers, runs = [], []
+    for trajectory, completion in enumerate(completions):
+        stats = completion.stats
+        result.tokens += stats.new_tokens
+        result.steps += stats.target_forwards
+        result.decode_s += stats.decode_s
+        result.by_trajectory[trajectory][0] += stats.new_tokens
+        result.by_trajectory[trajectory][1] += stats.target_forwards
+        result.accepted_per_step += stats.accepted_per_step
+        result.bonus_per_step += stats.bonus_per_step
+        if stats.store is not None and "root" in stats.store:
+            result.root_quality.append(stats.store["root"])
+        answers.append(extract_answer(completion.text))
+        runs.append({"tokens": stats.new_tokens, "steps": stats.target_forwards,
+                     "acceptance_length": stats.acceptance_length, "tokens_per_s": stats.tokens_per_s,
+                     "answer": answers[-1]})
+    if spec.method in STORE_METHODS:  # store counters are cumulative: keep each store's last
+        store_stats = {k: v for k, v in completions[-1].stats.store.items() if k != "root"}
+        result.final_stores = [store_stats] if shared else result.final_stores + [store_stats]
+    entry = {"prompt": prompt.id, "trajectories": runs}
+    if prompt.answer is not None:
+        vote = majority_vote(answers)
+        entry["majority_answer"] = vote
+        entry["correct"] = vote is not None and vote == normalise(prompt.answer)
+        result.graded += 1
+        result.correct += int(entry["correct"])
+        result.trajectories_graded += len(answers)
+        result.trajectories_correct += sum(answer == normalise(prompt.answer) for answer in answers)
+    result.per_prompt.append(entry)
 
 
 def speedups(results: list[MethodResult]) -> dict[str, float | None]:

@@ -15,8 +15,7 @@ from __future__ import annotations
 import heapq
 from dataclasses import dataclass
 
-from stand_runtime import DraftTree, StandError
-from stand_runtime.tree import MAX_RANK
+from stand_runtime import MAX_RANK, DraftTree, StandError
 
 
 MAX_CANDIDATE_NODES = 4096

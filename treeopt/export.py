@@ -8,7 +8,7 @@ import numpy as np
 
 from stand_runtime import StandError, TreeFile, __version__
 
-from .calibrate import Calibration
+from .calibration import Calibration
 from .prune import prune
 
 

@@ -16,10 +16,7 @@ import time
 import numpy as np
 import torch
 
-from stand_runtime.models import cache_root
-from stand_runtime.tree import DraftTree
-from stand_runtime.decode import tree_forward
-from stand_runtime.tree_io import write_text_atomic
+from stand_runtime import DraftTree, cache_root, new_cache, tree_forward, write_text_atomic
 
 DEFAULT_SIZES = (1, 2, 4, 8, 16, 32, 48, 64, 80, 96, 128)
 
@@ -32,13 +29,11 @@ def measure_latency(model, sizes=DEFAULT_SIZES, prefix_len: int = 512, repeats: 
     Returns:
         ``{n: seconds}`` for each n in ``sizes``.
     """
-    from transformers import DynamicCache
-
     device = next(model.parameters()).device
     vocab = model.config.vocab_size
     gen = torch.Generator().manual_seed(0)
     prefix = torch.randint(0, vocab, (1, prefix_len), generator=gen).to(device)
-    cache = DynamicCache(config=model.config)
+    cache = new_cache(model)
     with torch.inference_mode():
         model(input_ids=prefix, cache=cache)
     profile = {}

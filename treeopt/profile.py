@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
-from stand_runtime import DraftTree
+from stand_runtime import DraftTree, load_tree
+
+from .calibration import CALIBRATION_FORMAT, load_calibration
 
 
 @dataclass(frozen=True)
@@ -50,3 +54,23 @@ def depth_profile(tree: DraftTree, alpha: np.ndarray | None = None) -> DepthProf
         alpha_per_depth = [float(x) for x in sums[1:]]
         expected = 1.0 + float(alpha.sum())
     return DepthProfile(tree.nodes_per_depth(), tree.width_per_depth(), alpha_per_depth, tree.max_depth, tree.num_nodes, expected)
+
+
+def load_tree_or_calibration(spec: str) -> tuple[DraftTree, np.ndarray | None]:
+    """A tree and its alpha-hat (or None) from a tree file, a bundled tree name or a calibration file.
+
+    Raises:
+        StandError: unreadable or invalid file, unknown name.
+    """
+    path = Path(spec)
+    if path.is_file():
+        try:
+            head = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+            head = None  # not a calibration: load_tree gives the precise error
+        if isinstance(head, dict) and head.get("format") == CALIBRATION_FORMAT:
+            calibration = load_calibration(path)
+            return calibration.candidate, calibration.alpha
+    tree_file = load_tree(spec)
+    alpha = None if tree_file.expected_acceptance is None else np.array(tree_file.expected_acceptance)
+    return tree_file.tree, alpha

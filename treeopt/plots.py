@@ -1,35 +1,12 @@
-"""Loading anything with a tree in it (tree file, bundled tree, calibration) and plotting profiles."""
+"""Plots (PNG, matplotlib): depth profiles side by side, acceptance length against trajectory index."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
 
-from stand_runtime import DraftTree, StandError, load_tree
-
-from .calibrate import CALIBRATION_FORMAT, load_calibration
-
-
-def load_any(spec: str) -> tuple[DraftTree, np.ndarray | None]:
-    """A tree and its alpha-hat (or None) from a tree file, a bundled tree name or a calibration file.
-
-    Raises:
-        StandError: unreadable or invalid file, unknown name.
-    """
-    path = Path(spec)
-    if path.is_file():
-        try:
-            head = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError):
-            head = None  # not a calibration: load_tree gives the precise error
-        if isinstance(head, dict) and head.get("format") == CALIBRATION_FORMAT:
-            calibration = load_calibration(path)
-            return calibration.candidate, calibration.alpha
-    tree_file = load_tree(spec)
-    alpha = None if tree_file.expected_acceptance is None else np.array(tree_file.expected_acceptance)
-    return tree_file.tree, alpha
+from stand_runtime import StandError, check_writable
 
 
 def plot_profiles(profiles: list, path: str | Path) -> Path:
@@ -38,9 +15,7 @@ def plot_profiles(profiles: list, path: str | Path) -> Path:
     Raises:
         StandError: matplotlib is not installed (``pip install matplotlib``), or the path is unwritable.
     """
-    plt = _pyplot()
-    from stand_runtime.tree_io import check_writable
-
+    plt = pyplot()
     check_writable(path)
     figure, axes = plt.subplots(1, 2, figsize=(11, 4))
     width = 0.8 / max(len(profiles), 1)
@@ -63,9 +38,7 @@ def plot_acceptance_by_trajectory(results, path: str | Path) -> Path:
     Raises:
         StandError: matplotlib is missing or the path is unwritable.
     """
-    plt = _pyplot()
-    from stand_runtime.tree_io import check_writable
-
+    plt = pyplot()
     check_writable(path)
     figure, axis = plt.subplots(figsize=(6, 4))
     for result in results:
@@ -77,7 +50,12 @@ def plot_acceptance_by_trajectory(results, path: str | Path) -> Path:
     return _save(figure, plt, path)
 
 
-def _pyplot():
+def pyplot():
+    """matplotlib's pyplot on the Agg backend (files only, no screen).
+
+    Raises:
+        StandError: matplotlib is not installed.
+    """
     try:
         import matplotlib
 

@@ -1,10 +1,14 @@
-"""Rich tables for decoding statistics, tree profiles and benchmark results (used by the CLI)."""
+"""Presentation for the CLI: rich tables of decoding statistics, tree profiles and benchmark results.
+
+The packages (``stand_runtime``, ``treeopt``) return data; only the CLI side imports rich.
+"""
 
 from __future__ import annotations
 
 from rich.table import Table
 
-from stand_runtime.metrics import DecodeStats
+from stand_runtime import DecodeStats
+from treeopt import DepthProfile
 
 
 def stats_table(stats: DecodeStats, title: str = "decoding") -> Table:
@@ -22,12 +26,15 @@ def stats_table(stats: DecodeStats, title: str = "decoding") -> Table:
         ("throughput (tokens/s, prefill excluded)", f"{stats.tokens_per_s:.1f}"),
         ("prefill (s)", f"{stats.prefill_s:.2f}"),
         ("drafting (s)", f"{stats.drafting_s:.2f}"),
-        ("tree forwards (s)", f"{stats.forward_s:.2f}"),
+        ("target forwards (s)", f"{stats.forward_s:.2f}"),
         ("verification (s)", f"{stats.verification_s:.2f}"),
         ("bookkeeping (s)", f"{stats.bookkeeping_s:.2f}"),
     ]
-    if stats.store:
-        rows.append(("store entries / hit rate", f"{stats.store['entries']} / {stats.store['hit_rate']:.2f}"))
+    memory = stats.store or {}
+    if "entries" in memory:  # an n-gram store
+        rows.append(("store entries / hit rate", f"{memory['entries']} / {memory['hit_rate']:.2f}"))
+    if "filled_rows" in memory:  # Token Recycling's matrix
+        rows.append(("matrix rows filled", f"{memory['filled_rows']}"))
     for name, value in rows:
         table.add_row(name, value)
     return table
@@ -40,11 +47,8 @@ def _bar(value: float, scale: float, width: int = 16) -> str:
     return "█" * int(filled) + ("▌" if filled - int(filled) >= 0.5 else "")
 
 
-def profile_table(name: str, profile) -> Table:
+def profile_table(name: str, profile: DepthProfile) -> Table:
     """A tree's depth profile: nodes, width and sum alpha-hat per depth, with bars."""
-    from treeopt.profile import DepthProfile
-
-    assert isinstance(profile, DepthProfile)
     expected = profile.expected_acceptance_length
     title = f"{name}: {profile.num_nodes} nodes, max depth {profile.max_depth}"
     if expected is not None:
@@ -132,3 +136,87 @@ def diagnostics_table(results, depths: int = 6) -> Table:
             row += ["", "", ""]
         table.add_row(*row)
     return table
+
+
+class ProgressLines:
+    """A progress display for a console that is not a terminal: a plain line at most every 10%.
+
+    rich redraws its live bar into files and pipes when colour is forced (``FORCE_COLOR``), which
+    floods logs; this prints ``description n/total`` lines instead. Same calls as rich's Progress.
+    """
+
+    def __init__(self, console, steps: int = 10) -> None:
+        self.console = console
+        self.steps = steps
+        self.tasks: dict[int, dict] = {}
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for task in self.tasks.values():
+            if task["printed"] != task["completed"]:
+                self._print(task)
+
+    def add_task(self, description: str, total: float | None = None, **fields) -> int:
+        task_id = len(self.tasks)
+        self.tasks[task_id] = {"description": description, "total": total, "completed": 0, "printed": 0, "fields": fields}
+        return task_id
+
+    def update(self, task_id: int, *, total=None, advance: float = 0, description: str | None = None, **fields) -> None:
+        task = self.tasks[task_id]
+        if total is not None:
+            task["total"] = total
+        if description is not None:
+            task["description"] = description
+        task["fields"].update(fields)
+        task["completed"] += advance
+        total = task["total"]
+        if total and task["completed"] - task["printed"] >= total / self.steps:
+            self._print(task)
+
+    def advance(self, task_id: int, advance: float = 1) -> None:
+        self.update(task_id, advance=advance)
+
+    def _print(self, task: dict) -> None:
+        total = task["total"]
+        done = int(task["completed"])
+        extra = " ".join(str(v) for v in task["fields"].values() if v)
+        where = f"{done}/{int(total)}" if total else f"{done}"
+        self.console.print(f"{task['description']} {where} {extra}".rstrip(), highlight=False)
+        task["printed"] = task["completed"]
+
+
+def progress(console, *columns):
+    """A rich live progress bar on a terminal, :class:`ProgressLines` anywhere else."""
+    if console.file.isatty():
+        from rich.progress import Progress
+
+        return Progress(*columns, console=console)
+    return ProgressLines(console)
+
+
+class TextStream:
+    """A ``generate(on_tokens=...)`` callback that prints decoded text as steps commit tokens.
+
+    Built on transformers' ``TextStreamer``: text is printed up to its last complete word, and
+    :meth:`end` prints the rest (a multi-byte character cut mid-way included) and a newline.
+    """
+
+    def __init__(self, tokenizer, console) -> None:
+        from transformers import TextStreamer
+
+        class _Streamer(TextStreamer):
+            def on_finalized_text(self, text: str, stream_end: bool = False) -> None:
+                console.out(text, end="\n" if stream_end else "", highlight=False)
+
+        self._streamer = _Streamer(tokenizer, skip_special_tokens=True)
+
+    def __call__(self, tokens: list[int]) -> None:
+        import torch
+
+        self._streamer.put(torch.tensor(tokens))
+
+    def end(self) -> None:
+        """Print what is left and end the line."""
+        self._streamer.end()

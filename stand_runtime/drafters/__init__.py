@@ -1,0 +1,136 @@
+"""Drafting methods: what proposes each step's draft, and what each learns from verification.
+
+One interface (:class:`Drafter`) for every method, so all run through the same engine and are
+verified by the same lossless rules (:mod:`stand_runtime.verify`):
+
+- ``stand``: STAND, Gumbel-Top-K drafts from the logit n-gram store (:mod:`.stand`);
+- ``stand-det``: STAND with deterministic top-m drafts (the paper's ablation);
+- ``pld``: prompt lookup decoding (:mod:`.prompt_lookup`);
+- ``recycle``: Token Recycling (:mod:`.token_recycling`);
+- ``ar``: plain decoding (no drafter).
+"""
+
+from __future__ import annotations
+
+from ..diagnostics import DraftQuality
+from ..errors import StandError
+from ..ngram_store import NGramStore
+from ..randomness import RandomStream
+from ..sampling import SamplingParams
+from ..tree import DraftTree
+from ..tree_io import TreeFile, resolve_tree
+from .base import Drafter
+from .prompt_lookup import PromptLookupDrafter
+from .stand import STORE_TOP_K, StandDrafter, draft_tree, store_params
+from .token_recycling import RecyclingMatrix, TokenRecyclingDrafter
+
+METHODS = ("stand", "stand-det", "pld", "recycle", "ar")
+"""Decoding methods: STAND with stochastic (Gumbel-Top-K) drafts, STAND with deterministic top-m
+drafts (the paper's ablation), prompt lookup decoding, Token Recycling, and plain decoding."""
+
+STORE_METHODS = ("stand", "stand-det")
+"""The methods that draft from an n-gram store (and so take ``feed_rejected`` and ``diagnose``)."""
+
+TREE_METHODS = ("stand", "stand-det", "recycle")
+"""The methods that draft into a static tree (and so take ``tree``)."""
+
+DEFAULT_TREES = {"stand": "stand-smollm2-humaneval-80", "stand-det": "stand-smollm2-humaneval-80",
+                 "recycle": "heuristic-80"}
+"""Each tree method's default tree: STAND's calibrated tree for the default model, and Token
+Recycling's own static tree (its paper's depth profile 8/21/25/15/8/3)."""
+
+Memory = NGramStore | RecyclingMatrix
+"""A drafter's memory that several calls may share (best-of-N trajectories of one problem)."""
+
+
+def check_method(method: str, *, tree=None, memory=None, feed_rejected: bool = False) -> None:
+    """Check that ``method`` exists and takes the options given (before any model work).
+
+    Raises:
+        StandError: unknown method, a tree for a method without one, a memory of the wrong kind,
+            or ``feed_rejected`` for a method without an n-gram store.
+    """
+    if method not in METHODS:
+        raise StandError(f"unknown method {method!r} (valid: {', '.join(METHODS)})")
+    if feed_rejected and method not in STORE_METHODS:
+        raise StandError(f"feed_rejected applies to {' and '.join(STORE_METHODS)}, not {method!r}")
+    if tree is not None and method not in TREE_METHODS:
+        raise StandError(f"method {method!r} drafts no static tree: a tree applies to {', '.join(TREE_METHODS)}")
+    if memory is None:
+        return
+    if method in STORE_METHODS and not isinstance(memory, NGramStore):
+        raise StandError(f"method {method!r} shares an NGramStore, not {type(memory).__name__}")
+    if method == "recycle" and not isinstance(memory, RecyclingMatrix):
+        raise StandError(f"method 'recycle' shares a RecyclingMatrix, not {type(memory).__name__}")
+    if method in ("ar", "pld"):
+        raise StandError(f"method {method!r} has no memory to share (store applies to stand, stand-det, recycle)")
+
+
+def method_tree(method: str, tree: DraftTree | TreeFile | str | None) -> DraftTree | None:
+    """The static tree ``method`` drafts into: ``tree`` resolved, or the method's default; None
+    for methods without a static tree.
+
+    Raises:
+        StandError: a bad tree, or a tree without draft nodes.
+    """
+    if method not in TREE_METHODS:
+        return None
+    resolved = resolve_tree(DEFAULT_TREES[method] if tree is None else tree)
+    if resolved.num_nodes == 0:
+        name = f" {tree}" if isinstance(tree, str) else ""
+        raise StandError(f"tree{name} has no draft nodes: use method 'ar' for plain decoding")
+    return resolved
+
+
+def new_memory(method: str, vocab: int) -> Memory | None:
+    """A fresh drafter memory for ``method`` (None for methods without one)."""
+    if method in STORE_METHODS:
+        return NGramStore(top_k=STORE_TOP_K)
+    if method == "recycle":
+        return RecyclingMatrix(vocab)
+    return None
+
+
+def make_drafter(method: str, tree, memory: Memory | None, randomness: RandomStream, params: SamplingParams,
+                 vocab: int, feed_rejected: bool = False, diagnose: bool = False, seed: int | None = None) -> Drafter | None:
+    """The drafter of ``method`` (None for plain decoding).
+
+    Args:
+        method: one of :data:`METHODS`.
+        tree: the static tree (tree methods): a :class:`DraftTree`, :class:`TreeFile`, file or
+            bundled name; None = the method's default (:data:`DEFAULT_TREES`).
+        memory: a shared :data:`Memory` of the method's kind, or None for a fresh one.
+        randomness: the run's random stream (Gumbel noise of stochastic drafts).
+        params: the target sampling distribution.
+        vocab: the target's vocabulary size.
+        feed_rejected, diagnose: STAND options (see :func:`stand_runtime.generate`).
+        seed: seeds the diagnostics' private generator.
+
+    Raises:
+        StandError: see :func:`check_method` and :func:`method_tree`; a memory built for another
+            vocabulary.
+    """
+    check_method(method, tree=tree, memory=memory, feed_rejected=feed_rejected)
+    static = method_tree(method, tree)
+    if memory is None:
+        memory = new_memory(method, vocab)
+    if isinstance(memory, RecyclingMatrix) and memory.vocab != vocab:
+        raise StandError(f"the RecyclingMatrix has {memory.vocab} rows but the model's vocabulary is {vocab}")
+    if isinstance(memory, NGramStore) and memory.max_token_id >= vocab:
+        raise StandError(f"the store holds token id {memory.max_token_id}, outside the model's vocabulary ({vocab})")
+    if method == "ar":
+        return None
+    if method == "pld":
+        return PromptLookupDrafter()
+    if method == "recycle":
+        return TokenRecyclingDrafter(static, memory)
+    stochastic = method == "stand" and not params.greedy
+    quality = DraftQuality(seed=seed) if diagnose else None
+    return StandDrafter(static, memory, randomness if stochastic else None, params, feed_rejected, quality)
+
+
+__all__ = [
+    "DEFAULT_TREES", "Drafter", "METHODS", "Memory", "PromptLookupDrafter", "RecyclingMatrix", "STORE_METHODS",
+    "STORE_TOP_K", "StandDrafter", "draft_tree", "TREE_METHODS", "TokenRecyclingDrafter", "check_method", "make_drafter",
+    "method_tree", "new_memory", "store_params",
+]

@@ -1,0 +1,173 @@
+"""STAND drafting (STAND paper §3.1-3.2): the logit n-gram store drafted into a static tree.
+
+Each node's children are drawn from the store's q(. | context) by Gumbel-Top-K (stochastic) or
+taken as q's top-m (deterministic: the paper's ablation, and greedy decoding). The store is fed with
+the target's p (top-10) at every prompt position and every committed position, or optionally at
+every forwarded tree node, rejected ones included (DESIGN §3.1 option: each node's context is a
+real token sequence and its logits row is exact for it).
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import torch
+
+from ..diagnostics import DraftQuality
+from ..draft import Draft
+from ..gumbel import choose_children
+from ..ngram_store import NGramStore
+from ..randomness import RandomStream
+from ..sampling import SamplingParams, target_probs
+from ..tree import DraftTree
+from .tree_walk import Proposal, fill_tree
+
+STORE_TOP_K = 10
+"""Ids the store keeps per context (the paper's k)."""
+
+# Greedy decoding has a one-hot p, which would leave one token per context in the store; the store
+# then records the softmax of the logits instead (any q keeps verification lossless).
+_GREEDY_STORE_PARAMS = SamplingParams(temperature=1.0, top_p=1.0, top_k=0)
+
+
+def store_params(params: SamplingParams) -> SamplingParams:
+    """The distribution the n-gram store records: p itself, or for greedy decoding the softmax."""
+    return _GREEDY_STORE_PARAMS if params.greedy else params
+
+
+def store_proposer(store: NGramStore, randomness: RandomStream | None):
+    """STAND's proposal for one node: look q up in ``store`` and draw m children from it
+    (Gumbel-Top-K with ``randomness``, or q's top-m when it is None)."""
+
+    def propose(context: tuple, m: int) -> Proposal | None:
+        entry = store.lookup(context)
+        if entry is None:
+            return None
+        slots = choose_children(entry.log_q, min(m, len(entry.id_list)), randomness)
+        return Proposal([entry.id_list[s] for s in slots], entry.ids, entry.q, slots)
+
+    return propose
+
+
+def draft_tree(tree: DraftTree, store: NGramStore, context: list[int], randomness: RandomStream | None,
+               max_depth: int | None = None) -> Draft:
+    """Draft STAND's tokens into a static tree for the next step (STAND §3.2).
+
+    Args:
+        tree: the static draft tree.
+        store: the n-gram store to draw q from.
+        context: committed tokens, the last one being the root (at least one token).
+        randomness: noise source for Gumbel-Top-K; ``None`` drafts deterministically (top-m of q).
+        max_depth: draft no node deeper than this (e.g. the tokens still allowed); None = no limit.
+
+    Returns:
+        The :class:`Draft` (root plus every node whose ancestors' lookups hit).
+    """
+    return fill_tree(tree, context, store.max_n, store_proposer(store, randomness), randomness is not None, max_depth)
+
+
+class StandDrafter:
+    """STAND as a :class:`stand_runtime.drafters.Drafter`.
+
+    Args:
+        tree: the static draft tree.
+        store: the n-gram store (shared across calls for best-of-N).
+        randomness: Gumbel noise for stochastic drafts; None = deterministic top-m drafts.
+        params: the target sampling distribution (what the store records).
+        feed_rejected: also record p at rejected tree nodes (DESIGN §3.1 option).
+        quality: when given, q is measured against p at every drafted root (diagnostics; the time it
+            takes is tallied in ``diagnostics_s``, seconds).
+    """
+
+    def __init__(self, tree: DraftTree, store: NGramStore, randomness: RandomStream | None, params: SamplingParams,
+                 feed_rejected: bool = False, quality: DraftQuality | None = None) -> None:
+        self.tree = tree
+        self.store = store
+        self.randomness = randomness
+        self.params = params
+        self.feed_rejected = feed_rejected
+        self.quality = quality
+        self.diagnostics_s = 0.0
+        self._root_n: int | None = None  # context length of the last drafted root's lookup (0 = miss)
+        self._propose = store_proposer(store, randomness)
+
+    @property
+    def max_nodes(self) -> int:
+        """Drafted nodes per step at most."""
+        return self.tree.num_nodes
+
+    def observe_prompt(self, prompt: list[int], logits: torch.Tensor, positions: range) -> None:
+        self._feed(prompt, list(positions), logits)
+
+    def draft(self, committed: list[int], max_depth: int) -> Draft:
+        if self.quality is not None:
+            match = self.store.match(committed)
+            self._root_n = 0 if match is None else match[0]
+        return fill_tree(self.tree, committed, self.store.max_n, self._propose, self.randomness is not None, max_depth)
+
+    def observe_step(self, committed, draft, accepted, logits, rows) -> None:
+        if self.quality is not None:
+            start = time.perf_counter()
+            self._measure_root(draft, rows.get(0))
+            self.diagnostics_s += time.perf_counter() - start
+        if self.feed_rejected:
+            self._feed_tree(committed, draft, logits, rows)
+            return
+        keep = [0, *accepted]
+        path_tokens = committed + [draft.tokens[p] for p in accepted]
+        positions = list(range(len(committed) - 1, len(committed) - 1 + len(keep)))
+        ids, probs = self._top(logits[keep], [rows.get(p) for p in keep])
+        self.store.update_sequence(path_tokens, positions, ids, probs)
+
+    def _feed(self, tokens, positions, logits) -> None:
+        """Record p (top-10) at ``positions``: row r predicts the token after ``tokens[: positions[r] + 1]``."""
+        if positions:
+            self.store.update_sequence(tokens, positions, *self._top(logits, None))
+
+    def _feed_tree(self, committed: list[int], draft: Draft, logits: torch.Tensor, rows: dict) -> None:
+        """Record p at every forwarded node, rejected ones included: each node's context (committed
+        tokens + the drafted path to it) is a real token sequence and its logits row is exact for it."""
+        ids, probs = self._top(logits, [rows.get(p) for p in range(len(draft.tokens))])
+        max_n = self.store.max_n
+        suffixes = [tuple(committed[-max_n:])]
+        for position in range(1, len(draft.tokens)):
+            suffixes.append((suffixes[draft.parents[position]] + (draft.tokens[position],))[-max_n:])
+        for position, suffix in enumerate(suffixes):
+            self.store.update(suffix, ids[position], probs[position])
+
+    def _top(self, logits: torch.Tensor, rows: list | None) -> tuple[np.ndarray, np.ndarray]:
+        """Top-10 ids ``[n, 10]`` int64 and probabilities ``[n, 10]`` float64 of p per row of
+        ``logits`` ``[n, vocab]``, reusing the ``[vocab]`` p rows verification already computed
+        (``rows[i]``, None where it did not) and computing the others in one batch."""
+        n, k = logits.shape[0], min(STORE_TOP_K, logits.shape[-1])
+        if rows is None or self.params.greedy:  # greedy rows are one-hot: the store records the softmax
+            rows = [None] * n
+        have = [i for i, row in enumerate(rows) if row is not None]
+        missing = [i for i, row in enumerate(rows) if row is None]
+        ids = np.empty((n, k), dtype=np.int64)
+        probs = np.empty((n, k), dtype=np.float64)
+        if have:
+            top = torch.topk(torch.from_numpy(np.stack([rows[i] for i in have])), k, dim=-1)
+            ids[have], probs[have] = top.indices.numpy(), top.values.numpy()
+        if missing:
+            source = logits if len(missing) == n else logits[missing]
+            top = torch.topk(target_probs(source, store_params(self.params)), k, dim=-1)
+            ids[missing], probs[missing] = top.indices.cpu().numpy(), top.values.cpu().double().numpy()
+        return ids, probs
+
+    def _measure_root(self, draft: Draft, p: np.ndarray | None) -> None:
+        """Diagnostics: q at a drafted root against p (q as drafted: the store is fed after this)."""
+        root_n, self._root_n = self._root_n, None
+        if root_n is None or p is None or not self.tree.children[0]:
+            return  # the step was not drafted (token budget) or the tree has no root children
+        if root_n == 0:
+            self.quality.add(0)
+        elif draft.draft_ids[0] is not None:
+            self.quality.add(root_n, p, draft.draft_ids[0], draft.draft_probs[0], len(self.tree.children[0]))
+
+    def stats(self) -> dict:
+        stats = self.store.stats().as_dict()
+        if self.quality is not None:
+            stats["root"] = self.quality.as_dict()
+        return stats

@@ -1,0 +1,154 @@
+"""The calibration file: per-node acceptance estimates of a candidate tree (DESIGN §4.2).
+
+JSON (``format: stand-calibration``, version 1): the candidate's rank paths, alpha-hat per node, the
+step count, per prompt its own sums (so an interrupted run resumes and errors can be clustered by
+prompt), and metadata (settings, model, timings, version). Written atomically after every prompt.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from stand_runtime import DraftTree, StandError, write_text_atomic
+
+CALIBRATION_FORMAT = "stand-calibration"
+CALIBRATION_VERSION = 1
+
+
+@dataclass
+class Calibration:
+    """Per-node acceptance estimates for a candidate tree.
+
+    Attributes:
+        candidate: the candidate tree.
+        alpha_sum: ``[N + 1]`` float64 summed per-step acceptance (index 0, the root, unused).
+        steps: the denominator: decoding steps (direct) or their importance-weighted estimate (replay).
+        per_prompt: for each finished prompt: id, steps, tokens and its own ``alpha_sum`` (resume,
+            and errors clustered by prompt).
+        metadata: settings, model, timings, version.
+    """
+
+    candidate: DraftTree
+    alpha_sum: np.ndarray
+    steps: float = 0
+    per_prompt: list[dict] = field(default_factory=list)
+    metadata: dict = field(default_factory=dict)
+
+    @property
+    def alpha(self) -> np.ndarray:
+        """``[N]`` alpha-hat per candidate draft node, breadth-first order."""
+        return self.alpha_sum[1:] / self.steps if self.steps > 0 else np.zeros(self.candidate.num_nodes)
+
+    def alpha_stderr(self, groups: np.ndarray | None = None) -> np.ndarray:
+        """Standard error of alpha-hat, clustered by prompt (a prompt's steps are not independent).
+
+        Ratio-estimator (delta-method) variance of ``sum alpha_sum / sum steps`` over prompts.
+
+        Args:
+            groups: ``[N]`` int group of each candidate node (e.g. its depth); None = per node.
+
+        Returns:
+            ``[N]`` per node, or ``[max(groups) + 1]`` for the sum of alpha-hat over each group's
+            nodes; ``inf`` with fewer than 2 prompts.
+        """
+        nodes = self.candidate.num_nodes
+        sums = np.zeros((len(self.per_prompt), nodes))
+        for row, prompt in enumerate(self.per_prompt):
+            sums[row] = prompt["alpha_sum"][1:]
+        if groups is not None:
+            groups = np.asarray(groups, dtype=np.int64)
+            members = np.zeros((nodes, int(groups.max()) + 1))
+            members[np.arange(nodes), groups] = 1.0
+            sums = sums @ members
+        if len(self.per_prompt) < 2:
+            return np.full(sums.shape[1], np.inf)
+        steps = np.array([p["steps"] for p in self.per_prompt], dtype=float)[:, None]
+        ratio = sums.sum(0) / steps.sum()
+        residual = sums - ratio * steps
+        clusters = len(self.per_prompt)
+        variance = clusters / (clusters - 1) * (residual**2).sum(0) / steps.sum() ** 2
+        return np.sqrt(variance)
+
+    @property
+    def expected_acceptance_length(self) -> float:
+        """1 + sum of alpha-hat over the whole candidate."""
+        return 1.0 + float(self.alpha.sum())
+
+    def add_prompt(self, prompt_id: str, alpha_sum: np.ndarray, steps: float, tokens: int) -> None:
+        self.alpha_sum += alpha_sum
+        self.steps += steps
+        self.per_prompt.append({"id": prompt_id, "steps": steps, "tokens": tokens, "alpha_sum": alpha_sum.tolist()})
+
+    def to_json(self) -> dict:
+        return {
+            "format": CALIBRATION_FORMAT,
+            "version": CALIBRATION_VERSION,
+            "candidate": [list(p) for p in self.candidate.paths],
+            "alpha": [round(float(a), 8) for a in self.alpha],
+            "steps": round(self.steps, 6),
+            "per_prompt": [{**p, "steps": round(p["steps"], 6), "alpha_sum": [round(a, 8) for a in p["alpha_sum"]]} for p in self.per_prompt],
+            "metadata": self.metadata,
+        }
+
+    def save(self, path: str | Path) -> Path:
+        """Write the calibration file atomically."""
+        return write_text_atomic(path, json.dumps(self.to_json()) + "\n")
+
+
+def load_calibration(path: str | Path) -> Calibration:
+    """Read a calibration file.
+
+    Raises:
+        StandError: missing, not JSON, wrong format or version, or inconsistent contents (one line).
+    """
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise StandError(f"calibration file not found: {path}") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as error:
+        raise StandError(f"corrupt calibration file {path}: {str(error) or 'nested too deeply'}") from None
+    if not isinstance(data, dict) or data.get("format") != CALIBRATION_FORMAT:
+        raise StandError(f"corrupt calibration file {path}: not a {CALIBRATION_FORMAT} file")
+    if data.get("version") != CALIBRATION_VERSION:
+        raise StandError(f"calibration file {path}: version {data.get('version')} is not supported")
+    try:
+        candidate = DraftTree.from_paths(data["candidate"])
+        if [list(p) for p in candidate.paths] != data["candidate"]:
+            raise StandError("candidate paths are not in breadth-first order")
+        per_prompt = list(data["per_prompt"])
+        alpha_sum = np.zeros(candidate.num_nodes + 1)
+        for entry in per_prompt:
+            label = entry.get("id") if isinstance(entry, dict) else entry
+            if not isinstance(entry, dict) or not isinstance(entry.get("alpha_sum"), list):
+                raise StandError(f"prompt {label!r} has no alpha_sum list")
+            if not all(_is_number(a) and a >= 0 for a in entry["alpha_sum"]):
+                raise StandError(f"prompt {label!r} has alpha_sum values that are not finite numbers >= 0")
+            if not _is_number(entry.get("steps")) or entry["steps"] < 0:
+                raise StandError(f"prompt {label!r} has steps {entry.get('steps')!r} (a finite number >= 0 expected)")
+            row = np.asarray(entry["alpha_sum"], dtype=float)
+            if row.shape != alpha_sum.shape:
+                raise StandError(f"prompt {label!r} has {row.shape[0]} values for {alpha_sum.shape[0]} nodes")
+            alpha_sum += row
+        if not _is_number(data["steps"]):
+            raise StandError(f"steps {data['steps']!r} is not a finite number")
+        steps = float(data["steps"])
+        if abs(steps - sum(float(p["steps"]) for p in per_prompt)) > 1e-6 * max(1.0, steps):
+            raise StandError("steps do not add up over prompts")
+        metadata = data.get("metadata") or {}
+        if not isinstance(metadata, dict):
+            raise StandError("metadata is not an object")
+    except StandError as error:
+        raise StandError(f"corrupt calibration file {path}: {error}") from None
+    except (KeyError, TypeError, ValueError, AttributeError) as error:
+        raise StandError(f"corrupt calibration file {path}: bad or missing field ({error})") from None
+    return Calibration(candidate, alpha_sum, steps, per_prompt, dict(metadata))
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
