@@ -57,7 +57,7 @@ class DraftQuality:
         sampled = 0.0
         for _ in range(self.orders):
             slots = gumbel_top_k(log_q, m, self._rng.gumbel(size=len(q))).tolist()
-            sampled += sum(acceptance_chain(target, q_list, slots, stochastic=True)[0])
+            sampled += sum(acceptance_chain(target, q_list, slots, stochastic=True).accept)
         row[4] += sampled / self.orders
 
     def as_dict(self) -> dict:

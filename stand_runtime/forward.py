@@ -29,7 +29,7 @@ def model_device(model) -> torch.device:
 
 
 def prefill(model, cache, tokens: Sequence[int], *, on_logits: Callable[[torch.Tensor, range], None] | None = None,
-            chunk: int = PREFILL_CHUNK) -> None:
+            chunk: int | None = None) -> None:
     """Run ``tokens`` through the model into ``cache``, ``chunk`` tokens per forward.
 
     Args:
@@ -39,9 +39,10 @@ def prefill(model, cache, tokens: Sequence[int], *, on_logits: Callable[[torch.T
         on_logits: called per chunk with its ``[len(positions), vocab]`` logits (model dtype) and the
             ``positions`` they belong to (row r predicts the token after ``tokens[: positions[r] + 1]``);
             None computes no logits at all.
-        chunk: tokens per forward (>= 1).
+        chunk: tokens per forward (>= 1); None = :data:`PREFILL_CHUNK`.
     """
     device = model_device(model)
+    chunk = chunk or PREFILL_CHUNK
     with torch.inference_mode():
         for start in range(0, len(tokens), chunk):
             stop = min(start + chunk, len(tokens))

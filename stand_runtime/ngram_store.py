@@ -13,6 +13,14 @@ The mass cut off by the truncation is tallied in :class:`StoreStats`. Drafting u
 over its support. Lookup is longest match first: the 3-token context, then 2, then 1; the first hit
 wins, and a miss returns ``None``.
 
+Admission (ours): the truncation would lose, at every merge, the whole mass of a token that is not
+(yet) among the k largest, so a new successor observed with a sharp p could never climb in: after
+c observations it enters with 1/(c+1) against stored values ~c/(c+1) of theirs (with 10 one-hot
+successors seen once each and a new one seen 100 times, it entered only by float rounding, ~2% of the
+time). Each entry therefore also keeps a *reserve*: the next ``reserve`` ids by merged value, with
+their exact running averages, which q does not show. A reserve id keeps accumulating and is promoted
+as soon as its average passes the k-th; the k ids q shows keep exactly the paper's values.
+
 Memory is bounded: each table keeps at most ``max_entries_per_n`` contexts and evicts the least
 recently updated one.
 """
@@ -28,29 +36,35 @@ import numpy as np
 from .errors import StandError
 
 # Estimated bytes per stored context (key tuple, entry object, id and probability lists, dict slot),
-# measured with tracemalloc on CPython 3.11, k = 10: ~410 fresh, ~700 once drafting cached its arrays.
+# measured with tracemalloc on CPython 3.11, k = 10: ~410 fresh, ~700 once drafting cached its arrays;
+# a full reserve of 10 adds ~400.
 _BYTES_PER_ENTRY = 560
+_BYTES_PER_RESERVE_ID = 40
 
 
 class StoreEntry:
     """One context's draft distribution.
 
     Attributes:
-        id_list: ``m`` token ids, m <= k, by decreasing probability (Python ints).
+        id_list: ``m`` token ids, m <= k, by decreasing probability (Python ints): q's support.
         prob_list: ``m`` running-average target probabilities (sum <= 1: the truncated mass is missing).
         count: observations merged so far.
+        reserve: ``(ids, probs)`` of the next most likely ids (running averages as well), candidates
+            for q's support that drafting does not see; empty tuples when none.
 
     The arrays drafting and verification need are computed on first use and cached: ``ids``
     (``[m]`` int64), ``q`` (``[m]`` float64, ``prob_list`` renormalised: the draft distribution) and
     ``log_q`` (``[m]`` float64).
     """
 
-    __slots__ = ("id_list", "prob_list", "count", "_ids", "_q", "_log_q")
+    __slots__ = ("id_list", "prob_list", "count", "reserve", "_ids", "_q", "_log_q")
 
-    def __init__(self, id_list: list[int], prob_list: list[float], count: int) -> None:
+    def __init__(self, id_list: list[int], prob_list: list[float], count: int,
+                 reserve: tuple[list[int], list[float]] = ((), ())) -> None:
         self.id_list = id_list
         self.prob_list = prob_list
         self.count = count
+        self.reserve = reserve
         self._ids = self._q = self._log_q = None
 
     @property
@@ -84,7 +98,8 @@ class StoreStats:
         hits_by_n: lookups answered by the n-token table (longest match first).
         misses: lookups answered by no table.
         merges: updates that merged into an existing context.
-        dropped_mass: total probability mass cut off by truncation to k, summed over merges.
+        dropped_mass: total probability mass cut off by truncation to k (q's support), summed over
+            merges (reserve ids included: q does not show them).
         evictions: contexts evicted by the memory bound.
     """
 
@@ -131,20 +146,24 @@ class NGramStore:
     """Logit-based n-gram store (STAND §3.1).
 
     Args:
-        top_k: ids kept per context (the paper's k = 10).
+        top_k: ids of q per context (the paper's k = 10).
         max_n: longest context length; tables exist for n = max_n .. 1.
         max_entries_per_n: memory bound per table (contexts); the least recently updated is evicted.
+        reserve: candidate ids kept per context beyond the top k (see the module docstring); 0 gives
+            the paper's plain truncation.
 
     Raises:
         StandError: a parameter is out of range.
     """
 
-    def __init__(self, top_k: int = 10, max_n: int = 3, max_entries_per_n: int = 500_000) -> None:
-        if top_k < 1 or max_n < 1 or max_entries_per_n < 1:
+    def __init__(self, top_k: int = 10, max_n: int = 3, max_entries_per_n: int = 500_000, reserve: int = 10) -> None:
+        if top_k < 1 or max_n < 1 or max_entries_per_n < 1 or reserve < 0:
             raise StandError(
-                f"store needs top_k, max_n and max_entries_per_n >= 1, got {top_k}, {max_n}, {max_entries_per_n}"
+                f"store needs top_k, max_n and max_entries_per_n >= 1 and reserve >= 0, got {top_k}, {max_n}, "
+                f"{max_entries_per_n}, {reserve}"
             )
         self.top_k = top_k
+        self.reserve = reserve
         self.max_n = max_n
         self.max_entries_per_n = max_entries_per_n
         self._tables: dict[int, OrderedDict[tuple[int, ...], StoreEntry]] = {
@@ -156,6 +175,7 @@ class NGramStore:
         self._dropped_mass = 0.0
         self._evictions = 0
         self._max_token_id = -1
+        self._reserve_ids = 0  # reserve ids held over all entries (memory estimate)
 
     @property
     def max_token_id(self) -> int:
@@ -222,10 +242,13 @@ class NGramStore:
             if stored is None:
                 table[key] = StoreEntry(id_list, prob_list, 1)
                 if len(table) > self.max_entries_per_n:
-                    table.popitem(last=False)
+                    _, evicted = table.popitem(last=False)
+                    self._reserve_ids -= len(evicted.reserve[0])
                     self._evictions += 1
             else:
-                table[key] = self._merge(stored, id_list, prob_list)
+                merged = self._merge(stored, id_list, prob_list)
+                self._reserve_ids += len(merged.reserve[0]) - len(stored.reserve[0])
+                table[key] = merged
                 table.move_to_end(key)
 
     def update_sequence(
@@ -247,22 +270,29 @@ class NGramStore:
     def _merge(self, stored: StoreEntry, id_list: list[int], prob_list: list[float]) -> StoreEntry:
         count = stored.count
         weighted = {token: prob * count for token, prob in zip(stored.id_list, stored.prob_list)}
+        for token, prob in zip(*stored.reserve):
+            weighted[token] = prob * count
         for token, prob in zip(id_list, prob_list):
             weighted[token] = weighted.get(token, 0.0) + prob
         merged = sorted(weighted.items(), key=lambda item: -item[1])
         scale = 1.0 / (count + 1)
         self._merges += 1
-        if len(merged) > self.top_k:
-            self._dropped_mass += sum(mass for _, mass in merged[self.top_k :]) * scale
-            merged = merged[: self.top_k]
-        return StoreEntry([t for t, _ in merged], [m * scale for _, m in merged], count + 1)
+        k = self.top_k
+        reserve: tuple = ((), ())
+        if len(merged) > k:
+            self._dropped_mass += sum(mass for _, mass in merged[k:]) * scale
+            if self.reserve:
+                extra = merged[k : k + self.reserve]
+                reserve = ([t for t, _ in extra], [m * scale for _, m in extra])
+            merged = merged[:k]
+        return StoreEntry([t for t, _ in merged], [m * scale for _, m in merged], count + 1, reserve)
 
     def stats(self) -> StoreStats:
         """A snapshot of the store's size and lookup statistics."""
         entries = {n: len(table) for n, table in self._tables.items()}
         return StoreStats(
             entries_by_n=entries,
-            approx_bytes=_BYTES_PER_ENTRY * sum(entries.values()),
+            approx_bytes=_BYTES_PER_ENTRY * sum(entries.values()) + _BYTES_PER_RESERVE_ID * self._reserve_ids,
             lookups=self._lookups,
             hits_by_n=dict(self._hits),
             misses=self._lookups - sum(self._hits.values()),
@@ -270,6 +300,10 @@ class NGramStore:
             dropped_mass=self._dropped_mass,
             evictions=self._evictions,
         )
+
+    def contexts(self) -> list[tuple[int, ...]]:
+        """Every stored context (tokens), longest tables first."""
+        return [key for table in self._tables.values() for key in table]
 
     def __len__(self) -> int:
         return sum(len(table) for table in self._tables.values())

@@ -104,6 +104,49 @@ def target_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
     return probs
 
 
+def top_target_probs(logits: torch.Tensor, params: SamplingParams, k: int, rows_per_batch: int = 128
+                     ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The k most likely tokens of p and their probabilities, without materialising p.
+
+    Equal to ``torch.topk(target_probs(logits, params), k)`` up to float rounding, but each row
+    costs one partial top-k and one log-sum-exp instead of several full-vocabulary copies, and rows
+    are processed ``rows_per_batch`` at a time: a long prompt's prefill feeds the store in bounded
+    memory. Rows whose nucleus is larger than the partial top-k fall back to :func:`target_probs`.
+
+    Args:
+        logits: ``[n, vocab]`` raw target logits (any float dtype, any device).
+        params: the sampling parameters (not greedy: a greedy p is one-hot).
+        k: how many tokens per row (``k <= vocab``).
+        rows_per_batch: rows per internal batch (bounds the temporary memory).
+
+    Returns:
+        ``([n, k] int64 ids, [n, k] float32 probabilities)``, most likely first; probabilities of
+        tokens outside the nucleus are 0.
+    """
+    vocab = logits.shape[-1]
+    probe = min(max(_NUCLEUS_PROBE, k, params.top_k), vocab)
+    out_ids, out_probs = [], []
+    for start in range(0, logits.shape[0], rows_per_batch):
+        chunk = logits[start : start + rows_per_batch].float() / params.temperature
+        top, ids = torch.topk(chunk, probe, dim=-1)
+        if 0 < params.top_k < vocab:
+            probs = torch.zeros_like(top)
+            probs[:, : params.top_k] = torch.softmax(top[:, : params.top_k], dim=-1)
+        else:
+            probs = torch.exp(top - torch.logsumexp(chunk, dim=-1, keepdim=True))
+        if params.top_p < 1.0:
+            cumulative = probs.cumsum(dim=-1)
+            probs = probs * ((cumulative - probs) < params.top_p)
+            probs = probs / probs.sum(dim=-1, keepdim=True)
+            wide = (cumulative[:, -1] < params.top_p).nonzero().flatten()
+            if len(wide) and probs.shape[-1] < vocab:  # nucleus beyond the probe: exact, row by row
+                full = torch.topk(target_probs(logits[start + wide], params), probs.shape[-1], dim=-1)
+                probs[wide], ids[wide] = full.values, full.indices
+        out_ids.append(ids[:, :k])
+        out_probs.append(probs[:, :k])
+    return torch.cat(out_ids), torch.cat(out_probs)
+
+
 def _nucleus(probs: torch.Tensor, top_p: float) -> torch.Tensor:
     """Keep the smallest set of most likely tokens whose mass reaches ``top_p``; renormalise.
 
@@ -114,12 +157,16 @@ def _nucleus(probs: torch.Tensor, top_p: float) -> torch.Tensor:
     probe = min(_NUCLEUS_PROBE, vocab)
     sorted_probs, sorted_ids = torch.topk(probs, probe, dim=-1)
     cumulative = sorted_probs.cumsum(dim=-1)
-    if probe < vocab and bool((cumulative[..., -1] < top_p).any()):
-        sorted_probs, sorted_ids = torch.sort(probs, dim=-1, descending=True)
-        cumulative = sorted_probs.cumsum(dim=-1)
-    keep_sorted = (cumulative - sorted_probs) < top_p
     kept = torch.zeros_like(probs)
-    kept.scatter_(-1, sorted_ids, sorted_probs * keep_sorted)
+    kept.scatter_(-1, sorted_ids, sorted_probs * ((cumulative - sorted_probs) < top_p))
+    wide = cumulative[..., -1] < top_p  # rows whose nucleus is larger than the probe: a full sort
+    if probe < vocab and bool(wide.any()):
+        rows = probs[wide]
+        sorted_probs, sorted_ids = torch.sort(rows, dim=-1, descending=True)
+        cumulative = sorted_probs.cumsum(dim=-1)
+        full = torch.zeros_like(rows)
+        full.scatter_(-1, sorted_ids, sorted_probs * ((cumulative - sorted_probs) < top_p))
+        kept[wide] = full
     return kept / kept.sum(dim=-1, keepdim=True)
 
 

@@ -36,6 +36,7 @@ from typing import Callable
 import numpy as np
 
 from .draft import Draft
+from .errors import StandError
 from .randomness import RandomStream
 from .sampling import sample_index
 
@@ -58,11 +59,23 @@ class Verification:
     bonus: bool
 
 
+def _target_at(target_probs: TargetProbs, node: int) -> np.ndarray:
+    """p at ``node``, checked: a NaN or infinite p would be silently accepted (``min(1, nan)`` is 1)."""
+    probs = target_probs(node)
+    if not np.isfinite(probs.sum()):
+        raise StandError(f"the target distribution at draft node {node} is not finite (NaN or inf logits)")
+    return probs
+
+
 def verify_greedy(draft: Draft, target_probs: TargetProbs) -> Verification:
-    """Greedy verification: follow the children that equal argmax p (first index on ties)."""
+    """Greedy verification: follow the children that equal argmax p (first index on ties).
+
+    Raises:
+        StandError: p is not finite at a visited node.
+    """
     node, accepted = 0, []
     while True:
-        best = int(np.argmax(target_probs(node)))
+        best = int(np.argmax(_target_at(target_probs, node)))
         match = next((child for child in draft.children[node] if draft.tokens[child] == best), None)
         if match is None:
             return Verification(accepted, best, not draft.children[node])
@@ -76,7 +89,8 @@ def verify_sampling(draft: Draft, target_probs: TargetProbs, randomness: RandomS
     Uses recursive rejection sampling without replacement when ``draft.stochastic`` (children drawn
     from q by Gumbel-Top-K) and the deterministic-draft rule otherwise (see the module docstring).
     At each node the outcome (child i accepted, or none) is drawn in one shot from the probabilities
-    :func:`acceptance_chain` gives, which is the same law as running the stages one by one.
+    :func:`acceptance_chain` gives, which is the same law as running the stages one by one; an
+    outcome of probability 0 is never drawn.
 
     Args:
         draft: the drafted tree (tokens, q per node with children).
@@ -86,29 +100,27 @@ def verify_sampling(draft: Draft, target_probs: TargetProbs, randomness: RandomS
     Returns:
         The accepted path and the emitted token; the emitted sequence is distributed as plain
         sampling from p.
+
+    Raises:
+        StandError: p is not finite at a visited node.
     """
     node, accepted = 0, []
     while True:
-        probs = target_probs(node)
+        probs = _target_at(target_probs, node)
         kids = draft.children[node]
         if not kids:
             return Verification(accepted, sample_index(probs, randomness.uniform()), True)
         support, q, slots = node_draft(draft, node)
-        accept, residual_on_support = acceptance_chain(
-            probs[support].tolist(), q, slots, stochastic=draft.stochastic and q is not None
-        )
-        u, cumulative, chosen = randomness.uniform(), 0.0, None
-        for child, prob in zip(kids, accept):
-            cumulative += prob
-            if u < cumulative:
-                chosen = child
-                break
-        if chosen is None:
+        on_support = probs[support]
+        chain = acceptance_chain(on_support.tolist(), q, slots, stochastic=draft.stochastic and q is not None,
+                                 outside=max(0.0, float(probs.sum() - on_support.sum())))
+        outcome = sample_index(np.array([*chain.accept, chain.none]), randomness.uniform())
+        if outcome == len(kids):
             residual = probs.copy()
-            residual[support] = residual_on_support
+            residual[support] = chain.residual
             return Verification(accepted, sample_index(residual, randomness.uniform()), False)
-        accepted.append(chosen)
-        node = chosen
+        accepted.append(kids[outcome])
+        node = kids[outcome]
 
 
 def node_draft(draft: Draft, node: int) -> tuple[np.ndarray, list[float] | None, list[int]]:
@@ -120,14 +132,44 @@ def node_draft(draft: Draft, node: int) -> tuple[np.ndarray, list[float] | None,
     return draft.draft_ids[node], draft.draft_probs[node].tolist(), [draft.slots[c] for c in kids]
 
 
+EMPTY_RESIDUAL = 1e-6
+"""A residual holding less than this fraction of the stage's mass counts as empty: rejecting then
+has probability 0 up to float32 noise in p, and is treated as impossible (the child is accepted)."""
+
+
+@dataclass(frozen=True)
+class ChainOutcome:
+    """The outcome probabilities at one node (see :func:`acceptance_chain`).
+
+    Attributes:
+        accept: ``[m]`` probability that child i (drawing order) is the accepted one.
+        none: probability that every child is rejected; ``sum(accept) + none`` is 1 up to rounding,
+            and ``none`` is exactly 0 when the final residual is empty.
+        residual: ``[k]`` unnormalised residual weights at the support ids after every child was
+            rejected (the weights elsewhere are p's own).
+        outside: p's mass outside the support (unchanged by every stage).
+    """
+
+    accept: list[float]
+    none: float
+    residual: list[float]
+    outside: float
+
+    @property
+    def residual_mass(self) -> float:
+        """Unnormalised mass of the final residual distribution."""
+        return sum(self.residual) + self.outside
+
+
 def acceptance_chain(
-    target_on_support: list[float], q: list[float] | None, slots: list[int], stochastic: bool
-) -> tuple[list[float], list[float]]:
-    """Probability that each child is the accepted one, and the final residual on q's support.
+    target_on_support: list[float], q: list[float] | None, slots: list[int], stochastic: bool,
+    outside: float | None = None,
+) -> ChainOutcome:
+    """Probability that each child is the accepted one, and the final residual.
 
     Runs the stages of the verification rule (module docstring) analytically. Only the entries of
-    p on q's support change from stage to stage, so p enters as its values on the support and the
-    rest of the vocabulary is implied (p sums to 1).
+    p on q's support change from stage to stage (q is 0 elsewhere), so p enters as its values on the
+    support plus the mass ``outside`` it, carried explicitly rather than as ``1 - sum``.
 
     Args:
         target_on_support: ``[k]`` p at the support ids.
@@ -135,36 +177,35 @@ def acceptance_chain(
         slots: support index of each child, in drawing order (``m <= k`` children).
         stochastic: True for recursive rejection sampling without replacement (Jeon et al. 2024),
             False for the deterministic-draft rule (q_i one-hot on the i-th child).
+        outside: p's mass off the support; None = ``max(0, 1 - sum(target_on_support))``.
 
     Returns:
-        ``accept``: ``[m]`` probability that child i is accepted (the rest, ``1 - sum``, is "none");
-        ``residual``: ``[k]`` unnormalised residual weights at the support ids after every child
-        was rejected (the weights elsewhere are p's own): sample the recovered token from p with
-        these entries replaced.
+        The :class:`ChainOutcome`.
     """
-    weights = list(target_on_support)
-    total = 1.0
+    weights = [max(0.0, w) for w in target_on_support]
+    outside = max(0.0, 1.0 - sum(weights)) if outside is None else outside
+    total = sum(weights) + outside
     reach = 1.0  # probability that every earlier child was rejected
     accept: list[float] = []
     q = list(q) if q is not None else None
     for slot in slots:
-        target = weights[slot] / total
+        if reach == 0.0:
+            accept.append(0.0)
+            continue
+        target = weights[slot] / total if total > 0 else 0.0
         if stochastic:
             ratio = min(1.0, target / q[slot]) if q[slot] > 0 else 0.0
+            lowered = [max(w - q_x * total, 0.0) for w, q_x in zip(weights, q)]
         else:
             ratio = min(1.0, target)
-        accept.append(reach * ratio)
-        reach *= 1.0 - ratio
-        if stochastic:
-            lowered = [max(w - q_x * total, 0.0) for w, q_x in zip(weights, q)]
-            remaining = total - sum(weights) + sum(lowered)
-        else:
             lowered = list(weights)
             lowered[slot] = 0.0
-            remaining = total - weights[slot]
-        # p_i = q_i exactly leaves no residual mass: the rejection then has probability 0 and any
-        # distribution is correct, so keep p_i.
-        if remaining > 1e-12 * total:
+        remaining = sum(lowered) + outside
+        if remaining <= EMPTY_RESIDUAL * total:  # nothing left to recover: rejection is impossible
+            ratio = 1.0
+        accept.append(reach * ratio)
+        reach *= 1.0 - ratio
+        if reach > 0.0:
             weights, total = lowered, remaining
         if stochastic:
             q_total = sum(q) - q[slot]
@@ -172,4 +213,5 @@ def acceptance_chain(
             if q_total <= 0:
                 break
             q = [q_x / q_total for q_x in q]
-    return accept, weights
+    accept += [0.0] * (len(slots) - len(accept))
+    return ChainOutcome(accept, reach, weights, outside)

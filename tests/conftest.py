@@ -5,6 +5,8 @@ import os
 import pytest
 import torch
 
+from stand_runtime import new_cache, tree_forward
+
 if os.environ.get("PYTEST_XDIST_WORKER"):
     torch.set_num_threads(1)  # one thread per xdist worker: two workers share the two cores
 
@@ -57,3 +59,37 @@ class DigitsTokenizer:
 
     def decode(self, ids, skip_special_tokens=True):
         return " ".join(map(str, ids))
+
+
+def full_logits(model, tokens):
+    with torch.inference_mode():
+        return model(input_ids=torch.tensor([tokens])).logits[0]
+
+
+def random_tree_step(model, tree, prefix, seed):
+    """Forward ``tree`` filled with random tokens on top of ``prefix``; return the tokens and logits."""
+    gen = torch.Generator().manual_seed(seed)
+    vocab = model.config.vocab_size
+    tokens = [prefix[-1]] + torch.randint(0, vocab, (tree.num_nodes,), generator=gen).tolist()
+    cache = new_cache(model)
+    with torch.inference_mode():
+        model(input_ids=torch.tensor([prefix[:-1]]), cache=cache, use_cache=True)
+    logits = tree_forward(model, cache, tokens, tree.depths, tree.ancestor_mask, len(prefix) - 1)
+    return tokens, logits, cache
+
+
+def path_tokens(tree, tokens, node):
+    path = []
+    while node > 0:
+        path.append(tokens[node])
+        node = int(tree.parents[node])
+    return path[::-1]
+
+
+def assert_tree_logits_match_paths(model, tree, prefix, nodes, tol=1e-4):
+    tokens, logits, _ = random_tree_step(model, tree, prefix, seed=0)
+    worst = 0.0
+    for node in nodes:
+        alone = full_logits(model, prefix + path_tokens(tree, tokens, node))[-1]
+        worst = max(worst, (logits[node] - alone).abs().max().item())
+    assert worst <= tol, worst

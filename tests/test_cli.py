@@ -106,3 +106,101 @@ def test_bench_unknown_method_lists_valid_ones():
 def test_generate_feed_rejected_needs_a_store_method():
     code, output = run("generate", "--method", "pld", "--feed-rejected", "hello")
     one_line_error(output, "feed_rejected applies to stand and stand-det, not 'pld'")
+
+
+@pytest.fixture()
+def tiny_cli(monkeypatch):
+    """The CLI on the tiny model with the digits tokenizer (no model loading)."""
+    import cli
+    from conftest import DigitsTokenizer, tiny_model
+
+    monkeypatch.setattr(cli, "_load", lambda model: (tiny_model(), DigitsTokenizer()))
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--seed", "99999999999999999999", "hi"], "seed must be in [0, 2**64)"),
+        (["--seed", "-3", "hi"], "seed must be in [0, 2**64)"),
+        (["--max-new-tokens", "0", "hi"], "max_new_tokens must be >= 1"),
+        (["--method", "ar", "--tree", "heuristic-80", "hi"], "method 'ar' drafts no static tree"),
+        (["--top-p", "0", "hi"], "top_p must be in"),
+        ([], "give a prompt or --prompt-file"),
+    ],
+)
+def test_generate_bad_options_fail_before_the_model_loads(monkeypatch, args, message):
+    import cli
+
+    def no_loading(model):
+        raise AssertionError("the model was loaded before the options were checked")
+
+    monkeypatch.setattr(cli, "_load", no_loading)
+    code, output = run("generate", *args)
+    assert code == 2
+    one_line_error(output, message)
+
+
+def test_generate_renders_every_method_and_writes_json(tiny_cli, tmp_path):
+    for method in ("recycle", "pld", "ar", "stand"):
+        out = tmp_path / f"{method}.json"
+        code, output = run("generate", "--method", method, "--temperature", "0", "--max-new-tokens", "4",
+                           "--json", str(out), "3 1 4 1 5 3 1 4 1 5")
+        assert code == 0, output
+        data = json.loads(out.read_text())
+        assert data["method"] == method and data["stats"]["new_tokens"] == 4
+        assert "stopped at --max-new-tokens 4" in output
+    assert "matrix rows filled" in run("generate", "--method", "recycle", "--max-new-tokens", "2", "3 1 4")[1]
+
+
+def test_generate_reads_the_prompt_from_a_file_or_stdin(tiny_cli, tmp_path):
+    prompt = tmp_path / "prompt.txt"
+    prompt.write_text("3 1 4 1 5")
+    code, output = run("generate", "--prompt-file", str(prompt), "--max-new-tokens", "2", "--temperature", "0")
+    assert code == 0 and "new tokens" in output, output
+    result = runner.invoke(app, ["generate", "--prompt-file", "-", "--max-new-tokens", "2"], input="3 1 4 1 5")
+    assert result.exit_code == 0, result.output
+    code, output = run("generate", "--max-new-tokens", "2", str(prompt))
+    assert "is an existing file but is used as the prompt text" in output
+
+
+def test_progress_in_a_file_prints_a_few_lines(monkeypatch):
+    """A progress bar written to a file or pipe (FORCE_COLOR makes rich redraw there) stays short."""
+    import io
+
+    from rich.console import Console
+
+    import cli_render
+
+    monkeypatch.setenv("FORCE_COLOR", "1")
+    buffer = io.StringIO()
+    console = Console(file=buffer, markup=False)
+    with cli_render.progress(console) as bar:
+        task = bar.add_task("decoding", total=1000)
+        for _ in range(1000):
+            bar.advance(task)
+    lines = buffer.getvalue().splitlines()
+    assert 5 <= len(lines) <= 11 and lines[-1] == "decoding 1000/1000", lines
+
+
+@pytest.mark.model
+def test_stream_ending_inside_a_multibyte_character_keeps_the_text(default_model):
+    import io
+
+    from rich.console import Console
+
+    import cli_render
+
+    _, tokenizer = default_model
+    ids = tokenizer("ok 😀")["input_ids"]
+    assert tokenizer.decode(ids[:2]).endswith("\ufffd")  # the emoji takes more than one token
+    buffer = io.StringIO()
+    stream = cli_render.TextStream(tokenizer, Console(file=buffer))
+    stream(ids[:1])
+    stream(ids[1:2])
+    stream.end()
+    assert buffer.getvalue().startswith("ok ") and buffer.getvalue().endswith("\n")
+    buffer = io.StringIO()
+    stream = cli_render.TextStream(tokenizer, Console(file=buffer))
+    stream(ids)
+    stream.end()
+    assert buffer.getvalue() == "ok 😀\n"

@@ -4,47 +4,13 @@ import numpy as np
 import pytest
 import torch
 from scipy import stats
-from transformers import DynamicCache
 
-from conftest import tiny_model
-from stand_runtime import NGramStore, SamplingParams, StandError, generate, load_model, load_tree, target_probs
+from conftest import assert_tree_logits_match_paths, full_logits, random_tree_step, tiny_model
+from stand_runtime import (NGramStore, RecyclingMatrix, SamplingParams, StandError, generate, load_model, load_tree,
+                           target_probs)
 from stand_runtime import tree_forward
 from stand_runtime.stopping import StopRule
 from stand_runtime.kv_cache import keep_tree_entries
-
-
-def full_logits(model, tokens):
-    with torch.inference_mode():
-        return model(input_ids=torch.tensor([tokens])).logits[0]
-
-
-def random_tree_step(model, tree, prefix, seed):
-    """Forward ``tree`` filled with random tokens on top of ``prefix``; return the tokens and logits."""
-    gen = torch.Generator().manual_seed(seed)
-    vocab = model.config.vocab_size
-    tokens = [prefix[-1]] + torch.randint(0, vocab, (tree.num_nodes,), generator=gen).tolist()
-    cache = DynamicCache(config=model.config)
-    with torch.inference_mode():
-        model(input_ids=torch.tensor([prefix[:-1]]), cache=cache, use_cache=True)
-    logits = tree_forward(model, cache, tokens, tree.depths, tree.ancestor_mask, len(prefix) - 1)
-    return tokens, logits, cache
-
-
-def path_tokens(tree, tokens, node):
-    path = []
-    while node > 0:
-        path.append(tokens[node])
-        node = int(tree.parents[node])
-    return path[::-1]
-
-
-def assert_tree_logits_match_paths(model, tree, prefix, nodes, tol=1e-4):
-    tokens, logits, _ = random_tree_step(model, tree, prefix, seed=0)
-    worst = 0.0
-    for node in nodes:
-        alone = full_logits(model, prefix + path_tokens(tree, tokens, node))[-1]
-        worst = max(worst, (logits[node] - alone).abs().max().item())
-    assert worst <= tol, worst
 
 
 def test_tree_forward_matches_each_path_alone_tiny_qwen2(tiny_qwen2):
@@ -217,6 +183,22 @@ def test_eos_inside_an_accepted_run_truncates_there(tiny_qwen2):
         assert result.tokens == plain.tokens[: chosen + 1], method
 
 
+def test_store_is_fed_only_at_committed_positions(tiny_qwen2):
+    """An EOS that cuts an accepted run: the store gets p at the committed positions only, not at
+    the accepted nodes drafted past the EOS."""
+    prompt = [1, 1, 2, 3, 5, 8, 13] * 2
+    free = generate(tiny_qwen2, None, prompt, method="stand", temperature=0, max_new_tokens=60, eos_token_ids=[])
+    assert free.stats.tokens_per_step[0] >= 3  # the first step accepts 2+ tokens: cut it after its first
+    store = NGramStore()
+    result = generate(tiny_qwen2, None, prompt, method="stand", temperature=0, max_new_tokens=60,
+                      eos_token_ids=[free.tokens[0]], store=store)
+    stats = result.stats
+    assert result.tokens == free.tokens[:1] and stats.accepted_per_step[-1] > stats.tokens_per_step[-1]
+    committed_rows = sum(1 + min(a, t) for a, t in zip(stats.accepted_per_step, stats.tokens_per_step))
+    observations = sum(store.match(key)[1].count for key in store.contexts() if len(key) == 1)
+    assert observations == len(prompt) - 1 + committed_rows
+
+
 def test_max_new_tokens_reached_mid_run_gives_plain_length_and_content(tiny_qwen2):
     plain = generate(tiny_qwen2, None, REPEAT_PROMPT, method="ar", temperature=0, max_new_tokens=30, eos_token_ids=[])
     multi_token_steps = 0
@@ -249,9 +231,41 @@ def test_shared_store_across_calls_grows(tiny_qwen2):
         ({"prompt_or_ids": [1, 2], "method": "pld", "feed_rejected": True, "max_new_tokens": 8}, "feed_rejected applies to stand and stand-det"),
         ({"prompt_or_ids": [1, 2], "top_p": 0}, "top_p must be in"),
         ({"prompt_or_ids": [1, 2], "tree": "no-such-tree", "max_new_tokens": 8}, "tree not found"),
+        ({"prompt_or_ids": [1, 16]}, "prompt token id 16 is outside the model's vocabulary .16 tokens."),
+        ({"prompt_or_ids": [1, 2], "store": "STORE_FOR_ANOTHER_MODEL"}, "store holds token id 99, outside the model's vocabulary"),
+        ({"prompt_or_ids": [1, 2], "method": "recycle", "store": "SMALL_MATRIX"}, "RecyclingMatrix has 8 rows but the model's vocabulary is 16"),
+        ({"prompt_or_ids": [1, 2], "seed": 2**64}, "seed must be in .0, 2..64."),
+        ({"prompt_or_ids": [1, 2], "seed": -1}, "seed must be in"),
+        ({"prompt_or_ids": [1, 2], "seed": "3"}, "seed must be an integer"),
+        ({"prompt_or_ids": [1, 2], "seed": 1.5}, "seed must be an integer"),
+        ({"prompt_or_ids": [1, 2], "seed": True}, "seed must be an integer"),
+        ({"prompt_or_ids": [1, 2], "max_new_tokens": 2.5}, "max_new_tokens must be an integer"),
+        ({"prompt_or_ids": [1, 2], "max_new_tokens": None}, "max_new_tokens must be an integer"),
+        ({"prompt_or_ids": [1, 2], "max_new_tokens": "8"}, "max_new_tokens must be an integer"),
+        ({"prompt_or_ids": [1, 2], "max_new_tokens": True}, "max_new_tokens must be an integer"),
+        ({"prompt_or_ids": [1, 2], "method": "ar", "tree": "heuristic-80"}, "method 'ar' drafts no static tree"),
+        ({"prompt_or_ids": [1, 2], "method": "pld", "tree": "heuristic-80"}, "method 'pld' drafts no static tree"),
+        ({"prompt_or_ids": [1, 2], "method": "ar", "store": "STORE"}, "method 'ar' has no memory to share"),
+        ({"prompt_or_ids": [1, 2], "method": "pld", "store": "STORE"}, "method 'pld' has no memory to share"),
+        ({"prompt_or_ids": [1, 2], "tree": "EMPTY_TREE"}, "has no draft nodes: use method 'ar'"),
+        ({"prompt_or_ids": [1, 2], "sampling": SamplingParams(), "temperature": 0.5}, "give sampling or temperature, not both"),
+        ({"prompt_or_ids": [1, 2], "stop": [""]}, "stop strings must be non-empty"),
+        ({"prompt_or_ids": [1, 2], "stop": ["x"]}, "stop strings need a tokenizer"),
     ],
 )
-def test_bad_input_is_a_one_line_error(tiny_qwen2, kwargs, message):
+def test_bad_input_is_a_one_line_error(tiny_qwen2, tmp_path, kwargs, message):
+    kwargs = dict(kwargs)
+    kwargs.setdefault("max_new_tokens", 8)
+    if kwargs.get("store") == "STORE_FOR_ANOTHER_MODEL":
+        kwargs["store"] = NGramStore()
+        kwargs["store"].update([1], [99], [1.0])
+    elif kwargs.get("store") == "SMALL_MATRIX":
+        kwargs["store"] = RecyclingMatrix(8)
+    elif kwargs.get("store") == "STORE":
+        kwargs["store"] = NGramStore()
+    if kwargs.get("tree") == "EMPTY_TREE":
+        kwargs["tree"] = str(tmp_path / "empty.json")
+        (tmp_path / "empty.json").write_text('{"format": "stand-tree", "version": 1, "paths": []}')
     with pytest.raises(StandError, match=message) as info:
         generate(tiny_qwen2, None, **kwargs)
     assert "\n" not in str(info.value)
@@ -299,3 +313,25 @@ def test_feeding_rejected_nodes_stores_their_contexts(tiny_qwen2):
     assert checked >= 5, checked
     assert any(only_accepted.match(prompt + paths[p]) is None or only_accepted.match(prompt + paths[p])[0] < 3
                for p in rejected)
+
+
+def test_chunked_prefill_feeds_the_same_store(tiny_qwen2, monkeypatch):
+    """A long prompt's prefill runs (and feeds the store) in chunks, in bounded memory; the store
+    it leaves equals the one-chunk prefill's, and decoding continues identically."""
+    import stand_runtime.forward as forward
+
+    prompt = (REPEAT_PROMPT * 3)[:77]
+    stores, runs = [], []
+    for chunk in (1000, 8):
+        monkeypatch.setattr(forward, "PREFILL_CHUNK", chunk)
+        store = NGramStore()
+        runs.append(generate(tiny_qwen2, None, prompt, temperature=0.8, max_new_tokens=12, seed=5, store=store,
+                             eos_token_ids=[]))
+        stores.append(store)
+    whole, chunked = stores
+    assert sorted(whole.contexts()) == sorted(chunked.contexts())
+    for context in whole.contexts():
+        a, b = whole.match(context)[1], chunked.match(context)[1]
+        assert a.count == b.count and a.id_list == b.id_list
+        np.testing.assert_allclose(a.prob_list, b.prob_list, atol=1e-5)
+    assert runs[0].tokens == runs[1].tokens

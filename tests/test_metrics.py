@@ -40,7 +40,7 @@ def test_sampled_children_acceptance_matches_enumeration():
         for j in range(3):
             if i != j:
                 chance = q[i] * q[j] / (1 - q[i])
-                exact += chance * sum(acceptance_chain(p[ids].tolist(), q.tolist(), [i, j], stochastic=True)[0])
+                exact += chance * sum(acceptance_chain(p[ids].tolist(), q.tolist(), [i, j], stochastic=True).accept)
     quality = DraftQuality(orders=20000, seed=1)
     quality.add(3, p, ids, q, m=2)
     summary = summarise_draft_quality([quality.as_dict()])

@@ -113,3 +113,27 @@ def test_match_reports_n_and_counts_nothing():
     assert n == 2 and entry.id_list == [1, 2]
     assert store.match([9, 9, 9]) is None
     assert store.stats().lookups == 0
+
+
+def test_a_new_successor_of_sharp_p_enters_a_full_entry():
+    """Ten one-hot successors seen once fill the entry; a new one seen again and again must get in
+    at its second observation (its mass waits in the reserve), not only by float rounding."""
+    store = NGramStore(max_n=1)
+    for token in range(10):
+        store.update([5], [token], [1.0])
+    store.update([5], [99], [1.0])
+    assert 99 not in store.lookup([5]).id_list  # a tie at 1/11: not (yet) among the top 10
+    store.update([5], [99], [1.0])
+    entry = store.lookup([5])
+    assert entry.id_list[0] == 99 and entry.prob_list[0] == pytest.approx(2 / 12)
+    for _ in range(98):
+        store.update([5], [99], [1.0])
+    entry = store.lookup([5])
+    assert entry.prob_list[0] == pytest.approx(100 / 110)  # the exact running average
+    assert len(entry.id_list) == 10 and 9 in entry.reserve[0]  # the evicted one waits in the reserve
+    plain = NGramStore(max_n=1, reserve=0)  # the paper's plain truncation, for contrast
+    for token in range(10):
+        plain.update([5], [token], [1.0])
+    for _ in range(5):
+        plain.update([5], [99], [1.0])
+    assert 99 not in plain.lookup([5]).id_list

@@ -169,3 +169,62 @@ def test_greedy_accepts_exactly_the_argmax_path():
     # a root whose argmax is not drafted emits the argmax and accepts nothing
     miss = verify_greedy(draft, lambda node: np.array([0.1, 0.1, 0.1, 0.7]))
     assert miss.accepted == [] and miss.token == 3 and not miss.bonus
+
+
+class ForcedStream(RandomStream):
+    """A random stream whose uniforms come from a list (the rest from a seeded generator)."""
+
+    def __init__(self, uniforms):
+        super().__init__()
+        self.forced = list(uniforms)
+
+    def uniform(self):
+        return self.forced.pop(0) if self.forced else super().uniform()
+
+
+@pytest.mark.parametrize("order", [[0, 1, 2, 3], [3, 2, 1, 0], [1, 3, 0, 2]])
+def test_nucleus_fully_drafted_never_draws_an_empty_residual(order):
+    """p's whole nucleus (4 tokens, float32 noise) is drafted from a q that covers it: rejecting every
+    child leaves an empty residual, so that outcome must have probability exactly 0, even for a
+    uniform just above the children's cumulative acceptance (it used to raise IndexError)."""
+    vocab = 50
+    ids = np.array([5, 9, 17, 30])
+    q = np.array([0.4, 0.3, 0.2, 0.1])
+    p = np.zeros(vocab)
+    p[ids] = (q * (1 - 3e-8)).astype(np.float32)  # a float32 row summing to 1 - 6e-8: p < q on every id
+    from stand_runtime import acceptance_chain
+
+    for stochastic in (True, False):
+        outside = max(0.0, p.sum() - p[ids].sum())
+        chain = acceptance_chain(p[ids].tolist(), q.tolist() if stochastic else None, order, stochastic, outside)
+        assert chain.none == 0.0, chain
+        cumulative = float(np.cumsum(chain.accept)[-1])
+        draft = one_level_draft(ids, q, order, stochastic)
+        if not stochastic:
+            draft = one_level_draft(ids[order], q[order], list(range(4)), False)
+            draft.draft_ids[0] = None
+        for u in (np.nextafter(cumulative, 1.0), 1.0 - 1e-17, np.nextafter(1.0, 0.0)):
+            result = verify_sampling(draft, lambda node: p, ForcedStream([u]))
+            token = draft.tokens[result.accepted[0]] if result.accepted else result.token
+            assert token in ids
+
+
+def test_nan_target_is_an_error_not_an_acceptance():
+    from stand_runtime import StandError
+
+    draft = one_level_draft(np.array([1, 2]), np.array([0.5, 0.5]), [0, 1], True)
+    p = np.array([0.2, np.nan, 0.3, 0.5])
+    with pytest.raises(StandError, match="not finite"):
+        verify_sampling(draft, lambda node: p, RandomStream.seeded(0))
+    with pytest.raises(StandError, match="not finite"):
+        verify_greedy(draft, lambda node: p)
+
+
+def test_duplicate_siblings_are_refused_where_drafts_are_built():
+    from stand_runtime import DraftBuilder, StandError
+
+    builder = DraftBuilder(7)
+    builder.add(0, 3)
+    builder.add(0, 3)
+    with pytest.raises(StandError, match="duplicate children"):
+        builder.build(stochastic=False)

@@ -107,18 +107,19 @@ def replay_trajectory(
                 slots = choose_children(entry.log_q, min(len(kids), len(entry.id_list)), randomness if stochastic else None)
                 target = target_at(index)
                 on_support = [target.get(token, 0.0) for token in entry.id_list]
-                accept, residual = acceptance_chain(on_support, entry.q.tolist() if stochastic else None, slots, stochastic)
+                chain = acceptance_chain(on_support, entry.q.tolist() if stochastic else None, slots, stochastic)
+                accept = chain.accept
                 for child, prob in zip(kids, accept):
                     alpha_sum[child] += weight * prob
                 next_token = generated[index]
                 p_next = target.get(next_token, 0.0)
                 if p_next <= 0.0:
                     break
-                rejected = max(0.0, 1.0 - sum(accept))  # the step may end here: y recovered from the residual
-                residual_total = 1.0 - sum(on_support) + sum(residual)
+                rejected = chain.none  # the step may end here: y recovered from the residual
+                residual_total = chain.residual_mass
                 if rejected > 0.0 and residual_total > 0.0:
                     slot_of = entry.id_list.index(next_token) if next_token in entry.id_list else None
-                    residual_y = residual[slot_of] if slot_of is not None else p_next
+                    residual_y = chain.residual[slot_of] if slot_of is not None else p_next
                     ends[index + 1] = ends.get(index + 1, 0.0) + weight * rejected * residual_y / residual_total / p_next
                 match = next((i for i, slot in enumerate(slots) if entry.id_list[slot] == next_token), None)
                 if match is None or accept[match] <= 0.0:

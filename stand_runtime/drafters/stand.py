@@ -19,7 +19,7 @@ from ..draft import Draft
 from ..gumbel import choose_children
 from ..ngram_store import NGramStore
 from ..randomness import RandomStream
-from ..sampling import SamplingParams, target_probs
+from ..sampling import SamplingParams, top_target_probs
 from ..tree import DraftTree
 from .tree_walk import Proposal, fill_tree
 
@@ -152,8 +152,8 @@ class StandDrafter:
             ids[have], probs[have] = top.indices.numpy(), top.values.numpy()
         if missing:
             source = logits if len(missing) == n else logits[missing]
-            top = torch.topk(target_probs(source, store_params(self.params)), k, dim=-1)
-            ids[missing], probs[missing] = top.indices.cpu().numpy(), top.values.cpu().double().numpy()
+            top_ids, top_probs = top_target_probs(source, store_params(self.params), k)
+            ids[missing], probs[missing] = top_ids.cpu().numpy(), top_probs.cpu().double().numpy()
         return ids, probs
 
     def _measure_root(self, draft: Draft, p: np.ndarray | None) -> None:
