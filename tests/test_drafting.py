@@ -101,3 +101,36 @@ def test_stochastic_draft_children_are_distinct_and_follow_q():
         firsts.append(draft.tokens[1])
     freq = np.mean(np.array(firsts) == 6)
     assert abs(freq - 0.7) < 0.04
+
+
+@pytest.mark.parametrize("stochastic", [True, False], ids=["stochastic", "deterministic"])
+def test_replay_calibration_chooses_the_children_drafting_chooses(stochastic):
+    """Replay calibration must estimate what drafting does: with the same store and noise, the
+    children it walks at a node are the tokens the engine's drafter puts there, in the same order."""
+    from stand_runtime import choose_children
+    from stand_runtime.batch_sampling import RecordedDistributions
+    from treeopt.replay import replay_trajectory
+
+    tree = DraftTree.from_paths([[0], [1], [2], [0, 0]])
+    store = NGramStore(max_n=1)
+    store.update([4], [7, 8, 9, 3], [0.4, 0.3, 0.2, 0.1])
+    drafted = draft_tree(tree, store, [1, 4], RandomStream.seeded(3) if stochastic else None)
+    entry = store.lookup([4])
+    slots = choose_children(entry.log_q, 3, RandomStream.seeded(3) if stochastic else None)
+    assert [drafted.tokens[c] for c in drafted.children[0]] == [entry.id_list[s] for s in slots]
+    # the replay itself, on a trajectory whose next token is the second drafted child: it must
+    # credit exactly the static node the engine would have placed that token in
+    second = drafted.tokens[drafted.children[0][1]]
+    recorded = RecordedDistributions(
+        store_ids=np.array([[7, 8, 9, 3, 0, 1, 2, 5, 6, 10]] * 3), store_probs=np.full((3, 10), 0.1),
+        target_ids=[np.array([3, 7, 8, 9]), np.array([5])], target_probs=[np.array([0.5, 0.2, 0.2, 0.1]), np.array([1.0])])
+    alpha = np.zeros(tree.num_nodes + 1)
+    replay_trajectory([1, 4], [second, 5], recorded, tree, store, RandomStream.seeded(3), alpha,
+                      stochastic=stochastic, segmentations=1)
+    from stand_runtime import acceptance_chain
+
+    target = {3: 0.5, 7: 0.2, 8: 0.2, 9: 0.1}
+    chain = acceptance_chain([target.get(t, 0.0) for t in entry.id_list], entry.q.tolist() if stochastic else None,
+                             slots, stochastic)
+    np.testing.assert_allclose(alpha[1:4], chain.accept)  # static node 1 + r credited with child r's chance
+    assert alpha[1:4].sum() > 0
