@@ -8,6 +8,7 @@ code 2, never a traceback.
 from __future__ import annotations
 
 import functools
+import os
 import sys
 import time
 from pathlib import Path
@@ -52,6 +53,57 @@ def one_line_errors(command):
     return wrapper
 
 
+def run() -> None:
+    """The console script: usage errors (a bad option value, a missing argument, an unknown command)
+    are one line, ``error: ...`` with exit code 2, like every other bad input."""
+    try:
+        result = app(standalone_mode=False)
+    except Exception as error:  # click's classes, whichever copy of click typer uses: matched by name
+        kinds = {cls.__name__ for cls in type(error).__mro__}
+        if "UsageError" in kinds:
+            err_console.print(Text("error: ", style="bold red") + Text(" ".join(error.format_message().split())),
+                              highlight=False, soft_wrap=True)
+            sys.exit(2)
+        if "Exit" in kinds:
+            sys.exit(error.exit_code)
+        if "Abort" in kinds:
+            err_console.print("aborted")
+            sys.exit(130)
+        raise
+    sys.exit(result if isinstance(result, int) else 0)
+
+
+def check_paths(outputs: dict[str, Optional[Path]], inputs: dict[str, object]) -> None:
+    """Refuse an output that would overwrite an input file of the same command, or another output.
+
+    Args:
+        outputs: option name → the path it will write (None: not given).
+        inputs: option name → a path (or several) the command reads; names that are not existing
+            files (bundled trees, dataset names) are ignored.
+
+    Raises:
+        StandError: naming both options.
+    """
+    def same(a, b) -> bool:
+        try:
+            return os.path.samefile(a, b)
+        except OSError:
+            return Path(a).resolve() == Path(b).resolve() and Path(a).exists()
+
+    seen: list[tuple[str, Path]] = []
+    for name, path in outputs.items():
+        if path is None:
+            continue
+        for other, earlier in seen:
+            if Path(path).resolve() == earlier.resolve():
+                raise StandError(f"{name} and {other} are the same file ({path}): choose two paths")
+        seen.append((name, Path(path)))
+        for source, given in inputs.items():
+            for item in given if isinstance(given, (list, tuple)) else [given]:
+                if item is not None and Path(str(item)).is_file() and same(path, str(item)):
+                    raise StandError(f"{name} {path} is the {source} file itself: it would be overwritten; choose another path")
+
+
 def _version(value: bool) -> None:
     if value:
         console.print(f"treeopt {__version__}")
@@ -65,11 +117,34 @@ def main(
     """STAND toolkit: calibrate, export and inspect draft trees; decode with them."""
 
 
-def _load(model: str):
-    from stand_runtime import load_model
+DTYPE_HELP = ("Weights of the target: float32, or bfloat16 (a different target, lossless relative to itself; "
+              "fast only on CPUs with native bfloat16).")
 
+
+def _load(model: str, dtype: str = "float32"):
+    from stand_runtime import load_model
+    from stand_runtime.models import dtype_note
+
+    note = dtype_note(dtype)
+    if note:
+        err_console.print(f"note: {note}", highlight=False)
     with console.status(f"loading {model} ..."):
-        return load_model(model)
+        return load_model(model, dtype=dtype)
+
+
+def _announce_tree(target, method: str, tree: Optional[str]) -> bool:
+    """Say which tree ``auto`` chose for this machine (measuring the latency profile once if needed);
+    False when the method does not use ``auto``."""
+    from stand_runtime import AUTO, DEFAULT_TREES, TREE_METHODS, machine_tree
+
+    if method not in TREE_METHODS or (tree or DEFAULT_TREES[method]) != AUTO:
+        return False
+    choice = machine_tree(target, on_measure=lambda: console.print(
+        "measuring this machine's forward latency to size the draft tree (once per model, cached) ...", style="dim"))
+    console.print(f"tree auto: {choice.nodes} nodes for this machine (calibrated τ {choice.expected_acceptance_length:.2f}, "
+                  f"forward {choice.profile.at(choice.nodes + 1) * 1e3:.0f} ms vs {choice.profile.at(1) * 1e3:.0f} ms "
+                  f"for one token: at most {choice.bound:.2f}x plain decoding)", style="dim")
+    return True
 
 
 def _read_prompt(prompt: Optional[str], prompt_file: Optional[Path]) -> str:
@@ -105,25 +180,31 @@ def generate(
     seed: Optional[int] = typer.Option(None, help=SEED_HELP),
     stop: Optional[list[str]] = typer.Option(None, help="Stop once the text contains this string (repeatable)."),
     feed_rejected: bool = typer.Option(False, "--feed-rejected", help="STAND: also feed the store at rejected tree nodes."),
+    dtype: str = typer.Option("float32", help=DTYPE_HELP),
     json_out: Optional[Path] = typer.Option(None, "--json", help="Also write the statistics to this JSON file."),
 ) -> None:
     """Decode one prompt, streaming the text, then show the decoding statistics."""
     from stand_runtime import (SamplingParams, check_budget, check_method, check_seed, check_writable,
                                generate as run_generate, method_tree)
 
+    from stand_runtime.stopping import check_stop_strings
+
+    check_paths({"--json": json_out}, {"--prompt-file": prompt_file, "--tree": tree})
     text = _read_prompt(prompt, prompt_file)
     check_method(method, tree=tree, feed_rejected=feed_rejected)
     check_budget(max_new_tokens)
     check_seed(seed)
+    stops = check_stop_strings(tuple(stop or ()))
     sampling = SamplingParams(temperature, top_p, top_k)
     resolved = method_tree(method, tree)
     if json_out is not None:
         check_writable(json_out)
-    target, tokenizer = _load(model)
+    target, tokenizer = _load(model, dtype)
+    _announce_tree(target, method, tree)
     stream = render.TextStream(tokenizer, console)
     result = run_generate(
         target, tokenizer, text, method=method, tree=resolved, sampling=sampling, max_new_tokens=max_new_tokens,
-        seed=seed, stop=tuple(stop or ()), on_tokens=stream, feed_rejected=feed_rejected,
+        seed=seed, stop=stops, on_tokens=stream, feed_rejected=feed_rejected,
     )
     stream.end()
     if result.finish_reason == "length":
@@ -192,7 +273,9 @@ def calibrate(
     from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
     from stand_runtime import check_writable, load_tree
-    from treeopt import CalibrationConfig, Progress, calibrate as run_calibration, depth_profile, load_calibration, load_prompts
+    from treeopt import CalibrationConfig, Progress, calibrate as run_calibration, depth_profile, load_prompts
+
+    from treeopt.calibrate import resumable
 
     config = CalibrationConfig(
         model=model, dataset=dataset, field=field, samples=samples, offset=offset, method=method,
@@ -200,14 +283,15 @@ def calibrate(
         max_new_tokens=max_new_tokens, trajectories=trajectories, seed=seed, batch_size=batch_size,
         deterministic_drafts=deterministic,
     )
+    check_paths({"--out": out}, {"--candidate": candidate_file, "--dataset": dataset})
     check_writable(out)
     prompts = load_prompts(dataset, field=field, samples=samples, offset=offset)
     tree = load_tree(candidate_file).tree if candidate_file is not None else None
     if tree is not None and tree.num_nodes == 0:
         raise StandError(f"candidate tree {candidate_file} has no nodes")
     done = 0
-    if resume and out.exists():
-        done = len(load_calibration(out).per_prompt)  # a corrupt file fails now, not after the model has loaded
+    if resume and out.exists():  # a corrupt file or other settings fail now, not after the model has loaded
+        done = len(resumable(config, out, tree).per_prompt)
     target, tokenizer = _load(model)
     columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[rate]}"),
                TimeElapsedColumn(), TimeRemainingColumn()]
@@ -243,7 +327,7 @@ def calibrate(
 def export(
     calibration: Path = typer.Argument(..., help="Calibration file from `treeopt calibrate`."),
     nodes: str = typer.Option("80", help="Tree size K (draft nodes), or 'auto' to pick it from this machine's latency profile."),
-    fmt: str = typer.Option("stand", "--format", help="stand (versioned JSON) | choices (plain list of paths)."),
+    fmt: str = typer.Option("stand", "--format", help="stand (versioned JSON) | choices (plain list of paths) | family (the best tree for each of many sizes, for --tree auto on any machine)."),
     model: Optional[str] = typer.Option(None, help="Model whose latency --nodes auto measures (default: the calibration's)."),
     out: Path = typer.Option(Path("tree.json"), help="Where to write the tree."),
 ) -> None:
@@ -251,23 +335,32 @@ def export(
     from stand_runtime import check_writable, save_tree
     from treeopt import depth_profile, export_tree, load_calibration
 
+    check_paths({"--out": out}, {"CALIBRATION": calibration})
     check_writable(out)
-    if out.resolve() == calibration.resolve():
-        raise StandError(f"--out {out} is the calibration file itself; choose another path")
-    if fmt not in ("stand", "choices"):
-        raise StandError(f"unknown --format {fmt!r} (use stand or choices)")
+    if fmt not in ("stand", "choices", "family"):
+        raise StandError(f"unknown --format {fmt!r} (use stand, choices or family)")
     result = load_calibration(calibration)
+    if fmt == "family":
+        from stand_runtime import family_to_json
+        from treeopt import export_family
+
+        family = export_family(result)
+        write_json(out, family_to_json(family), indent=None)
+        console.print(f"tree family of {len(family.members)} sizes ({min(family.members)}..{max(family.members)} nodes) "
+                      f"written to {out}")
+        return
     extra = {}
     if nodes == "auto":
-        from treeopt import best_sums, cached_latency, choose_nodes
+        from stand_runtime import cached_latency, choose_size
+        from treeopt import best_sums
 
         name = model or result.metadata.get("model") or "smollm2-135m"
         target, _ = _load(name)
         profile = cached_latency(target, name, on_measure=lambda: console.print("measuring forward latency (once per model and device) ..."))
-        sums = best_sums(result.candidate, result.alpha, min(result.candidate.num_nodes, max(profile)))
-        count, curve = choose_nodes(sums, profile)
+        sums = best_sums(result.candidate, result.alpha, min(result.candidate.num_nodes, profile.sizes[-1] - 1))
+        count, curve = choose_size(sums, profile)
         console.print(render.curve_table(curve, count))
-        extra = {"nodes_auto": {"latency_s": {str(k): v for k, v in profile.items()}, "chosen": count}}
+        extra = {"nodes_auto": {"latency": profile.as_dict(), "chosen": count}}
         if count == 0:
             raise StandError("--nodes auto: no tree beats plain decoding on this hardware (K = 0); export a fixed size instead")
     else:
@@ -285,13 +378,16 @@ def export(
 @one_line_errors
 def show(
     files: list[str] = typer.Argument(..., help="Tree files, bundled tree names, or calibration files."),
-    png: Optional[Path] = typer.Option(None, help="Also draw the profiles side by side into this PNG (needs the [plot] extra)."),
+    png: Optional[Path] = typer.Option(None, help="Also draw the profiles side by side into this PNG (needs matplotlib: pip install -e '.\\[plot]')."),
 ) -> None:
     """Show depth profiles: nodes, width and expected accepted tokens per depth."""
+    from stand_runtime import check_writable
     from treeopt import depth_profile, load_tree_or_calibration
     from treeopt.plots import plot_profiles, pyplot
 
     if png is not None:
+        check_paths({"--png": png}, {"FILES": files})
+        check_writable(png)
         pyplot()  # matplotlib missing: say so before loading anything
     profiles = []
     for spec in files:
@@ -321,21 +417,26 @@ def bench(
     seed: int = typer.Option(0, help=SEED_HELP),
     trajectories: int = typer.Option(1, help="Trajectories per prompt, sharing one drafter memory (best-of-N)."),
     share_store: bool = typer.Option(False, "--share-store", help="One drafter memory per method for all prompts (default: per prompt)."),
+    ignore_eos: bool = typer.Option(False, "--ignore-eos", help="Decode every trajectory to --max-new-tokens (equal token counts for speed; answers are read before the first EOS)."),
     json_out: Optional[Path] = typer.Option(None, "--json", help="Write the results as JSON (after every prompt)."),
-    png: Optional[Path] = typer.Option(None, help="Plot acceptance length against trajectory index (needs the [plot] extra)."),
+    dtype: str = typer.Option("float32", help=DTYPE_HELP),
+    png: Optional[Path] = typer.Option(None, help="Plot acceptance length against trajectory index (needs matplotlib: pip install -e '.\\[plot]')."),
 ) -> None:
     """Decode the same prompts with several methods, interleaved, and compare them."""
-    from stand_runtime import SamplingParams, check_budget, check_seed, check_writable, method_tree
+    from stand_runtime import SamplingParams, check_budget, check_writable, method_tree
+    from stand_runtime import cached_latency
     from treeopt import load_prompts, parse_methods, results_json, run_bench, speedups
+    from treeopt.bench import latency_bounds, speedup_intervals
 
+    from treeopt.bench import check_bench_settings
+
+    check_paths({"--json": json_out, "--png": png}, {"--dataset": dataset, "--tree": tree})
     specs = parse_methods(methods, tree)
     for spec in specs:
         method_tree(spec.method, spec.tree)
     sampling = SamplingParams(temperature, top_p, 0)
     check_budget(max_new_tokens)
-    check_seed(seed)
-    if trajectories < 1:
-        raise StandError(f"trajectories must be >= 1, got {trajectories}")
+    check_bench_settings(samples, trajectories, seed)
     for path in (json_out, png):
         if path is not None:
             check_writable(path)
@@ -344,24 +445,29 @@ def bench(
 
         pyplot()  # matplotlib missing: say so before the run, not after it
     prompts = load_prompts(dataset, field=field, samples=samples, offset=offset)
-    target, tokenizer = _load(model)
-    settings = {"model": model, "dataset": dataset, "samples": samples, "offset": offset, "temperature": temperature,
+    target, tokenizer = _load(model, dtype)
+    any(_announce_tree(target, spec.method, spec.tree) for spec in specs)  # once: STAND methods share it
+    settings = {"model": model, "dtype": dtype, "dataset": dataset, "samples": samples, "offset": offset, "temperature": temperature,
                 "top_p": top_p, "max_new_tokens": max_new_tokens, "seed": seed, "trajectories": trajectories,
-                "share_store": share_store}
+                "share_store": share_store, "ignore_eos": ignore_eos}
+    profile = cached_latency(target, model, on_measure=lambda: console.print(
+        "measuring this machine's forward latency (once per model, cached) ..."))
 
     def save(done: int, partial: list) -> None:  # after every prompt: an interrupted run keeps what it measured
         if json_out is not None:
-            write_json(json_out, results_json(partial, {**settings, "prompts_done": done}))
+            write_json(json_out, results_json(partial, {**settings, "prompts_done": done}, profile))
 
     with render.progress(console) as bar:
         task = bar.add_task("decoding", total=len(prompts) * len(specs) * trajectories)
         results = run_bench(target, tokenizer, prompts, specs, sampling=sampling, max_new_tokens=max_new_tokens,
                             seed=seed, trajectories=trajectories, on_run=lambda *_: bar.advance(task), on_prompt=save,
-                            share_across_prompts=share_store)
-    ratios = speedups(results)
+                            share_across_prompts=share_store, ignore_eos=ignore_eos)
+    ratios, intervals = speedups(results), speedup_intervals(results)
     title = (f"{len(prompts)} prompts from {dataset} (offset {offset}) x {trajectories} trajectories, "
              f"{max_new_tokens} tokens, T={temperature}, top-p={top_p}")
-    console.print(render.bench_table(results, ratios, title))
+    console.print(render.bench_table(results, ratios, title, intervals, latency_bounds(results, profile)))
+    for line in render.speedup_warnings(results, ratios, intervals):
+        console.print(line, style="yellow")
     console.print(render.diagnostics_table(results))
     if json_out is not None:
         console.print(f"results written to {json_out}")
@@ -372,11 +478,11 @@ def bench(
         console.print(f"plot written to {png}")
 
 
-def write_json(path: Path, data) -> None:
+def write_json(path: Path, data, indent: int | None = 1) -> None:
     """Write JSON atomically (one-line error when the folder is missing or unwritable)."""
     from stand_runtime import write_json_atomic
 
-    write_json_atomic(path, data)
+    write_json_atomic(path, data, indent)
 
 
 if __name__ == "__main__":

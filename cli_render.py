@@ -85,26 +85,54 @@ def curve_table(curve: list[dict], chosen: int, every: int = 8) -> Table:
     return table
 
 
-def bench_table(results, speedups: dict, title: str) -> Table:
-    """Methods side by side: tree nodes, acceptance length, tokens/s, speedup over ar."""
+def bench_table(results, speedups: dict, title: str, intervals: dict | None = None, bounds: dict | None = None) -> Table:
+    """Methods side by side: tokens, steps and seconds; acceptance length, tokens/s, the speedup over
+    ar with its 95% interval over prompts, the latency bound tau t(1)/t(K+1), and host time."""
     table = Table(title=title)
+    intervals, bounds = intervals or {}, bounds or {}
     graded = any(result.graded for result in results)
     by_trajectory = any(len(result.by_trajectory) > 1 for result in results)
-    columns = ["method", "tree nodes", "acceptance length", "tokens/s", "speedup vs ar"]
+    columns = ["method", "tree nodes", "nodes/step", "tokens", "steps", "decode s", "τ (tokens/step)", "tokens/s",
+               "speedup vs ar [95%]"]
+    columns += ["bound τ·t(1)/t(K+1)"] if bounds else []
+    columns += ["host time"]
     columns += ["τ per trajectory"] if by_trajectory else []
     columns += ["majority-vote accuracy", "trajectories correct"] if graded else []
     for column in columns:
         table.add_column(column, justify="right" if column != "method" else "left", overflow="fold")
     for result in results:
-        ratio = speedups.get(result.label)
-        row = [result.label, str(result.tree_nodes), f"{result.acceptance_length:.3f}", f"{result.tokens_per_s:.2f}",
-               "—" if ratio is None else f"{ratio:.2f}×"]
+        ratio, interval = speedups.get(result.label), intervals.get(result.label)
+        speedup = "—" if ratio is None else f"{ratio:.2f}×"
+        if ratio is not None and interval is not None:
+            speedup += f" [{interval[0]:.2f}, {interval[1]:.2f}]"
+        row = [result.label, str(result.tree_nodes), f"{result.mean_drafted:.1f}", str(result.tokens), str(result.steps),
+               f"{result.decode_s:.1f}", f"{result.acceptance_length:.2f}", f"{result.tokens_per_s:.1f}", speedup]
+        if bounds:
+            row.append(f"{bounds[result.label]:.2f}×")
+        row.append(f"{100 * result.host_fraction:.1f}%")
         if by_trajectory:
             row.append(" ".join(f"{t:.2f}" for t in result.acceptance_by_trajectory()))
         if graded:
             row += [f"{result.correct}/{result.graded}", f"{result.trajectories_correct}/{result.trajectories_graded}"]
         table.add_row(*row)
     return table
+
+
+def speedup_warnings(results, speedups: dict, intervals: dict) -> list[str]:
+    """Lines that stop a reader from trusting a speedup the data cannot support."""
+    if not any(r.method == "ar" for r in results):
+        return ["no plain decoding (ar) in this run: no speedup can be given (add ar to --methods)"]
+    lines = []
+    prompts = len(results[0].per_prompt)
+    if prompts < 3:
+        lines.append(f"only {prompts} prompt(s): speedups are shown without an interval and may be noise "
+                     "(use --samples 3 or more)")
+    for result in results:
+        interval = intervals.get(result.label)
+        if result.method != "ar" and interval is not None and interval[0] <= 1.0 <= interval[1]:
+            lines.append(f"{result.label}: the 95% interval {interval[0]:.2f}-{interval[1]:.2f} includes 1: "
+                         "no speedup or slowdown resolved")
+    return lines
 
 
 def diagnostics_table(results, depths: int = 6) -> Table:
@@ -117,9 +145,11 @@ def diagnostics_table(results, depths: int = 6) -> Table:
     """
     table = Table(title="diagnostics: acceptance rate per depth; STAND root lookups and q vs p")
     table.add_column("method")
+    drafted = [(result.label, result.diagnostics()) for result in results if result.method != "ar"]  # ar drafts nothing
+    reached = max((row["depth"] for _, diag in drafted for row in diag["acceptance_by_depth"] if row["offered"]), default=1)
+    depths = min(depths, reached)  # no empty columns for depths no method offered
     for d in range(1, depths + 1):
         table.add_column(f"α{d}", justify="right")
-    drafted = [(result.label, result.diagnostics()) for result in results if result.method != "ar"]  # ar drafts nothing
     max_n = max((int(n) for _, diag in drafted for n in diag.get("root", {}) if n != "all"), default=3)
     root_columns = "/".join(f"n={n}" if n else "miss" for n in range(max_n, -1, -1))
     for column in (f"roots {root_columns}", "Σmin(p,q)", "p(top q)"):

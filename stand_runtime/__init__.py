@@ -21,6 +21,7 @@ from .decode import check_budget, generate
 from .diagnostics import DraftQuality, summarise_draft_quality
 from .draft import Draft, DraftBuilder
 from .drafters import (
+    AUTO,
     DEFAULT_TREES,
     METHODS,
     STORE_METHODS,
@@ -39,20 +40,37 @@ from .files import check_writable, write_json_atomic, write_text_atomic
 from .forward import tree_forward
 from .gumbel import choose_children, gumbel_top_k
 from .kv_cache import new_cache
+from .latency import LatencyProfile, cached_latency, choose_size, measure_latency
 from .metrics import DecodeStats, GenerationResult, acceptance_by_depth
 from .model_facts import default_eos_ids, vocab_size
 from .models import DEFAULT_MODEL, cache_root, load_model
 from .ngram_store import NGramStore, StoreEntry, StoreStats
 from .prompts import encode_prompt
 from .randomness import RandomStream, check_seed
-from .sampling import SamplingParams, sample_index, target_probs
+from .sampling import SamplingParams, TargetRow, sample_index, target_probs, target_row, target_rows, top_target_probs
 from .tree import MAX_RANK, DraftTree, tree_attention_mask, tree_position_ids
-from .tree_io import TreeFile, bundled_trees, load_tree, parse_tree, resolve_tree, save_tree
+from .tree_choice import DEFAULT_FAMILY, TreeChoice, machine_tree
+from .tree_io import (
+    TreeFamily,
+    TreeFile,
+    bundled_calibrations,
+    bundled_families,
+    bundled_trees,
+    family_to_json,
+    load_family,
+    load_tree,
+    parse_tree,
+    resolve_tree,
+    save_tree,
+)
 from .verify import Verification, acceptance_chain, verify_greedy, verify_sampling
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "AUTO", "DEFAULT_FAMILY", "LatencyProfile", "TargetRow", "TreeChoice", "TreeFamily", "bundled_calibrations",
+    "bundled_families", "cached_latency", "choose_size", "family_to_json", "load_family", "machine_tree",
+    "measure_latency", "target_row", "target_rows", "top_target_probs",
     "Completion", "DEFAULT_MODEL", "DEFAULT_TREES", "DecodeRequest", "DecodeStats", "DecodingBackend", "Draft",
     "DraftBuilder", "DraftQuality", "DraftTree", "GenerationResult", "HFBackend", "MAX_RANK", "METHODS", "Memory",
     "NGramStore", "RandomStream", "RecordedDistributions", "RecyclingMatrix", "STORE_METHODS", "STORE_TOP_K",

@@ -22,7 +22,7 @@ from .decode import check_budget, generate
 from .drafters import Memory, check_method, method_tree, new_memory
 from .errors import StandError
 from .metrics import DecodeStats
-from .model_facts import check_positions, default_eos_ids, vocab_size
+from .model_facts import check_model, check_positions, default_eos_ids, vocab_size
 from .prompts import encode_prompt
 from .randomness import SEED_LIMIT, check_seed
 from .sampling import SamplingParams
@@ -42,6 +42,8 @@ class DecodeRequest:
         stop: strings that end a sample once its text contains one.
         record_probs: also return the target's distributions at every position
             (:class:`stand_runtime.batch_sampling.RecordedDistributions`).
+        ignore_eos: decode every sample to ``max_new_tokens`` (equal lengths for speed comparisons;
+            ``Completion.text`` then stops at the first EOS).
 
     Raises:
         StandError: n < 1, a bad budget, seed or stop string.
@@ -54,6 +56,7 @@ class DecodeRequest:
     seed: int | None = None
     stop: tuple[str, ...] = ()
     record_probs: bool = False
+    ignore_eos: bool = False
 
     def __post_init__(self) -> None:
         if isinstance(self.n, bool) or not isinstance(self.n, int) or self.n < 1:
@@ -64,6 +67,9 @@ class DecodeRequest:
             raise StandError(f"seed {self.seed} + {self.n} samples runs past 2**64")
         if not isinstance(self.sampling, SamplingParams):
             raise StandError(f"sampling must be a SamplingParams, not {type(self.sampling).__name__}")
+        for name in ("record_probs", "ignore_eos"):
+            if not isinstance(getattr(self, name), bool):
+                raise StandError(f"{name} must be True or False, got {getattr(self, name)!r}")
         object.__setattr__(self, "stop", check_stop_strings(self.stop))
 
     def seed_of(self, sample: int) -> int | None:
@@ -131,13 +137,14 @@ class HFBackend:
 
     def __init__(self, model, tokenizer, method: str = "ar", *, tree=None, feed_rejected: bool = False,
                  diagnose: bool = False, share_memory: bool = False, batch_size: int = 8) -> None:
+        check_model(model)
         check_method(method, tree=tree, feed_rejected=feed_rejected)
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise StandError(f"batch_size must be an integer >= 1, got {batch_size!r}")
         self.model = model
         self.tokenizer = tokenizer
         self.method = method
-        self.tree = method_tree(method, tree)
+        self.tree = method_tree(method, tree, model)
         self.feed_rejected = feed_rejected
         self.diagnose = diagnose
         self.batch_size = batch_size
@@ -145,6 +152,11 @@ class HFBackend:
 
     def generate(self, requests: Sequence[DecodeRequest], *, on_completion: OnCompletion | None = None,
                  on_tokens: OnTokens | None = None) -> list[list[Completion]]:
+        if isinstance(requests, DecodeRequest) or not isinstance(requests, (list, tuple)):
+            raise StandError("generate takes a list of DecodeRequest")
+        if not all(isinstance(r, DecodeRequest) for r in requests):
+            bad = next(r for r in requests if not isinstance(r, DecodeRequest))
+            raise StandError(f"generate takes a list of DecodeRequest, got an item {type(bad).__name__}")
         recorded = [r for r in requests if r.record_probs]
         if recorded and self.method != "ar":
             raise StandError(f"record_probs needs method 'ar' (batched plain sampling), not {self.method!r}")
@@ -164,14 +176,19 @@ class HFBackend:
         prompt = encode_prompt(self.tokenizer, request.prompt, vocab_size(self.model))
         stream = None if on_tokens is None else (lambda tokens: on_tokens(len(tokens)))
         completions = []
+        eos = default_eos_ids(self.model, self.tokenizer)
         for sample in range(request.n):
             result = generate(
                 self.model, self.tokenizer, prompt, method=self.method, tree=self.tree,
                 sampling=request.sampling, max_new_tokens=request.max_new_tokens, seed=request.seed_of(sample),
                 store=memory, feed_rejected=self.feed_rejected, diagnose=self.diagnose, stop=request.stop,
-                on_tokens=stream,
+                on_tokens=stream, eos_token_ids=[] if request.ignore_eos else eos,
             )
-            completion = Completion(prompt, result.tokens, result.text, result.finish_reason, result.stats)
+            text = result.text
+            if request.ignore_eos and self.tokenizer is not None:
+                first = next((i for i, token in enumerate(result.tokens) if token in eos), len(result.tokens))
+                text = self.tokenizer.decode(result.tokens[:first], skip_special_tokens=True)
+            completion = Completion(prompt, result.tokens, text, result.finish_reason, result.stats)
             completions.append(completion)
             if on_completion is not None:
                 on_completion(index, sample, completion)

@@ -25,11 +25,11 @@ from .errors import StandError
 from .forward import draft_forward, model_device, prefill
 from .kv_cache import keep_tree_entries, new_cache
 from .metrics import DecodeStats, GenerationResult
-from .model_facts import attention_layout, check_positions, default_eos_ids, vocab_size
+from .model_facts import attention_layout, check_model, check_positions, default_eos_ids, vocab_size
 from .prompts import encode_prompt
 from .randomness import RandomStream
-from .sampling import SamplingParams, resolve_sampling, target_probs
-from .stopping import StopRule
+from .sampling import SamplingParams, TargetRow, resolve_sampling, target_row, target_rows
+from .stopping import StopRule, check_eos_ids
 from .tree import DraftTree
 from .tree_io import TreeFile
 from .verify import Verification, verify_greedy, verify_sampling
@@ -52,6 +52,7 @@ def generate(
     store: Memory | None = None,
     feed_rejected: bool = False,
     diagnose: bool = False,
+    extend: bool = True,
     eos_token_ids: Sequence[int] | None = None,
     stop: Sequence[str] = (),
     on_tokens: Callable[[list[int]], None] | None = None,
@@ -79,6 +80,9 @@ def generate(
             are real token sequences and their logits exact), not only at committed ones.
         diagnose: STAND only: measure q against p at every step's root (``stats.store["root"]``,
             see :class:`stand_runtime.diagnostics.DraftQuality`; its time is kept out of decoding time).
+        extend: STAND only: spend the node budget that store misses leave unused on best-first
+            chains beyond the static tree (:class:`stand_runtime.drafters.Extension`); False = the
+            static tree only (direct calibration measures the static tree).
         eos_token_ids: token ids that end generation; None = the tokenizer's and the model's EOS ids.
         stop: strings that end generation once the generated text contains one.
         on_tokens: optional callback receiving each step's committed token ids (for streaming).
@@ -95,17 +99,21 @@ def generate(
             ``max_new_tokens`` beyond the model's context, or a model whose attention or positions a
             tree step cannot reproduce exactly (one line each, before any forward).
     """
+    check_model(model)
     params = resolve_sampling(sampling, temperature, top_p, top_k)
     check_budget(max_new_tokens)
+    for name, callback in (("on_tokens", on_tokens), ("on_step", on_step)):
+        if callback is not None and not callable(callback):
+            raise StandError(f"{name} must be a function, got {callback!r}")
     check_method(method, tree=tree, memory=store, feed_rejected=feed_rejected)
     vocab = vocab_size(model)
     prompt = encode_prompt(tokenizer, prompt_or_ids, vocab)
     check_positions(model, len(prompt), max_new_tokens)
     attention_layout(model)
-    eos = eos_token_ids if eos_token_ids is not None else default_eos_ids(model, tokenizer)
+    eos = check_eos_ids(eos_token_ids, vocab) if eos_token_ids is not None else default_eos_ids(model, tokenizer)
     stop_rule = StopRule(eos, max_new_tokens, stop, tokenizer)
     randomness = RandomStream.seeded(seed)
-    drafter = make_drafter(method, tree, store, randomness, params, vocab, feed_rejected, diagnose, seed)
+    drafter = make_drafter(method, tree, store, randomness, params, model, feed_rejected, diagnose, seed, extend)
     run = _Run(model, drafter, params, randomness, stop_rule, on_step)
     run.prefill(prompt)
     while run.finish_reason is None:
@@ -139,17 +147,21 @@ class _Run:
         self.generated: list[int] = []
         self.finish_reason: str | None = None
         self.stats = DecodeStats()
-        self.clock = _Clock(model_device(model))
+        self.clock = _Clock(model_device(model), self.stats)
 
     def prefill(self, prompt: list[int]) -> None:
         """Cache the prompt minus its last token (the first root); the drafter sees its logits."""
         self.committed = list(prompt)
         self.stats.prompt_tokens = len(prompt)
         if len(prompt) > 1:
-            observe = None if self.drafter is None else (
-                lambda logits, positions: self.drafter.observe_prompt(prompt, logits, positions))
-            prefill(self.model, self.cache, prompt[:-1], on_logits=observe)
-        self.stats.prefill_s = self.clock.lap()
+            def observe(logits: torch.Tensor, positions: range) -> None:
+                if not bool(torch.isfinite(logits).all()):
+                    raise StandError(f"the target's logits are not finite (NaN or inf) in the prompt's positions "
+                                     f"{positions.start}-{positions.stop - 1}")
+                self.drafter.observe_prompt(prompt, logits, positions)
+
+            prefill(self.model, self.cache, prompt[:-1], on_logits=None if self.drafter is None else observe)
+        self.clock.lap("prefill_s")
 
     def step(self) -> list[int]:
         """One decoding step: draft → tree forward → verify → commit; returns the committed tokens."""
@@ -159,15 +171,15 @@ class _Run:
             draft = self.drafter.draft(self.committed, remaining - 1)
         else:
             draft = Draft.root_only(self.committed[-1])
-        stats.drafting_s += clock.lap()
+        clock.lap("drafting_s")
 
         prefix_len = self.cache.get_seq_length()
         logits = draft_forward(self.model, self.cache, draft, prefix_len)
-        stats.forward_s += clock.lap()
+        clock.lap("forward_s")
 
-        rows: dict[int, np.ndarray] = {}
+        rows: dict[int, TargetRow] = {}
         verification = self._verify(draft, logits, rows)
-        stats.verification_s += clock.lap()
+        clock.lap("verification_s")
         if self.on_step is not None:
             self.on_step(draft, verification)
 
@@ -181,27 +193,44 @@ class _Run:
         self.generated += new_tokens
         if self.finish_reason is None:
             keep_tree_entries(self.cache, prefix_len, [0, *accepted], len(draft.tokens))
-        stats.bookkeeping_s += clock.lap()
+        clock.lap("bookkeeping_s")
         return new_tokens
 
-    def _verify(self, draft: Draft, logits: torch.Tensor, rows: dict[int, np.ndarray]) -> Verification:
-        """Verify ``draft`` against p, computing p only at the nodes the walk visits (kept in ``rows``)."""
-        params = self.params
+    def _verify(self, draft: Draft, logits: torch.Tensor, rows: dict[int, TargetRow]) -> Verification:
+        """Verify ``draft`` against p (``rows`` receives the p rows computed, by draft position).
 
-        def probs_at(position: int) -> np.ndarray:
-            row = rows.get(position)
-            if row is None:
-                row = target_probs(logits[position], params).to("cpu", torch.float64).numpy()
-                rows[position] = row
-            return row
-
+        On a CPU only the nodes the walk visits get p (or their argmax); on an accelerator every
+        node's in one batch, so that one transfer to the host serves the whole walk.
+        """
+        params, batched = self.params, logits.device.type != "cpu"
         if params.greedy:
-            return verify_greedy(draft, probs_at)
-        return verify_sampling(draft, probs_at, self.randomness)
+            maxima = torch.max(logits, dim=-1) if batched else None
+            best = maxima.indices.tolist() if batched else {}
+            finite = torch.isfinite(maxima.values).tolist() if batched else {}
+
+            def argmax_at(position: int) -> int:
+                if not batched and position not in best:
+                    value, index = torch.max(logits[position], dim=-1)
+                    best[position], finite[position] = int(index), bool(torch.isfinite(value))
+                if not finite[position]:
+                    raise StandError(f"the target's logits at draft node {position} are not finite (NaN or inf)")
+                return best[position]
+
+            return verify_greedy(draft, argmax_at)
+        if batched:
+            rows.update(enumerate(target_rows(logits, params)))
+
+        def target_at(position: int) -> TargetRow:
+            if position not in rows:
+                rows[position] = target_row(logits[position], params)
+            return rows[position]
+
+        return verify_sampling(draft, target_at, self.randomness)
 
     def result(self, tokenizer) -> GenerationResult:
         """The run's tokens, text, finish reason and statistics."""
         stats = self.stats
+        self.clock.settle()
         if self.drafter is not None:
             stats.store = self.drafter.stats()
             stats.diagnostics_s = getattr(self.drafter, "diagnostics_s", 0.0)
@@ -211,15 +240,39 @@ class _Run:
 
 
 class _Clock:
-    """Wall-clock laps (seconds); synchronises CUDA so time lands in the right bucket."""
+    """Wall-clock laps into :class:`DecodeStats` buckets (seconds).
 
-    def __init__(self, device) -> None:
+    On a CPU each lap adds ``perf_counter`` time at once. On CUDA a lap records an event instead of
+    synchronising (a sync per lap would stall the pipeline); :meth:`settle` synchronises once at the
+    end and adds the times between consecutive events.
+    """
+
+    def __init__(self, device, stats: DecodeStats) -> None:
+        self._stats = stats
         self._cuda = torch.device(device).type == "cuda"
         self._last = time.perf_counter()
-
-    def lap(self) -> float:
+        self._events: list[tuple[object, str | None]] = []
         if self._cuda:
-            torch.cuda.synchronize()
+            self.lap(None)
+
+    def lap(self, bucket: str | None) -> None:
+        """Close the current lap into ``stats.<bucket>`` (None: discard it)."""
+        if self._cuda:
+            event = torch.cuda.Event(enable_timing=True)
+            event.record()
+            self._events.append((event, bucket))
+            return
         now = time.perf_counter()
-        elapsed, self._last = now - self._last, now
-        return elapsed
+        if bucket is not None:
+            setattr(self._stats, bucket, getattr(self._stats, bucket) + now - self._last)
+        self._last = now
+
+    def settle(self) -> None:
+        """Add the recorded CUDA laps to the statistics (one synchronisation)."""
+        if not self._events:
+            return
+        torch.cuda.synchronize()
+        for (start, _), (end, bucket) in zip(self._events, self._events[1:]):
+            if bucket is not None:
+                setattr(self._stats, bucket, getattr(self._stats, bucket) + start.elapsed_time(end) / 1e3)
+        self._events = self._events[-1:]

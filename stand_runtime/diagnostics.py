@@ -40,13 +40,14 @@ class DraftQuality:
 
     def add(self, n: int, p: np.ndarray | None = None, ids: np.ndarray | None = None,
             q: np.ndarray | None = None, m: int = 1) -> None:
-        """Record one root: ``p`` ``[vocab]`` float64; ``ids``, ``q`` ``[k]`` the draft support and
-        q on it (n > 0); ``m`` the root's static children."""
+        """Record one root: ``p`` the target there (a :class:`stand_runtime.sampling.TargetRow` or
+        a dense ``[vocab]`` float64 array); ``ids``, ``q`` ``[k]`` the draft support and q on it
+        (n > 0); ``m`` the root's static children."""
         row = self.sums.setdefault(n, [0, 0.0, 0.0, 0.0, 0.0])
         row[0] += 1
         if n == 0:
             return
-        on_support = p[ids]
+        on_support = p[ids] if isinstance(p, np.ndarray) else p.at(ids)
         m = min(m, len(ids))
         order = np.argsort(-q, kind="stable")
         row[1] += float(np.minimum(on_support, q).sum())

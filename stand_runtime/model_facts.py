@@ -24,6 +24,12 @@ SLIDING = "sliding_attention"
 _EXACT_LAYER_TYPES = (FULL, SLIDING)
 
 
+def check_model(model) -> None:
+    """Raises StandError unless ``model`` looks like a transformers causal LM (a config and a forward)."""
+    if not callable(model) or not hasattr(getattr(model, "config", None), "vocab_size"):
+        raise StandError(f"model must be a transformers causal LM (from load_model), not {type(model).__name__}")
+
+
 def default_eos_ids(model, tokenizer) -> list[int]:
     """EOS ids of the tokenizer and of the model's generation config (sorted, distinct)."""
     ids: set[int] = set()

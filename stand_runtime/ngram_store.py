@@ -142,6 +142,29 @@ class StoreStats:
         }
 
 
+def _check_observation(id_list: list, prob_list: list) -> None:
+    """Validate an observation in place: its zero-probability entries are removed (never stored)."""
+    if len(id_list) != len(prob_list):
+        raise StandError(f"store update: {len(id_list)} ids but {len(prob_list)} probabilities")
+    if not all(isinstance(p, (float, int, np.floating)) and not isinstance(p, bool) and 0.0 <= p <= 1.0 + 1e-6
+               for p in prob_list):
+        raise StandError(f"store update: probabilities must be finite numbers in [0, 1], got {prob_list!r}")
+    if 0 in prob_list or 0.0 in prob_list:
+        kept = [i for i, p in enumerate(prob_list) if p > 0]
+        id_list[:], prob_list[:] = [id_list[i] for i in kept], [prob_list[i] for i in kept]
+    if not all(type(i) is int and i >= 0 for i in id_list):
+        if not all(isinstance(i, (int, np.integer)) and not isinstance(i, bool) and i >= 0 for i in id_list):
+            raise StandError(f"store update: token ids must be non-negative integers, got {id_list!r}")
+        id_list[:] = [int(i) for i in id_list]
+    if len(set(id_list)) != len(id_list):
+        raise StandError(f"store update: repeated token ids {id_list!r}")
+
+
+def _check_size(name: str, value, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
+        raise StandError(f"store needs {name} an integer >= {minimum}, got {value!r}")
+
+
 class NGramStore:
     """Logit-based n-gram store (STAND §3.1).
 
@@ -157,11 +180,9 @@ class NGramStore:
     """
 
     def __init__(self, top_k: int = 10, max_n: int = 3, max_entries_per_n: int = 500_000, reserve: int = 10) -> None:
-        if top_k < 1 or max_n < 1 or max_entries_per_n < 1 or reserve < 0:
-            raise StandError(
-                f"store needs top_k, max_n and max_entries_per_n >= 1 and reserve >= 0, got {top_k}, {max_n}, "
-                f"{max_entries_per_n}, {reserve}"
-            )
+        for name, value, minimum in (("top_k", top_k, 1), ("max_n", max_n, 1),
+                                     ("max_entries_per_n", max_entries_per_n, 1), ("reserve", reserve, 0)):
+            _check_size(name, value, minimum)
         self.top_k = top_k
         self.reserve = reserve
         self.max_n = max_n
@@ -221,12 +242,18 @@ class NGramStore:
 
         Args:
             context: the tokens before the predicted position (at least 1; the last ``max_n`` are read).
-            ids: ``[k']`` distinct token ids of the observation (the top ids of p), any int sequence.
-            probs: ``[k']`` their probabilities under p (after temperature and top-p).
+            ids: ``[k']`` distinct non-negative token ids of the observation (the top ids of p).
+            probs: ``[k']`` their probabilities under p (after temperature and top-p), in [0, 1];
+                zeros are not stored.
+
+        Raises:
+            StandError: ids and probs of different lengths, an id that is not a non-negative int, a
+                repeated id, or a probability that is not a finite number in [0, 1].
         """
         context = tuple(context[-self.max_n :])
         id_list = ids.tolist() if isinstance(ids, np.ndarray) else list(ids)
-        prob_list = probs.tolist() if isinstance(probs, np.ndarray) else [float(p) for p in probs]
+        prob_list = probs.tolist() if isinstance(probs, np.ndarray) else list(probs)
+        _check_observation(id_list, prob_list)
         if any(later > earlier for earlier, later in zip(prob_list, prob_list[1:])):
             pairs = sorted(zip(id_list, prob_list), key=lambda pair: -pair[1])
             id_list, prob_list = [i for i, _ in pairs], [p for _, p in pairs]

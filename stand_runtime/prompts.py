@@ -26,6 +26,11 @@ def encode_prompt(tokenizer, prompt_or_ids, vocab: int | None = None) -> list[in
     if isinstance(prompt_or_ids, str):
         if not prompt_or_ids.strip():
             raise StandError("empty prompt")
+        try:
+            prompt_or_ids.encode("utf-8")
+        except UnicodeEncodeError as error:
+            raise StandError(f"the prompt is not valid UTF-8 text (character {error.start}: "
+                             f"{prompt_or_ids[error.start]!r})") from None
         if tokenizer is None:
             raise StandError("a text prompt needs a tokenizer (or pass token ids)")
         if getattr(tokenizer, "chat_template", None):
@@ -36,6 +41,8 @@ def encode_prompt(tokenizer, prompt_or_ids, vocab: int | None = None) -> list[in
         else:
             ids = tokenizer(prompt_or_ids)["input_ids"]
     elif isinstance(prompt_or_ids, torch.Tensor):
+        if prompt_or_ids.dim() not in (1, 2):
+            raise StandError(f"prompt ids must be a [n] or [1, n] tensor, got shape {list(prompt_or_ids.shape)}")
         ids = prompt_or_ids.tolist()
     elif isinstance(prompt_or_ids, (list, tuple, np.ndarray)):
         ids = list(prompt_or_ids)

@@ -15,6 +15,9 @@ import torch
 
 from .errors import StandError
 
+MIN_TEMPERATURE = 1e-6
+"""Smallest positive temperature: below it logits / temperature overflow float32."""
+
 # A full sort of a 49k vocabulary row is slow on a CPU; the nucleus almost always lies inside the
 # top few hundred tokens, so top-p first tries a partial top-k of this size and falls back to a
 # full sort only when the nucleus is larger.
@@ -47,6 +50,9 @@ class SamplingParams:
             raise StandError(f"top_k must be an integer, got {self.top_k}")
         if not (self.temperature >= 0.0 and np.isfinite(self.temperature)):
             raise StandError(f"temperature must be >= 0, got {self.temperature}")
+        if 0.0 < self.temperature < MIN_TEMPERATURE:
+            raise StandError(f"temperature must be 0 (greedy) or >= {MIN_TEMPERATURE:g} (logits / temperature would "
+                             f"overflow), got {self.temperature:g}")
         if not (0.0 < self.top_p <= 1.0):
             raise StandError(f"top_p must be in (0, 1], got {self.top_p}")
         if self.top_k < 0:
@@ -78,6 +84,15 @@ def resolve_sampling(sampling: SamplingParams | None = None, temperature: float 
     return SamplingParams(**given)
 
 
+def _tempered(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+    """``softmax(logits / temperature)`` with top-k applied: p before top-p. ``[..., vocab]`` float32."""
+    scaled = logits.float() / params.temperature
+    if params.top_k > 0 and params.top_k < scaled.shape[-1]:
+        kth = torch.topk(scaled, params.top_k, dim=-1).values[..., -1:]
+        scaled = scaled.masked_fill(scaled < kth, float("-inf"))
+    return torch.softmax(scaled, dim=-1)
+
+
 def target_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
     """The target sampling distribution p for each row of ``logits``.
 
@@ -94,14 +109,136 @@ def target_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
         probs = torch.zeros_like(logits)
         probs.scatter_(-1, logits.argmax(dim=-1, keepdim=True), 1.0)
         return probs
-    scaled = logits / params.temperature
-    if params.top_k > 0 and params.top_k < scaled.shape[-1]:
-        kth = torch.topk(scaled, params.top_k, dim=-1).values[..., -1:]
-        scaled = scaled.masked_fill(scaled < kth, float("-inf"))
-    probs = torch.softmax(scaled, dim=-1)
+    probs = _tempered(logits, params)
     if params.top_p < 1.0:
         probs = _nucleus(probs, params.top_p)
     return probs
+
+
+@dataclass(frozen=True, eq=False)
+class TargetRow:
+    """p at one draft node, on the host: its nucleus (sparse) or the whole vocabulary (dense).
+
+    Attributes:
+        probs: ``[m]`` float64 probabilities (summing to 1 up to float32 rounding).
+        ids: ``[m]`` int64 token ids of ``probs``, most likely first; None when ``probs`` is the dense
+            ``[vocab]`` row (top-p 1 and no top-k: every token has mass).
+
+    Every token not in ``ids`` has probability 0 under p. :func:`target_row` builds it with the same
+    arithmetic as :func:`target_probs`.
+    """
+
+    probs: np.ndarray
+    ids: np.ndarray | None = None
+
+    @classmethod
+    def dense(cls, probs: np.ndarray) -> "TargetRow":
+        """A row from a dense ``[vocab]`` probability vector."""
+        return cls(np.asarray(probs, dtype=np.float64))
+
+    @property
+    def total(self) -> float:
+        """Sum of the probabilities (1 up to rounding; NaN or inf when the logits were not finite)."""
+        return float(self.probs.sum())
+
+    def top(self, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """The (at most) k most likely tokens: ``([m] int64 ids, [m] float64 probs)``, m <= k."""
+        if self.ids is not None:
+            return self.ids[:k], self.probs[:k]
+        order = np.argsort(-self.probs, kind="stable")[:k]
+        return order, self.probs[order]
+
+    def token(self, index: int) -> int:
+        """The token id at position ``index`` of ``probs``."""
+        return int(index if self.ids is None else self.ids[index])
+
+    def at(self, tokens: np.ndarray) -> np.ndarray:
+        """``[len(tokens)]`` float64 p at ``tokens`` (0 off the nucleus)."""
+        tokens = np.asarray(tokens, dtype=np.int64)
+        if self.ids is None:
+            return self.probs[tokens]
+        out = np.zeros(len(tokens))
+        for i, token in enumerate(tokens.tolist()):
+            where = np.flatnonzero(self.ids == token)
+            if len(where):
+                out[i] = self.probs[where[0]]
+        return out
+
+    def sample(self, uniform: float) -> int:
+        """A token drawn from p by inverting its CDF at ``uniform`` (see :func:`sample_index`)."""
+        return self.token(sample_index(self.probs, uniform))
+
+    def sample_replaced(self, tokens: np.ndarray, weights: list[float], uniform: float) -> int:
+        """A token drawn from p with the entries of ``tokens`` replaced by ``weights`` (a residual
+        distribution: unnormalised weights, p's own elsewhere).
+
+        Tokens outside the nucleus must get weight 0 (a residual never exceeds p there)."""
+        probs = self.probs.copy()
+        tokens = np.asarray(tokens, dtype=np.int64)
+        if self.ids is None:
+            probs[tokens] = weights
+        else:
+            for token, weight in zip(tokens.tolist(), weights):
+                where = np.flatnonzero(self.ids == token)
+                if len(where):
+                    probs[where[0]] = weight
+        return self.token(sample_index(probs, uniform))
+
+
+_NOT_FINITE = TargetRow(np.array([np.nan]), np.array([0]))
+"""The row of non-finite logits: its total is NaN, which verification refuses."""
+
+
+def target_rows(logits: torch.Tensor, params: SamplingParams) -> list[TargetRow]:
+    """:func:`target_row` for every row of ``[n, vocab]`` logits in one batch (one transfer to the
+    host: the GPU path; on a CPU computing only the visited rows is cheaper)."""
+    probs = _tempered(logits, params)
+    if params.top_p >= 1.0 and not 0 < params.top_k < probs.shape[-1]:
+        return [TargetRow(row) for row in probs.to("cpu", torch.float64).numpy()]
+    probe = min(max(_NUCLEUS_PROBE, params.top_k), probs.shape[-1])
+    values, ids = torch.topk(probs, probe, dim=-1)
+    wide = (values.sum(dim=-1) < params.top_p).tolist() if params.top_p < 1.0 and probe < probs.shape[-1] else []
+    if params.top_p < 1.0:
+        values = values * ((values.cumsum(dim=-1) - values) < params.top_p)
+    values, ids = values.to("cpu", torch.float64).numpy(), ids.cpu().numpy()
+    rows = []
+    for r in range(len(values)):
+        if (wide and wide[r]) or not np.isfinite(values[r, 0]):  # the nucleus is wider than the probe
+            rows.append(target_row(logits[r], params))  # (or the row is not finite): this row alone
+            continue
+        size = int((values[r] > 0).sum())
+        rows.append(TargetRow(values[r, :size] / values[r, :size].sum(), ids[r, :size]))
+    return rows
+
+
+def target_row(logits: torch.Tensor, params: SamplingParams) -> TargetRow:
+    """p at one node as a :class:`TargetRow`: the nucleus only (a partial top-k, no full sort and no
+    full-vocabulary copy to the host) when top-p < 1 or top-k > 0.
+
+    Args:
+        logits: ``[vocab]`` raw target logits of the node (any float dtype, any device).
+        params: the sampling parameters (not greedy).
+
+    Returns:
+        The row on the host; its probabilities are those :func:`target_probs` gives, up to the
+        order of summation.
+    """
+    probs = _tempered(logits[None], params)
+    if params.top_p >= 1.0 and not 0 < params.top_k < probs.shape[-1]:
+        return TargetRow(probs[0].to("cpu", torch.float64).numpy())
+    probe = min(max(_NUCLEUS_PROBE, params.top_k), probs.shape[-1])
+    values, ids = torch.topk(probs, probe, dim=-1)
+    reach = float(values[0].sum())
+    if not np.isfinite(reach):
+        return _NOT_FINITE
+    if params.top_p < 1.0 and probe < probs.shape[-1] and reach < params.top_p:
+        values, ids = torch.sort(probs, dim=-1, descending=True)  # the nucleus is wider than the probe
+    values, ids = values[0], ids[0]
+    if params.top_p < 1.0:
+        values = values * ((values.cumsum(dim=-1) - values) < params.top_p)
+    size = int((values > 0).sum())
+    kept = values[:size].to("cpu", torch.float64).numpy()
+    return TargetRow(kept / kept.sum(), ids[:size].cpu().numpy())
 
 
 def top_target_probs(logits: torch.Tensor, params: SamplingParams, k: int, rows_per_batch: int = 128

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Sequence
 
+import numpy as np
+
 from .errors import StandError
 
 _STOP_TAIL_TOKENS = 16
@@ -25,10 +27,28 @@ def check_stop_strings(stop) -> tuple[str, ...]:
     """
     if isinstance(stop, str):
         stop = (stop,)
+    if isinstance(stop, (bytes, bytearray)) or not hasattr(stop, "__iter__"):
+        raise StandError(f"stop must be a string or a list of strings, got {stop!r}")
     stop = tuple(stop)
     if not all(isinstance(s, str) and s for s in stop):
         raise StandError(f"stop strings must be non-empty strings, got {list(stop)!r}")
     return stop
+
+
+def check_eos_ids(eos_ids, vocab: int | None = None) -> list[int]:
+    """EOS ids as a list of ints.
+
+    Raises:
+        StandError: not a sequence of non-negative ints (below ``vocab`` when given).
+    """
+    if isinstance(eos_ids, (str, bytes)) or not hasattr(eos_ids, "__iter__"):
+        raise StandError(f"eos_token_ids must be a list of token ids, got {eos_ids!r}")
+    ids = list(eos_ids)
+    if not all(isinstance(t, (int, np.integer)) and not isinstance(t, bool) and t >= 0 for t in ids):
+        raise StandError(f"eos_token_ids must be non-negative integers, got {ids!r}")
+    if vocab is not None and any(t >= vocab for t in ids):
+        raise StandError(f"eos token id {max(ids)} is outside the model's vocabulary ({vocab} tokens)")
+    return [int(t) for t in ids]
 
 
 class StopRule:
@@ -49,7 +69,7 @@ class StopRule:
         stop = check_stop_strings(stop)
         if stop and tokenizer is None:
             raise StandError("stop strings need a tokenizer to decode the generated text")
-        self.eos_ids = frozenset(int(t) for t in eos_ids)
+        self.eos_ids = frozenset(check_eos_ids(eos_ids))
         self.max_new_tokens = max_new_tokens
         self.stop = stop
         self.tokenizer = tokenizer

@@ -50,6 +50,8 @@ def validate_paths(paths: Iterable[Sequence[int]], *, max_rank: int = MAX_RANK, 
         StandError: naming the first offending path: not a list of ints, empty, negative rank, rank
             too large, too deep, duplicate, missing parent, or missing elder sibling.
     """
+    if isinstance(paths, (str, bytes)) or not hasattr(paths, "__iter__"):
+        raise StandError(f"bad tree: paths must be a list of rank paths, not {type(paths).__name__}")
     seen: set[tuple[int, ...]] = set()
     checked: list[tuple[int, ...]] = []
     for raw in paths:

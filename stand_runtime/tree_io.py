@@ -43,7 +43,7 @@ _TREE_SCHEMA = {
         "format": {"const": FORMAT_NAME},
         "version": {"type": "integer"},
         "paths": _PATHS_SCHEMA,
-        "expected_acceptance": {"type": "array", "items": {"type": "number", "minimum": 0}},
+        "expected_acceptance": {"type": "array", "items": {"type": "number", "minimum": 0, "maximum": 1}},
         "metadata": {"type": "object"},
     },
 }
@@ -62,6 +62,19 @@ class TreeFile:
     tree: DraftTree
     expected_acceptance: tuple[float, ...] | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.tree, DraftTree):
+            raise StandError(f"TreeFile.tree must be a DraftTree, not {type(self.tree).__name__} "
+                             "(build one with DraftTree.from_paths)")
+        alpha = self.expected_acceptance
+        if alpha is not None:
+            if len(alpha) != self.tree.num_nodes:
+                raise StandError(f"expected_acceptance has {len(alpha)} values for {self.tree.num_nodes} nodes")
+            if not all(isinstance(a, (int, float)) and math.isfinite(a) and 0.0 <= a <= 1.0 for a in alpha):
+                raise StandError("expected_acceptance values must be probabilities (finite, in [0, 1])")
+        if not isinstance(self.metadata, dict):
+            raise StandError(f"TreeFile.metadata must be a dict, not {type(self.metadata).__name__}")
 
     @property
     def expected_acceptance_length(self) -> float | None:
@@ -92,6 +105,8 @@ def parse_tree(data: Any, source: str = "tree") -> TreeFile:
             )
         if not all(math.isfinite(a) for a in alpha):
             raise StandError(f"bad tree JSON {source}: expected_acceptance holds a non-finite value")
+        if any(a > 1.0 for a in alpha):
+            raise StandError(f"bad tree JSON {source}: expected_acceptance holds a value above 1 (not a probability)")
         order = {tuple(p): a for p, a in zip(data["paths"], alpha)}
         alpha = tuple(float(order[p]) for p in tree.paths)
     return TreeFile(tree, alpha, dict(data.get("metadata") or {}))
@@ -120,7 +135,11 @@ def load_tree(path_or_name: str | os.PathLike) -> TreeFile:
     Raises:
         StandError: the file is missing or unreadable, is not JSON, or is not a valid tree.
     """
+    if not isinstance(path_or_name, (str, os.PathLike)):
+        raise StandError(f"a tree is a file path or a bundled name, not {type(path_or_name).__name__}")
     spec = str(path_or_name)
+    if not spec.strip():
+        raise StandError("empty tree spec (a file path or a bundled name)")
     path = Path(spec)
     if not path.exists():
         bundled = bundled_trees()
@@ -172,9 +191,15 @@ def save_tree(tree_file: TreeFile, path: str | os.PathLike, fmt: str = "stand") 
     """Write a tree file atomically; returns the path written.
 
     Raises:
-        StandError: unknown format, or the path cannot be written.
+        StandError: not a TreeFile, unknown format, unserialisable metadata, or the path cannot be written.
     """
+    if not isinstance(tree_file, TreeFile):
+        raise StandError(f"save_tree needs a TreeFile, not {type(tree_file).__name__}")
     data = tree_to_json(tree_file, fmt)
+    try:
+        json.dumps(data, allow_nan=False)
+    except (TypeError, ValueError) as error:
+        raise StandError(f"cannot write tree {path}: {error}") from None
     if fmt == "choices":
         text = json.dumps(data)
     else:  # one key per line, each value compact: readable and diff-friendly
@@ -182,13 +207,103 @@ def save_tree(tree_file: TreeFile, path: str | os.PathLike, fmt: str = "stand") 
     return write_text_atomic(path, text + "\n")
 
 
-def bundled_trees() -> dict[str, Path]:
-    """Trees shipped in the ``trees`` package: name (file stem) → path."""
+def _bundled(suffix: str) -> dict[str, Path]:
     try:
         root = importlib.resources.files(BUNDLED_PACKAGE)
     except ModuleNotFoundError:
         return {}
-    return {Path(entry.name).stem: Path(str(entry)) for entry in root.iterdir() if entry.name.endswith(".json")}
+    out = {}
+    for entry in root.iterdir():
+        name = entry.name
+        if name.endswith(suffix) and (suffix != ".json" or name.count(".") == 1):
+            out[name[: -len(suffix)]] = Path(str(entry))
+    return out
+
+
+def bundled_trees() -> dict[str, Path]:
+    """Trees shipped in the ``trees`` package: name (file stem) → path."""
+    return _bundled(".json")
+
+
+def bundled_families() -> dict[str, Path]:
+    """Tree families shipped in the ``trees`` package (``NAME.family.json``): name → path."""
+    return _bundled(".family.json")
+
+
+def bundled_calibrations() -> dict[str, Path]:
+    """Calibration files shipped in the ``trees`` package (``NAME.calibration.json``): name → path."""
+    return _bundled(".calibration.json")
+
+
+FAMILY_FORMAT = "stand-tree-family"
+
+
+@dataclass(frozen=True, eq=False)
+class TreeFamily:
+    """The best tree of a calibration for each of several sizes (one knapsack solve, many budgets).
+
+    A machine picks its member from its own latency profile (:func:`stand_runtime.latency.choose_size`).
+
+    Attributes:
+        members: tree files by size K (draft nodes), each with its alpha-hat.
+        metadata: provenance (model, calibration settings, ...).
+    """
+
+    members: dict[int, TreeFile]
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    def best_sum(self) -> "list[float]":
+        """``[K_max + 1]`` expected accepted tokens per step of the member of each size (``-inf``
+        where the family has none; 0 for K = 0, plain decoding)."""
+        top = max(self.members, default=0)
+        out = [float("-inf")] * (top + 1)
+        out[0] = 0.0
+        for k, member in self.members.items():
+            out[k] = float(sum(member.expected_acceptance or ()))
+        return out
+
+
+def family_to_json(family: TreeFamily) -> dict:
+    """The JSON value of a family (``format: stand-tree-family``, version 1)."""
+    trees = []
+    for k in sorted(family.members):
+        member = family.members[k]
+        trees.append({"paths": [list(p) for p in member.tree.paths],
+                      "expected_acceptance": [round(float(a), 6) for a in member.expected_acceptance or ()]})
+    return {"format": FAMILY_FORMAT, "version": FORMAT_VERSION, "trees": trees, "metadata": family.metadata}
+
+
+def load_family(path_or_name: str | os.PathLike) -> TreeFamily:
+    """Load a tree family file, or a bundled one by name (see :func:`bundled_families`).
+
+    Raises:
+        StandError: missing, not JSON, or not a valid family (one line naming the file and problem).
+    """
+    spec = str(path_or_name)
+    path = Path(spec)
+    if not path.exists():
+        bundled = bundled_families()
+        if spec not in bundled:
+            raise StandError(f"tree family not found: {spec!r} is neither a file nor a bundled family "
+                             f"({', '.join(sorted(bundled)) or 'none'})")
+        path = bundled[spec]
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as error:
+        raise StandError(f"bad tree family {path}: {error}") from None
+    if not isinstance(data, dict) or data.get("format") != FAMILY_FORMAT or data.get("version") != FORMAT_VERSION:
+        raise StandError(f"bad tree family {path}: not a {FAMILY_FORMAT} version {FORMAT_VERSION} file")
+    if not isinstance(data.get("trees"), list) or not data["trees"]:
+        raise StandError(f"bad tree family {path}: no trees")
+    members = {}
+    for number, entry in enumerate(data["trees"]):
+        if not isinstance(entry, dict):
+            raise StandError(f"bad tree family {path}: tree {number} is not an object")
+        member = parse_tree({"format": FORMAT_NAME, "version": FORMAT_VERSION, **entry}, f"{path} tree {number}")
+        if member.expected_acceptance is None:
+            raise StandError(f"bad tree family {path}: tree {number} has no expected_acceptance")
+        members[member.tree.num_nodes] = member
+    return TreeFamily(members, dict(data.get("metadata") or {}))
 
 
 def resolve_tree(tree: "DraftTree | TreeFile | str | os.PathLike") -> DraftTree:
@@ -201,4 +316,7 @@ def resolve_tree(tree: "DraftTree | TreeFile | str | os.PathLike") -> DraftTree:
         return tree
     if isinstance(tree, TreeFile):
         return tree.tree
+    if isinstance(tree, (list, tuple)):
+        raise StandError("a tree is a DraftTree, a TreeFile, a file path or a bundled name; for a list of rank "
+                         "paths use DraftTree.from_paths(paths)")
     return load_tree(tree).tree

@@ -25,7 +25,7 @@ Rules, walking from the root (DESIGN §3.3), with p the target sampling distribu
   accept with probability p_i(c_i); on rejection zero c_i in p_i and renormalise.
 
 Verification never calls the model: target distributions come from a callable, so the engine
-computes p only for the nodes the walk visits.
+computes p only for the nodes the walk visits (as sparse nucleus rows when top-p < 1).
 """
 
 from __future__ import annotations
@@ -38,10 +38,14 @@ import numpy as np
 from .draft import Draft
 from .errors import StandError
 from .randomness import RandomStream
-from .sampling import sample_index
+from .sampling import TargetRow, sample_index
 
-TargetProbs = Callable[[int], np.ndarray]
-"""Maps a draft position (0 = root) to ``[vocab]`` float64 target probabilities p at that node."""
+TargetAt = Callable[[int], "TargetRow | np.ndarray"]
+"""Maps a draft position (0 = root) to p at that node: a :class:`stand_runtime.sampling.TargetRow`
+(sparse or dense) or a dense ``[vocab]`` float64 array."""
+
+ArgmaxAt = Callable[[int], int]
+"""Maps a draft position (0 = root) to the argmax token of the target's logits there."""
 
 
 @dataclass(frozen=True)
@@ -59,23 +63,26 @@ class Verification:
     bonus: bool
 
 
-def _target_at(target_probs: TargetProbs, node: int) -> np.ndarray:
+def _target_at(target: TargetAt, node: int) -> TargetRow:
     """p at ``node``, checked: a NaN or infinite p would be silently accepted (``min(1, nan)`` is 1)."""
-    probs = target_probs(node)
-    if not np.isfinite(probs.sum()):
+    row = target(node)
+    if isinstance(row, np.ndarray):
+        row = TargetRow.dense(row)
+    if not np.isfinite(row.total):
         raise StandError(f"the target distribution at draft node {node} is not finite (NaN or inf logits)")
-    return probs
+    return row
 
 
-def verify_greedy(draft: Draft, target_probs: TargetProbs) -> Verification:
-    """Greedy verification: follow the children that equal argmax p (first index on ties).
+def verify_greedy(draft: Draft, argmax_at: ArgmaxAt) -> Verification:
+    """Greedy verification: follow the children that equal the target's argmax (first index on ties).
 
-    Raises:
-        StandError: p is not finite at a visited node.
+    Args:
+        draft: the drafted tree.
+        argmax_at: the argmax token per draft position (the engine checks its logits are finite).
     """
     node, accepted = 0, []
     while True:
-        best = int(np.argmax(_target_at(target_probs, node)))
+        best = int(argmax_at(node))
         match = next((child for child in draft.children[node] if draft.tokens[child] == best), None)
         if match is None:
             return Verification(accepted, best, not draft.children[node])
@@ -83,7 +90,7 @@ def verify_greedy(draft: Draft, target_probs: TargetProbs) -> Verification:
         node = match
 
 
-def verify_sampling(draft: Draft, target_probs: TargetProbs, randomness: RandomStream) -> Verification:
+def verify_sampling(draft: Draft, target: TargetAt, randomness: RandomStream) -> Verification:
     """Lossless sampling verification of a drafted tree.
 
     Uses recursive rejection sampling without replacement when ``draft.stochastic`` (children drawn
@@ -94,7 +101,7 @@ def verify_sampling(draft: Draft, target_probs: TargetProbs, randomness: RandomS
 
     Args:
         draft: the drafted tree (tokens, q per node with children).
-        target_probs: p per draft position, ``[vocab]`` float64, each summing to 1.
+        target: p per draft position (:data:`TargetAt`), each summing to 1.
         randomness: fresh uniforms for the outcome at each node and for recovered/bonus samples.
 
     Returns:
@@ -106,19 +113,17 @@ def verify_sampling(draft: Draft, target_probs: TargetProbs, randomness: RandomS
     """
     node, accepted = 0, []
     while True:
-        probs = _target_at(target_probs, node)
+        row = _target_at(target, node)
         kids = draft.children[node]
         if not kids:
-            return Verification(accepted, sample_index(probs, randomness.uniform()), True)
+            return Verification(accepted, row.sample(randomness.uniform()), True)
         support, q, slots = node_draft(draft, node)
-        on_support = probs[support]
+        on_support = row.at(support)
         chain = acceptance_chain(on_support.tolist(), q, slots, stochastic=draft.stochastic and q is not None,
-                                 outside=max(0.0, float(probs.sum() - on_support.sum())))
+                                 outside=max(0.0, row.total - float(on_support.sum())))
         outcome = sample_index(np.array([*chain.accept, chain.none]), randomness.uniform())
         if outcome == len(kids):
-            residual = probs.copy()
-            residual[support] = chain.residual
-            return Verification(accepted, sample_index(residual, randomness.uniform()), False)
+            return Verification(accepted, row.sample_replaced(support, chain.residual, randomness.uniform()), False)
         accepted.append(kids[outcome])
         node = kids[outcome]
 

@@ -27,7 +27,8 @@ def test_greedy_replay_takes_exactly_the_steps_of_direct_decoding():
             for position in verification.accepted:
                 direct[draft.nodes[position]] += 1
 
-        result = generate(model, None, prompt, tree=tree, temperature=0, max_new_tokens=24, eos_token_ids=[], on_step=count)
+        result = generate(model, None, prompt, tree=tree, temperature=0, max_new_tokens=24, eos_token_ids=[], on_step=count,
+                          extend=False)
         direct_steps += result.stats.target_forwards
     replayed = np.zeros(tree.num_nodes + 1)
     sampled = sample_recorded(model, PROMPTS, SamplingParams(temperature=0), 24, [], [None] * 3, batch_size=3)
@@ -51,8 +52,9 @@ def test_replay_and_direct_agree_on_the_default_model(default_model, tmp_path):
 
     Per node, z = (alpha_replay - alpha_direct) / sqrt(se_r^2 + se_d^2) with each se the larger of
     the prompt-clustered standard error and the binomial one; every node with alpha >= 0.02 in either
-    estimate must have |z| < 4. The exported 20- and 40-node trees' expected acceptance lengths must
-    differ by less than 10%.
+    estimate must have |z| < 4. The same for the expected acceptance length of the best 20- and
+    40-node trees (with the prompt-clustered standard error of their sum of alpha-hat): at 4 prompts
+    the two estimates differed by -11% to +9% over seeds 0-3, so a fixed 10% bound was noise.
     """
     model, tokenizer = default_model
     results = {}
@@ -68,10 +70,15 @@ def test_replay_and_direct_agree_on_the_default_model(default_model, tmp_path):
     relevant = np.maximum(replay.alpha, direct.alpha) >= 0.02
     assert relevant.sum() >= 5
     assert np.abs(z[relevant]).max() < 4, z[relevant]
-    for nodes in (20, 40):
-        tau_replay = export_tree(replay, nodes).metadata["expected_acceptance_length"]
-        tau_direct = export_tree(direct, nodes).metadata["expected_acceptance_length"]
-        assert abs(tau_replay - tau_direct) / tau_direct < 0.10, (nodes, tau_replay, tau_direct)
+    for nodes in (20, 40):  # the expected acceptance length of the best K-node tree, in both estimates
+        chosen = {tuple(p) for p in export_tree(direct, nodes).tree.paths}
+        members = np.array([int(path in chosen) for path in direct.candidate.paths])
+        taus, errors = [], []
+        for result in (replay, direct):
+            taus.append(1.0 + float(result.alpha[members == 1].sum()))
+            errors.append(max(float(result.alpha_stderr(members)[1]), 0.01))
+        z = (taus[0] - taus[1]) / np.hypot(*errors)
+        assert abs(z) < 4, (nodes, taus, errors)
     assert direct.expected_acceptance_length > 1.3  # drafts were accepted
 
 
@@ -86,6 +93,7 @@ def test_resume_skips_finished_prompts_and_rejects_other_settings(tmp_path):
     first = data["per_prompt"][0]
     data["per_prompt"] = [first]
     data["steps"] = first["steps"]
+    data["alpha"] = [a / first["steps"] for a in first["alpha_sum"][1:]]
     out.write_text(json.dumps(data))
     seen = []
     from treeopt.calibrate import Progress

@@ -114,7 +114,7 @@ def tiny_cli(monkeypatch):
     import cli
     from conftest import DigitsTokenizer, tiny_model
 
-    monkeypatch.setattr(cli, "_load", lambda model: (tiny_model(), DigitsTokenizer()))
+    monkeypatch.setattr(cli, "_load", lambda *args: (tiny_model(), DigitsTokenizer()))
 
 
 @pytest.mark.parametrize(
@@ -131,7 +131,7 @@ def tiny_cli(monkeypatch):
 def test_generate_bad_options_fail_before_the_model_loads(monkeypatch, args, message):
     import cli
 
-    def no_loading(model):
+    def no_loading(*args):
         raise AssertionError("the model was loaded before the options were checked")
 
     monkeypatch.setattr(cli, "_load", no_loading)
@@ -204,3 +204,63 @@ def test_stream_ending_inside_a_multibyte_character_keeps_the_text(default_model
     stream(ids)
     stream.end()
     assert buffer.getvalue() == "ok 😀\n"
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["generate", "--max-new-tokens", "abc", "hi"], "Invalid value for '--max-new-tokens'"),
+        (["generate", "--seed", "1.5", "hi"], "Invalid value for '--seed'"),
+        (["nosuch"], "No such command 'nosuch'"),
+        (["show"], "Missing argument"),
+    ],
+)
+def test_usage_errors_are_one_line_too(monkeypatch, capsys, argv, message):
+    import cli
+
+    monkeypatch.setattr("sys.argv", ["treeopt", *argv])
+    with pytest.raises(SystemExit) as exit_info:
+        cli.run()
+    assert exit_info.value.code == 2
+    one_line_error(capsys.readouterr().err, message)
+
+
+def test_outputs_never_overwrite_inputs(tmp_path, monkeypatch, calibration_file):
+    import cli
+
+    monkeypatch.setattr(cli, "_load", lambda *a, **k: (_ for _ in ()).throw(AssertionError("model loaded")))
+    tree = tmp_path / "t.json"
+    tree.write_text(load_tree("heuristic-80").tree and '[[0], [1], [0, 0]]')
+    prompt = tmp_path / "p.txt"
+    prompt.write_text("hello")
+    data = tmp_path / "d.jsonl"
+    data.write_text('{"prompt": "x"}\n')
+    originals = {p: p.read_bytes() for p in (tree, prompt, data, calibration_file)}
+    cases = [
+        (["generate", "--prompt-file", str(prompt), "--json", str(prompt)], "--json"),
+        (["generate", "--tree", str(tree), "--json", str(tree), "hi"], "is the --tree file itself"),
+        (["show", str(tree), "--png", str(tree)], "is the FILES file itself"),
+        (["calibrate", "--candidate", str(tree), "--out", str(tree)], "is the --candidate file itself"),
+        (["calibrate", "--dataset", str(data), "--out", str(data), "--samples", "1"], "is the --dataset file itself"),
+        (["bench", "--dataset", str(data), "--json", str(data), "--samples", "1", "--offset", "0"], "is the --dataset file itself"),
+        (["bench", "--json", str(tmp_path / "b.out"), "--png", str(tmp_path / "b.out")], "are the same file"),
+        (["export", str(calibration_file), "--out", str(calibration_file)], "is the CALIBRATION file itself"),
+    ]
+    for args, message in cases:
+        code, output = run(*args)
+        assert code == 2, (args, output)
+        one_line_error(output, message)
+    assert {p: p.read_bytes() for p in originals} == originals
+
+
+def test_bench_tree_and_method_lists_are_checked():
+    for args, message in [
+        (["--methods", "pld", "--tree", "heuristic-80"], "--tree applies to stand, stand-det, recycle"),
+        (["--methods", "stand", "--tree", "heuristic-80", "--tree", "heuristic-80"], "a tree is listed twice"),
+        (["--methods", "ar,,stand"], "an empty method name"),
+        (["--trajectories", "100000000000"], "trajectories must be an integer in [1, 4096]"),
+        (["--trajectories", "2", "--seed", str(2**64 - 1)], "seeds would run past 2**64"),
+    ]:
+        code, output = run("bench", *args)
+        assert code == 2, output
+        one_line_error(output, message)

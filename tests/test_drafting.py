@@ -134,3 +134,24 @@ def test_replay_calibration_chooses_the_children_drafting_chooses(stochastic):
                              slots, stochastic)
     np.testing.assert_allclose(alpha[1:4], chain.accept)  # static node 1 + r credited with child r's chance
     assert alpha[1:4].sum() > 0
+
+
+def test_extension_spends_the_budget_misses_leave_on_the_most_probable_chain():
+    from stand_runtime.drafters import Extension
+
+    tree = DraftTree.from_paths([[0], [1], [2], [3]])  # four root children: a budget of 4 nodes
+    store = NGramStore(max_n=1)
+    store.update([1], [2, 9], [0.9, 0.1])  # after 1: 2 (0.9) or 9; then a sharp chain 2 → 3 → 4 → 5
+    store.update([2], [3], [1.0])
+    store.update([3], [4], [1.0])
+    store.update([4], [5], [1.0])
+    static = draft_tree(tree, store, [7, 1], None)
+    assert static.num_nodes == 2 and list(static.nodes) == [0, 1, 2]  # q has 2 ids: 2 of 4 slots used
+    extended = draft_tree(tree, store, [7, 1], None, extend=Extension(budget=4))
+    assert extended.num_nodes == 4
+    assert extended.path(4) == [2, 3, 4] and list(extended.nodes) == [0, 1, 2, -1, -1]  # a chain past the tree
+    assert extended.draft_ids[1] is not None and extended.slots[3] == 0  # each step drawn from its own q
+    assert draft_tree(tree, store, [7, 1], None, max_depth=2, extend=Extension(budget=4)).num_nodes == 3
+    assert draft_tree(tree, store, [7, 1], None, extend=Extension(budget=4, min_score=0.95)).num_nodes == 2
+    store.update([9], [8], [1.0])  # equal budget, but the 0.9 path is preferred over the 0.1 one
+    assert draft_tree(tree, store, [7, 1], None, extend=Extension(budget=3)).path(3) == [2, 3]

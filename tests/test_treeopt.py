@@ -11,7 +11,7 @@ from treeopt.calibrate import CalibrationConfig
 from treeopt.calibration import Calibration, load_calibration
 from treeopt.candidate import Prior, candidate_tree, per_depth_tree
 from treeopt.export import export_tree
-from treeopt.latency import choose_nodes, interpolate
+from stand_runtime import LatencyProfile, choose_size
 from treeopt.profile import depth_profile
 from treeopt.prune import best_sums, prune
 
@@ -94,11 +94,14 @@ def test_prune_rejects_bad_sizes():
 
 def test_auto_size_picks_the_best_ratio():
     sums = np.array([0.0, 0.6, 1.0, 1.2, 1.3])
-    profile = {1: 1.0, 2: 1.1, 4: 1.3, 8: 2.0}
-    assert interpolate(profile, 3) == pytest.approx(1.2)
-    k, curve = choose_nodes(sums, profile)
-    ratios = [(1 + s) / interpolate(profile, n + 1) for n, s in enumerate(sums)]
+    profile = LatencyProfile((1, 2, 4, 8), (1.0, 1.1, 1.3, 2.0))
+    assert profile.at(3) == pytest.approx(1.2) and profile.at(10) == pytest.approx(2.35)
+    k, curve = choose_size(sums, profile)
+    ratios = [(1 + s) / profile.at(n + 1) for n, s in enumerate(sums)]
     assert k == int(np.argmax(ratios)) and len(curve) == 5
+    sums[k] = -np.inf  # a size the family does not have is skipped, not the end of the curve
+    k2, curve = choose_size(sums, profile)
+    assert k2 != k and len(curve) == 4
 
 
 def fake_calibration(tree: DraftTree, seed=0) -> Calibration:

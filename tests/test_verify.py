@@ -103,28 +103,32 @@ def markov_joint(p_matrix, root):
     return p_matrix[root][:, None] * p_matrix
 
 
-def two_token_counts(p_matrix, q_matrix, stochastic, trials, seed):
-    """Run full steps on a two-level tree with a Markov target; count the first two emitted tokens."""
+def two_token_counts(p_matrix, q_matrix, stochastic, trials, seed, tree=None, extend=None):
+    """Run full steps on a two-level tree with a Markov target; count the first two emitted tokens
+    (and how many drafted nodes outside the static tree, an extension's, were accepted)."""
     vocab = len(p_matrix)
-    tree = DraftTree.from_paths([[0], [1], [0, 0], [0, 1], [1, 0], [1, 1]])
+    tree = tree or DraftTree.from_paths([[0], [1], [0, 0], [0, 1], [1, 0], [1, 1]])
     store = NGramStore(max_n=1)
     for token in range(vocab):
         support = np.flatnonzero(q_matrix[token])
         store.update([token], support, q_matrix[token][support])
     rng = RandomStream.seeded(seed)
     counts = np.zeros((vocab, vocab), dtype=np.int64)
-    accepted_total = 0
+    accepted_total = accepted_extension = 0
     root = 0
     for _ in range(trials):
         emitted, context = [], [root]
         while len(emitted) < 2:
-            draft = draft_tree(tree, store, context, rng if stochastic else None)
+            draft = draft_tree(tree, store, context, rng if stochastic else None, extend=extend)
             result = verify_sampling(draft, lambda node: p_matrix[draft.tokens[node]], rng)
             accepted_total += len(result.accepted)
+            accepted_extension += sum(int(draft.nodes[i] < 0) for i in result.accepted)
             step = [draft.tokens[i] for i in result.accepted] + [result.token]
             emitted += step
             context = context + step
         counts[emitted[0], emitted[1]] += 1
+    if extend is not None:
+        return counts, accepted_total, accepted_extension
     return counts, accepted_total
 
 
@@ -139,6 +143,32 @@ def test_two_level_tree_markov_joint_distribution(stochastic):
     trials = 60_000
     counts, accepted = two_token_counts(p_matrix, q_matrix, stochastic, trials, seed=11)
     assert accepted > trials  # drafts were really accepted, at both levels on average
+    joint = markov_joint(p_matrix, 0).ravel()
+    observed = counts.ravel()
+    assert observed[joint == 0].sum() == 0
+    result = stats.chisquare(observed[joint > 0], joint[joint > 0] * trials)
+    assert result.pvalue > 0.001, result
+
+
+@pytest.mark.parametrize("stochastic", [True, False], ids=["stochastic", "deterministic"])
+def test_extension_chains_keep_the_markov_joint_distribution(stochastic):
+    """A wide root (4 slots) over q supports of 2 tokens: the unused slots become chains beyond the
+    static tree (Extension), drawn from q and verified like static nodes; the output stays p's."""
+    from stand_runtime.drafters import Extension
+
+    gen = np.random.default_rng(8)
+    vocab = 5
+    p_matrix = gen.random((vocab, vocab)) ** 3
+    p_matrix /= p_matrix.sum(1, keepdims=True)
+    q_matrix = np.zeros((vocab, vocab))
+    for token in range(vocab):  # q: p's two most likely successors, a little off
+        top = np.argsort(-p_matrix[token])[:2]
+        q_matrix[token, top] = p_matrix[token, top] + 0.1 * gen.random(2)
+    tree = DraftTree.from_paths([[0], [1], [2], [3]])
+    trials = 40_000
+    counts, accepted, extension = two_token_counts(p_matrix, q_matrix, stochastic, trials, seed=5, tree=tree,
+                                                   extend=Extension(budget=4, min_score=0.0))
+    assert extension > trials // 4, extension  # chain nodes beyond the static tree were accepted
     joint = markov_joint(p_matrix, 0).ravel()
     observed = counts.ravel()
     assert observed[joint == 0].sum() == 0
@@ -162,12 +192,12 @@ def test_greedy_accepts_exactly_the_argmax_path():
         p[argmax_next[draft.tokens[node]]] = 0.7
         return p
 
-    result = verify_greedy(draft, target)
+    result = verify_greedy(draft, lambda node: int(np.argmax(target(node))))
     path = [draft.tokens[i] for i in result.accepted]
     assert path == [2, 1, 3]  # the argmax chain, through rank 1 then rank 1 then rank 0
     assert result.token == 2 and result.bonus
     # a root whose argmax is not drafted emits the argmax and accepts nothing
-    miss = verify_greedy(draft, lambda node: np.array([0.1, 0.1, 0.1, 0.7]))
+    miss = verify_greedy(draft, lambda node: 3)
     assert miss.accepted == [] and miss.token == 3 and not miss.bonus
 
 
@@ -216,8 +246,6 @@ def test_nan_target_is_an_error_not_an_acceptance():
     p = np.array([0.2, np.nan, 0.3, 0.5])
     with pytest.raises(StandError, match="not finite"):
         verify_sampling(draft, lambda node: p, RandomStream.seeded(0))
-    with pytest.raises(StandError, match="not finite"):
-        verify_greedy(draft, lambda node: p)
 
 
 def test_duplicate_siblings_are_refused_where_drafts_are_built():

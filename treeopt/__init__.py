@@ -2,8 +2,7 @@
 
 Modules: ``datasets`` (prompt sources), ``candidate`` (the candidate tree), ``calibration`` (the
 calibration file), ``replay`` and ``calibrate`` (estimating per-node acceptance), ``prune`` (the exact
-tree knapsack), ``export`` (the tree file), ``latency`` (the machine's forward-latency profile and
-``--nodes auto``), ``profile`` (depth profiles), ``bench`` and ``answers`` (benchmarks, majority
+tree knapsack), ``export`` (tree files and tree families), ``profile`` (depth profiles), ``bench`` and ``answers`` (benchmarks, majority
 vote), ``plots`` (PNG, matplotlib). It never imports rich or typer: the CLI renders its results.
 """
 
@@ -15,16 +14,15 @@ from .calibrate import CalibrationConfig, Progress, calibrate, direct_prompt
 from .calibration import CALIBRATION_FORMAT, Calibration, load_calibration
 from .candidate import Prior, candidate_tree, per_depth_tree
 from .datasets import Prompt, load_prompts
-from .export import export_tree
-from .latency import cached_latency, choose_nodes, measure_latency
+from .export import FAMILY_SIZES, export_family, export_tree
 from .profile import DepthProfile, depth_profile, load_tree_or_calibration
 from .prune import best_sums, prune
 from .replay import replay_trajectory
 
 __all__ = [
-    "BenchMethod", "CALIBRATION_FORMAT", "Calibration", "CalibrationConfig", "DepthProfile", "MethodResult", "Prior",
-    "Progress", "Prompt", "__version__", "best_sums", "cached_latency", "calibrate", "candidate_tree", "choose_nodes",
+    "BenchMethod", "CALIBRATION_FORMAT", "FAMILY_SIZES", "export_family", "Calibration", "CalibrationConfig", "DepthProfile", "MethodResult", "Prior",
+    "Progress", "Prompt", "__version__", "best_sums", "calibrate", "candidate_tree",
     "depth_profile", "direct_prompt", "export_tree", "extract_answer", "load_calibration", "load_prompts",
-    "load_tree_or_calibration", "majority_vote", "measure_latency", "parse_methods", "per_depth_tree", "prune",
+    "load_tree_or_calibration", "majority_vote", "parse_methods", "per_depth_tree", "prune",
     "replay_trajectory", "results_json", "run_bench", "speedups",
 ]

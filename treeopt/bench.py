@@ -15,6 +15,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
+import numpy as np
+
 from stand_runtime import (
     DEFAULT_TREES,
     METHODS,
@@ -25,6 +27,7 @@ from stand_runtime import (
     SamplingParams,
     StandError,
     acceptance_by_depth,
+    check_seed,
     summarise_draft_quality,
 )
 
@@ -73,15 +76,22 @@ def parse_methods(methods: str, trees: list[str] | None) -> list[BenchMethod]:
     Raises:
         StandError: an unknown method name (the message lists the valid ones), or a duplicate.
     """
-    names = [m.strip() for m in methods.split(",") if m.strip()]
-    if not names:
+    names = [m.strip() for m in methods.split(",")]
+    if not any(names):
         raise StandError("no methods given")
+    if not all(names):
+        raise StandError(f"an empty method name in {methods!r}")
     valid = [*METHODS, *(method + REJECTED_SUFFIX for method in STORE_METHODS)]
     for name in names:
         if name not in valid:
             raise StandError(f"unknown method {name!r} (valid: {', '.join(valid)})")
     if len(set(names)) < len(names):
         raise StandError(f"a method is listed twice in {methods!r}")
+    trees = list(trees or [])
+    if len(set(trees)) < len(trees):
+        raise StandError(f"a tree is listed twice in {trees!r}")
+    if trees and not any(name.removesuffix(REJECTED_SUFFIX) in TREE_METHODS for name in names):
+        raise StandError(f"--tree applies to {', '.join(TREE_METHODS)}; none of {methods!r} drafts into a tree")
     out = []
     for name in names:
         base, rejected = name.removesuffix(REJECTED_SUFFIX), name.endswith(REJECTED_SUFFIX)
@@ -104,6 +114,8 @@ class MethodResult:
     tokens: int = 0
     steps: int = 0
     decode_s: float = 0.0
+    forward_s: float = 0.0  # target forwards (the rest of decode_s is host work: drafting, verification, ...)
+    drafted: int = 0  # draft nodes forwarded, over all steps
     correct: int = 0  # prompts whose majority-vote answer is right
     graded: int = 0  # prompts with a reference answer
     trajectories_correct: int = 0  # single trajectories whose answer is right (more draws, same law)
@@ -127,6 +139,21 @@ class MethodResult:
     def accuracy(self) -> float | None:
         return self.correct / self.graded if self.graded else None
 
+    @property
+    def host_fraction(self) -> float:
+        """Share of decoding time spent outside the target forward (drafting, verification, bookkeeping)."""
+        return 1.0 - self.forward_s / self.decode_s if self.decode_s else 0.0
+
+    @property
+    def mean_drafted(self) -> float:
+        """Draft nodes forwarded per step."""
+        return self.drafted / self.steps if self.steps else 0.0
+
+    def prompt_totals(self) -> np.ndarray:
+        """``[prompts, 2]`` tokens and decoding seconds per prompt (all its trajectories)."""
+        return np.array([[sum(t["tokens"] for t in p["trajectories"]), sum(t["decode_s"] for t in p["trajectories"])]
+                         for p in self.per_prompt], dtype=np.float64).reshape(-1, 2)
+
     def diagnostics(self) -> dict:
         """Why the acceptance length is what it is: acceptance per depth, and for STAND the store's
         hit rate by context length n (all lookups, and the step roots) and q-versus-p at the roots."""
@@ -148,10 +175,29 @@ class MethodResult:
         return [tokens / steps if steps else 0.0 for tokens, steps in self.by_trajectory]
 
 
+MAX_TRAJECTORIES = 4096
+"""Trajectories per prompt at most."""
+
+
+def check_bench_settings(prompts: int, trajectories: int, seed: int) -> None:
+    """Check the run's size and seeds before any model work: prompt i's trajectory t is seeded with
+    ``seed + 1000 i + t``.
+
+    Raises:
+        StandError: trajectories out of [1, 4096], or seeds that would run past 2**64.
+    """
+    if isinstance(trajectories, bool) or not isinstance(trajectories, int) or not 1 <= trajectories <= MAX_TRAJECTORIES:
+        raise StandError(f"trajectories must be an integer in [1, {MAX_TRAJECTORIES}], got {trajectories!r}")
+    check_seed(seed)
+    if seed + 1000 * max(prompts - 1, 0) + trajectories - 1 >= 2**64:
+        raise StandError(f"seed {seed} is too large: the trajectories' seeds would run past 2**64")
+
+
 def run_bench(
     model, tokenizer, prompts: list[Prompt], methods: list[BenchMethod], *, sampling: SamplingParams,
     max_new_tokens: int, seed: int, trajectories: int = 1, on_run: Callable[[str, str, object], None] | None = None,
     on_prompt: Callable[[int, list[MethodResult]], None] | None = None, share_across_prompts: bool = False,
+    ignore_eos: bool = False,
 ) -> list[MethodResult]:
     """Decode every prompt with every method (N trajectories each), interleaved; per-method totals.
 
@@ -159,13 +205,13 @@ def run_bench(
     whose drafter memory (store or matrix) the N trajectories share, or one memory for every prompt
     with ``share_across_prompts``. ``on_run(prompt_id, label, completion)`` is called after every
     trajectory and ``on_prompt(prompts_done, results)`` after every prompt (e.g. to save partial
-    results).
+    results). ``ignore_eos`` decodes every trajectory to ``max_new_tokens`` (equal token counts for a
+    speed comparison; answers are read from the text before the first EOS).
 
     Raises:
         StandError: a bad tree (before any decoding), or trajectories < 1.
     """
-    if isinstance(trajectories, bool) or not isinstance(trajectories, int) or trajectories < 1:
-        raise StandError(f"trajectories must be an integer >= 1, got {trajectories!r}")
+    check_bench_settings(len(prompts), trajectories, seed)
     backends, results = [], []
     for spec in methods:
         backend = HFBackend(model, tokenizer, spec.method, tree=spec.tree, feed_rejected=spec.feed_rejected,
@@ -177,7 +223,7 @@ def run_bench(
         results.append(result)
     for index, prompt in enumerate(prompts):
         request = DecodeRequest(prompt.text, n=trajectories, max_new_tokens=max_new_tokens, sampling=sampling,
-                                seed=seed + 1000 * index)
+                                seed=seed + 1000 * index, ignore_eos=ignore_eos)
         for spec, backend, result in zip(methods, backends, results):
             notify = None if on_run is None else (lambda _r, _s, done, label=spec.label: on_run(prompt.id, label, done))
             completions = backend.generate([request], on_completion=notify)[0]
@@ -195,6 +241,8 @@ def _add_prompt(result: MethodResult, spec: BenchMethod, prompt: Prompt, complet
         result.tokens += stats.new_tokens
         result.steps += stats.target_forwards
         result.decode_s += stats.decode_s
+        result.forward_s += stats.forward_s
+        result.drafted += sum(stats.drafted_per_step)
         result.by_trajectory[trajectory][0] += stats.new_tokens
         result.by_trajectory[trajectory][1] += stats.target_forwards
         result.accepted_per_step += stats.accepted_per_step
@@ -202,7 +250,7 @@ def _add_prompt(result: MethodResult, spec: BenchMethod, prompt: Prompt, complet
         if stats.store is not None and "root" in stats.store:
             result.root_quality.append(stats.store["root"])
         answers.append(extract_answer(completion.text))
-        runs.append({"tokens": stats.new_tokens, "steps": stats.target_forwards,
+        runs.append({"tokens": stats.new_tokens, "steps": stats.target_forwards, "decode_s": stats.decode_s,
                      "acceptance_length": stats.acceptance_length, "tokens_per_s": stats.tokens_per_s,
                      "answer": answers[-1]})
     if spec.method in STORE_METHODS:  # store counters are cumulative: keep each store's last
@@ -224,6 +272,41 @@ def speedups(results: list[MethodResult]) -> dict[str, float | None]:
     """Throughput ratio of each configuration against ``ar`` in the same run (None without ``ar``)."""
     base = next((r for r in results if r.method == "ar"), None)
     return {r.label: (r.tokens_per_s / base.tokens_per_s if base and base.tokens_per_s else None) for r in results}
+
+
+def speedup_intervals(results: list[MethodResult], confidence: float = 0.95, resamples: int = 2000,
+                      seed: int = 0) -> dict[str, tuple[float, float] | None]:
+    """Paired bootstrap interval of each configuration's speedup over ``ar``, resampling prompts.
+
+    Every method decoded the same prompts back to back, so a prompt is resampled with all its methods
+    (machine drift during a prompt hits them alike). The statistic is the ratio of pooled tokens/s.
+    None without ``ar`` or with fewer than 3 prompts (too few to say anything).
+    """
+    from scipy.stats import bootstrap
+
+    base = next((r for r in results if r.method == "ar"), None)
+    if base is None or len(base.per_prompt) < 3:
+        return {r.label: None for r in results}
+    reference = base.prompt_totals()
+    out = {}
+    for result in results:
+        totals = result.prompt_totals()
+
+        def ratio(index, totals=totals):
+            index = np.asarray(index, dtype=int)
+            mine, theirs = totals[index].sum(axis=0), reference[index].sum(axis=0)
+            return (mine[0] / mine[1]) / (theirs[0] / theirs[1])
+
+        interval = bootstrap((np.arange(len(totals)),), ratio, vectorized=False, n_resamples=resamples,
+                             confidence_level=confidence, method="percentile", random_state=seed).confidence_interval
+        out[result.label] = (float(interval.low), float(interval.high))
+    return out
+
+
+def latency_bounds(results: list[MethodResult], profile) -> dict[str, float]:
+    """Each configuration's speedup bound from the latency profile: ``tau t(1) / t(K + 1)`` with K its
+    mean draft nodes per step (what the measured acceptance length would give with zero host work)."""
+    return {r.label: r.acceptance_length * profile.at(1) / profile.at(r.mean_drafted + 1) for r in results}
 
 
 def results_json(results: list[MethodResult], settings: dict) -> dict:

@@ -32,6 +32,7 @@ from stand_runtime import (
     SamplingParams,
     StandError,
     __version__,
+    check_seed,
     check_writable,
     generate,
 )
@@ -42,6 +43,8 @@ from .datasets import Prompt, load_prompts
 from .replay import replay_trajectory
 
 METHODS = ("replay", "direct")
+MAX_TRAJECTORIES = 4096
+"""Trajectories per prompt at most (best-of-N beyond a few thousand is not a calibration setting)."""
 SEED_STRIDE = 1000
 """Seed distance between consecutive prompts (a prompt's trajectories take consecutive seeds)."""
 
@@ -78,6 +81,11 @@ class CalibrationConfig:
         for name in ("samples", "candidate_nodes", "max_new_tokens", "trajectories", "batch_size"):
             if getattr(self, name) < 1:
                 raise StandError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.trajectories > MAX_TRAJECTORIES:
+            raise StandError(f"trajectories must be <= {MAX_TRAJECTORIES}, got {self.trajectories}")
+        check_seed(self.seed)
+        if self.seed + SEED_STRIDE * (self.offset + self.samples) + self.trajectories >= 2**64:
+            raise StandError(f"seed {self.seed} is too large: the prompts' seeds would run past 2**64")
         SamplingParams(self.temperature, self.top_p, self.top_k)
         Prior(self.prior_base, self.prior_decay)
 
@@ -133,14 +141,10 @@ def calibrate(
     if prompts is None:
         prompts = load_prompts(config.dataset, field=config.field, samples=config.samples, offset=config.offset)
     if candidate is None:
-        candidate = candidate_tree(config.candidate_nodes, Prior(config.prior_base, config.prior_decay))
+        candidate = default_candidate(config)
     settings = asdict(config)
     if resume and Path(out).exists():
-        calibration = load_calibration(out)
-        previous = calibration.metadata.get("settings", {})
-        if previous != settings or calibration.candidate.paths != candidate.paths:
-            changed = sorted(k for k in settings if previous.get(k) != settings[k]) or ["candidate tree"]
-            raise StandError(f"cannot resume {out}: it was made with other settings ({', '.join(changed)})")
+        calibration = resumable(config, out, candidate)
     else:
         calibration = Calibration(candidate, np.zeros(candidate.num_nodes + 1))
         check_writable(out)  # fail now, not after an hour
@@ -193,6 +197,27 @@ def _replay_batch(config, backend, batch, seeds, candidate, randomness, calibrat
     timings["replay_s"] += time.perf_counter() - tick
 
 
+def default_candidate(config: CalibrationConfig) -> DraftTree:
+    """The candidate tree the config builds (its nodes and prior)."""
+    return candidate_tree(config.candidate_nodes, Prior(config.prior_base, config.prior_decay))
+
+
+def resumable(config: CalibrationConfig, out: str | Path, candidate: DraftTree | None = None) -> Calibration:
+    """The interrupted calibration in ``out``, checked to have been made with ``config``'s settings
+    and candidate tree (call it before loading a model: a mismatch fails at once).
+
+    Raises:
+        StandError: a corrupt file, or one made with other settings (naming them).
+    """
+    calibration = load_calibration(out)
+    candidate = candidate if candidate is not None else default_candidate(config)
+    settings, previous = asdict(config), calibration.metadata.get("settings", {})
+    if previous != settings or calibration.candidate.paths != candidate.paths:
+        changed = sorted(k for k in settings if previous.get(k) != settings[k]) or ["candidate tree"]
+        raise StandError(f"cannot resume {out}: it was made with other settings ({', '.join(changed)})")
+    return calibration
+
+
 def direct_prompt(config: CalibrationConfig, model, tokenizer, prompt: str | list[int], seed: int, candidate: DraftTree,
                   on_tokens=None) -> tuple[np.ndarray, int, int]:
     """Direct calibration of one prompt (the paper's): decode its trajectories with STAND on the
@@ -214,7 +239,7 @@ def direct_prompt(config: CalibrationConfig, model, tokenizer, prompt: str | lis
         result = generate(
             model, tokenizer, prompt, method="stand-det" if config.deterministic_drafts else "stand", tree=candidate,
             sampling=config.sampling, max_new_tokens=config.max_new_tokens, seed=seed + trajectory, store=store,
-            on_step=count, on_tokens=stream,
+            on_step=count, on_tokens=stream, extend=False,
         )
         steps += result.stats.target_forwards
         tokens += result.stats.new_tokens

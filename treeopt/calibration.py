@@ -140,6 +140,11 @@ def load_calibration(path: str | Path) -> Calibration:
         steps = float(data["steps"])
         if abs(steps - sum(float(p["steps"]) for p in per_prompt)) > 1e-6 * max(1.0, steps):
             raise StandError("steps do not add up over prompts")
+        stored = data.get("alpha")
+        recomputed = alpha_sum[1:] / steps if steps > 0 else np.zeros(candidate.num_nodes)
+        if stored is not None and (not isinstance(stored, list) or len(stored) != candidate.num_nodes
+                                   or not np.allclose(np.asarray(stored, dtype=float), recomputed, atol=1e-6)):
+            raise StandError("alpha does not match the per-prompt sums (the file was edited)")
         metadata = data.get("metadata") or {}
         if not isinstance(metadata, dict):
             raise StandError("metadata is not an object")

@@ -59,11 +59,11 @@ def candidate_tree(
     Raises:
         StandError: a parameter out of range.
     """
-    if not (1 <= num_nodes <= MAX_CANDIDATE_NODES) or not (1 <= max_width <= MAX_RANK) or max_depth < 1:
-        raise StandError(
-            f"candidate tree needs 1 <= nodes <= {MAX_CANDIDATE_NODES}, 1 <= width <= {MAX_RANK}, depth >= 1; "
-            f"got {num_nodes}, {max_width}, {max_depth}"
-        )
+    for name, value, low, high in (("nodes", num_nodes, 1, MAX_CANDIDATE_NODES), ("max_width", max_width, 1, MAX_RANK),
+                                   ("max_depth", max_depth, 1, None)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < low or (high is not None and value > high):
+            bounds = f"in [{low}, {high}]" if high is not None else f">= {low}"
+            raise StandError(f"candidate tree: {name} must be an integer {bounds}, got {value!r}")
     chosen: list[tuple[int, ...]] = []
     frontier = [(-prior.factor(0), (0,))]
     while frontier and len(chosen) < num_nodes:

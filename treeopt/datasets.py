@@ -21,6 +21,7 @@ from pathlib import Path
 from stand_runtime import StandError
 
 DEFAULT_FIELDS = ("prompt", "problem", "question")
+JSONL_HINT = 'a dataset file holds one JSON object per line, e.g. {"prompt": "What is 6 * 7?", "answer": "42"}'
 
 
 @dataclass(frozen=True)
@@ -75,6 +76,8 @@ def load_prompts(
         prompts = [Prompt(str(r.get("task_id", i)), r["prompt"]) for i, r in enumerate(records)]
     elif dataset.endswith((".jsonl", ".jsonl.gz", ".json")) or Path(dataset).exists():
         path = Path(dataset)
+        if path.is_dir():
+            raise StandError(f"dataset {dataset} is a folder, not a JSONL file")
         if not path.is_file():
             raise StandError(f"dataset file not found: {dataset}")
         prompts = _prompts_from_records(_read_jsonl(path), field, str(path))
@@ -103,9 +106,9 @@ def _read_jsonl(path: Path) -> list[dict]:
                 try:
                     record = json.loads(line)
                 except json.JSONDecodeError as error:
-                    raise StandError(f"bad JSONL {path} line {number}: {error.msg}") from None
+                    raise StandError(f"bad JSONL {path} line {number}: {error.msg} ({JSONL_HINT})") from None
                 if not isinstance(record, dict):
-                    raise StandError(f"bad JSONL {path} line {number}: not a JSON object")
+                    raise StandError(f"bad JSONL {path} line {number}: not a JSON object ({JSONL_HINT})")
                 records.append(record)
     except (OSError, UnicodeDecodeError) as error:
         raise StandError(f"cannot read dataset {path}: {error}") from None
@@ -122,6 +125,9 @@ def _prompts_from_records(records: list[dict], field: str | None, source: str) -
     prompts = []
     for index, record in enumerate(records):
         text = record.get(field)
+        if field in record and not isinstance(text, str):
+            raise StandError(f"dataset {source} record {index + 1}: field {field!r} is not text "
+                             f"(a {type(text).__name__})")
         if not isinstance(text, str) or not text.strip():
             raise StandError(f"dataset {source} record {index + 1} has no text field {field!r}")
         answer = record.get("answer")

@@ -27,7 +27,8 @@ def plot_profiles(profiles: list, path: str | Path) -> Path:
     axes[0].set(title="nodes per depth", xlabel="depth", ylabel="nodes")
     axes[1].set(title="expected accepted tokens per depth (Σα̂)", xlabel="depth", ylabel="Σα̂")
     for axis in axes:
-        axis.legend(fontsize=8)
+        if axis.get_legend_handles_labels()[1]:  # a panel with nothing labelled gets no legend
+            axis.legend(fontsize=8)
     figure.tight_layout()
     return _save(figure, plt, path)
 

@@ -18,11 +18,14 @@ from ..ngram_store import NGramStore
 from ..randomness import RandomStream
 from ..sampling import SamplingParams
 from ..tree import DraftTree
+from ..model_facts import vocab_size
+from ..tree_choice import AUTO, check_auto_available, machine_tree
 from ..tree_io import TreeFile, resolve_tree
 from .base import Drafter
 from .prompt_lookup import PromptLookupDrafter
 from .stand import STORE_TOP_K, StandDrafter, draft_tree, store_params
 from .token_recycling import RecyclingMatrix, TokenRecyclingDrafter
+from .tree_walk import Extension
 
 METHODS = ("stand", "stand-det", "pld", "recycle", "ar")
 """Decoding methods: STAND with stochastic (Gumbel-Top-K) drafts, STAND with deterministic top-m
@@ -34,10 +37,10 @@ STORE_METHODS = ("stand", "stand-det")
 TREE_METHODS = ("stand", "stand-det", "recycle")
 """The methods that draft into a static tree (and so take ``tree``)."""
 
-DEFAULT_TREES = {"stand": "stand-smollm2-humaneval-80", "stand-det": "stand-smollm2-humaneval-80",
-                 "recycle": "heuristic-80"}
-"""Each tree method's default tree: STAND's calibrated tree for the default model, and Token
-Recycling's own static tree (its paper's depth profile 8/21/25/15/8/3)."""
+DEFAULT_TREES = {"stand": AUTO, "stand-det": AUTO, "recycle": "heuristic-80"}
+"""Each tree method's default tree: for STAND the default model's calibrated tree family sized for
+this machine's latency (``"auto"``, :mod:`stand_runtime.tree_choice`), for Token Recycling its own
+static tree (its paper's depth profile 8/21/25/15/8/3)."""
 
 Memory = NGramStore | RecyclingMatrix
 """A drafter's memory that several calls may share (best-of-N trajectories of one problem)."""
@@ -66,16 +69,27 @@ def check_method(method: str, *, tree=None, memory=None, feed_rejected: bool = F
         raise StandError(f"method {method!r} has no memory to share (store applies to stand, stand-det, recycle)")
 
 
-def method_tree(method: str, tree: DraftTree | TreeFile | str | None) -> DraftTree | None:
+def method_tree(method: str, tree: DraftTree | TreeFile | str | None, model=None) -> DraftTree | None:
     """The static tree ``method`` drafts into: ``tree`` resolved, or the method's default; None
     for methods without a static tree.
 
+    Args:
+        method: the decoding method.
+        tree: a tree, tree file, path, bundled name, ``"auto"`` or None (the method's default).
+        model: the target; needed for ``"auto"`` (sized from its latency on this machine).
+
     Raises:
-        StandError: a bad tree, or a tree without draft nodes.
+        StandError: a bad tree, a tree without draft nodes, or ``"auto"`` without a model.
     """
     if method not in TREE_METHODS:
         return None
-    resolved = resolve_tree(DEFAULT_TREES[method] if tree is None else tree)
+    spec = DEFAULT_TREES[method] if tree is None else tree
+    if isinstance(spec, str) and spec == AUTO:
+        if model is None:
+            check_auto_available()
+            return None
+        return machine_tree(model).tree
+    resolved = resolve_tree(spec)
     if resolved.num_nodes == 0:
         name = f" {tree}" if isinstance(tree, str) else ""
         raise StandError(f"tree{name} has no draft nodes: use method 'ar' for plain decoding")
@@ -92,7 +106,8 @@ def new_memory(method: str, vocab: int) -> Memory | None:
 
 
 def make_drafter(method: str, tree, memory: Memory | None, randomness: RandomStream, params: SamplingParams,
-                 vocab: int, feed_rejected: bool = False, diagnose: bool = False, seed: int | None = None) -> Drafter | None:
+                 model, feed_rejected: bool = False, diagnose: bool = False, seed: int | None = None,
+                 extend: bool = True) -> Drafter | None:
     """The drafter of ``method`` (None for plain decoding).
 
     Args:
@@ -102,8 +117,8 @@ def make_drafter(method: str, tree, memory: Memory | None, randomness: RandomStr
         memory: a shared :data:`Memory` of the method's kind, or None for a fresh one.
         randomness: the run's random stream (Gumbel noise of stochastic drafts).
         params: the target sampling distribution.
-        vocab: the target's vocabulary size.
-        feed_rejected, diagnose: STAND options (see :func:`stand_runtime.generate`).
+        model: the target (its vocabulary; the ``"auto"`` tree is sized from its latency).
+        feed_rejected, diagnose, extend: STAND options (see :func:`stand_runtime.generate`).
         seed: seeds the diagnostics' private generator.
 
     Raises:
@@ -111,7 +126,8 @@ def make_drafter(method: str, tree, memory: Memory | None, randomness: RandomStr
             vocabulary.
     """
     check_method(method, tree=tree, memory=memory, feed_rejected=feed_rejected)
-    static = method_tree(method, tree)
+    static = method_tree(method, tree, model)
+    vocab = vocab_size(model)
     if memory is None:
         memory = new_memory(method, vocab)
     if isinstance(memory, RecyclingMatrix) and memory.vocab != vocab:
@@ -126,11 +142,12 @@ def make_drafter(method: str, tree, memory: Memory | None, randomness: RandomStr
         return TokenRecyclingDrafter(static, memory)
     stochastic = method == "stand" and not params.greedy
     quality = DraftQuality(seed=seed) if diagnose else None
-    return StandDrafter(static, memory, randomness if stochastic else None, params, feed_rejected, quality)
+    extension = Extension(budget=static.num_nodes) if extend else None
+    return StandDrafter(static, memory, randomness if stochastic else None, params, feed_rejected, quality, extension)
 
 
 __all__ = [
-    "DEFAULT_TREES", "Drafter", "METHODS", "Memory", "PromptLookupDrafter", "RecyclingMatrix", "STORE_METHODS",
-    "STORE_TOP_K", "StandDrafter", "draft_tree", "TREE_METHODS", "TokenRecyclingDrafter", "check_method", "make_drafter",
+    "AUTO", "DEFAULT_TREES", "Drafter", "METHODS", "Memory", "PromptLookupDrafter", "RecyclingMatrix", "STORE_METHODS",
+    "STORE_TOP_K", "StandDrafter", "draft_tree", "TREE_METHODS", "TokenRecyclingDrafter", "Extension", "check_method", "make_drafter",
     "method_tree", "new_memory", "store_params",
 ]

@@ -21,7 +21,7 @@ from ..ngram_store import NGramStore
 from ..randomness import RandomStream
 from ..sampling import SamplingParams, top_target_probs
 from ..tree import DraftTree
-from .tree_walk import Proposal, fill_tree
+from .tree_walk import Extension, Proposal, fill_tree
 
 STORE_TOP_K = 10
 """Ids the store keeps per context (the paper's k)."""
@@ -51,7 +51,7 @@ def store_proposer(store: NGramStore, randomness: RandomStream | None):
 
 
 def draft_tree(tree: DraftTree, store: NGramStore, context: list[int], randomness: RandomStream | None,
-               max_depth: int | None = None) -> Draft:
+               max_depth: int | None = None, extend: Extension | None = None) -> Draft:
     """Draft STAND's tokens into a static tree for the next step (STAND §3.2).
 
     Args:
@@ -60,11 +60,14 @@ def draft_tree(tree: DraftTree, store: NGramStore, context: list[int], randomnes
         context: committed tokens, the last one being the root (at least one token).
         randomness: noise source for Gumbel-Top-K; ``None`` drafts deterministically (top-m of q).
         max_depth: draft no node deeper than this (e.g. the tokens still allowed); None = no limit.
+        extend: reassign the nodes misses left unused to chains beyond the tree (see
+            :class:`stand_runtime.drafters.tree_walk.Extension`); None = the static tree only.
 
     Returns:
         The :class:`Draft` (root plus every node whose ancestors' lookups hit).
     """
-    return fill_tree(tree, context, store.max_n, store_proposer(store, randomness), randomness is not None, max_depth)
+    return fill_tree(tree, context, store.max_n, store_proposer(store, randomness), randomness is not None, max_depth,
+                     extend)
 
 
 class StandDrafter:
@@ -78,10 +81,11 @@ class StandDrafter:
         feed_rejected: also record p at rejected tree nodes (DESIGN §3.1 option).
         quality: when given, q is measured against p at every drafted root (diagnostics; the time it
             takes is tallied in ``diagnostics_s``, seconds).
+        extend: reassign the node budget misses leave unused (None: the static tree only).
     """
 
     def __init__(self, tree: DraftTree, store: NGramStore, randomness: RandomStream | None, params: SamplingParams,
-                 feed_rejected: bool = False, quality: DraftQuality | None = None) -> None:
+                 feed_rejected: bool = False, quality: DraftQuality | None = None, extend: Extension | None = None) -> None:
         self.tree = tree
         self.store = store
         self.randomness = randomness
@@ -91,6 +95,7 @@ class StandDrafter:
         self.diagnostics_s = 0.0
         self._root_n: int | None = None  # context length of the last drafted root's lookup (0 = miss)
         self._propose = store_proposer(store, randomness)
+        self.extend = extend
 
     @property
     def max_nodes(self) -> int:
@@ -104,7 +109,8 @@ class StandDrafter:
         if self.quality is not None:
             match = self.store.match(committed)
             self._root_n = 0 if match is None else match[0]
-        return fill_tree(self.tree, committed, self.store.max_n, self._propose, self.randomness is not None, max_depth)
+        return fill_tree(self.tree, committed, self.store.max_n, self._propose, self.randomness is not None, max_depth,
+                         self.extend)
 
     def observe_step(self, committed, draft, accepted, logits, rows) -> None:
         if self.quality is not None:
@@ -138,18 +144,19 @@ class StandDrafter:
 
     def _top(self, logits: torch.Tensor, rows: list | None) -> tuple[np.ndarray, np.ndarray]:
         """Top-10 ids ``[n, 10]`` int64 and probabilities ``[n, 10]`` float64 of p per row of
-        ``logits`` ``[n, vocab]``, reusing the ``[vocab]`` p rows verification already computed
-        (``rows[i]``, None where it did not) and computing the others in one batch."""
+        ``logits`` ``[n, vocab]``, reusing the p rows verification already computed (``rows[i]``, a
+        :class:`stand_runtime.sampling.TargetRow`, None where it did not) and computing the others
+        in one batch. A nucleus of fewer than 10 tokens is padded with probability 0 (not stored)."""
         n, k = logits.shape[0], min(STORE_TOP_K, logits.shape[-1])
         if rows is None or self.params.greedy:  # greedy rows are one-hot: the store records the softmax
             rows = [None] * n
-        have = [i for i, row in enumerate(rows) if row is not None]
         missing = [i for i, row in enumerate(rows) if row is None]
-        ids = np.empty((n, k), dtype=np.int64)
-        probs = np.empty((n, k), dtype=np.float64)
-        if have:
-            top = torch.topk(torch.from_numpy(np.stack([rows[i] for i in have])), k, dim=-1)
-            ids[have], probs[have] = top.indices.numpy(), top.values.numpy()
+        ids = np.zeros((n, k), dtype=np.int64)
+        probs = np.zeros((n, k), dtype=np.float64)
+        for i, row in enumerate(rows):
+            if row is not None:
+                top_ids, top_probs = row.top(k)
+                ids[i, : len(top_ids)], probs[i, : len(top_probs)] = top_ids, top_probs
         if missing:
             source = logits if len(missing) == n else logits[missing]
             top_ids, top_probs = top_target_probs(source, store_params(self.params), k)

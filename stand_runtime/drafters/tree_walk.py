@@ -44,7 +44,7 @@ Propose = Callable[[tuple, int], "Proposal | None"]
 
 
 def fill_tree(tree: DraftTree, context: list[int], max_n: int, propose: Propose, stochastic: bool,
-              max_depth: int | None = None) -> Draft:
+              max_depth: int | None = None, extend: "Extension | None" = None) -> Draft:
     """Draft tokens into ``tree`` breadth-first for the next step.
 
     Args:
@@ -54,24 +54,83 @@ def fill_tree(tree: DraftTree, context: list[int], max_n: int, propose: Propose,
         propose: the drafter's proposal for one node (see :data:`Propose`).
         stochastic: the children were sampled from q (recorded in the draft for verification).
         max_depth: draft no node deeper than this (e.g. the tokens still allowed); None = no limit.
+        extend: spend the static nodes that misses left empty on chains beyond the static tree
+            (:class:`Extension`); None = the static tree only.
 
     Returns:
-        The :class:`Draft` (root plus every node whose ancestors' proposals hit), with ``nodes``.
+        The :class:`Draft` (root plus every node whose ancestors' proposals hit), with ``nodes``
+        (-1 for nodes an extension added).
     """
     deepest = tree.max_depth if max_depth is None else min(max_depth, tree.max_depth)
     builder = DraftBuilder(context[-1], static=True)
     suffixes = [tuple(context[-max_n:])]
+    scores = [1.0]  # probability of each node's path under q (the extension's priority)
+    missed: set[int] = set()
     position = 0
     while position < len(builder):
         static_children = tree.children[builder.nodes[position]]
         if static_children and builder.depths[position] < deepest:
             proposal = propose(suffixes[position], len(static_children))
             if proposal is not None and proposal.tokens:
-                if proposal.ids is not None:
-                    builder.set_distribution(position, proposal.ids, proposal.probs)
-                for rank, token in enumerate(proposal.tokens[: len(static_children)]):
-                    slot = proposal.slots[rank] if proposal.slots is not None else -1
-                    builder.add(position, token, slot, static_children[rank])
-                    suffixes.append((suffixes[position] + (token,))[-max_n:])
+                _add_children(builder, suffixes, scores, position, proposal, static_children, max_n)
+            else:
+                missed.add(position)
         position += 1
+    if extend is not None:
+        extend.grow(builder, suffixes, scores, missed, propose, max_n,
+                    max_depth if max_depth is not None else extend.max_depth)
     return builder.build(stochastic)
+
+
+def _add_children(builder: DraftBuilder, suffixes: list, scores: list, parent: int, proposal: Proposal,
+                  static_children, max_n: int) -> None:
+    if proposal.ids is not None:
+        builder.set_distribution(parent, proposal.ids, proposal.probs)
+    for rank, token in enumerate(proposal.tokens[: len(static_children)]):
+        slot = proposal.slots[rank] if proposal.slots is not None else -1
+        builder.add(parent, token, slot, static_children[rank])
+        suffixes.append((suffixes[parent] + (token,))[-max_n:])
+        scores.append(scores[parent] * (float(proposal.probs[slot]) if proposal.ids is not None else 1.0))
+
+
+@dataclass(frozen=True)
+class Extension:
+    """Reassign the node budget that misses left unused: best-first chains beyond the static tree.
+
+    A static tree spends its nodes where calibration found acceptance on average; in a step where a
+    lookup misses, its whole subtree is dropped and the step is smaller than the budget the tree
+    size was chosen for. The extension grows the draft back towards ``budget`` nodes: repeatedly the
+    leaf whose path is most probable under q (the product of q along it) gets one child drawn from
+    its own q (Gumbel-Top-1, or q's mode for deterministic drafts, recorded with q so verification
+    stays lossless), as long as that path probability is at least ``min_score``. A long store match
+    so becomes a long chain, and a miss costs no more than the nodes actually forwarded.
+
+    Attributes:
+        budget: draft nodes per step at most (the static tree's size).
+        min_score: smallest path probability worth a node.
+        max_depth: deepest extension node when the step has no depth limit of its own.
+    """
+
+    budget: int
+    min_score: float = 0.1
+    max_depth: int = 64
+
+    def grow(self, builder: DraftBuilder, suffixes: list, scores: list, missed: set, propose: Propose, max_n: int,
+             max_depth: int) -> None:
+        """Add extension nodes to ``builder`` in place (see the class docstring)."""
+        import heapq
+
+        frontier = [(-scores[v], v) for v in range(len(builder))
+                    if not builder.children[v] and v not in missed and builder.depths[v] < max_depth]
+        heapq.heapify(frontier)
+        while frontier and len(builder) - 1 < self.budget:
+            negative, node = heapq.heappop(frontier)
+            if -negative < self.min_score:
+                break
+            proposal = propose(suffixes[node], 1)
+            if proposal is None or not proposal.tokens:
+                continue
+            _add_children(builder, suffixes, scores, node, proposal, (-1,), max_n)
+            child = len(builder) - 1
+            if builder.depths[child] < max_depth:
+                heapq.heappush(frontier, (-scores[child], child))
