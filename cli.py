@@ -379,25 +379,31 @@ def export(
 def show(
     files: list[str] = typer.Argument(..., help="Tree files, bundled tree names, or calibration files."),
     png: Optional[Path] = typer.Option(None, help="Also draw the profiles side by side into this PNG (needs matplotlib: pip install -e '.\\[plot]')."),
+    tree_png: Optional[Path] = typer.Option(None, help="Also draw each tree node by node into this PNG, colour and size = α̂ (needs matplotlib)."),
 ) -> None:
-    """Show depth profiles: nodes, width and expected accepted tokens per depth."""
+    """Show depth profiles side by side: nodes, fan-out and expected accepted tokens per depth."""
     from stand_runtime import check_writable
     from treeopt import depth_profile, load_tree_or_calibration
     from treeopt.plots import plot_profiles, pyplot
 
-    if png is not None:
-        check_paths({"--png": png}, {"FILES": files})
-        check_writable(png)
-        pyplot()  # matplotlib missing: say so before loading anything
-    profiles = []
-    for spec in files:
-        tree, alpha = load_tree_or_calibration(spec)
-        profile = depth_profile(tree, alpha)
-        profiles.append((spec, profile))
-        console.print(render.profile_table(spec, profile))
+    from rich.columns import Columns
+
+    from treeopt.plots import plot_trees
+
+    check_paths({"--png": png, "--tree-png": tree_png}, {"FILES": files})
+    for picture in (png, tree_png):
+        if picture is not None:
+            check_writable(picture)
+            pyplot()  # matplotlib missing: say so before loading anything
+    loaded = [(spec, *load_tree_or_calibration(spec)) for spec in files]
+    profiles = [(spec, depth_profile(tree, alpha)) for spec, tree, alpha in loaded]
+    console.print(Columns([render.profile_table(spec, profile) for spec, profile in profiles], padding=(0, 3)))
     if png is not None:
         plot_profiles(profiles, png)
         console.print(f"plot written to {png}")
+    if tree_png is not None:
+        plot_trees(loaded, tree_png)
+        console.print(f"tree view written to {tree_png}")
 
 
 @app.command()

@@ -48,26 +48,31 @@ def _bar(value: float, scale: float, width: int = 16) -> str:
 
 
 def profile_table(name: str, profile: DepthProfile) -> Table:
-    """A tree's depth profile: nodes, width and sum alpha-hat per depth, with bars."""
+    """A tree's depth profile: nodes and widest fan-out per depth, with bars, and the calibration's
+    expected accepted tokens per depth (sum of alpha-hat over the depth's nodes) when it has them."""
     expected = profile.expected_acceptance_length
-    title = f"{name}: {profile.num_nodes} nodes, max depth {profile.max_depth}"
+    title = f"{name}\n{profile.num_nodes} nodes, max depth {profile.max_depth}"
     if expected is not None:
-        title += f", expected acceptance length {expected:.3f}"
-    table = Table(title=title)
+        title += f", τ̂ {expected:.2f}"
+    caption = "fan-out: most children of one node at the depth above"
+    if profile.alpha_per_depth is not None:
+        caption += ("; Σα̂: expected accepted tokens at that depth (calibration estimates, so a deeper level can "
+                    "exceed a shallower one); τ̂ = 1 + ΣΣα̂, expected tokens per target forward")
+    table = Table(title=title, caption=caption, caption_justify="left")
     table.add_column("depth", justify="right")
     table.add_column("nodes", justify="right")
-    table.add_column("width", justify="right")
-    table.add_column("nodes", justify="left")
+    table.add_column("", justify="left")
+    table.add_column("fan-out", justify="right")
     if profile.alpha_per_depth is not None:
         table.add_column("Σα̂", justify="right")
-        table.add_column("expected accepted tokens", justify="left")
+        table.add_column("", justify="left")
     top_nodes = max(profile.nodes_per_depth, default=1)
     top_alpha = max(profile.alpha_per_depth or [0.0]) or 1.0
     for depth, (count, width) in enumerate(zip(profile.nodes_per_depth, profile.width_per_depth), start=1):
-        row = [str(depth), str(count), str(width), _bar(count, top_nodes)]
+        row = [str(depth), str(count), _bar(count, top_nodes, 10), str(width)]
         if profile.alpha_per_depth is not None:
             alpha = profile.alpha_per_depth[depth - 1]
-            row += [f"{alpha:.3f}", _bar(alpha, top_alpha)]
+            row += [f"{alpha:.3f}", _bar(alpha, top_alpha, 10)]
         table.add_row(*row)
     return table
 

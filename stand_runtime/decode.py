@@ -53,6 +53,7 @@ def generate(
     feed_rejected: bool = False,
     diagnose: bool = False,
     extend: bool = True,
+    copy_tokens: int = 10,
     eos_token_ids: Sequence[int] | None = None,
     stop: Sequence[str] = (),
     on_tokens: Callable[[list[int]], None] | None = None,
@@ -83,6 +84,9 @@ def generate(
         extend: STAND only: spend the node budget that store misses leave unused on best-first
             chains beyond the static tree (:class:`stand_runtime.drafters.Extension`); False = the
             static tree only (direct calibration measures the static tree).
+        copy_tokens: STAND only: graft up to this many tokens that followed the latest earlier
+            occurrence of the context's suffix (prompt lookup's copy) onto the draft, along the
+            drafted children that agree with them (0 = off; verified by the deterministic-draft rule).
         eos_token_ids: token ids that end generation; None = the tokenizer's and the model's EOS ids.
         stop: strings that end generation once the generated text contains one.
         on_tokens: optional callback receiving each step's committed token ids (for streaming).
@@ -113,7 +117,10 @@ def generate(
     eos = check_eos_ids(eos_token_ids, vocab) if eos_token_ids is not None else default_eos_ids(model, tokenizer)
     stop_rule = StopRule(eos, max_new_tokens, stop, tokenizer)
     randomness = RandomStream.seeded(seed)
-    drafter = make_drafter(method, tree, store, randomness, params, model, feed_rejected, diagnose, seed, extend)
+    if isinstance(copy_tokens, bool) or not isinstance(copy_tokens, int) or not 0 <= copy_tokens <= 64:
+        raise StandError(f"copy_tokens must be an integer in [0, 64], got {copy_tokens!r}")
+    drafter = make_drafter(method, tree, store, randomness, params, model, feed_rejected, diagnose, seed, extend,
+                           copy_tokens)
     run = _Run(model, drafter, params, randomness, stop_rule, on_step)
     run.prefill(prompt)
     while run.finish_reason is None:

@@ -47,6 +47,8 @@ class DraftQuality:
         row[0] += 1
         if n == 0:
             return
+        keep = q > 0  # ids a copy path added to the support (q = 0) are not the store's draft
+        ids, q = ids[keep], q[keep]
         on_support = p[ids] if isinstance(p, np.ndarray) else p.at(ids)
         m = min(m, len(ids))
         order = np.argsort(-q, kind="stable")

@@ -12,7 +12,10 @@ Per node with children, the draft distribution q the children were drawn from (D
 ``draft_ids[v]`` its support ``[k]`` and ``draft_probs[v]`` q on it; ``slots[c]`` is the index of
 child c's token in its parent's support. Drafts without probabilities (prompt lookup, Token
 Recycling, suffix trees) leave ``draft_ids[v] = None`` and ``slots[c] = -1``, and are verified with
-the deterministic-draft rule.
+the deterministic-draft rule. A node may also hold *copied* children after its drawn ones (STAND's
+copy path, :func:`stand_runtime.drafters.tree_walk.graft_chain`): tokens fixed before any draw,
+verified by the deterministic-draft rule once the drawn siblings are rejected; their token is in the
+parent's support with q = 0 when q never proposed it.
 """
 
 from __future__ import annotations
@@ -44,6 +47,8 @@ class Draft:
             chosen deterministically (q's top-m, or a drafter without probabilities).
         nodes: ``[n]`` int64 static-tree node filled by each token (``nodes[0] = 0``), or None for a
             draft built without a static tree.
+        copied: positions of copied children: tokens fixed before drafting (not drawn from the
+            parent's q), placed after their drawn siblings and verified by the deterministic-draft rule.
     """
 
     tokens: list[int]
@@ -55,6 +60,7 @@ class Draft:
     slots: list[int]
     stochastic: bool
     nodes: np.ndarray | None = None
+    copied: frozenset = frozenset()
     _mask: list = field(default_factory=list, repr=False)
 
     @property
@@ -116,6 +122,7 @@ class DraftBuilder:
         self.draft_ids: list[np.ndarray | None] = [None]
         self.draft_probs: list[np.ndarray | None] = [None]
         self.slots = [-1]
+        self.copied: set[int] = set()
         self.nodes: list[int] | None = [0] if static else None
 
     def __len__(self) -> int:
@@ -148,6 +155,24 @@ class DraftBuilder:
             self.nodes.append(-1 if static_node is None else static_node)
         return position
 
+    def add_copy(self, parent: int, token: int) -> int:
+        """Append ``token`` as a copied child of ``parent`` (fixed before drafting, not drawn from
+        q; see the module docstring) after the children already there; returns its position. When
+        ``parent`` has a q that lacks the token, the token joins q's support with probability 0."""
+        ids = self.draft_ids[parent] if 0 <= parent < len(self.tokens) else None
+        slot = -1
+        if ids is not None:
+            hits = np.flatnonzero(ids == token)
+            if hits.size:
+                slot = int(hits[0])
+            else:
+                slot = len(ids)
+                self.draft_ids[parent] = np.append(ids, np.int64(token))
+                self.draft_probs[parent] = np.append(self.draft_probs[parent], 0.0)
+        position = self.add(parent, token, slot)
+        self.copied.add(position)
+        return position
+
     def build(self, stochastic: bool) -> Draft:
         """The finished draft.
 
@@ -168,4 +193,5 @@ class DraftBuilder:
             slots=self.slots,
             stochastic=stochastic,
             nodes=None if self.nodes is None else np.asarray(self.nodes, dtype=np.int64),
+            copied=frozenset(self.copied),
         )

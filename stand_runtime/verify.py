@@ -23,6 +23,10 @@ Rules, walking from the root (DESIGN §3.3), with p the target sampling distribu
   token is distributed exactly as under plain sampling.
 - deterministic drafts (no probabilities, or q's top-m): the same loop with q_i one-hot on c_i:
   accept with probability p_i(c_i); on rejection zero c_i in p_i and renormalise.
+- copied children (STAND's copy path: tokens fixed before drafting, placed after the drawn
+  children): after the drawn stages, the deterministic stage on the current residual p_i. Each
+  stage is a valid speculative-sampling step on p_i for a proposal independent of its uniform,
+  so mixing the two rules at one node keeps the output p's.
 
 Verification never calls the model: target distributions come from a callable, so the engine
 computes p only for the nodes the walk visits (as sparse nucleus rows when top-p < 1).
@@ -120,7 +124,8 @@ def verify_sampling(draft: Draft, target: TargetAt, randomness: RandomStream) ->
         support, q, slots = node_draft(draft, node)
         on_support = row.at(support)
         chain = acceptance_chain(on_support.tolist(), q, slots, stochastic=draft.stochastic and q is not None,
-                                 outside=max(0.0, row.total - float(on_support.sum())))
+                                 outside=max(0.0, row.total - float(on_support.sum())),
+                                 copied=[kid in draft.copied for kid in kids] if draft.copied else None)
         outcome = sample_index(np.array([*chain.accept, chain.none]), randomness.uniform())
         if outcome == len(kids):
             return Verification(accepted, row.sample_replaced(support, chain.residual, randomness.uniform()), False)
@@ -168,7 +173,7 @@ class ChainOutcome:
 
 def acceptance_chain(
     target_on_support: list[float], q: list[float] | None, slots: list[int], stochastic: bool,
-    outside: float | None = None,
+    outside: float | None = None, copied: list[bool] | None = None,
 ) -> ChainOutcome:
     """Probability that each child is the accepted one, and the final residual.
 
@@ -183,6 +188,9 @@ def acceptance_chain(
         stochastic: True for recursive rejection sampling without replacement (Jeon et al. 2024),
             False for the deterministic-draft rule (q_i one-hot on the i-th child).
         outside: p's mass off the support; None = ``max(0, 1 - sum(target_on_support))``.
+        copied: per child, True when it was fixed before drafting rather than drawn from q (a
+            copied child, :class:`stand_runtime.draft.Draft`): its stage uses the deterministic-draft
+            rule. Copied children come after every drawn one. None = none copied.
 
     Returns:
         The :class:`ChainOutcome`.
@@ -193,12 +201,13 @@ def acceptance_chain(
     reach = 1.0  # probability that every earlier child was rejected
     accept: list[float] = []
     q = list(q) if q is not None else None
-    for slot in slots:
+    for index, slot in enumerate(slots):
         if reach == 0.0:
             accept.append(0.0)
             continue
         target = weights[slot] / total if total > 0 else 0.0
-        if stochastic:
+        drawn = stochastic and not (copied is not None and copied[index])
+        if drawn:
             ratio = min(1.0, target / q[slot]) if q[slot] > 0 else 0.0
             lowered = [max(w - q_x * total, 0.0) for w, q_x in zip(weights, q)]
         else:
@@ -212,7 +221,7 @@ def acceptance_chain(
         reach *= 1.0 - ratio
         if reach > 0.0:
             weights, total = lowered, remaining
-        if stochastic:
+        if drawn:
             q_total = sum(q) - q[slot]
             q[slot] = 0.0
             if q_total <= 0:

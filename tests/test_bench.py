@@ -107,3 +107,21 @@ def test_shared_store_across_prompts_keeps_learning():
         lookups[share] = [store["lookups"] for store in results[0].final_stores]
     assert len(lookups[False]) == 2 and len(lookups[True]) == 1  # one store: its cumulative counters once
     assert lookups[True][0] > lookups[False][0]
+
+
+def test_bench_json_has_intervals_bounds_and_time_split():
+    from stand_runtime import LatencyProfile
+
+    model = tiny_model()
+    prompts = [Prompt(str(i), "3 1 4 1 5 3 1 4 1 5") for i in range(3)]
+    results = run_bench(model, DigitsTokenizer(), prompts, parse_methods("ar,stand", ["heuristic-80"]),
+                        sampling=SamplingParams(0.8, 0.95), max_new_tokens=8, seed=0, ignore_eos=True)
+    profile = LatencyProfile((1, 2, 128), (0.01, 0.011, 0.05))
+    data = results_json(results, {"samples": 3}, profile)
+    ar, stand = data["results"]
+    assert ar["tokens"] == stand["tokens"] == 3 * 8  # --ignore-eos: equal token counts
+    low, high = stand["speedup_interval_95"]
+    assert low <= stand["speedup"] <= high
+    assert ar["latency_bound"] == pytest.approx(1.0) and stand["latency_bound"] > 0
+    assert 0.0 <= stand["host_fraction"] < 1.0 and stand["forward_s"] > 0 and stand["mean_drafted"] > 0
+    assert data["latency_profile"]["sizes"] == [1, 2, 128]

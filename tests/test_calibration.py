@@ -28,7 +28,7 @@ def test_greedy_replay_takes_exactly_the_steps_of_direct_decoding():
                 direct[draft.nodes[position]] += 1
 
         result = generate(model, None, prompt, tree=tree, temperature=0, max_new_tokens=24, eos_token_ids=[], on_step=count,
-                          extend=False)
+                          extend=False, copy_tokens=0)
         direct_steps += result.stats.target_forwards
     replayed = np.zeros(tree.num_nodes + 1)
     sampled = sample_recorded(model, PROMPTS, SamplingParams(temperature=0), 24, [], [None] * 3, batch_size=3)

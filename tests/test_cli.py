@@ -91,11 +91,20 @@ def test_show_and_candidate(tmp_path, calibration_file):
     code, output = run("candidate", "--nodes", "40", "--out", str(out))
     assert code == 0 and load_tree(out).tree.num_nodes == 40
     code, output = run("show", "heuristic-80", str(out), str(calibration_file))
-    assert code == 0 and "heuristic-80: 80 nodes" in output and "expected acceptance length" in output
+    assert code == 0 and "80 nodes, max depth 6" in output and "τ̂" in output and "fan-out" in output
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"format": "stand-tree", "version": 1, "paths": [[1]]}))
     code, output = run("show", str(bad))
     one_line_error(output, "has no elder sibling [0]")
+
+
+def test_show_draws_profiles_and_trees_as_png(tmp_path, calibration_file):
+    pytest.importorskip("matplotlib")
+    profiles, trees = tmp_path / "profiles.png", tmp_path / "trees.png"
+    code, output = run("show", "heuristic-80", str(calibration_file), "--png", str(profiles), "--tree-png", str(trees))
+    assert code == 0, output
+    for picture in (profiles, trees):
+        assert picture.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and picture.stat().st_size > 10_000
 
 
 def test_bench_unknown_method_lists_valid_ones():

@@ -155,3 +155,30 @@ def test_extension_spends_the_budget_misses_leave_on_the_most_probable_chain():
     assert draft_tree(tree, store, [7, 1], None, extend=Extension(budget=4, min_score=0.95)).num_nodes == 2
     store.update([9], [8], [1.0])  # equal budget, but the 0.9 path is preferred over the 0.1 one
     assert draft_tree(tree, store, [7, 1], None, extend=Extension(budget=3)).path(3) == [2, 3]
+
+
+def test_copy_chain_follows_matching_children_and_hangs_below_the_path():
+    """The copy path (prompt lookup's chain inside STAND's draft) walks down drafted children equal
+    to its tokens; from the first node whose children lack its next token the rest hangs as copied
+    nodes: after the drawn siblings, their token in the parent's support with q = 0 when q lacked
+    it, one copied child per copied node."""
+    from stand_runtime.drafters import Extension
+
+    tree = DraftTree.from_paths([[0], [1], [0, 0]])
+    store = _store_with({(5,): {6: 0.6, 7: 0.4}, (6,): {8: 1.0}})
+    draft = draft_tree(tree, store, [1, 5], None, graft=[6, 8, 2, 3])
+    assert draft.tokens == [5, 6, 7, 8, 2, 3]  # 6 → 8 were drafted; 2 → 3 hang below 8
+    assert draft.path(5) == [6, 8, 2, 3] and list(draft.nodes[4:]) == [-1, -1]
+    assert draft.copied == {4, 5} and draft.children[3] == [4] and draft.children[4] == [5]
+    assert draft.draft_ids[4] is None and draft.slots[5] == -1  # below a copied node: no q
+    beside = draft_tree(tree, store, [1, 5], None, graft=[9, 2])  # 9 is not among the drawn children
+    assert beside.tokens == [5, 6, 7, 8, 9, 2] and beside.children[0] == [1, 2, 4] and beside.copied == {4, 5}
+    assert beside.draft_ids[0].tolist() == [6, 7, 9] and beside.draft_probs[0].tolist() == pytest.approx([0.6, 0.4, 0])
+    assert beside.slots[4] == 2
+    assert draft_tree(tree, store, [1, 5], None, graft=[6, 8, 2, 3], max_depth=3).tokens == [5, 6, 7, 8, 2]
+    miss = draft_tree(tree, store, [1, 4], None, graft=[2, 3])  # a store miss at the root: the chain alone
+    assert miss.tokens == [4, 2, 3] and miss.parents.tolist() == [-1, 0, 1] and miss.draft_ids[0] is None
+    # copied nodes do not count against the extension's budget, and it never adds drawn children
+    # beside a copied one
+    extended = draft_tree(tree, store, [1, 4], None, graft=[2, 3], extend=Extension(budget=3))
+    assert extended.tokens[:3] == [4, 2, 3] and extended.children[0] == [1]

@@ -103,9 +103,10 @@ def markov_joint(p_matrix, root):
     return p_matrix[root][:, None] * p_matrix
 
 
-def two_token_counts(p_matrix, q_matrix, stochastic, trials, seed, tree=None, extend=None):
+def two_token_counts(p_matrix, q_matrix, stochastic, trials, seed, tree=None, extend=None, graft=None):
     """Run full steps on a two-level tree with a Markov target; count the first two emitted tokens
-    (and how many drafted nodes outside the static tree, an extension's, were accepted)."""
+    (and how many drafted nodes outside the static tree, an extension's or a copy chain's
+    (``graft(context)``), were accepted)."""
     vocab = len(p_matrix)
     tree = tree or DraftTree.from_paths([[0], [1], [0, 0], [0, 1], [1, 0], [1, 1]])
     store = NGramStore(max_n=1)
@@ -119,7 +120,8 @@ def two_token_counts(p_matrix, q_matrix, stochastic, trials, seed, tree=None, ex
     for _ in range(trials):
         emitted, context = [], [root]
         while len(emitted) < 2:
-            draft = draft_tree(tree, store, context, rng if stochastic else None, extend=extend)
+            draft = draft_tree(tree, store, context, rng if stochastic else None, extend=extend,
+                               graft=graft(context) if graft else None)
             result = verify_sampling(draft, lambda node: p_matrix[draft.tokens[node]], rng)
             accepted_total += len(result.accepted)
             accepted_extension += sum(int(draft.nodes[i] < 0) for i in result.accepted)
@@ -127,7 +129,7 @@ def two_token_counts(p_matrix, q_matrix, stochastic, trials, seed, tree=None, ex
             emitted += step
             context = context + step
         counts[emitted[0], emitted[1]] += 1
-    if extend is not None:
+    if extend is not None or graft is not None:
         return counts, accepted_total, accepted_extension
     return counts, accepted_total
 
@@ -256,3 +258,27 @@ def test_duplicate_siblings_are_refused_where_drafts_are_built():
     builder.add(0, 3)
     with pytest.raises(StandError, match="duplicate children"):
         builder.build(stochastic=False)
+
+
+@pytest.mark.parametrize("stochastic", [True, False], ids=["stochastic", "deterministic"])
+def test_copy_chains_keep_the_markov_joint_distribution(stochastic):
+    """STAND's copy path: deterministic chains grafted below drafted nodes and at store misses are
+    verified by the deterministic-draft rule next to q-drawn siblings elsewhere; the output stays p's."""
+    gen = np.random.default_rng(21)
+    vocab = 5
+    p_matrix = gen.random((vocab, vocab)) ** 3
+    p_matrix[2, 4] = 0.0
+    p_matrix /= p_matrix.sum(1, keepdims=True)
+    q_matrix = 0.5 * p_matrix + 0.5 * gen.dirichlet(np.ones(vocab), size=vocab)
+    q_matrix[3] = 0.0  # a store miss after token 3: the copy chain is the whole draft there
+    copy = {t: [int(np.argmax(p_matrix[t])), int(np.argsort(p_matrix[np.argmax(p_matrix[t])])[-2])] for t in range(vocab)}
+    trials = 40_000
+    counts, accepted, copied = two_token_counts(p_matrix, q_matrix, stochastic, trials, seed=13,
+                                                tree=DraftTree.from_paths([[0], [1]]),
+                                                graft=lambda context: copy[context[-1]])
+    assert copied > trials // 10, copied  # copied nodes were accepted
+    joint = markov_joint(p_matrix, 0).ravel()
+    observed = counts.ravel()
+    assert observed[joint == 0].sum() == 0
+    result = stats.chisquare(observed[joint > 0], joint[joint > 0] * trials)
+    assert result.pvalue > 0.001, result

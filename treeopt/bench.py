@@ -309,15 +309,20 @@ def latency_bounds(results: list[MethodResult], profile) -> dict[str, float]:
     return {r.label: r.acceptance_length * profile.at(1) / profile.at(r.mean_drafted + 1) for r in results}
 
 
-def results_json(results: list[MethodResult], settings: dict) -> dict:
-    """The benchmark as JSON: a ``results`` list plus the settings."""
+def results_json(results: list[MethodResult], settings: dict, profile=None) -> dict:
+    """The benchmark as JSON: a ``results`` list plus the settings (and the latency bounds when the
+    machine's latency ``profile`` is given)."""
     ratio = speedups(results)
+    intervals = speedup_intervals(results)
+    bounds = latency_bounds(results, profile) if profile is not None else {}
     return {
         "settings": settings,
         "results": [
             {"method": r.method, "label": r.label, "tree": r.tree, "tree_nodes": r.tree_nodes,
              "feed_rejected": r.feed_rejected,
              "acceptance_length": r.acceptance_length, "tokens_per_s": r.tokens_per_s, "speedup": ratio[r.label],
+             "speedup_interval_95": intervals[r.label], "latency_bound": bounds.get(r.label),
+             "forward_s": r.forward_s, "host_fraction": r.host_fraction, "mean_drafted": r.mean_drafted,
              "accuracy": r.accuracy, "correct": r.correct, "graded": r.graded,
              "trajectories_correct": r.trajectories_correct, "trajectories_graded": r.trajectories_graded,
              "acceptance_by_trajectory": r.acceptance_by_trajectory(),
@@ -325,5 +330,6 @@ def results_json(results: list[MethodResult], settings: dict) -> dict:
              "per_prompt": r.per_prompt}
             for r in results
         ],
+        "latency_profile": profile.as_dict() if profile is not None else None,
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }

@@ -239,7 +239,7 @@ def direct_prompt(config: CalibrationConfig, model, tokenizer, prompt: str | lis
         result = generate(
             model, tokenizer, prompt, method="stand-det" if config.deterministic_drafts else "stand", tree=candidate,
             sampling=config.sampling, max_new_tokens=config.max_new_tokens, seed=seed + trajectory, store=store,
-            on_step=count, on_tokens=stream, extend=False,
+            on_step=count, on_tokens=stream, extend=False, copy_tokens=0,
         )
         steps += result.stats.target_forwards
         tokens += result.stats.new_tokens

@@ -1,4 +1,5 @@
-"""Plots (PNG, matplotlib): depth profiles side by side, acceptance length against trajectory index."""
+"""Plots (PNG, matplotlib): depth profiles side by side, draft trees node by node, acceptance length
+against trajectory index."""
 
 from __future__ import annotations
 
@@ -10,27 +11,108 @@ from stand_runtime import StandError, check_writable
 
 
 def plot_profiles(profiles: list, path: str | Path) -> Path:
-    """Draw depth profiles side by side (nodes and sum alpha-hat per depth) into a PNG.
+    """Draw depth profiles side by side into a PNG: nodes per depth (every tree) and expected
+    accepted tokens per depth, Σα̂ (the trees that carry calibration estimates; the others are named
+    in the panel as having none).
+
+    Args:
+        profiles: ``[(name, DepthProfile)]``.
+        path: the PNG to write (atomically).
 
     Raises:
         StandError: matplotlib is not installed (``pip install matplotlib``), or the path is unwritable.
     """
     plt = pyplot()
     check_writable(path)
-    figure, axes = plt.subplots(1, 2, figsize=(11, 4))
-    width = 0.8 / max(len(profiles), 1)
-    for number, (name, profile) in enumerate(profiles):
-        depths = np.arange(1, profile.max_depth + 1) + (number - (len(profiles) - 1) / 2) * width
-        axes[0].bar(depths, profile.nodes_per_depth, width=width, label=name)
-        if profile.alpha_per_depth is not None:
-            axes[1].bar(depths, profile.alpha_per_depth, width=width, label=f"{name} (τ̂ = {profile.expected_acceptance_length:.2f})")
+    figure, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    _grouped_bars(axes[0], [(name, profile.nodes_per_depth) for name, profile in profiles])
+    calibrated = [(f"{name} (τ̂ = {profile.expected_acceptance_length:.2f})", profile.alpha_per_depth)
+                  for name, profile in profiles if profile.alpha_per_depth is not None]
+    _grouped_bars(axes[1], calibrated)
+    missing = [name for name, profile in profiles if profile.alpha_per_depth is None]
+    if missing:
+        axes[1].text(0.98, 0.6, "no estimates (not calibrated):\n" + "\n".join(missing), transform=axes[1].transAxes,
+                     ha="right", va="top", fontsize=8, color="0.35")
     axes[0].set(title="nodes per depth", xlabel="depth", ylabel="nodes")
-    axes[1].set(title="expected accepted tokens per depth (Σα̂)", xlabel="depth", ylabel="Σα̂")
+    axes[1].set(title="expected accepted tokens per depth (Σα̂)", xlabel="depth", ylabel="Σα̂ (tokens per step)")
+    figure.text(0.5, 0.01, "α̂: a node's estimated chance to be accepted (calibration); "
+                "τ̂ = 1 + Σα̂: expected tokens per target forward", ha="center", fontsize=8, color="0.35")
     for axis in axes:
         if axis.get_legend_handles_labels()[1]:  # a panel with nothing labelled gets no legend
             axis.legend(fontsize=8)
-    figure.tight_layout()
+    figure.tight_layout(rect=(0, 0.04, 1, 1))
     return _save(figure, plt, path)
+
+
+def _grouped_bars(axis, series: list) -> None:
+    if not series:
+        return
+    width = 0.8 / len(series)
+    for number, (label, values) in enumerate(series):
+        depths = np.arange(1, len(values) + 1) + (number - (len(series) - 1) / 2) * width
+        axis.bar(depths, values, width=width, label=label)
+    axis.set_xticks(range(1, max(len(values) for _, values in series) + 1))
+
+
+def plot_trees(trees: list, path: str | Path) -> Path:
+    """Draw draft trees node by node into a PNG, one panel each: the root at the top, a node's
+    children left to right in drawing order (rank 0 first), node colour and size by α̂ (its estimated
+    acceptance probability) where the tree carries calibration estimates.
+
+    Args:
+        trees: ``[(name, DraftTree, alpha or None)]``, alpha ``[K]`` per draft node (root excluded).
+        path: the PNG to write (atomically).
+
+    Raises:
+        StandError: matplotlib is missing or the path is unwritable.
+    """
+    import networkx as nx
+
+    plt = pyplot()
+    check_writable(path)
+    figure, axes = plt.subplots(1, len(trees), figsize=(6.5 * len(trees), 5.5), squeeze=False)
+    scale = plt.get_cmap("viridis")
+    for axis, (name, tree, alpha) in zip(axes[0], trees):
+        graph = nx.DiGraph()
+        graph.add_nodes_from(range(tree.num_nodes + 1))
+        graph.add_edges_from((int(tree.parents[v]), v) for v in range(1, tree.num_nodes + 1))
+        x = _leaf_order_x(graph)
+        position = {v: (x[v], -int(tree.depths[v])) for v in graph}
+        values = np.concatenate([[1.0], np.clip(np.asarray(alpha, dtype=float), 0, 1)]) if alpha is not None else None
+        colours = [scale(float(values[v])) for v in graph] if values is not None else ["tab:blue"] * len(graph)
+        sizes = [20 + 180 * float(values[v]) for v in graph] if values is not None else [40] * len(graph)
+        nx.draw_networkx_edges(graph, position, ax=axis, arrows=False, edge_color="0.7", width=0.8)
+        nx.draw_networkx_nodes(graph, position, ax=axis, node_color=colours, node_size=sizes, linewidths=0)
+        subtitle = f"{tree.num_nodes} nodes, depth {tree.max_depth}"
+        if alpha is not None:
+            subtitle += f", τ̂ = {1 + float(np.sum(alpha)):.2f}"
+        axis.set_title(f"{name}\n{subtitle}", fontsize=9)
+        axis.set_yticks(range(0, -tree.max_depth - 1, -1), [str(d) for d in range(tree.max_depth + 1)])
+        axis.set_ylabel("depth")
+        axis.tick_params(left=True, labelleft=True, bottom=False, labelbottom=False)
+        for side in ("top", "right", "bottom"):
+            axis.spines[side].set_visible(False)
+    if any(alpha is not None for _, _, alpha in trees):
+        mappable = plt.cm.ScalarMappable(cmap=scale, norm=plt.Normalize(0, 1))
+        figure.colorbar(mappable, ax=axes[0].tolist(), label="α̂: estimated acceptance probability", shrink=0.8)
+    return _save(figure, plt, path)
+
+
+def _leaf_order_x(graph) -> dict:
+    """x of each node: leaves at 0, 1, 2, ... in depth-first order (children in drawing order), a
+    parent centred over its children."""
+    import networkx as nx
+
+    x: dict = {}
+    leaves = 0
+    for node in nx.dfs_postorder_nodes(graph, 0, sort_neighbors=sorted):
+        kids = list(graph.successors(node))
+        if kids:
+            x[node] = sum(x[kid] for kid in kids) / len(kids)
+        else:
+            x[node] = float(leaves)
+            leaves += 1
+    return x
 
 
 def plot_acceptance_by_trajectory(results, path: str | Path) -> Path:

@@ -42,6 +42,10 @@ DEFAULT_TREES = {"stand": AUTO, "stand-det": AUTO, "recycle": "heuristic-80"}
 this machine's latency (``"auto"``, :mod:`stand_runtime.tree_choice`), for Token Recycling its own
 static tree (its paper's depth profile 8/21/25/15/8/3)."""
 
+COPY_TOKENS = 10
+"""STAND's default copy path: up to 10 tokens that followed the latest earlier occurrence of the
+context's suffix, grafted onto the drafted tree (prompt lookup's chain, inside STAND's draft)."""
+
 Memory = NGramStore | RecyclingMatrix
 """A drafter's memory that several calls may share (best-of-N trajectories of one problem)."""
 
@@ -107,7 +111,7 @@ def new_memory(method: str, vocab: int) -> Memory | None:
 
 def make_drafter(method: str, tree, memory: Memory | None, randomness: RandomStream, params: SamplingParams,
                  model, feed_rejected: bool = False, diagnose: bool = False, seed: int | None = None,
-                 extend: bool = True) -> Drafter | None:
+                 extend: bool = True, copy_tokens: int = COPY_TOKENS) -> Drafter | None:
     """The drafter of ``method`` (None for plain decoding).
 
     Args:
@@ -118,7 +122,7 @@ def make_drafter(method: str, tree, memory: Memory | None, randomness: RandomStr
         randomness: the run's random stream (Gumbel noise of stochastic drafts).
         params: the target sampling distribution.
         model: the target (its vocabulary; the ``"auto"`` tree is sized from its latency).
-        feed_rejected, diagnose, extend: STAND options (see :func:`stand_runtime.generate`).
+        feed_rejected, diagnose, extend, copy_tokens: STAND options (see :func:`stand_runtime.generate`).
         seed: seeds the diagnostics' private generator.
 
     Raises:
@@ -143,7 +147,8 @@ def make_drafter(method: str, tree, memory: Memory | None, randomness: RandomStr
     stochastic = method == "stand" and not params.greedy
     quality = DraftQuality(seed=seed) if diagnose else None
     extension = Extension(budget=static.num_nodes) if extend else None
-    return StandDrafter(static, memory, randomness if stochastic else None, params, feed_rejected, quality, extension)
+    return StandDrafter(static, memory, randomness if stochastic else None, params, feed_rejected, quality, extension,
+                        copy_tokens)
 
 
 __all__ = [

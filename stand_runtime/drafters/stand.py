@@ -21,6 +21,7 @@ from ..ngram_store import NGramStore
 from ..randomness import RandomStream
 from ..sampling import SamplingParams, top_target_probs
 from ..tree import DraftTree
+from .suffix_index import SuffixIndex
 from .tree_walk import Extension, Proposal, fill_tree
 
 STORE_TOP_K = 10
@@ -51,7 +52,7 @@ def store_proposer(store: NGramStore, randomness: RandomStream | None):
 
 
 def draft_tree(tree: DraftTree, store: NGramStore, context: list[int], randomness: RandomStream | None,
-               max_depth: int | None = None, extend: Extension | None = None) -> Draft:
+               max_depth: int | None = None, extend: Extension | None = None, graft: list[int] | None = None) -> Draft:
     """Draft STAND's tokens into a static tree for the next step (STAND §3.2).
 
     Args:
@@ -62,12 +63,14 @@ def draft_tree(tree: DraftTree, store: NGramStore, context: list[int], randomnes
         max_depth: draft no node deeper than this (e.g. the tokens still allowed); None = no limit.
         extend: reassign the nodes misses left unused to chains beyond the tree (see
             :class:`stand_runtime.drafters.tree_walk.Extension`); None = the static tree only.
+        graft: a copy chain continuing ``context`` grafted onto the drafted tree
+            (:func:`stand_runtime.drafters.tree_walk.graft_chain`); None = none.
 
     Returns:
         The :class:`Draft` (root plus every node whose ancestors' lookups hit).
     """
     return fill_tree(tree, context, store.max_n, store_proposer(store, randomness), randomness is not None, max_depth,
-                     extend)
+                     extend, graft)
 
 
 class StandDrafter:
@@ -82,10 +85,14 @@ class StandDrafter:
         quality: when given, q is measured against p at every drafted root (diagnostics; the time it
             takes is tallied in ``diagnostics_s``, seconds).
         extend: reassign the node budget misses leave unused (None: the static tree only).
+        copy: longest copy chain grafted per step (0: none): the tokens that followed the latest
+            earlier occurrence of the context's suffix (prompt lookup's match), followed along the
+            drafted children that agree with it and hung below the path's end.
     """
 
     def __init__(self, tree: DraftTree, store: NGramStore, randomness: RandomStream | None, params: SamplingParams,
-                 feed_rejected: bool = False, quality: DraftQuality | None = None, extend: Extension | None = None) -> None:
+                 feed_rejected: bool = False, quality: DraftQuality | None = None, extend: Extension | None = None,
+                 copy: int = 0) -> None:
         self.tree = tree
         self.store = store
         self.randomness = randomness
@@ -96,11 +103,13 @@ class StandDrafter:
         self._root_n: int | None = None  # context length of the last drafted root's lookup (0 = miss)
         self._propose = store_proposer(store, randomness)
         self.extend = extend
+        self.copy = copy
+        self._index = SuffixIndex() if copy else None
 
     @property
     def max_nodes(self) -> int:
         """Drafted nodes per step at most."""
-        return self.tree.num_nodes
+        return self.tree.num_nodes + self.copy
 
     def observe_prompt(self, prompt: list[int], logits: torch.Tensor, positions: range) -> None:
         self._feed(prompt, list(positions), logits)
@@ -109,8 +118,9 @@ class StandDrafter:
         if self.quality is not None:
             match = self.store.match(committed)
             self._root_n = 0 if match is None else match[0]
+        chain = self._index.continuation(committed, min(self.copy, max_depth)) if self._index is not None else None
         return fill_tree(self.tree, committed, self.store.max_n, self._propose, self.randomness is not None, max_depth,
-                         self.extend)
+                         self.extend, chain)
 
     def observe_step(self, committed, draft, accepted, logits, rows) -> None:
         if self.quality is not None:

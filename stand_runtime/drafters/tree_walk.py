@@ -44,7 +44,7 @@ Propose = Callable[[tuple, int], "Proposal | None"]
 
 
 def fill_tree(tree: DraftTree, context: list[int], max_n: int, propose: Propose, stochastic: bool,
-              max_depth: int | None = None, extend: "Extension | None" = None) -> Draft:
+              max_depth: int | None = None, extend: "Extension | None" = None, graft: list[int] | None = None) -> Draft:
     """Draft tokens into ``tree`` breadth-first for the next step.
 
     Args:
@@ -56,6 +56,9 @@ def fill_tree(tree: DraftTree, context: list[int], max_n: int, propose: Propose,
         max_depth: draft no node deeper than this (e.g. the tokens still allowed); None = no limit.
         extend: spend the static nodes that misses left empty on chains beyond the static tree
             (:class:`Extension`); None = the static tree only.
+        graft: a deterministic continuation of ``context`` (e.g. a copy of what followed the same
+            suffix earlier, :class:`stand_runtime.drafters.suffix_index.SuffixIndex`), grafted along
+            the drafted path it matches (see :func:`graft_chain`); None = none.
 
     Returns:
         The :class:`Draft` (root plus every node whose ancestors' proposals hit), with ``nodes``
@@ -76,10 +79,38 @@ def fill_tree(tree: DraftTree, context: list[int], max_n: int, propose: Propose,
             else:
                 missed.add(position)
         position += 1
+    deepest_allowed = max_depth if max_depth is not None else (extend.max_depth if extend is not None else 64)
+    grafted = graft_chain(builder, suffixes, scores, graft or (), max_n, deepest_allowed)
     if extend is not None:
-        extend.grow(builder, suffixes, scores, missed, propose, max_n,
-                    max_depth if max_depth is not None else extend.max_depth)
+        extend.grow(builder, suffixes, scores, missed, propose, max_n, deepest_allowed, grafted)
     return builder.build(stochastic)
+
+
+def graft_chain(builder: DraftBuilder, suffixes: list, scores: list, chain, max_n: int, max_depth: int) -> int:
+    """Graft a deterministic chain (a copy of what followed the same suffix earlier) onto a draft.
+
+    The chain's tokens are followed down the drafted children that equal them; from the first node
+    whose children lack the next token, the rest hangs there as copied nodes, one child each
+    (:meth:`DraftBuilder.add_copy`): after the node's drawn children, with no draft distribution of
+    their own, so verification applies the deterministic-draft rule to them once the drawn
+    siblings are rejected, and the output stays p's (the copy is fixed before any draw).
+
+    Returns:
+        The number of nodes added.
+    """
+    node, added = 0, 0
+    for token in chain:
+        if builder.depths[node] >= max_depth:
+            break
+        match = next((kid for kid in builder.children[node] if builder.tokens[kid] == token), None)
+        if match is not None and added == 0:
+            node = match
+            continue
+        node = builder.add_copy(node, int(token))
+        suffixes.append((suffixes[builder.parents[node]] + (int(token),))[-max_n:])
+        scores.append(scores[builder.parents[node]])
+        added += 1
+    return added
 
 
 def _add_children(builder: DraftBuilder, suffixes: list, scores: list, parent: int, proposal: Proposal,
@@ -116,14 +147,15 @@ class Extension:
     max_depth: int = 64
 
     def grow(self, builder: DraftBuilder, suffixes: list, scores: list, missed: set, propose: Propose, max_n: int,
-             max_depth: int) -> None:
-        """Add extension nodes to ``builder`` in place (see the class docstring)."""
+             max_depth: int, grafted: int = 0) -> None:
+        """Add extension nodes to ``builder`` in place (see the class docstring); ``grafted`` nodes
+        of a copy chain do not count against the budget."""
         import heapq
 
         frontier = [(-scores[v], v) for v in range(len(builder))
                     if not builder.children[v] and v not in missed and builder.depths[v] < max_depth]
         heapq.heapify(frontier)
-        while frontier and len(builder) - 1 < self.budget:
+        while frontier and len(builder) - 1 - grafted < self.budget:
             negative, node = heapq.heappop(frontier)
             if -negative < self.min_score:
                 break

@@ -1,0 +1,46 @@
+"""The latest earlier occurrence of a sequence's suffix: prompt lookup's index (Saxena, 2023).
+
+For a growing token sequence (prompt + generated), every n-gram (n <= ``max_ngram``) is indexed by
+the position where its latest occurrence ends. :meth:`SuffixIndex.continuation` finds the longest
+suffix of the sequence that occurred before and returns the tokens that followed it there: prompt
+lookup decoding drafts them as a chain, and STAND grafts them onto its tree (a copy path).
+"""
+
+from __future__ import annotations
+
+
+class SuffixIndex:
+    """Incremental n-gram index of one sequence.
+
+    Args:
+        max_ngram: longest suffix matched (tokens).
+    """
+
+    def __init__(self, max_ngram: int = 3) -> None:
+        self.max_ngram = max_ngram
+        self._latest: dict[tuple[int, ...], int] = {}  # n-gram → end index of its latest occurrence
+        self._indexed = 0  # n-grams ending before this index are indexed
+        self._sequence: list[int] = []
+
+    def _update(self, sequence: list[int]) -> None:
+        if sequence[: len(self._sequence)] != self._sequence:  # a new sequence: start over
+            self._latest, self._indexed = {}, 0
+        self._sequence = list(sequence)
+        last = len(sequence) - 1
+        for end in range(self._indexed, last):  # every n-gram ending before the current suffix
+            for n in range(1, self.max_ngram + 1):
+                if end - n + 1 >= 0:
+                    self._latest[tuple(sequence[end - n + 1 : end + 1])] = end
+        self._indexed = max(self._indexed, last)
+
+    def continuation(self, sequence: list[int], limit: int) -> list[int]:
+        """Up to ``limit`` tokens that followed the latest earlier occurrence of the longest suffix
+        (n <= max_ngram) of ``sequence``; empty when no suffix occurred before."""
+        self._update(sequence)
+        if limit <= 0:
+            return []
+        for n in range(min(self.max_ngram, len(sequence)), 0, -1):
+            end = self._latest.get(tuple(sequence[-n:]))
+            if end is not None:
+                return sequence[end + 1 : end + 1 + limit]
+        return []
