@@ -135,15 +135,15 @@ def _load(model: str, dtype: str = "float32"):
 def _announce_tree(target, method: str, tree: Optional[str]) -> bool:
     """Say which tree ``auto`` chose for this machine (measuring the latency profile once if needed);
     False when the method does not use ``auto``."""
-    from stand_runtime import AUTO, DEFAULT_TREES, TREE_METHODS, machine_tree
+    from stand_runtime import AUTO, COPY_TOKENS, DEFAULT_TREES, TREE_METHODS, machine_tree
 
     if method not in TREE_METHODS or (tree or DEFAULT_TREES[method]) != AUTO:
         return False
     choice = machine_tree(target, on_measure=lambda: console.print(
         "measuring this machine's forward latency to size the draft tree (once per model, cached) ...", style="dim"))
-    console.print(f"tree auto: {choice.nodes} nodes for this machine (calibrated τ {choice.expected_acceptance_length:.2f}, "
+    console.print(f"tree auto: {choice.nodes} nodes for this machine (calibrated τ̂ {choice.expected_acceptance_length:.2f}; "
                   f"forward {choice.profile.at(choice.nodes + 1) * 1e3:.0f} ms vs {choice.profile.at(1) * 1e3:.0f} ms "
-                  f"for one token: at most {choice.bound:.2f}x plain decoding)", style="dim")
+                  f"for one token); STAND's copy path adds up to {COPY_TOKENS} copied tokens where the text repeats", style="dim")
     return True
 
 
@@ -325,7 +325,7 @@ def calibrate(
 @app.command()
 @one_line_errors
 def export(
-    calibration: Path = typer.Argument(..., help="Calibration file from `treeopt calibrate`."),
+    calibration: Path = typer.Argument(..., help="Calibration file from `treeopt calibrate`, or the shipped one by name: stand-smollm2-humaneval."),
     nodes: str = typer.Option("80", help="Tree size K (draft nodes), or 'auto' to pick it from this machine's latency profile."),
     fmt: str = typer.Option("stand", "--format", help="stand (versioned JSON) | choices (plain list of paths) | family (the best tree for each of many sizes, for --tree auto on any machine)."),
     model: Optional[str] = typer.Option(None, help="Model whose latency --nodes auto measures (default: the calibration's)."),
@@ -471,10 +471,12 @@ def bench(
     ratios, intervals = speedups(results), speedup_intervals(results)
     title = (f"{len(prompts)} prompts from {dataset} (offset {offset}) x {trajectories} trajectories, "
              f"{max_new_tokens} tokens, T={temperature}, top-p={top_p}")
-    console.print(render.bench_table(results, ratios, title, intervals, latency_bounds(results, profile)))
+    for table in render.bench_tables(results, ratios, title, intervals, latency_bounds(results, profile)):
+        console.print(table)
     for line in render.speedup_warnings(results, ratios, intervals):
         console.print(line, style="yellow")
-    console.print(render.diagnostics_table(results))
+    for table in render.diagnostics_tables(results):
+        console.print(table)
     if json_out is not None:
         console.print(f"results written to {json_out}")
     if png is not None:

@@ -90,37 +90,51 @@ def curve_table(curve: list[dict], chosen: int, every: int = 8) -> Table:
     return table
 
 
-def bench_table(results, speedups: dict, title: str, intervals: dict | None = None, bounds: dict | None = None) -> Table:
-    """Methods side by side: tokens, steps and seconds; acceptance length, tokens/s, the speedup over
-    ar with its 95% interval over prompts, the latency bound tau t(1)/t(K+1), and host time."""
-    table = Table(title=title)
+def bench_tables(results, speedups: dict, title: str, intervals: dict | None = None,
+                 bounds: dict | None = None) -> list[Table]:
+    """The benchmark in two narrow tables (each fits 80 columns).
+
+    Speed: acceptance length τ, tokens/s, the speedup over ar with its 95% interval over prompts,
+    the latency bound τ·t(1)/t(K+1) and the share of time outside the target forward. Work:
+    tree size, drafted nodes per step, tokens, steps and seconds, τ per trajectory index, and the
+    majority-vote accuracy when the prompts have answers.
+    """
     intervals, bounds = intervals or {}, bounds or {}
-    graded = any(result.graded for result in results)
-    by_trajectory = any(len(result.by_trajectory) > 1 for result in results)
-    columns = ["method", "tree nodes", "nodes/step", "tokens", "steps", "decode s", "τ (tokens/step)", "tokens/s",
-               "speedup vs ar [95%]"]
-    columns += ["bound τ·t(1)/t(K+1)"] if bounds else []
-    columns += ["host time"]
-    columns += ["τ per trajectory"] if by_trajectory else []
-    columns += ["majority-vote accuracy", "trajectories correct"] if graded else []
-    for column in columns:
-        table.add_column(column, justify="right" if column != "method" else "left", overflow="fold")
+    speed = Table(title=title, caption="τ: tokens per target forward · × ar: tokens/s over plain decoding, "
+                  "95% bootstrap interval over prompts · bound: τ·t(1)/t(K+1), this machine's latency "
+                  "profile at K drafted nodes · host: time outside the forward", caption_justify="left")
+    for column in ("method", "τ", "tokens/s", "× ar", "95% interval", *(["bound"] if bounds else []), "host"):
+        speed.add_column(column, justify="left" if column == "method" else "right", no_wrap=column != "method",
+                         overflow="fold" if column == "method" else "ellipsis")
     for result in results:
         ratio, interval = speedups.get(result.label), intervals.get(result.label)
-        speedup = "—" if ratio is None else f"{ratio:.2f}×"
-        if ratio is not None and interval is not None:
-            speedup += f" [{interval[0]:.2f}, {interval[1]:.2f}]"
-        row = [result.label, str(result.tree_nodes), f"{result.mean_drafted:.1f}", str(result.tokens), str(result.steps),
-               f"{result.decode_s:.1f}", f"{result.acceptance_length:.2f}", f"{result.tokens_per_s:.1f}", speedup]
+        row = [result.label, f"{result.acceptance_length:.2f}", f"{result.tokens_per_s:.1f}",
+               "—" if ratio is None else f"{ratio:.2f}×",
+               "—" if interval is None else f"{interval[0]:.2f}–{interval[1]:.2f}"]
         if bounds:
             row.append(f"{bounds[result.label]:.2f}×")
         row.append(f"{100 * result.host_fraction:.1f}%")
+        speed.add_row(*row)
+    work = Table(title="work per method", caption="K: static tree nodes · drafted: nodes drafted per target "
+                 "forward · τ by trajectory: of the t-th trajectory of every prompt", caption_justify="left")
+    graded = any(result.graded for result in results)
+    by_trajectory = any(len(result.by_trajectory) > 1 for result in results)
+    columns = ["method", "K", "drafted", "tokens", "steps", "seconds"]
+    columns += ["τ by trajectory"] if by_trajectory else []
+    columns += ["majority vote", "trajectories right"] if graded else []
+    for column in columns:
+        work.add_column(column, justify="left" if column == "method" else "right",
+                        no_wrap=column != "method", overflow="fold" if column == "method" else "ellipsis")
+    for result in results:
+        row = [result.label, str(result.tree_nodes), f"{result.mean_drafted:.1f}", str(result.tokens), str(result.steps),
+               f"{result.decode_s:.1f}"]
         if by_trajectory:
-            row.append(" ".join(f"{t:.2f}" for t in result.acceptance_by_trajectory()))
+            taus = result.acceptance_by_trajectory()
+            row.append(" ".join(f"{t:.2f}" for t in taus) if len(taus) <= 4 else f"{taus[0]:.2f} … {taus[-1]:.2f}")
         if graded:
             row += [f"{result.correct}/{result.graded}", f"{result.trajectories_correct}/{result.trajectories_graded}"]
-        table.add_row(*row)
-    return table
+        work.add_row(*row)
+    return [speed, work]
 
 
 def speedup_warnings(results, speedups: dict, intervals: dict) -> list[str]:
@@ -140,37 +154,42 @@ def speedup_warnings(results, speedups: dict, intervals: dict) -> list[str]:
     return lines
 
 
-def diagnostics_table(results, depths: int = 6) -> Table:
-    """Why each method's acceptance length is what it is.
+def diagnostics_tables(results, depths: int = 6) -> list[Table]:
+    """Why each method's acceptance length is what it is (two narrow tables).
 
     Acceptance rate per depth (accepted / offered, see :func:`stand_runtime.metrics.acceptance_by_depth`),
     and for STAND the share of step roots answered by each store table (n = 3, 2, 1; miss) with the
     mean single-draft acceptance chances at those roots: sum min(p, q) (a sampled draft) and
     p(argmax q) (the deterministic draft).
     """
-    table = Table(title="diagnostics: acceptance rate per depth; STAND root lookups and q vs p")
-    table.add_column("method")
     drafted = [(result.label, result.diagnostics()) for result in results if result.method != "ar"]  # ar drafts nothing
+    rates_table = Table(title="acceptance rate per depth (accepted / offered)")
+    rates_table.add_column("method")
     reached = max((row["depth"] for _, diag in drafted for row in diag["acceptance_by_depth"] if row["offered"]), default=1)
     depths = min(depths, reached)  # no empty columns for depths no method offered
     for d in range(1, depths + 1):
-        table.add_column(f"α{d}", justify="right")
-    max_n = max((int(n) for _, diag in drafted for n in diag.get("root", {}) if n != "all"), default=3)
-    root_columns = "/".join(f"n={n}" if n else "miss" for n in range(max_n, -1, -1))
-    for column in (f"roots {root_columns}", "Σmin(p,q)", "p(top q)"):
-        table.add_column(column, justify="right")
+        rates_table.add_column(f"α{d}", justify="right")
     for label, diag in drafted:
         rates = {row["depth"]: row for row in diag["acceptance_by_depth"]}
-        row = [label]
-        row += [f"{rates[d]['rate']:.2f}" if d in rates and rates[d]["offered"] else "" for d in range(1, depths + 1)]
-        root = diag.get("root")
-        if root:
-            shares = "/".join(f"{root.get(str(n), {'share': 0.0})['share']:.2f}" for n in range(max_n, -1, -1))
-            row += [shares, f"{root['all'].get('overlap', 0.0):.3f}", f"{root['all'].get('top1', 0.0):.3f}"]
-        else:
-            row += ["", "", ""]
-        table.add_row(*row)
-    return table
+        rates_table.add_row(label, *[f"{rates[d]['rate']:.2f}" if d in rates and rates[d]["offered"] else "–"
+                                     for d in range(1, depths + 1)])
+    tables = [rates_table]
+    rooted = [(label, diag["root"]) for label, diag in drafted if diag.get("root")]
+    if rooted:
+        max_n = max((int(n) for _, root in rooted for n in root if n != "all"), default=3)
+        roots = Table(title="STAND step roots: store table that answered, and q vs p there",
+                      caption="n: context tokens of the matching store table · Σmin(p,q): chance a draft sampled "
+                      "from q is accepted · p(top q): chance q's top token is", caption_justify="left")
+        roots.add_column("method")
+        for n in range(max_n, -1, -1):
+            roots.add_column(f"n={n}" if n else "miss", justify="right")
+        roots.add_column("Σmin(p,q)", justify="right")
+        roots.add_column("p(top q)", justify="right")
+        for label, root in rooted:
+            shares = [f"{root.get(str(n), {'share': 0.0})['share']:.2f}" for n in range(max_n, -1, -1)]
+            roots.add_row(label, *shares, f"{root['all'].get('overlap', 0.0):.3f}", f"{root['all'].get('top1', 0.0):.3f}")
+        tables.append(roots)
+    return tables
 
 
 class ProgressLines:

@@ -22,6 +22,7 @@ from .diagnostics import DraftQuality, summarise_draft_quality
 from .draft import Draft, DraftBuilder
 from .drafters import (
     AUTO,
+    COPY_TOKENS,
     DEFAULT_TREES,
     METHODS,
     STORE_METHODS,
@@ -71,7 +72,7 @@ __all__ = [
     "AUTO", "DEFAULT_FAMILY", "LatencyProfile", "TargetRow", "TreeChoice", "TreeFamily", "bundled_calibrations",
     "bundled_families", "cached_latency", "choose_size", "family_to_json", "load_family", "machine_tree",
     "measure_latency", "target_row", "target_rows", "top_target_probs",
-    "Completion", "DEFAULT_MODEL", "DEFAULT_TREES", "DecodeRequest", "DecodeStats", "DecodingBackend", "Draft",
+    "COPY_TOKENS", "Completion", "DEFAULT_MODEL", "DEFAULT_TREES", "DecodeRequest", "DecodeStats", "DecodingBackend", "Draft",
     "DraftBuilder", "DraftQuality", "DraftTree", "GenerationResult", "HFBackend", "MAX_RANK", "METHODS", "Memory",
     "NGramStore", "RandomStream", "RecordedDistributions", "RecyclingMatrix", "STORE_METHODS", "STORE_TOP_K",
     "SamplingParams", "StandError", "StoreEntry", "StoreStats", "TREE_METHODS", "TreeFile", "Verification",

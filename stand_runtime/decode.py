@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from .draft import Draft
-from .drafters import Drafter, Memory, check_method, make_drafter
+from .drafters import COPY_TOKENS, Drafter, Memory, check_method, make_drafter
 from .errors import StandError
 from .forward import draft_forward, model_device, prefill
 from .kv_cache import keep_tree_entries, new_cache
@@ -53,7 +53,7 @@ def generate(
     feed_rejected: bool = False,
     diagnose: bool = False,
     extend: bool = True,
-    copy_tokens: int = 10,
+    copy_tokens: int = COPY_TOKENS,
     eos_token_ids: Sequence[int] | None = None,
     stop: Sequence[str] = (),
     on_tokens: Callable[[list[int]], None] | None = None,

@@ -238,6 +238,23 @@ def bundled_calibrations() -> dict[str, Path]:
 FAMILY_FORMAT = "stand-tree-family"
 
 
+def is_family(spec) -> bool:
+    """Whether ``spec`` names a tree family: a bundled family's name, or a file whose JSON says
+    ``"format": "stand-tree-family"`` (from ``treeopt export --format family``)."""
+    if not isinstance(spec, (str, os.PathLike)):
+        return False
+    if str(spec) in bundled_families():
+        return True
+    path = Path(spec)
+    if not path.is_file():
+        return False
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+        return False  # not a family; loading it as a tree gives the error
+    return isinstance(data, dict) and data.get("format") == FAMILY_FORMAT
+
+
 @dataclass(frozen=True, eq=False)
 class TreeFamily:
     """The best tree of a calibration for each of several sizes (one knapsack solve, many budgets).

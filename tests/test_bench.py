@@ -87,12 +87,13 @@ def test_bench_diagnostics_add_up():
     assert sum(diag["lookup_hit_rate_by_n"].values()) <= 1.0 and diag["lookups"] > 0
     from rich.console import Console
 
-    from cli_render import diagnostics_table
+    from cli_render import diagnostics_tables
 
     console = Console(record=True, width=200, markup=False)  # as the CLI: tree names look like markup
-    console.print(diagnostics_table(results))
+    for table in diagnostics_tables(results):
+        console.print(table)
     text = console.export_text()
-    assert "stand[heuristic-80]" in text and "pld" in text and "n=3/n=2/n=1/miss" in text
+    assert "stand[heuristic-80]" in text and "pld" in text and "n=3" in text and "miss" in text
     assert "\n│ ar " not in text  # plain decoding drafts nothing: no row
 
 
@@ -125,3 +126,19 @@ def test_bench_json_has_intervals_bounds_and_time_split():
     assert ar["latency_bound"] == pytest.approx(1.0) and stand["latency_bound"] > 0
     assert 0.0 <= stand["host_fraction"] < 1.0 and stand["forward_s"] > 0 and stand["mean_drafted"] > 0
     assert data["latency_profile"]["sizes"] == [1, 2, 128]
+    # the tables a terminal of 80 columns shows: nothing folded, every method and figure on its row
+    from rich.console import Console
+
+    from cli_render import bench_tables, diagnostics_tables
+    from treeopt.bench import latency_bounds, speedup_intervals, speedups
+
+    console = Console(record=True, width=80, markup=False)
+    ratios = speedups(results)
+    for table in bench_tables(results, ratios, "bench", speedup_intervals(results), latency_bounds(results, profile)):
+        console.print(table)
+    for table in diagnostics_tables(results):
+        console.print(table)
+    text = console.export_text()
+    assert "95% interval" in text and "drafted" in text and "τ by trajectory" not in text
+    rows = [line for line in text.splitlines() if line.startswith("│ stand[heuristic-80]")]
+    assert len(rows) == 4 and f"{ratios['stand[heuristic-80]']:.2f}×" in rows[0]

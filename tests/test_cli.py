@@ -98,6 +98,15 @@ def test_show_and_candidate(tmp_path, calibration_file):
     one_line_error(output, "has no elder sibling [0]")
 
 
+def test_the_shipped_calibration_exports_and_shows_by_name(tmp_path):
+    out = tmp_path / "t16.json"
+    code, output = run("export", "stand-smollm2-humaneval", "--nodes", "16", "--out", str(out))
+    assert code == 0, output
+    assert load_tree(out).tree.num_nodes == 16
+    code, output = run("show", "stand-smollm2-humaneval")
+    assert code == 0 and "625 nodes" in output
+
+
 def test_show_draws_profiles_and_trees_as_png(tmp_path, calibration_file):
     pytest.importorskip("matplotlib")
     profiles, trees = tmp_path / "profiles.png", tmp_path / "trees.png"

@@ -62,3 +62,8 @@ def test_machine_tree_picks_the_best_member_for_the_profile(tmp_path, monkeypatc
     assert choice.bound > 0
     with pytest.raises(StandError, match="tree family not found"):
         machine_tree(model, str(tmp_path / "missing.json"))
+    # a family file given as the tree is sized for the machine, like "auto"
+    from stand_runtime.drafters import method_tree
+
+    assert method_tree("stand", str(path), model).num_nodes == choice.nodes
+    assert method_tree("stand", str(path)) is None  # no model yet: only checked

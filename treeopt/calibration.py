@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from stand_runtime import DraftTree, StandError, write_text_atomic
+from stand_runtime import DraftTree, StandError, bundled_calibrations, write_text_atomic
 
 CALIBRATION_FORMAT = "stand-calibration"
 CALIBRATION_VERSION = 1
@@ -100,13 +100,23 @@ class Calibration:
         return write_text_atomic(path, json.dumps(self.to_json()) + "\n")
 
 
+def resolve_calibration(spec: str | Path) -> Path:
+    """The file of a calibration: ``spec`` itself, or the shipped calibration of that name when no
+    such file exists (see :func:`stand_runtime.bundled_calibrations`)."""
+    path = Path(spec)
+    if not path.exists():
+        return bundled_calibrations().get(str(spec), path)
+    return path
+
+
 def load_calibration(path: str | Path) -> Calibration:
-    """Read a calibration file.
+    """Read a calibration file, or a shipped one by name (``stand-smollm2-humaneval``: the default
+    model's, 30 HumanEval prompts x 256 tokens).
 
     Raises:
         StandError: missing, not JSON, wrong format or version, or inconsistent contents (one line).
     """
-    path = Path(path)
+    path = resolve_calibration(path)
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:

@@ -73,11 +73,9 @@ def plot_trees(trees: list, path: str | Path) -> Path:
     figure, axes = plt.subplots(1, len(trees), figsize=(6.5 * len(trees), 5.5), squeeze=False)
     scale = plt.get_cmap("viridis")
     for axis, (name, tree, alpha) in zip(axes[0], trees):
-        graph = nx.DiGraph()
-        graph.add_nodes_from(range(tree.num_nodes + 1))
-        graph.add_edges_from((int(tree.parents[v]), v) for v in range(1, tree.num_nodes + 1))
+        graph = tree.to_networkx()
         x = _leaf_order_x(graph)
-        position = {v: (x[v], -int(tree.depths[v])) for v in graph}
+        position = {v: (x[v], -graph.nodes[v]["depth"]) for v in graph}
         values = np.concatenate([[1.0], np.clip(np.asarray(alpha, dtype=float), 0, 1)]) if alpha is not None else None
         colours = [scale(float(values[v])) for v in graph] if values is not None else ["tab:blue"] * len(graph)
         sizes = [20 + 180 * float(values[v]) for v in graph] if values is not None else [40] * len(graph)

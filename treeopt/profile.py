@@ -10,7 +10,7 @@ import numpy as np
 
 from stand_runtime import DraftTree, load_tree
 
-from .calibration import CALIBRATION_FORMAT, load_calibration
+from .calibration import CALIBRATION_FORMAT, load_calibration, resolve_calibration
 
 
 @dataclass(frozen=True)
@@ -57,12 +57,13 @@ def depth_profile(tree: DraftTree, alpha: np.ndarray | None = None) -> DepthProf
 
 
 def load_tree_or_calibration(spec: str) -> tuple[DraftTree, np.ndarray | None]:
-    """A tree and its alpha-hat (or None) from a tree file, a bundled tree name or a calibration file.
+    """A tree and its alpha-hat (or None) from a tree file, a bundled tree name, a calibration file
+    or a shipped calibration's name.
 
     Raises:
         StandError: unreadable or invalid file, unknown name.
     """
-    path = Path(spec)
+    path = resolve_calibration(spec)
     if path.is_file():
         try:
             head = json.loads(path.read_text(encoding="utf-8"))

@@ -20,7 +20,7 @@ from ..sampling import SamplingParams
 from ..tree import DraftTree
 from ..model_facts import vocab_size
 from ..tree_choice import AUTO, check_auto_available, machine_tree
-from ..tree_io import TreeFile, resolve_tree
+from ..tree_io import TreeFile, is_family, resolve_tree
 from .base import Drafter
 from .prompt_lookup import PromptLookupDrafter
 from .stand import STORE_TOP_K, StandDrafter, draft_tree, store_params
@@ -79,8 +79,9 @@ def method_tree(method: str, tree: DraftTree | TreeFile | str | None, model=None
 
     Args:
         method: the decoding method.
-        tree: a tree, tree file, path, bundled name, ``"auto"`` or None (the method's default).
-        model: the target; needed for ``"auto"`` (sized from its latency on this machine).
+        tree: a tree, tree file, path, bundled name, ``"auto"`` or None (the method's default), or
+            a tree family (file or bundled name): its member sized for this machine, like ``"auto"``.
+        model: the target; needed for ``"auto"`` and families (sized from its latency on this machine).
 
     Raises:
         StandError: a bad tree, a tree without draft nodes, or ``"auto"`` without a model.
@@ -93,6 +94,11 @@ def method_tree(method: str, tree: DraftTree | TreeFile | str | None, model=None
             check_auto_available()
             return None
         return machine_tree(model).tree
+    if is_family(spec):
+        if model is None:
+            check_auto_available(str(spec))
+            return None
+        return machine_tree(model, str(spec)).tree
     resolved = resolve_tree(spec)
     if resolved.num_nodes == 0:
         name = f" {tree}" if isinstance(tree, str) else ""
@@ -152,7 +158,7 @@ def make_drafter(method: str, tree, memory: Memory | None, randomness: RandomStr
 
 
 __all__ = [
-    "AUTO", "DEFAULT_TREES", "Drafter", "METHODS", "Memory", "PromptLookupDrafter", "RecyclingMatrix", "STORE_METHODS",
+    "AUTO", "COPY_TOKENS", "DEFAULT_TREES", "Drafter", "METHODS", "Memory", "PromptLookupDrafter", "RecyclingMatrix", "STORE_METHODS",
     "STORE_TOP_K", "StandDrafter", "draft_tree", "TREE_METHODS", "TokenRecyclingDrafter", "Extension", "check_method", "make_drafter",
     "method_tree", "new_memory", "store_params",
 ]
