@@ -115,10 +115,11 @@ def bench_tables(results, speedups: dict, title: str, intervals: dict | None = N
             row.append(f"{bounds[result.label]:.2f}×")
         row.append(f"{100 * result.host_fraction:.1f}%")
         speed.add_row(*row)
-    work = Table(title="work per method", caption="K: static tree nodes · drafted: nodes drafted per target "
-                 "forward · τ by trajectory: of the t-th trajectory of every prompt", caption_justify="left")
     graded = any(result.graded for result in results)
     by_trajectory = any(len(result.by_trajectory) > 1 for result in results)
+    caption = "K: static tree nodes · drafted: nodes drafted per target forward"
+    caption += " · τ by trajectory: τ of the t-th trajectory of every prompt" if by_trajectory else ""
+    work = Table(title="work per method", caption=caption, caption_justify="left")
     columns = ["method", "K", "drafted", "tokens", "steps", "seconds"]
     columns += ["τ by trajectory"] if by_trajectory else []
     columns += ["majority vote", "trajectories right"] if graded else []
