@@ -123,11 +123,11 @@ DTYPE_HELP = ("Weights of the target: float32, or bfloat16 (a different target, 
 
 def _load(model: str, dtype: str = "float32"):
     from stand_runtime import load_model
-    from stand_runtime.models import dtype_note
+    from stand_runtime.models import dtype_note, first_load_note
 
-    note = dtype_note(dtype)
-    if note:
-        err_console.print(f"note: {note}", highlight=False)
+    for note in (dtype_note(dtype), first_load_note(model)):
+        if note:
+            err_console.print(f"note: {note}", highlight=False)
     with console.status(f"loading {model} ..."):
         return load_model(model, dtype=dtype)
 
@@ -135,15 +135,18 @@ def _load(model: str, dtype: str = "float32"):
 def _announce_tree(target, method: str, tree: Optional[str]) -> bool:
     """Say which tree ``auto`` chose for this machine (measuring the latency profile once if needed);
     False when the method does not use ``auto``."""
-    from stand_runtime import AUTO, COPY_TOKENS, DEFAULT_TREES, TREE_METHODS, machine_tree
+    from stand_runtime import AUTO, COPY_TOKENS, DEFAULT_FAMILY, DEFAULT_TREES, TREE_METHODS, machine_tree
+    from stand_runtime.tree_io import is_family
 
-    if method not in TREE_METHODS or (tree or DEFAULT_TREES[method]) != AUTO:
+    spec = tree or DEFAULT_TREES.get(method)
+    if method not in TREE_METHODS or (spec != AUTO and not is_family(spec)):
         return False
-    choice = machine_tree(target, on_measure=lambda: console.print(
+    choice = machine_tree(target, DEFAULT_FAMILY if spec == AUTO else str(spec), on_measure=lambda: console.print(
         "measuring this machine's forward latency to size the draft tree (once per model, cached) ...", style="dim"))
-    console.print(f"tree auto: {choice.nodes} nodes for this machine (calibrated τ̂ {choice.expected_acceptance_length:.2f}; "
-                  f"forward {choice.profile.at(choice.nodes + 1) * 1e3:.0f} ms vs {choice.profile.at(1) * 1e3:.0f} ms "
-                  f"for one token); STAND's copy path adds up to {COPY_TOKENS} copied tokens where the text repeats", style="dim")
+    copy = f"; STAND's copy path adds up to {COPY_TOKENS} copied tokens where the text repeats" if method == "stand" else ""
+    console.print(f"tree {spec}: {choice.nodes} nodes for this machine (calibrated τ̂ {choice.expected_acceptance_length:.2f}; "
+                  f"a forward over {choice.nodes + 1} tokens {choice.profile.at(choice.nodes + 1) * 1e3:.0f} ms, over one "
+                  f"{choice.profile.at(1) * 1e3:.0f} ms){copy}", style="dim")
     return True
 
 
@@ -171,20 +174,20 @@ def generate(
     prompt: Optional[str] = typer.Argument(None, help="Prompt text (wrapped in the model's chat template).", show_default=False),
     prompt_file: Optional[Path] = typer.Option(None, help="Read the prompt from this file ('-' = standard input)."),
     model: str = typer.Option("smollm2-135m", help=MODEL_HELP),
-    tree: Optional[str] = typer.Option(None, help="Draft tree (stand, stand-det, recycle): a JSON file or a bundled name; default: the method's own."),
+    tree: Optional[str] = typer.Option(None, help="Draft tree (stand, stand-det, recycle): a tree file, a tree family file (sized for this machine), a bundled name, or auto; default: auto for STAND, heuristic-80 for recycle."),
     method: str = typer.Option("stand", help="Decoding method: stand | stand-det | pld | recycle | ar (plain decoding)."),
     temperature: float = typer.Option(0.6, help=TEMPERATURE_HELP),
     top_p: float = typer.Option(0.95, help=TOP_P_HELP),
     top_k: int = typer.Option(0, help=TOP_K_HELP),
     max_new_tokens: int = typer.Option(256, help="Tokens to generate at most."),
     seed: Optional[int] = typer.Option(None, help=SEED_HELP),
-    stop: Optional[list[str]] = typer.Option(None, help="Stop once the text contains this string (repeatable)."),
-    feed_rejected: bool = typer.Option(False, "--feed-rejected", help="STAND: also feed the store at rejected tree nodes."),
+    stop: Optional[list[str]] = typer.Option(None, metavar="TEXT", help="Stop once the text contains this string (repeatable)."),
+    feed_rejected: bool = typer.Option(False, "--feed-rejected", metavar="", help="STAND: also feed the store at rejected tree nodes."),
     dtype: str = typer.Option("float32", help=DTYPE_HELP),
     json_out: Optional[Path] = typer.Option(None, "--json", help="Also write the statistics to this JSON file."),
 ) -> None:
     """Decode one prompt, streaming the text, then show the decoding statistics."""
-    from stand_runtime import (SamplingParams, check_budget, check_method, check_seed, check_writable,
+    from stand_runtime import (DEFAULT_TREES, SamplingParams, check_budget, check_method, check_seed, check_writable,
                                generate as run_generate, method_tree)
 
     from stand_runtime.stopping import check_stop_strings
@@ -203,15 +206,20 @@ def generate(
     _announce_tree(target, method, tree)
     stream = render.TextStream(tokenizer, console)
     result = run_generate(
-        target, tokenizer, text, method=method, tree=resolved, sampling=sampling, max_new_tokens=max_new_tokens,
+        target, tokenizer, text, method=method, tree=resolved if resolved is not None else tree, sampling=sampling,
+        max_new_tokens=max_new_tokens,
         seed=seed, stop=stops, on_tokens=stream, feed_rejected=feed_rejected,
     )
     stream.end()
     if result.finish_reason == "length":
         console.print(f"(stopped at --max-new-tokens {max_new_tokens})", style="dim")
+    elif result.finish_reason == "stop":
+        console.print("(stopped at a --stop string)", style="dim")
     console.print(render.stats_table(result.stats, title=f"{method} on {model}"))
     if json_out is not None:
-        write_json(json_out, {"method": method, "model": model, "tree": tree, "text": result.text,
+        write_json(json_out, {"method": method, "model": model, "tree": tree or DEFAULT_TREES.get(method),
+                              "seed": seed, "temperature": temperature, "top_p": top_p, "top_k": top_k,
+                              "max_new_tokens": max_new_tokens, "text": result.text,
                               "finish_reason": result.finish_reason, "stats": result.stats.as_dict()})
         console.print(f"statistics written to {json_out}")
 
@@ -263,11 +271,11 @@ def calibrate(
     top_k: int = typer.Option(0, help=TOP_K_HELP),
     max_new_tokens: int = typer.Option(256, help="Tokens per trajectory at most."),
     trajectories: int = typer.Option(1, help="Trajectories per prompt (sharing one store, as best-of-N)."),
-    seed: int = typer.Option(0, help=SEED_HELP),
+    seed: int = typer.Option(0, help="Base seed, an integer in [0, 2**64): prompt i's trajectory t uses seed + 1000 i + t (reproducible runs)."),
     batch_size: int = typer.Option(8, help="Trajectories sampled together (replay)."),
-    deterministic: bool = typer.Option(False, "--deterministic", help="Calibrate for deterministic (top-m) drafting."),
+    deterministic: bool = typer.Option(False, "--deterministic", metavar="", help="Calibrate for deterministic (top-m) drafting."),
     out: Path = typer.Option(Path("calibration.json"), help="Calibration file (written atomically after every prompt)."),
-    resume: bool = typer.Option(False, "--resume", help="Continue an interrupted run saved in --out (same settings)."),
+    resume: bool = typer.Option(False, "--resume", metavar="", help="Continue an interrupted run saved in --out (same settings)."),
 ) -> None:
     """Estimate every candidate node's acceptance probability on real prompts."""
     from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
@@ -413,17 +421,17 @@ def bench(
     dataset: str = typer.Option("humaneval", help="Prompts: humaneval (built in), a JSONL file, or a local Hugging Face dataset."),
     field: Optional[str] = typer.Option(None, help="Text field of a JSONL/HF dataset (default: prompt, problem or question)."),
     samples: int = typer.Option(5, help="Prompts."),
-    offset: int = typer.Option(30, help="Skip this many prompts first (default: past the 30 calibration prompts)."),
+    offset: Optional[int] = typer.Option(None, help="Skip this many prompts first; default: 30 for humaneval (past the 30 calibration prompts), 0 for any other dataset."),
     methods: str = typer.Option("ar,stand", help="Comma-separated: ar, pld, recycle, stand-det, stand; "
                                 "stand+rejected (or stand-det+rejected) also feeds the store at rejected tree nodes."),
-    tree: Optional[list[str]] = typer.Option(None, help="Tree file or bundled name for every tree method (repeat to compare trees); default: each method's own."),
+    tree: Optional[list[str]] = typer.Option(None, metavar="TEXT", help="Tree file or bundled name for every tree method (repeat to compare trees); default: each method's own."),
     temperature: float = typer.Option(0.6, help=TEMPERATURE_HELP),
     top_p: float = typer.Option(0.95, help=TOP_P_HELP),
     max_new_tokens: int = typer.Option(256, help="Tokens per trajectory at most."),
-    seed: int = typer.Option(0, help=SEED_HELP),
+    seed: int = typer.Option(0, help="Base seed, an integer in [0, 2**64): prompt i's trajectory t uses seed + 1000 i + t (reproducible runs)."),
     trajectories: int = typer.Option(1, help="Trajectories per prompt, sharing one drafter memory (best-of-N)."),
-    share_store: bool = typer.Option(False, "--share-store", help="One drafter memory per method for all prompts (default: per prompt)."),
-    ignore_eos: bool = typer.Option(False, "--ignore-eos", help="Decode every trajectory to --max-new-tokens (equal token counts for speed; answers are read before the first EOS)."),
+    share_store: bool = typer.Option(False, "--share-store", metavar="", help="One drafter memory per method for all prompts (default: per prompt)."),
+    ignore_eos: bool = typer.Option(False, "--ignore-eos", metavar="", help="Decode every trajectory to --max-new-tokens (equal token counts for speed; answers are read before the first EOS)."),
     json_out: Optional[Path] = typer.Option(None, "--json", help="Write the results as JSON (after every prompt)."),
     dtype: str = typer.Option("float32", help=DTYPE_HELP),
     png: Optional[Path] = typer.Option(None, help="Plot acceptance length against trajectory index (needs matplotlib: pip install -e '.\\[plot]')."),
@@ -450,6 +458,8 @@ def bench(
         from treeopt.plots import pyplot
 
         pyplot()  # matplotlib missing: say so before the run, not after it
+    if offset is None:
+        offset = 30 if dataset == "humaneval" else 0
     prompts = load_prompts(dataset, field=field, samples=samples, offset=offset)
     target, tokenizer = _load(model, dtype)
     any(_announce_tree(target, spec.method, spec.tree) for spec in specs)  # once: STAND methods share it

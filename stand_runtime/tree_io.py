@@ -115,11 +115,20 @@ def parse_tree(data: Any, source: str = "tree") -> TreeFile:
 _VALIDATORS = {id(schema): jsonschema.Draft202012Validator(schema) for schema in (_PATHS_SCHEMA, _TREE_SCHEMA)}
 
 
+TREE_EXAMPLE = '{"format": "stand-tree", "version": 1, "paths": [[0], [1], [0, 0]]}, or a bare list of paths'
+"""What a valid tree file looks like (quoted in errors)."""
+
+
 def _check_schema(data: Any, schema: dict, source: str) -> None:
-    error = jsonschema.exceptions.best_match(_VALIDATORS[id(schema)].iter_errors(data))
-    if error is not None:
+    errors = list(_VALIDATORS[id(schema)].iter_errors(data))
+    if errors:  # the first offending item in document order, then the most relevant error there
+        def place(e):
+            return tuple((0, part, "") if isinstance(part, int) else (1, 0, str(part)) for part in e.absolute_path)
+
+        first = min(place(e) for e in errors)
+        error = jsonschema.exceptions.best_match(e for e in errors if place(e)[: len(first)] == first) or errors[0]
         where = error.json_path if error.json_path != "$" else "top level"
-        raise StandError(f"bad tree JSON {source}: {where}: {error.message[:200]}")
+        raise StandError(f"bad tree JSON {source}: {where}: {error.message[:200]} (a tree file looks like {TREE_EXAMPLE})")
 
 
 def _build(paths: list, source: str) -> DraftTree:

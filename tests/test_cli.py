@@ -107,6 +107,23 @@ def test_the_shipped_calibration_exports_and_shows_by_name(tmp_path):
     assert code == 0 and "625 nodes" in output
 
 
+def test_family_files_show_and_tree_files_are_not_calibrations(tmp_path, calibration_file):
+    family, tree = tmp_path / "f.family.json", tmp_path / "t.json"
+    assert run("export", str(calibration_file), "--format", "family", "--out", str(family))[0] == 0
+    code, output = run("show", str(family))
+    assert code == 0 and "τ̂" in output
+    assert run("export", str(calibration_file), "--nodes", "5", "--out", str(tree))[0] == 0
+    code, output = run("export", str(tree), "--out", str(tmp_path / "x.json"))
+    one_line_error(output, "is a tree file, not a calibration")
+
+
+def test_bench_offset_defaults_to_zero_for_a_dataset_file(tmp_path):
+    data = tmp_path / "q.jsonl"
+    data.write_text('{"question": "1 + 1?", "answer": "2"}\n{"question": "2 + 2?", "answer": "4"}\n')
+    code, output = run("bench", "--dataset", str(data), "--field", "question", "--samples", "5")
+    one_line_error(output, "has 2 prompts after offset 0, 5 requested")
+
+
 def test_show_draws_profiles_and_trees_as_png(tmp_path, calibration_file):
     pytest.importorskip("matplotlib")
     profiles, trees = tmp_path / "profiles.png", tmp_path / "trees.png"

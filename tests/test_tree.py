@@ -74,6 +74,8 @@ def test_invalid_paths_name_the_path(paths, message):
         ({"format": "stand-tree", "version": 1, "paths": [[0], [1, 0, 0]]}, r"path \[1, 0, 0\] has no parent"),
         ({"format": "stand-tree", "version": 1, "paths": [[0]], "expected_acceptance": [0.1, 0.2]}, "2 values for 1 paths"),
         ("not a tree", "bad tree JSON"),
+        (["a", "b"], r"\$\[0\]: 'a' is not of type 'array' \(a tree file looks like \{\"format\": \"stand-tree\""),
+        ([[i] for i in range(2)] + ["b"] + [[i] for i in range(3, 11)] + ["a"], r"\$\[2\]: 'b'"),  # the first, not [11]
     ],
 )
 def test_invalid_json_is_one_line_error(tmp_path, data, message):

@@ -57,7 +57,8 @@ def _grouped_bars(axis, series: list) -> None:
 def plot_trees(trees: list, path: str | Path) -> Path:
     """Draw draft trees node by node into a PNG, one panel each: the root at the top, a node's
     children left to right in drawing order (rank 0 first), node colour and size by α̂ (its estimated
-    acceptance probability) where the tree carries calibration estimates.
+    acceptance probability) where the tree carries calibration estimates (grey where it has none);
+    the root (the last committed token) is the black square.
 
     Args:
         trees: ``[(name, DraftTree, alpha or None)]``, alpha ``[K]`` per draft node (root excluded).
@@ -76,14 +77,23 @@ def plot_trees(trees: list, path: str | Path) -> Path:
         graph = tree.to_networkx()
         x = _leaf_order_x(graph)
         position = {v: (x[v], -graph.nodes[v]["depth"]) for v in graph}
-        values = np.concatenate([[1.0], np.clip(np.asarray(alpha, dtype=float), 0, 1)]) if alpha is not None else None
-        colours = [scale(float(values[v])) for v in graph] if values is not None else ["tab:blue"] * len(graph)
-        sizes = [20 + 180 * float(values[v]) for v in graph] if values is not None else [40] * len(graph)
+        drafted = [v for v in graph if v != 0]
+        if alpha is not None:
+            values = np.clip(np.asarray(alpha, dtype=float), 0, 1)
+            colours = [scale(float(values[v - 1])) for v in drafted]
+            sizes = [20 + 180 * float(values[v - 1]) for v in drafted]
+        else:  # no estimates: grey, so no colour is read off the α̂ scale
+            colours, sizes = ["0.6"] * len(drafted), [40] * len(drafted)
         nx.draw_networkx_edges(graph, position, ax=axis, arrows=False, edge_color="0.7", width=0.8)
-        nx.draw_networkx_nodes(graph, position, ax=axis, node_color=colours, node_size=sizes, linewidths=0)
+        nx.draw_networkx_nodes(graph, position, ax=axis, nodelist=drafted, node_color=colours, node_size=sizes,
+                               linewidths=0)
+        nx.draw_networkx_nodes(graph, position, ax=axis, nodelist=[0], node_color="black", node_shape="s",
+                               node_size=50)  # the root: the last committed token, not a draft
         subtitle = f"{tree.num_nodes} nodes, depth {tree.max_depth}"
         if alpha is not None:
             subtitle += f", τ̂ = {1 + float(np.sum(alpha)):.2f}"
+        else:
+            subtitle += ", not calibrated (no α̂)"
         axis.set_title(f"{name}\n{subtitle}", fontsize=9)
         axis.set_yticks(range(0, -tree.max_depth - 1, -1), [str(d) for d in range(tree.max_depth + 1)])
         axis.set_ylabel("depth")
@@ -126,6 +136,7 @@ def plot_acceptance_by_trajectory(results, path: str | Path) -> Path:
         values = result.acceptance_by_trajectory()
         axis.plot(range(1, len(values) + 1), values, marker="o", label=result.label)
     axis.set(xlabel="trajectory", ylabel="acceptance length (tokens/step)", title="acceptance length vs trajectories")
+    axis.xaxis.get_major_locator().set_params(integer=True)  # trajectories are counted
     axis.legend(fontsize=8)
     figure.tight_layout()
     return _save(figure, plt, path)
@@ -148,7 +159,9 @@ def pyplot():
 
 
 def _save(figure, plt, path) -> Path:
-    tmp = Path(path).with_name(f".{Path(path).name}.tmp.png")
+    path = Path(path)
+    suffix = path.suffix.lower() if path.suffix.lower() in (".png", ".pdf", ".svg", ".jpg", ".jpeg") else ".png"
+    tmp = path.with_name(f".{path.name}.tmp{suffix}")  # the format follows the name's extension (PNG otherwise)
     figure.savefig(tmp, dpi=110)
     plt.close(figure)
     tmp.replace(path)

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import numpy as np
 
-from stand_runtime import DraftTree, load_tree
+from stand_runtime import DraftTree, load_family, load_tree
+from stand_runtime.tree_io import is_family
 
 from .calibration import CALIBRATION_FORMAT, load_calibration, resolve_calibration
 
@@ -57,8 +58,8 @@ def depth_profile(tree: DraftTree, alpha: np.ndarray | None = None) -> DepthProf
 
 
 def load_tree_or_calibration(spec: str) -> tuple[DraftTree, np.ndarray | None]:
-    """A tree and its alpha-hat (or None) from a tree file, a bundled tree name, a calibration file
-    or a shipped calibration's name.
+    """A tree and its alpha-hat (or None) from a tree file, a bundled tree name, a calibration file,
+    a shipped calibration's name, or a tree family (its largest member).
 
     Raises:
         StandError: unreadable or invalid file, unknown name.
@@ -72,6 +73,10 @@ def load_tree_or_calibration(spec: str) -> tuple[DraftTree, np.ndarray | None]:
         if isinstance(head, dict) and head.get("format") == CALIBRATION_FORMAT:
             calibration = load_calibration(path)
             return calibration.candidate, calibration.alpha
+    if is_family(spec):  # its largest member (every smaller one is the best tree of its size)
+        family = load_family(spec)
+        tree_file = family.members[max(family.members)]
+        return tree_file.tree, np.array(tree_file.expected_acceptance)
     tree_file = load_tree(spec)
     alpha = None if tree_file.expected_acceptance is None else np.array(tree_file.expected_acceptance)
     return tree_file.tree, alpha
