@@ -135,13 +135,13 @@ def _load(model: str, dtype: str = "float32"):
 def _announce_tree(target, method: str, tree: Optional[str]) -> bool:
     """Say which tree ``auto`` chose for this machine (measuring the latency profile once if needed);
     False when the method does not use ``auto``."""
-    from stand_runtime import AUTO, COPY_TOKENS, DEFAULT_FAMILY, DEFAULT_TREES, TREE_METHODS, machine_tree
-    from stand_runtime.tree_io import is_family
+    from stand_runtime import COPY_TOKENS, DEFAULT_TREES, TREE_METHODS, machine_tree, sized_family
 
     spec = tree or DEFAULT_TREES.get(method)
-    if method not in TREE_METHODS or (spec != AUTO and not is_family(spec)):
+    family = sized_family(spec) if method in TREE_METHODS else None
+    if family is None:
         return False
-    choice = machine_tree(target, DEFAULT_FAMILY if spec == AUTO else str(spec), on_measure=lambda: console.print(
+    choice = machine_tree(target, family, on_measure=lambda: console.print(
         "measuring this machine's forward latency to size the draft tree (once per model, cached) ...", style="dim"))
     copy = f"; STAND's copy path adds up to {COPY_TOKENS} copied tokens where the text repeats" if method == "stand" else ""
     console.print(f"tree {spec}: {choice.nodes} nodes for this machine (calibrated τ̂ {choice.expected_acceptance_length:.2f}; "

@@ -33,6 +33,7 @@ from .drafters import (
     check_method,
     draft_tree,
     method_tree,
+    sized_family,
     new_memory,
     store_params,
 )
@@ -78,7 +79,7 @@ __all__ = [
     "SamplingParams", "StandError", "StoreEntry", "StoreStats", "TREE_METHODS", "TreeFile", "Verification",
     "__version__", "acceptance_by_depth", "acceptance_chain", "bundled_trees", "cache_root", "check_budget", "check_method",
     "check_seed", "check_writable", "choose_children", "default_eos_ids", "draft_tree", "encode_prompt", "generate",
-    "gumbel_top_k", "load_model", "load_tree", "method_tree", "new_cache", "new_memory", "parse_tree", "resolve_tree",
+    "gumbel_top_k", "load_model", "load_tree", "method_tree", "new_cache", "new_memory", "parse_tree", "resolve_tree", "sized_family",
     "sample_index", "save_tree", "store_params", "summarise_draft_quality", "target_probs", "tree_attention_mask",
     "tree_forward", "tree_position_ids", "verify_greedy", "verify_sampling", "vocab_size", "write_json_atomic",
     "write_text_atomic",

@@ -25,6 +25,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
 
+from conftest import tiny_model  # noqa: E402  (the tests' helpers: one tiny model, one chi-square)
+from test_engine import chi_square_against  # noqa: E402
 from stand_runtime import (  # noqa: E402
     NGramStore,
     SamplingParams,
@@ -38,13 +40,8 @@ from stand_runtime import (  # noqa: E402
 
 
 def tiny(device):
-    from transformers import AutoModelForCausalLM, Qwen2Config
-
-    config = Qwen2Config(vocab_size=16, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-                         num_key_value_heads=2, max_position_embeddings=256, initializer_range=0.5,
-                         tie_word_embeddings=False, bos_token_id=None, eos_token_id=None, pad_token_id=None)
-    torch.manual_seed(0)
-    return AutoModelForCausalLM.from_config(config).eval().requires_grad_(False).to(device)
+    """The tests' tiny random Qwen2 (vocab 16), on ``device``."""
+    return tiny_model("qwen2").to(device)
 
 
 def losslessness(device) -> dict:
@@ -91,17 +88,10 @@ def losslessness(device) -> dict:
                           seed=seed, eos_token_ids=[])
         counts[tuple(result.tokens)] = counts.get(tuple(result.tokens), 0) + 1
         accepted += result.stats.new_tokens - result.stats.target_forwards
-    from scipy import stats
-
-    keys = sorted(exact, key=lambda k: -exact[k])
-    expected = np.array([exact[k] * samples for k in keys])
-    observed = np.array([counts.get(k, 0) for k in keys], dtype=float)
-    big = expected >= 5
-    obs = np.append(observed[big], observed[~big].sum())
-    exp = np.append(expected[big], expected[~big].sum())
-    out["chi_square"] = {"pvalue": float(stats.chisquare(obs, exp / exp.sum() * obs.sum()).pvalue),
+    possible = {k: c for k, c in counts.items() if k in exact}  # impossible samples are reported, not tested
+    out["chi_square"] = {"pvalue": float(chi_square_against(possible, exact, sum(possible.values())).pvalue),
                          "samples": samples, "accepted_drafts": accepted,
-                         "impossible_samples": int(sum(c for k, c in counts.items() if k not in exact)),
+                         "impossible_samples": samples - sum(possible.values()),
                          "seconds": time.perf_counter() - start}
     return out
 

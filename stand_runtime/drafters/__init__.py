@@ -19,7 +19,7 @@ from ..randomness import RandomStream
 from ..sampling import SamplingParams
 from ..tree import DraftTree
 from ..model_facts import vocab_size
-from ..tree_choice import AUTO, check_auto_available, machine_tree
+from ..tree_choice import AUTO, DEFAULT_FAMILY, check_auto_available, machine_tree
 from ..tree_io import TreeFile, is_family, resolve_tree
 from .base import Drafter
 from .prompt_lookup import PromptLookupDrafter
@@ -73,6 +73,14 @@ def check_method(method: str, *, tree=None, memory=None, feed_rejected: bool = F
         raise StandError(f"method {method!r} has no memory to share (store applies to stand, stand-det, recycle)")
 
 
+def sized_family(spec) -> str | None:
+    """The tree family a tree spec asks to size for this machine: the bundled default for
+    ``"auto"``, the family itself for a family file or bundled family name; None for a fixed tree."""
+    if isinstance(spec, str) and spec == AUTO:
+        return DEFAULT_FAMILY
+    return str(spec) if is_family(spec) else None
+
+
 def method_tree(method: str, tree: DraftTree | TreeFile | str | None, model=None) -> DraftTree | None:
     """The static tree ``method`` drafts into: ``tree`` resolved, or the method's default; None
     for methods without a static tree.
@@ -89,16 +97,12 @@ def method_tree(method: str, tree: DraftTree | TreeFile | str | None, model=None
     if method not in TREE_METHODS:
         return None
     spec = DEFAULT_TREES[method] if tree is None else tree
-    if isinstance(spec, str) and spec == AUTO:
+    family = sized_family(spec)
+    if family is not None:
         if model is None:
-            check_auto_available()
+            check_auto_available(family)
             return None
-        return machine_tree(model).tree
-    if is_family(spec):
-        if model is None:
-            check_auto_available(str(spec))
-            return None
-        return machine_tree(model, str(spec)).tree
+        return machine_tree(model, family).tree
     resolved = resolve_tree(spec)
     if resolved.num_nodes == 0:
         name = f" {tree}" if isinstance(tree, str) else ""
@@ -160,5 +164,5 @@ def make_drafter(method: str, tree, memory: Memory | None, randomness: RandomStr
 __all__ = [
     "AUTO", "COPY_TOKENS", "DEFAULT_TREES", "Drafter", "METHODS", "Memory", "PromptLookupDrafter", "RecyclingMatrix", "STORE_METHODS",
     "STORE_TOP_K", "StandDrafter", "draft_tree", "TREE_METHODS", "TokenRecyclingDrafter", "Extension", "check_method", "make_drafter",
-    "method_tree", "new_memory", "store_params",
+    "method_tree", "new_memory", "sized_family", "store_params",
 ]

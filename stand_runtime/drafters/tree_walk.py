@@ -43,6 +43,11 @@ Propose = Callable[[tuple, int], "Proposal | None"]
 (the node's own token last); returns up to m children, or None on a miss."""
 
 
+MAX_CHAIN_DEPTH = 64
+"""Deepest node a chain beyond the static tree (an extension's or a copy's) may reach when the step
+sets no depth limit of its own."""
+
+
 def fill_tree(tree: DraftTree, context: list[int], max_n: int, propose: Propose, stochastic: bool,
               max_depth: int | None = None, extend: "Extension | None" = None, graft: list[int] | None = None) -> Draft:
     """Draft tokens into ``tree`` breadth-first for the next step.
@@ -79,7 +84,7 @@ def fill_tree(tree: DraftTree, context: list[int], max_n: int, propose: Propose,
             else:
                 missed.add(position)
         position += 1
-    deepest_allowed = max_depth if max_depth is not None else (extend.max_depth if extend is not None else 64)
+    deepest_allowed = max_depth if max_depth is not None else (extend.max_depth if extend is not None else MAX_CHAIN_DEPTH)
     grafted = graft_chain(builder, suffixes, scores, graft or (), max_n, deepest_allowed)
     if extend is not None:
         extend.grow(builder, suffixes, scores, missed, propose, max_n, deepest_allowed, grafted)
@@ -103,7 +108,7 @@ def graft_chain(builder: DraftBuilder, suffixes: list, scores: list, chain, max_
         if builder.depths[node] >= max_depth:
             break
         match = next((kid for kid in builder.children[node] if builder.tokens[kid] == token), None)
-        if match is not None and added == 0:
+        if match is not None:  # a drafted child agrees (a copied node has no children yet)
             node = match
             continue
         node = builder.add_copy(node, int(token))
@@ -144,7 +149,7 @@ class Extension:
 
     budget: int
     min_score: float = 0.1
-    max_depth: int = 64
+    max_depth: int = MAX_CHAIN_DEPTH
 
     def grow(self, builder: DraftBuilder, suffixes: list, scores: list, missed: set, propose: Propose, max_n: int,
              max_depth: int, grafted: int = 0) -> None:
