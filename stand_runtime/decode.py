@@ -19,6 +19,7 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
+from .decode_row import DecodeRow, StepTarget
 from .draft import Draft
 from .drafters import COPY_TOKENS, Drafter, Memory, check_method, make_drafter
 from .errors import StandError
@@ -28,11 +29,11 @@ from .metrics import DecodeStats, GenerationResult
 from .model_facts import attention_layout, check_model, check_positions, default_eos_ids, vocab_size
 from .prompts import encode_prompt
 from .randomness import RandomStream
-from .sampling import SamplingParams, TargetRow, resolve_sampling, target_row, target_rows
+from .sampling import SamplingParams, resolve_sampling
 from .stopping import StopRule, check_eos_ids
 from .tree import DraftTree
 from .tree_io import TreeFile
-from .verify import Verification, verify_greedy, verify_sampling
+from .verify import Verification
 
 
 @torch.inference_mode()
@@ -139,111 +140,61 @@ def check_budget(max_new_tokens) -> None:
 
 
 class _Run:
-    """The state of one decoding run: KV cache, committed tokens, statistics."""
+    """One sequence on the Hugging Face engine: its KV cache and forwards around a :class:`DecodeRow`."""
 
     def __init__(self, model, drafter: Drafter | None, params: SamplingParams, randomness: RandomStream,
                  stop_rule: StopRule, on_step) -> None:
         self.model = model
         self.drafter = drafter
         self.params = params
-        self.randomness = randomness
-        self.stop_rule = stop_rule
-        self.on_step = on_step
         self.cache = new_cache(model)
-        self.committed: list[int] = []
-        self.generated: list[int] = []
-        self.finish_reason: str | None = None
         self.stats = DecodeStats()
         self.clock = _Clock(model_device(model), self.stats)
+        self.row: DecodeRow | None = None
+        self._row_args = (drafter, params, randomness, stop_rule, on_step)
+
+    @property
+    def finish_reason(self) -> str | None:
+        return self.row.finish_reason
 
     def prefill(self, prompt: list[int]) -> None:
         """Cache the prompt minus its last token (the first root); the drafter sees its logits."""
-        self.committed = list(prompt)
-        self.stats.prompt_tokens = len(prompt)
+        self.row = DecodeRow(prompt, *self._row_args, lap=self.clock.lap, stats=self.stats)
         if len(prompt) > 1:
-            def observe(logits: torch.Tensor, positions: range) -> None:
-                if not bool(torch.isfinite(logits).all()):
-                    raise StandError(f"the target's logits are not finite (NaN or inf) in the prompt's positions "
-                                     f"{positions.start}-{positions.stop - 1}")
-                self.drafter.observe_prompt(prompt, logits, positions)
-
-            prefill(self.model, self.cache, prompt[:-1], on_logits=None if self.drafter is None else observe)
+            prefill(self.model, self.cache, prompt[:-1], on_logits=None if self.drafter is None else
+                    prompt_observer(self.drafter, prompt))
         self.clock.lap("prefill_s")
 
     def step(self) -> list[int]:
         """One decoding step: draft → tree forward → verify → commit; returns the committed tokens."""
-        stats, clock = self.stats, self.clock
-        remaining = self.stop_rule.max_new_tokens - len(self.generated)
-        if self.drafter is not None and remaining > 1:
-            draft = self.drafter.draft(self.committed, remaining - 1)
-        else:
-            draft = Draft.root_only(self.committed[-1])
-        clock.lap("drafting_s")
-
+        draft = self.row.propose()
         prefix_len = self.cache.get_seq_length()
         logits = draft_forward(self.model, self.cache, draft, prefix_len)
-        clock.lap("forward_s")
-
-        rows: dict[int, TargetRow] = {}
-        verification = self._verify(draft, logits, rows)
-        clock.lap("verification_s")
-        if self.on_step is not None:
-            self.on_step(draft, verification)
-
-        proposed = [draft.tokens[p] for p in verification.accepted] + [verification.token]
-        new_tokens, self.finish_reason = self.stop_rule.cut(self.generated, proposed)
-        accepted = verification.accepted[: len(new_tokens)]
-        stats.record_step(len(new_tokens), draft.num_nodes, len(verification.accepted), verification.bonus)
-        if self.drafter is not None:
-            self.drafter.observe_step(self.committed, draft, accepted, logits, rows)
-        self.committed += new_tokens
-        self.generated += new_tokens
-        if self.finish_reason is None:
-            keep_tree_entries(self.cache, prefix_len, [0, *accepted], len(draft.tokens))
-        clock.lap("bookkeeping_s")
-        return new_tokens
-
-    def _verify(self, draft: Draft, logits: torch.Tensor, rows: dict[int, TargetRow]) -> Verification:
-        """Verify ``draft`` against p (``rows`` receives the p rows computed, by draft position).
-
-        On a CPU only the nodes the walk visits get p (or their argmax); on an accelerator every
-        node's in one batch, so that one transfer to the host serves the whole walk.
-        """
-        params, batched = self.params, logits.device.type != "cpu"
-        if params.greedy:
-            maxima = torch.max(logits, dim=-1) if batched else None
-            best = maxima.indices.tolist() if batched else {}
-            finite = torch.isfinite(maxima.values).tolist() if batched else {}
-
-            def argmax_at(position: int) -> int:
-                if not batched and position not in best:
-                    value, index = torch.max(logits[position], dim=-1)
-                    best[position], finite[position] = int(index), bool(torch.isfinite(value))
-                if not finite[position]:
-                    raise StandError(f"the target's logits at draft node {position} are not finite (NaN or inf)")
-                return best[position]
-
-            return verify_greedy(draft, argmax_at)
-        if batched:
-            rows.update(enumerate(target_rows(logits, params)))
-
-        def target_at(position: int) -> TargetRow:
-            if position not in rows:
-                rows[position] = target_row(logits[position], params)
-            return rows[position]
-
-        return verify_sampling(draft, target_at, self.randomness)
+        self.clock.lap("forward_s")
+        settled = self.row.settle(draft, StepTarget(logits, self.params))
+        if settled.keep:
+            keep_tree_entries(self.cache, prefix_len, settled.keep, len(draft.tokens))
+        self.clock.lap("bookkeeping_s")
+        return settled.tokens
 
     def result(self, tokenizer) -> GenerationResult:
         """The run's tokens, text, finish reason and statistics."""
-        stats = self.stats
         self.clock.settle()
-        if self.drafter is not None:
-            stats.store = self.drafter.stats()
-            stats.diagnostics_s = getattr(self.drafter, "diagnostics_s", 0.0)
-            stats.bookkeeping_s -= stats.diagnostics_s
-        text = tokenizer.decode(self.generated, skip_special_tokens=True) if tokenizer is not None else ""
-        return GenerationResult(tokens=self.generated, text=text, stats=stats, finish_reason=self.finish_reason)
+        stats = self.row.finish_stats()
+        generated = self.row.generated
+        text = tokenizer.decode(generated, skip_special_tokens=True) if tokenizer is not None else ""
+        return GenerationResult(tokens=generated, text=text, stats=stats, finish_reason=self.row.finish_reason)
+
+
+def prompt_observer(drafter: Drafter, prompt: list[int]):
+    """The prefill callback that hands a prompt chunk's logits to ``drafter`` (refusing non-finite ones)."""
+    def observe(logits: torch.Tensor, positions: range) -> None:
+        if not bool(torch.isfinite(logits).all()):
+            raise StandError(f"the target's logits are not finite (NaN or inf) in the prompt's positions "
+                             f"{positions.start}-{positions.stop - 1}")
+        drafter.observe_prompt(prompt, logits, positions)
+
+    return observe
 
 
 class _Clock:

@@ -8,7 +8,6 @@ import numpy as np
 import torch
 
 from ..draft import Draft
-from ..verify import Verification
 
 
 class Drafter(Protocol):
