@@ -496,6 +496,89 @@ def bench(
         console.print(f"plot written to {png}")
 
 
+@app.command()
+@one_line_errors
+def search(
+    dataset: str = typer.Option(..., help="Problems: a JSONL file (e.g. GSM8K: problem + answer fields) or a local Hugging Face dataset."),
+    strategy: str = typer.Option("best-of-n", help="best-of-n (N samples, majority vote) or dvts (verifier-guided tree search)."),
+    n: int = typer.Option(4, help="Samples (best-of-n) or beams (dvts) per problem."),
+    subtrees: int = typer.Option(1, help="DVTS: independent subtrees (must divide --n; each extends n/subtrees candidates per step)."),
+    methods: str = typer.Option("ar,stand", help="Comma-separated decoding methods, run interleaved per problem (ar, pld, recycle, stand-det, stand)."),
+    tree: Optional[str] = typer.Option(None, help="Tree for the tree methods (default: each method's own; auto is sized for --max-batch rows)."),
+    max_batch: int = typer.Option(4, help="Rows decoded together per target forward (1 = one sample after another)."),
+    model: str = typer.Option("smollm2-135m", help=MODEL_HELP),
+    field: Optional[str] = typer.Option(None, help="Text field of the dataset (default: prompt, problem or question)."),
+    samples: int = typer.Option(10, help="Problems."),
+    offset: int = typer.Option(0, help="Skip this many problems first."),
+    max_new_tokens: int = typer.Option(256, help="Tokens per sample (best-of-n) or per subtree path (dvts) at most."),
+    step_tokens: int = typer.Option(96, help="DVTS: tokens per step at most (a step ends at a blank line or EOS)."),
+    max_rounds: int = typer.Option(16, help="DVTS: steps per subtree at most."),
+    verifier: str = typer.Option("confidence", help="DVTS verifier: confidence (the target's mean token log-prob of the step: a stand-in, not a PRM) or prm:PATH (a local process reward model)."),
+    trust_remote_code: bool = typer.Option(False, "--trust-remote-code", metavar="", help="Let a prm:PATH model run its own code (Qwen2.5-Math-PRM needs it)."),
+    temperature: float = typer.Option(0.6, help=TEMPERATURE_HELP),
+    top_p: float = typer.Option(0.95, help=TOP_P_HELP),
+    seed: int = typer.Option(0, help=SEED_HELP),
+    json_out: Optional[Path] = typer.Option(None, "--json", help="Write the results as JSON (after every problem)."),
+    dtype: str = typer.Option("float32", help=DTYPE_HELP),
+) -> None:
+    """Test-time scaling: best-of-N or DVTS on a dataset, each problem decoded by every method (interleaved)."""
+    from stand_runtime import TREE_METHODS, HFBackend, SamplingParams, check_method, check_writable, method_tree, vocab_size
+    from treeopt import load_prompts
+    from treeopt.search import SearchSettings, dvts, best_of_n, summarize
+    from treeopt.verifiers import make_verifier
+
+    check_paths({"--json": json_out}, {"--dataset": dataset})
+    names = [m.strip() for m in methods.split(",") if m.strip()]
+    if not names:
+        raise StandError("--methods is empty")
+    if len(set(names)) < len(names):
+        raise StandError(f"--methods lists a method twice: {methods}")
+    for name in names:
+        check_method(name)
+        method_tree(name, tree if name in TREE_METHODS else None)
+    if isinstance(max_batch, bool) or max_batch < 1:
+        raise StandError(f"--max-batch must be >= 1, got {max_batch}")
+    settings = SearchSettings(strategy, n, subtrees, max_new_tokens, step_tokens, max_rounds,
+                              SamplingParams(temperature, top_p, 0), seed)
+    if json_out is not None:
+        check_writable(json_out)
+    problems = load_prompts(dataset, field=field, samples=samples, offset=offset)
+    judge = make_verifier(verifier, trust_remote_code=trust_remote_code) if strategy == "dvts" else None
+    target, tokenizer = _load(model, dtype)
+    backends = {name: HFBackend(target, tokenizer, name, tree=tree if name in TREE_METHODS else None,
+                                max_batch=max_batch) for name in names}
+    results: dict[str, list] = {name: [] for name in names}
+    config = {"dataset": dataset, "strategy": strategy, "n": n, "subtrees": subtrees, "max_batch": max_batch,
+              "model": model, "dtype": dtype, "samples": samples, "offset": offset, "max_new_tokens": max_new_tokens,
+              "step_tokens": step_tokens, "max_rounds": max_rounds, "verifier": verifier if judge else None,
+              "temperature": temperature, "top_p": top_p, "seed": seed, "tree": tree}
+
+    def report() -> dict:
+        summaries = {name: summarize(rows) for name, rows in results.items() if rows}
+        return {"settings": config, "summary": summaries,
+                "problems": {name: [r.as_dict() for r in rows] for name, rows in results.items()}}
+
+    vocab = vocab_size(target)
+    with render.progress(console) as bar:
+        task = bar.add_task("searching", total=len(problems) * len(names))
+        for index, problem in enumerate(problems):
+            for name in names:
+                if strategy == "dvts":
+                    result = dvts(backends[name], tokenizer, problem, settings, judge, vocab, index)
+                else:
+                    result = best_of_n(backends[name], tokenizer, problem, settings, index)
+                results[name].append(result)
+                bar.advance(task)
+            if json_out is not None:
+                write_json(json_out, report())
+    data = report()
+    title = (f"{strategy} n={n}" + (f", {subtrees} subtrees" if strategy == "dvts" else "")
+             + f", {len(problems)} problems from {Path(dataset).name}, batch {max_batch}, T={temperature}")
+    console.print(render.search_table(data["summary"], title))
+    if json_out is not None:
+        console.print(f"results written to {json_out}")
+
+
 def write_json(path: Path, data, indent: int | None = 1) -> None:
     """Write JSON atomically (one-line error when the folder is missing or unwritable)."""
     from stand_runtime import write_json_atomic

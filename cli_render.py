@@ -146,6 +146,21 @@ def bench_tables(results, speedups: dict, title: str, intervals: dict | None = N
     return tables
 
 
+def search_table(summary: dict, title: str) -> Table:
+    """Per method: accuracy (correct / graded), tokens, acceptance length, tokens/s, speedup over ``ar``."""
+    table = Table(title=title, title_justify="left")
+    for name, justify in (("method", "left"), ("accuracy", "right"), ("tokens", "right"), ("τ", "right"),
+                          ("tok/s", "right"), ("speedup", "right")):
+        table.add_column(name, justify=justify)
+    base = summary.get("ar", {}).get("tokens_per_s")
+    for name, row in summary.items():
+        accuracy = "-" if row["accuracy"] is None else f"{row['correct']}/{row['graded']}"
+        ratio = f"{row['tokens_per_s'] / base:.2f}x" if base else "-"
+        table.add_row(name, accuracy, f"{row['tokens']}", f"{row['acceptance_length']:.2f}", f"{row['tokens_per_s']:.1f}",
+                      ratio)
+    return table
+
+
 def speedup_warnings(results, speedups: dict, intervals: dict) -> list[str]:
     """Lines that stop a reader from trusting a speedup the data cannot support."""
     if not any(r.method == "ar" for r in results):

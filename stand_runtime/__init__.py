@@ -8,7 +8,9 @@ Modules, one concept each (``ls`` shows the architecture):
 - ``tree`` and ``tree_io`` (static draft trees and their files), ``verify`` (lossless verification);
 - the Hugging Face engine: ``models`` (loading), ``model_facts`` (EOS, context, attention layout,
   positions), ``prompts``, ``forward`` (prefill and tree forward), ``kv_cache`` (compaction),
-  ``stopping``, ``decode`` (the loop), ``batch_sampling`` (batched plain sampling with recorded p);
+  ``stopping``, ``decode_row`` (one sequence's propose/settle steps), ``decode`` (the loop),
+  ``batch_kv`` and ``batch_decode`` (batched decoding: rows of different lengths in one forward),
+  ``batch_sampling`` (batched plain sampling with recorded p);
 - ``backend`` (the decoding-backend protocol and its Hugging Face implementation);
 - ``metrics`` and ``diagnostics`` (statistics), ``files`` (atomic writes), ``errors``.
 
@@ -16,6 +18,7 @@ Everything outside this package (the CLI, ``treeopt``) uses only the names expor
 """
 
 from .backend import Completion, DecodeRequest, DecodingBackend, HFBackend
+from .batch_decode import RowSpec, decode_rows, generate_batch
 from .batch_sampling import RecordedDistributions
 from .decode import check_budget, generate
 from .diagnostics import DraftQuality, summarise_draft_quality
@@ -77,7 +80,7 @@ __all__ = [
     "DraftBuilder", "DraftQuality", "DraftTree", "GenerationResult", "HFBackend", "MAX_RANK", "METHODS", "Memory",
     "NGramStore", "RandomStream", "RecordedDistributions", "RecyclingMatrix", "STORE_METHODS", "STORE_TOP_K",
     "SamplingParams", "StandError", "StoreEntry", "StoreStats", "TREE_METHODS", "TreeFile", "Verification",
-    "__version__", "acceptance_by_depth", "acceptance_chain", "bundled_trees", "cache_root", "check_budget", "check_method",
+    "RowSpec", "decode_rows", "generate_batch", "__version__", "acceptance_by_depth", "acceptance_chain", "bundled_trees", "cache_root", "check_budget", "check_method",
     "check_seed", "check_writable", "choose_children", "default_eos_ids", "draft_tree", "encode_prompt", "generate",
     "gumbel_top_k", "load_model", "load_tree", "method_tree", "new_cache", "new_memory", "parse_tree", "resolve_tree", "sized_family",
     "sample_index", "save_tree", "store_params", "summarise_draft_quality", "target_probs", "tree_attention_mask",

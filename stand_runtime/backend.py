@@ -8,15 +8,22 @@ engine (:func:`stand_runtime.generate`), the exact reference; a vLLM or batched 
 same :class:`DecodingBackend` protocol.
 
 Memory sharing follows the STAND paper's best-of-N setting (§3.1): the n samples of one request share
-one drafter memory (the n-gram store, Token Recycling's matrix); ``share_memory=True`` shares one
+one drafter memory (the n-gram store, Token Recycling's matrix); requests that name the same
+``group`` share one (every request of one problem in a tree search); ``share_memory=True`` shares one
 across every request the backend ever serves.
+
+With ``max_batch > 1`` the samples of every request are decoded together, ``max_batch`` rows per
+target forward (:func:`stand_runtime.batch_decode.decode_rows`); rows sharing a memory then share it
+online (what one row verified this step, another drafts from next step).
 """
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Callable, Protocol, Sequence
 
+from .batch_decode import RowSpec, auto_node_cap, check_max_nodes, decode_rows
 from .batch_sampling import RecordedDistributions, sample_recorded
 from .decode import check_budget, generate
 from .drafters import Memory, check_method, method_tree, new_memory
@@ -44,6 +51,9 @@ class DecodeRequest:
             (:class:`stand_runtime.batch_sampling.RecordedDistributions`).
         ignore_eos: decode every sample to ``max_new_tokens`` (equal lengths for speed comparisons;
             ``Completion.text`` then stops at the first EOS).
+        logprobs: also return each generated token's log-probability (``Completion.logprobs``).
+        group: requests naming the same group share one drafter memory (e.g. a problem's id in a
+            tree search); None = the request's own memory (shared by its n samples).
 
     Raises:
         StandError: n < 1, a bad budget, seed or stop string.
@@ -57,6 +67,8 @@ class DecodeRequest:
     stop: tuple[str, ...] = ()
     record_probs: bool = False
     ignore_eos: bool = False
+    logprobs: bool = False
+    group: str | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.n, bool) or not isinstance(self.n, int) or self.n < 1:
@@ -67,7 +79,9 @@ class DecodeRequest:
             raise StandError(f"seed {self.seed} + {self.n} samples runs past 2**64")
         if not isinstance(self.sampling, SamplingParams):
             raise StandError(f"sampling must be a SamplingParams, not {type(self.sampling).__name__}")
-        for name in ("record_probs", "ignore_eos"):
+        if self.group is not None and not isinstance(self.group, str):
+            raise StandError(f"group must be a string or None, got {self.group!r}")
+        for name in ("record_probs", "ignore_eos", "logprobs"):
             if not isinstance(getattr(self, name), bool):
                 raise StandError(f"{name} must be True or False, got {getattr(self, name)!r}")
         object.__setattr__(self, "stop", check_stop_strings(self.stop))
@@ -88,6 +102,7 @@ class Completion:
         finish_reason: ``"eos"``, ``"stop"`` or ``"length"``.
         stats: decoding statistics (acceptance length, time split, drafter memory).
         recorded: the target's distributions along the sample, when the request asked for them.
+        logprobs: per generated token its log-probability, when the request asked for them.
     """
 
     prompt_ids: list[int]
@@ -96,7 +111,11 @@ class Completion:
     finish_reason: str | None
     stats: DecodeStats
     recorded: RecordedDistributions | None = None
+    logprobs: list[float] | None = None
 
+
+MEMORY_GROUPS = 64
+"""Drafter memories an :class:`HFBackend` keeps for request groups (least recently used dropped)."""
 
 OnCompletion = Callable[[int, int, Completion], None]
 """Called as ``on_completion(request_index, sample_index, completion)`` when a sample is done."""
@@ -127,28 +146,55 @@ class HFBackend:
         feed_rejected, diagnose: STAND options (see :func:`stand_runtime.generate`).
         share_memory: one drafter memory for every request instead of one per request.
         batch_size: rows sampled together for ``record_probs`` requests (batched plain sampling).
+        max_batch: rows decoded together per target forward (1 = one sample after another through
+            :func:`stand_runtime.generate`; more = :func:`stand_runtime.batch_decode.decode_rows`).
+        max_nodes: with ``max_batch > 1``, cap on drafted nodes per row and step (None = none;
+            ``"auto"`` = the tree's size when it was sized for the batch, see
+            :func:`stand_runtime.batch_decode.auto_node_cap`).
 
     Requests with ``record_probs`` are sampled by batched plain decoding (method ``ar`` only, no stop
-    strings); the others run one sample at a time through :func:`stand_runtime.generate`.
+    strings); the others are decoded by the method, ``max_batch`` rows at a time.
 
     Raises:
         StandError: an unknown method, a bad tree, or an option the method does not take.
     """
 
     def __init__(self, model, tokenizer, method: str = "ar", *, tree=None, feed_rejected: bool = False,
-                 diagnose: bool = False, share_memory: bool = False, batch_size: int = 8) -> None:
+                 diagnose: bool = False, share_memory: bool = False, batch_size: int = 8, max_batch: int = 1,
+                 max_nodes: int | str | None = "auto") -> None:
         check_model(model)
         check_method(method, tree=tree, feed_rejected=feed_rejected)
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise StandError(f"batch_size must be an integer >= 1, got {batch_size!r}")
+        for name, value in (("batch_size", batch_size), ("max_batch", max_batch)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise StandError(f"{name} must be an integer >= 1, got {value!r}")
+        if diagnose and max_batch > 1:
+            raise StandError("diagnose runs one sample at a time: use max_batch 1")
         self.model = model
         self.tokenizer = tokenizer
         self.method = method
-        self.tree = method_tree(method, tree, model)
+        self.tree = method_tree(method, tree, model, batch=max_batch)
         self.feed_rejected = feed_rejected
         self.diagnose = diagnose
         self.batch_size = batch_size
+        self.max_batch = max_batch
+        check_max_nodes(max_nodes)
+        self.max_nodes = auto_node_cap(method, tree, self.tree, max_batch) if max_nodes == "auto" else max_nodes
         self.shared_memory: Memory | None = new_memory(method, vocab_size(model)) if share_memory else None
+        self._groups: OrderedDict[str, Memory | None] = OrderedDict()
+
+    def memory_for(self, request: DecodeRequest) -> Memory | None:
+        """The drafter memory ``request`` decodes with: the backend's shared one, its group's (made
+        on first use, least recently used dropped beyond :data:`MEMORY_GROUPS`), or a fresh one."""
+        if self.shared_memory is not None:
+            return self.shared_memory
+        if request.group is None:
+            return new_memory(self.method, vocab_size(self.model))
+        if request.group not in self._groups:
+            self._groups[request.group] = new_memory(self.method, vocab_size(self.model))
+            while len(self._groups) > MEMORY_GROUPS:
+                self._groups.popitem(last=False)
+        self._groups.move_to_end(request.group)
+        return self._groups[request.group]
 
     def generate(self, requests: Sequence[DecodeRequest], *, on_completion: OnCompletion | None = None,
                  on_tokens: OnTokens | None = None) -> list[list[Completion]]:
@@ -166,33 +212,68 @@ class HFBackend:
         if recorded:
             self._sample_recorded([i for i, r in enumerate(requests) if r.record_probs], requests, out,
                                   on_completion, on_tokens)
-        for index, request in enumerate(requests):
-            if not request.record_probs:
-                out[index] = self._decode(index, request, on_completion, on_tokens)
+        decoded = [i for i, r in enumerate(requests) if not r.record_probs]
+        if self.max_batch > 1:
+            self._decode_batched(decoded, requests, out, on_completion, on_tokens)
+        else:
+            for index in decoded:
+                out[index] = self._decode(index, requests[index], on_completion, on_tokens)
         return out
 
+    def _eos_for(self, request: DecodeRequest) -> list[int]:
+        return [] if request.ignore_eos else default_eos_ids(self.model, self.tokenizer)
+
+    def _completion(self, request: DecodeRequest, prompt: list[int], result) -> Completion:
+        text = result.text
+        if request.ignore_eos and self.tokenizer is not None:
+            eos = default_eos_ids(self.model, self.tokenizer)
+            first = next((i for i, token in enumerate(result.tokens) if token in eos), len(result.tokens))
+            text = self.tokenizer.decode(result.tokens[:first], skip_special_tokens=True)
+        return Completion(prompt, result.tokens, text, result.finish_reason, result.stats, logprobs=result.logprobs)
+
     def _decode(self, index: int, request: DecodeRequest, on_completion, on_tokens) -> list[Completion]:
-        memory = self.shared_memory if self.shared_memory is not None else new_memory(self.method, vocab_size(self.model))
+        memory = self.memory_for(request)
         prompt = encode_prompt(self.tokenizer, request.prompt, vocab_size(self.model))
         stream = None if on_tokens is None else (lambda tokens: on_tokens(len(tokens)))
         completions = []
-        eos = default_eos_ids(self.model, self.tokenizer)
         for sample in range(request.n):
             result = generate(
                 self.model, self.tokenizer, prompt, method=self.method, tree=self.tree,
                 sampling=request.sampling, max_new_tokens=request.max_new_tokens, seed=request.seed_of(sample),
                 store=memory, feed_rejected=self.feed_rejected, diagnose=self.diagnose, stop=request.stop,
-                on_tokens=stream, eos_token_ids=[] if request.ignore_eos else eos,
+                on_tokens=stream, eos_token_ids=self._eos_for(request), logprobs=request.logprobs,
             )
-            text = result.text
-            if request.ignore_eos and self.tokenizer is not None:
-                first = next((i for i, token in enumerate(result.tokens) if token in eos), len(result.tokens))
-                text = self.tokenizer.decode(result.tokens[:first], skip_special_tokens=True)
-            completion = Completion(prompt, result.tokens, text, result.finish_reason, result.stats)
+            completion = self._completion(request, prompt, result)
             completions.append(completion)
             if on_completion is not None:
                 on_completion(index, sample, completion)
         return completions
+
+    def _decode_batched(self, indices: list[int], requests, out, on_completion, on_tokens) -> None:
+        vocab = vocab_size(self.model)
+        rows: list[tuple[int, int, RowSpec]] = []
+        for index in indices:
+            request = requests[index]
+            memory = self.memory_for(request)
+            prompt = encode_prompt(self.tokenizer, request.prompt, vocab)
+            out[index] = [None] * request.n
+            for sample in range(request.n):
+                rows.append((index, sample, RowSpec(prompt, request.sampling, request.seed_of(sample),
+                                                    request.max_new_tokens, memory, request.stop,
+                                                    self._eos_for(request), request.logprobs)))
+        for start in range(0, len(rows), self.max_batch):
+            chunk = rows[start: start + self.max_batch]
+
+            def finished(position: int, result, chunk=chunk) -> None:
+                index, sample, spec = chunk[position]
+                completion = self._completion(requests[index], spec.prompt, result)
+                out[index][sample] = completion
+                if on_completion is not None:
+                    on_completion(index, sample, completion)
+
+            decode_rows(self.model, self.tokenizer, [spec for _, _, spec in chunk], method=self.method,
+                        tree=self.tree, feed_rejected=self.feed_rejected, max_nodes=self.max_nodes,
+                        on_tokens=on_tokens, on_finish=finished)
 
     def _sample_recorded(self, indices: list[int], requests, out, on_completion, on_tokens) -> None:
         vocab = vocab_size(self.model)

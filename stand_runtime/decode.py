@@ -57,6 +57,7 @@ def generate(
     copy_tokens: int = COPY_TOKENS,
     eos_token_ids: Sequence[int] | None = None,
     stop: Sequence[str] = (),
+    logprobs: bool = False,
     on_tokens: Callable[[list[int]], None] | None = None,
     on_step: Callable[[Draft, Verification], None] | None = None,
 ) -> GenerationResult:
@@ -90,6 +91,8 @@ def generate(
             drafted children that agree with them (0 = off; verified by the deterministic-draft rule).
         eos_token_ids: token ids that end generation; None = the tokenizer's and the model's EOS ids.
         stop: strings that end generation once the generated text contains one.
+        logprobs: also return each generated token's log-probability under the target's raw logits
+            (``GenerationResult.logprobs``; used by search verifiers).
         on_tokens: optional callback receiving each step's committed token ids (for streaming).
         on_step: optional callback ``(draft, verification)`` after each step's verification (used to
             count accepted static nodes for direct calibration).
@@ -122,7 +125,7 @@ def generate(
         raise StandError(f"copy_tokens must be an integer in [0, 64], got {copy_tokens!r}")
     drafter = make_drafter(method, tree, store, randomness, params, model, feed_rejected, diagnose, seed, extend,
                            copy_tokens)
-    run = _Run(model, drafter, params, randomness, stop_rule, on_step)
+    run = _Run(model, drafter, params, randomness, stop_rule, on_step, logprobs)
     run.prefill(prompt)
     while run.finish_reason is None:
         new_tokens = run.step()
@@ -143,8 +146,9 @@ class _Run:
     """One sequence on the Hugging Face engine: its KV cache and forwards around a :class:`DecodeRow`."""
 
     def __init__(self, model, drafter: Drafter | None, params: SamplingParams, randomness: RandomStream,
-                 stop_rule: StopRule, on_step) -> None:
+                 stop_rule: StopRule, on_step, logprobs: bool = False) -> None:
         self.model = model
+        self.logprobs = logprobs
         self.drafter = drafter
         self.params = params
         self.cache = new_cache(model)
@@ -159,7 +163,8 @@ class _Run:
 
     def prefill(self, prompt: list[int]) -> None:
         """Cache the prompt minus its last token (the first root); the drafter sees its logits."""
-        self.row = DecodeRow(prompt, *self._row_args, lap=self.clock.lap, stats=self.stats)
+        self.row = DecodeRow(prompt, *self._row_args, lap=self.clock.lap, stats=self.stats,
+                             logprobs=self.logprobs)
         if len(prompt) > 1:
             prefill(self.model, self.cache, prompt[:-1], on_logits=None if self.drafter is None else
                     prompt_observer(self.drafter, prompt))
@@ -183,7 +188,8 @@ class _Run:
         stats = self.row.finish_stats()
         generated = self.row.generated
         text = tokenizer.decode(generated, skip_special_tokens=True) if tokenizer is not None else ""
-        return GenerationResult(tokens=generated, text=text, stats=stats, finish_reason=self.row.finish_reason)
+        return GenerationResult(tokens=generated, text=text, stats=stats, finish_reason=self.row.finish_reason,
+                                logprobs=self.row.logprobs)
 
 
 def prompt_observer(drafter: Drafter, prompt: list[int]):

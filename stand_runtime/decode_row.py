@@ -111,17 +111,20 @@ class DecodeRow:
         on_step: optional ``(draft, verification)`` callback after each verification.
         lap: optional timing callback (:data:`Lap`); None records no time.
         stats: the statistics to record into (None = new ones).
+        logprobs: record each generated token's log-probability under the target's raw logits
+            (temperature 1, no truncation) in :attr:`logprobs`.
 
     Attributes:
         committed: prompt + generated tokens; ``committed[-1]`` is the next root.
         generated: the generated tokens.
         finish_reason: None while running, then ``"eos"``, ``"stop"`` or ``"length"``.
         stats: the row's :class:`DecodeStats`.
+        logprobs: per generated token its natural-log probability (when asked for), else None.
     """
 
     def __init__(self, prompt: list[int], drafter: Drafter | None, params: SamplingParams,
                  randomness: RandomStream, stop_rule: StopRule, on_step=None, lap: Lap | None = None,
-                 stats: DecodeStats | None = None) -> None:
+                 stats: DecodeStats | None = None, logprobs: bool = False) -> None:
         self.drafter = drafter
         self.params = params
         self.randomness = randomness
@@ -133,6 +136,7 @@ class DecodeRow:
         self.finish_reason: str | None = None
         self.stats = stats if stats is not None else DecodeStats()
         self.stats.prompt_tokens = len(prompt)
+        self.logprobs: list[float] | None = [] if logprobs else None
 
     @property
     def remaining(self) -> int:
@@ -171,6 +175,10 @@ class DecodeRow:
         proposed = [draft.tokens[p] for p in verification.accepted] + [verification.token]
         new_tokens, self.finish_reason = self.stop_rule.cut(self.generated, proposed)
         accepted = verification.accepted[: len(new_tokens)]
+        if self.logprobs is not None:  # token j was predicted at the node before it on the path
+            for position, token in zip([0, *accepted], new_tokens):
+                row = target.logits[position].float()
+                self.logprobs.append(float(row[token] - torch.logsumexp(row, dim=-1)))
         self.stats.record_step(len(new_tokens), draft.num_nodes, len(verification.accepted), verification.bonus)
         if self.drafter is not None:
             self.drafter.observe_step(self.committed, draft, accepted, target.logits, target.rows)

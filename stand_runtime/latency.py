@@ -155,24 +155,27 @@ def cached_latency(model, model_name: str, *, refresh: bool = False,
     return profile
 
 
-def choose_size(best_sum: np.ndarray, profile: LatencyProfile) -> tuple[int, list[dict]]:
-    """K maximising ``(1 + best_sum[K]) / t(K + 1)``, and the whole curve.
+def choose_size(best_sum: np.ndarray, profile: LatencyProfile, batch: int = 1) -> tuple[int, list[dict]]:
+    """K maximising ``batch (1 + best_sum[K]) / t(batch (K + 1))``, and the whole curve.
 
     Args:
         best_sum: ``[K_max + 1]`` best expected accepted tokens per tree size (index 0 = root only;
             ``-inf`` for sizes not available).
         profile: the machine's latency profile.
+        batch: rows per target forward. A batched step's cost is approximated by one forward over
+            all its tokens, ``t(batch (K + 1))`` (the weights dominate a small model's step; the
+            attention over each row's own cache is not modelled), so trees shrink as batches grow.
 
     Returns:
         ``(K, curve)``; curve rows hold ``nodes``, ``expected_acceptance_length``, ``latency_s`` and
-        ``tokens_per_s`` (expected).
+        ``tokens_per_s`` (expected, all rows together).
     """
     curve = []
     for k, total in enumerate(best_sum):
         if not np.isfinite(total):
             continue  # no tree of this size
-        latency = profile.at(k + 1)
+        latency = profile.at(batch * (k + 1))
         curve.append({"nodes": k, "expected_acceptance_length": 1.0 + float(total), "latency_s": latency,
-                      "tokens_per_s": (1.0 + float(total)) / latency})
+                      "tokens_per_s": batch * (1.0 + float(total)) / latency})
     best = max(curve, key=lambda row: row["tokens_per_s"])
     return best["nodes"], curve

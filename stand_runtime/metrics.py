@@ -133,12 +133,15 @@ class GenerationResult:
         text: ``tokens`` decoded (empty when no tokenizer was given).
         stats: the run's :class:`DecodeStats`.
         finish_reason: ``"eos"``, ``"stop"`` (a stop string) or ``"length"`` (``max_new_tokens``).
+        logprobs: per generated token its log-probability under the target's raw logits (natural
+            log, temperature 1), when asked for (``logprobs=True``); else None.
     """
 
     tokens: list[int]
     text: str
     stats: DecodeStats
     finish_reason: str | None = None
+    logprobs: list[float] | None = None
 
     @property
     def acceptance_length(self) -> float:

@@ -58,8 +58,9 @@ _CHOICES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
 def machine_tree(model, family: str = DEFAULT_FAMILY, *, model_name: str | None = None,
-                 on_measure: Callable[[], None] | None = None) -> TreeChoice:
-    """The member of ``family`` with the most expected tokens per second for ``model`` here.
+                 on_measure: Callable[[], None] | None = None, batch: int = 1) -> TreeChoice:
+    """The member of ``family`` with the most expected tokens per second for ``model`` here, at
+    ``batch`` rows per target forward (:func:`stand_runtime.latency.choose_size`).
 
     The latency profile is measured on first use (cached on disk); the choice is remembered per
     model object.
@@ -67,7 +68,7 @@ def machine_tree(model, family: str = DEFAULT_FAMILY, *, model_name: str | None 
     Raises:
         StandError: the family cannot be loaded.
     """
-    remembered = _CHOICES.get(model, {}).get(family)
+    remembered = _CHOICES.get(model, {}).get((family, batch))
     if remembered is not None:
         return remembered
     members = load_family(family)
@@ -75,10 +76,10 @@ def machine_tree(model, family: str = DEFAULT_FAMILY, *, model_name: str | None 
     profile = cached_latency(model, name, on_measure=on_measure)
     best_sum = np.array(members.best_sum())
     best_sum[0] = -np.inf  # STAND was asked for: at least one draft node
-    nodes, curve = choose_size(best_sum, profile)
+    nodes, curve = choose_size(best_sum, profile, batch)
     member = members.members[nodes]
     choice = TreeChoice(member.tree, nodes, 1.0 + float(sum(member.expected_acceptance)), profile, curve, family)
-    _CHOICES.setdefault(model, {})[family] = choice
+    _CHOICES.setdefault(model, {})[(family, batch)] = choice
     return choice
 
 

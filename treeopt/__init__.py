@@ -3,7 +3,8 @@
 Modules: ``datasets`` (prompt sources), ``candidate`` (the candidate tree), ``calibration`` (the
 calibration file), ``replay`` and ``calibrate`` (estimating per-node acceptance), ``prune`` (the exact
 tree knapsack), ``export`` (tree files and tree families), ``profile`` (depth profiles), ``bench`` and ``answers`` (benchmarks, majority
-vote), ``plots`` (PNG, matplotlib). It never imports rich or typer: the CLI renders its results.
+vote), ``search`` and ``verifiers`` (test-time scaling: best-of-N and DVTS over the decoding backend),
+``plots`` (PNG, matplotlib). It never imports rich or typer: the CLI renders its results.
 """
 
 from stand_runtime import __version__
@@ -18,6 +19,8 @@ from .export import FAMILY_SIZES, export_family, export_tree
 from .profile import DepthProfile, depth_profile, load_tree_or_calibration
 from .prune import best_sums, prune
 from .replay import replay_trajectory
+from .search import STRATEGIES, ProblemResult, SearchSettings, best_of_n, dvts, run_search, summarize
+from .verifiers import Candidate, CallableVerifier, ConfidenceVerifier, PRMVerifier, Verifier, make_verifier
 
 __all__ = [
     "BenchMethod", "CALIBRATION_FORMAT", "FAMILY_SIZES", "export_family", "Calibration", "CalibrationConfig", "DepthProfile", "MethodResult", "Prior",
@@ -25,4 +28,6 @@ __all__ = [
     "depth_profile", "direct_prompt", "export_tree", "extract_answer", "load_calibration", "load_prompts",
     "load_tree_or_calibration", "majority_vote", "parse_methods", "per_depth_tree", "prune",
     "replay_trajectory", "results_json", "run_bench", "speedups",
+    "STRATEGIES", "ProblemResult", "SearchSettings", "best_of_n", "dvts", "run_search", "summarize",
+    "Candidate", "CallableVerifier", "ConfidenceVerifier", "PRMVerifier", "Verifier", "make_verifier",
 ]

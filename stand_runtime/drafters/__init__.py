@@ -81,7 +81,7 @@ def sized_family(spec) -> str | None:
     return str(spec) if is_family(spec) else None
 
 
-def method_tree(method: str, tree: DraftTree | TreeFile | str | None, model=None) -> DraftTree | None:
+def method_tree(method: str, tree: DraftTree | TreeFile | str | None, model=None, batch: int = 1) -> DraftTree | None:
     """The static tree ``method`` drafts into: ``tree`` resolved, or the method's default; None
     for methods without a static tree.
 
@@ -90,6 +90,7 @@ def method_tree(method: str, tree: DraftTree | TreeFile | str | None, model=None
         tree: a tree, tree file, path, bundled name, ``"auto"`` or None (the method's default), or
             a tree family (file or bundled name): its member sized for this machine, like ``"auto"``.
         model: the target; needed for ``"auto"`` and families (sized from its latency on this machine).
+        batch: rows per target forward the tree is sized for (``"auto"`` and families).
 
     Raises:
         StandError: a bad tree, a tree without draft nodes, or ``"auto"`` without a model.
@@ -102,7 +103,7 @@ def method_tree(method: str, tree: DraftTree | TreeFile | str | None, model=None
         if model is None:
             check_auto_available(family)
             return None
-        return machine_tree(model, family).tree
+        return machine_tree(model, family, batch=batch).tree
     resolved = resolve_tree(spec)
     if resolved.num_nodes == 0:
         name = f" {tree}" if isinstance(tree, str) else ""

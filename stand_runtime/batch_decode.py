@@ -1,0 +1,344 @@
+"""Batched decoding: B rows advance together, one target forward per step over every row's draft.
+
+Each row is a :class:`stand_runtime.decode_row.DecodeRow` (its own drafter, sampling parameters,
+random stream and stop rule), so verification, stopping and drafter feeding are the single-sequence
+engine's, row by row. Per step:
+
+1. every active row proposes a draft; the drafts are padded to a common node count N (padding nodes
+   attend only to themselves, are never visited by verification, and are dropped from the cache);
+2. one forward over ``[B, N]`` tokens with explicit positions ``len(row) - 1 + depth`` and one additive
+   ``[B, 1, N, S + N]`` mask combining each row's valid cache slots and its tree
+   (:class:`stand_runtime.batch_kv.BatchedCache`);
+3. each row settles its draft against its own logits rows; the cache keeps each row's root and
+   accepted entries (per-row compaction, holes masked).
+
+Rows finish independently (EOS, stop string, budget) and leave the batch at once, so a finished row
+stops costing compute. Rows given the same drafter memory share it *online*: what one row verified
+this step, another drafts from next step (best-of-N trajectories of one problem, STAND paper §3.1).
+Every row's output is distributed exactly as plain decoding of that row alone.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+import torch
+
+from .decode import check_budget, prompt_observer
+from .decode_row import DecodeRow, StepTarget
+from .drafters import (AUTO, COPY_TOKENS, DEFAULT_TREES, TREE_METHODS, Memory, check_method, make_drafter, method_tree,
+                       new_memory, sized_family)
+from .errors import StandError
+from .forward import model_device, prefill
+from .batch_kv import BatchedCache
+from .kv_cache import new_cache
+from .metrics import GenerationResult
+from .model_facts import attention_layout, check_model, check_positions, default_eos_ids, vocab_size
+from .prompts import encode_prompt
+from .randomness import RandomStream, check_seed
+from .sampling import SamplingParams, resolve_sampling
+from .stopping import StopRule, check_eos_ids, check_stop_strings
+
+
+@dataclass
+class RowSpec:
+    """One row of a batch.
+
+    Attributes:
+        prompt: token ids (non-empty, inside the vocabulary).
+        sampling: the row's target sampling distribution.
+        seed: the row's seed (None = nondeterministic).
+        max_new_tokens: the row's token budget.
+        memory: the drafter memory the row drafts from and feeds (rows given the same object share
+            it online); None = a fresh one for this row.
+        stop: strings that end the row once its text contains one.
+        eos_token_ids: token ids that end the row; None = the tokenizer's and the model's EOS ids.
+        logprobs: record each generated token's log-probability (``GenerationResult.logprobs``).
+    """
+
+    prompt: list[int]
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    seed: int | None = None
+    max_new_tokens: int = 256
+    memory: Memory | None = None
+    stop: tuple[str, ...] = ()
+    eos_token_ids: list[int] | None = None
+    logprobs: bool = False
+
+
+@torch.inference_mode()
+def decode_rows(
+    model,
+    tokenizer,
+    rows: Sequence[RowSpec],
+    *,
+    method: str = "stand",
+    tree=None,
+    feed_rejected: bool = False,
+    extend: bool = True,
+    copy_tokens: int = COPY_TOKENS,
+    max_nodes: int | str | None = AUTO,
+    on_tokens: Callable[[int], None] | None = None,
+    on_finish: Callable[[int, GenerationResult], None] | None = None,
+) -> list[GenerationResult]:
+    """Decode ``rows`` together (see the module docstring); returns one result per row, in order.
+
+    Args:
+        model, tokenizer: the target and its tokenizer (None allowed without stop strings).
+        rows: the rows (:class:`RowSpec`).
+        method, tree, feed_rejected, extend, copy_tokens: as in :func:`stand_runtime.generate`; the
+            tree is resolved once for the batch (``"auto"`` and families sized for ``len(rows)`` rows).
+        max_nodes: cap on drafted nodes per row and step (breadth-first cut, lossless); None = none;
+            ``"auto"`` = :func:`auto_node_cap`.
+        on_tokens: called with the number of tokens committed by each step over all rows (progress).
+        on_finish: called as ``on_finish(row_index, result)`` when a row finishes.
+
+    Returns:
+        Per row a :class:`GenerationResult`; its ``stats`` hold the row's own steps, and as times the
+        wall time of the batch steps the row took part in (so ``tokens_per_s`` is the row's rate
+        inside the batch).
+
+    Raises:
+        StandError: no rows, a bad row (prompt, budget, seed, stop strings), a prompt plus budget
+            beyond the model's context, a model with sliding-window attention (not batched here),
+            or an option the method does not take.
+    """
+    check_model(model)
+    if not rows:
+        raise StandError("decode_rows needs at least one row")
+    check_max_nodes(max_nodes)
+    check_method(method, tree=tree, feed_rejected=feed_rejected)
+    layout = attention_layout(model)
+    if layout.window is not None:
+        raise StandError("batched decoding does not support sliding-window attention; decode rows one at a time")
+    vocab = vocab_size(model)
+    static = method_tree(method, tree, model, batch=len(rows))
+    if max_nodes == AUTO:
+        max_nodes = auto_node_cap(method, tree, static, len(rows))
+    states = []
+    for index, spec in enumerate(rows):
+        if not isinstance(spec, RowSpec):
+            raise StandError(f"row {index} is a {type(spec).__name__}, not a RowSpec")
+        prompt = encode_prompt(tokenizer, spec.prompt, vocab)
+        check_budget(spec.max_new_tokens)
+        check_seed(spec.seed)
+        check_positions(model, len(prompt), spec.max_new_tokens)
+        check_method(method, memory=spec.memory)
+        eos = check_eos_ids(spec.eos_token_ids, vocab) if spec.eos_token_ids is not None \
+            else default_eos_ids(model, tokenizer)
+        stop_rule = StopRule(eos, spec.max_new_tokens, check_stop_strings(spec.stop), tokenizer)
+        randomness = RandomStream.seeded(spec.seed)
+        drafter = make_drafter(method, static, spec.memory, randomness, spec.sampling, model, feed_rejected, False,
+                               spec.seed, extend, copy_tokens)
+        states.append(DecodeRow(prompt, drafter, spec.sampling, randomness, stop_rule, logprobs=spec.logprobs))
+    batch = _Batch(model, states, max_nodes, on_tokens, on_finish, tokenizer)
+    batch.prefill()
+    while batch.active:
+        batch.step()
+    return batch.results
+
+
+def check_max_nodes(max_nodes) -> None:
+    """Raises StandError unless ``max_nodes`` is an int >= 0, None or ``"auto"``."""
+    if max_nodes is None or max_nodes == AUTO:
+        return
+    if isinstance(max_nodes, bool) or not isinstance(max_nodes, int) or max_nodes < 0:
+        raise StandError(f"max_nodes must be an integer >= 0, None or 'auto', got {max_nodes!r}")
+
+
+def auto_node_cap(method: str, spec, static, rows: int) -> int | None:
+    """The default cap on drafted nodes per row in a batch of ``rows``.
+
+    A batched forward costs the padded width times the rows, so one wide row (STAND's copied
+    tokens beyond its tree) widens every row. When the tree was sized for this batch from the
+    latency profile (``"auto"`` or a family), rows are capped at the tree's size; an explicit tree
+    (or a batch of one) is not capped.
+    """
+    if rows < 2 or method not in TREE_METHODS or static is None:
+        return None
+    return static.num_nodes if sized_family(DEFAULT_TREES[method] if spec is None else spec) is not None else None
+
+
+class _Batch:
+    """The active rows, their batched cache and the batch clock."""
+
+    def __init__(self, model, rows: list[DecodeRow], max_nodes, on_tokens, on_finish, tokenizer) -> None:
+        self.model = model
+        self.rows = rows
+        self.max_nodes = max_nodes
+        self.on_tokens = on_tokens
+        self.on_finish = on_finish
+        self.tokenizer = tokenizer
+        self.device = model_device(model)
+        self.dtype = next(model.parameters()).dtype
+        self.active: list[int] = list(range(len(rows)))
+        self.results: list[GenerationResult | None] = [None] * len(rows)
+        self.cache: BatchedCache | None = None
+
+    def prefill(self) -> None:
+        """Prefill each distinct prompt once (batch 1, chunked); rows of one prompt share the copy.
+
+        Every row's drafter observes its prompt's logits (as a sequential run would)."""
+        caches, by_prompt = [], {}
+        for row in self.rows:
+            start = time.perf_counter()
+            prompt = row.committed
+            key = tuple(prompt)
+            if key not in by_prompt:
+                cache = new_cache(self.model)
+                observers = [prompt_observer(r.drafter, prompt) for r in self.rows
+                             if r.drafter is not None and tuple(r.committed) == key]
+
+                def observe(logits, positions, observers=observers):
+                    for observer in observers:
+                        observer(logits, positions)
+
+                if len(prompt) > 1:
+                    prefill(self.model, cache, prompt[:-1], on_logits=observe if observers else None)
+                by_prompt[key] = cache
+            caches.append(by_prompt[key])
+            row.stats.prefill_s += time.perf_counter() - start
+        self.cache = BatchedCache.from_rows(caches, self.model.config)
+
+    def step(self) -> None:
+        """One batched step over the active rows (see the module docstring)."""
+        start = time.perf_counter()
+        rows = [self.rows[i] for i in self.active]
+        drafts = [row.propose(self.max_nodes) for row in rows]
+        drafted = time.perf_counter()
+        width = max(len(d.tokens) for d in drafts)
+        batch = len(rows)
+        ids = torch.zeros(batch, width, dtype=torch.long)
+        positions = torch.zeros(batch, width, dtype=torch.long)
+        ancestors = torch.eye(width, dtype=torch.bool).repeat(batch, 1, 1)
+        for b, (row, draft) in enumerate(zip(rows, drafts)):
+            n = len(draft.tokens)
+            ids[b, :n] = torch.as_tensor(draft.tokens)
+            ids[b, n:] = draft.tokens[0]
+            root = len(row.committed) - 1
+            positions[b, :n] = torch.as_tensor(draft.depths) + root
+            positions[b, n:] = root
+            ancestors[b, :n, :n] = draft.ancestor_mask()
+        block_start = self.cache.length
+        mask = self.cache.attention_mask(ancestors, self.dtype, self.device)
+        out = self.model(input_ids=ids.to(self.device), position_ids=positions.to(self.device), attention_mask=mask,
+                         cache=self.cache.cache, use_cache=True)
+        logits = out.logits
+        forwarded = time.perf_counter()
+        keep, committed = [], 0
+        for b, (row, draft) in enumerate(zip(rows, drafts)):
+            settled = row.settle(draft, StepTarget(logits[b, : len(draft.tokens)], row.params))
+            keep.append(settled.keep)
+            committed += len(settled.tokens)
+        verified = time.perf_counter()
+        self.cache.keep(block_start, keep, width)
+        finished = [b for b, row in enumerate(rows) if row.finish_reason is not None]
+        if finished:
+            self.cache.select([b for b in range(batch) if b not in finished])
+        done = time.perf_counter()
+        for row in rows:
+            stats = row.stats
+            stats.drafting_s += drafted - start
+            stats.forward_s += forwarded - drafted
+            stats.verification_s += verified - forwarded
+            stats.bookkeeping_s += done - verified
+        for b in finished:
+            index = self.active[b]
+            self.results[index] = self._result(self.rows[index])
+            if self.on_finish is not None:
+                self.on_finish(index, self.results[index])
+        self.active = [i for b, i in enumerate(self.active) if b not in finished]
+        if self.on_tokens is not None:
+            self.on_tokens(committed)
+
+    def _result(self, row: DecodeRow) -> GenerationResult:
+        stats = row.finish_stats()
+        text = self.tokenizer.decode(row.generated, skip_special_tokens=True) if self.tokenizer is not None else ""
+        return GenerationResult(tokens=row.generated, text=text, stats=stats, finish_reason=row.finish_reason,
+                                logprobs=row.logprobs)
+
+
+def generate_batch(
+    model,
+    tokenizer,
+    prompts: Sequence[str | Sequence[int]],
+    *,
+    n: int = 1,
+    method: str = "stand",
+    tree=None,
+    sampling: SamplingParams | Sequence[SamplingParams] | None = None,
+    temperature: float | None = None,
+    top_p: float | None = None,
+    top_k: int | None = None,
+    max_new_tokens: int = 256,
+    seed: int | Sequence[int | None] | None = None,
+    store: Memory | Sequence[Memory] | None = None,
+    feed_rejected: bool = False,
+    extend: bool = True,
+    copy_tokens: int = COPY_TOKENS,
+    max_nodes: int | str | None = AUTO,
+    eos_token_ids: Sequence[int] | None = None,
+    stop: Sequence[str] = (),
+    on_tokens: Callable[[int], None] | None = None,
+) -> list[GenerationResult]:
+    """Decode ``n`` samples of every prompt in one batch (:func:`decode_rows`).
+
+    Rows are prompt-major: row ``i * n + j`` is sample j of prompt i (transformers'
+    ``num_return_sequences`` order).
+
+    Args:
+        prompts: texts (through the chat template) or token ids.
+        n: samples per prompt (>= 1).
+        sampling: one :class:`SamplingParams` for every row, or one per row; None = built from
+            ``temperature`` / ``top_p`` / ``top_k`` as in :func:`stand_runtime.generate`.
+        seed: an int (row r is seeded with ``seed + r``), one seed (or None) per row, or None.
+        store: drafter memory: None = one fresh memory per prompt, shared online by its n rows; one
+            memory shared by every row; or one per prompt.
+        Other arguments: as in :func:`stand_runtime.generate` and :func:`decode_rows`.
+
+    Returns:
+        One :class:`GenerationResult` per row.
+
+    Raises:
+        StandError: no prompts, n < 1, per-row lists of the wrong length, and everything
+            :func:`decode_rows` raises.
+    """
+    if isinstance(prompts, (str, torch.Tensor)) or not prompts:
+        raise StandError("generate_batch takes a non-empty list of prompts")
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise StandError(f"n (samples per prompt) must be an integer >= 1, got {n!r}")
+    total = len(prompts) * n
+    if sampling is None or isinstance(sampling, SamplingParams):
+        params = [resolve_sampling(sampling, temperature, top_p, top_k)] * total
+    else:
+        params = [resolve_sampling(p) for p in sampling]
+    if len(params) != total:
+        raise StandError(f"sampling has {len(params)} entries for {total} rows")
+    if seed is None or isinstance(seed, int):
+        check_seed(seed)
+        seeds = [None if seed is None else seed + r for r in range(total)]
+    else:
+        seeds = list(seed)
+    if len(seeds) != total:
+        raise StandError(f"seed has {len(seeds)} entries for {total} rows")
+    check_method(method, tree=tree, feed_rejected=feed_rejected)
+    if store is None or not isinstance(store, (list, tuple)):
+        memories = [store if store is not None else new_memory(method, vocab_size(model)) for _ in prompts] \
+            if store is None else [store] * len(prompts)
+    else:
+        memories = list(store)
+    if len(memories) != len(prompts):
+        raise StandError(f"store has {len(memories)} entries for {len(prompts)} prompts")
+    vocab = vocab_size(model)
+    rows = []
+    for i, prompt in enumerate(prompts):
+        ids = encode_prompt(tokenizer, prompt, vocab)
+        for j in range(n):
+            r = i * n + j
+            rows.append(RowSpec(ids, params[r], seeds[r], max_new_tokens, memories[i], tuple(stop),
+                                None if eos_token_ids is None else list(eos_token_ids)))
+    return decode_rows(model, tokenizer, rows, method=method, tree=tree, feed_rejected=feed_rejected, extend=extend,
+                       copy_tokens=copy_tokens, max_nodes=max_nodes, on_tokens=on_tokens)
+

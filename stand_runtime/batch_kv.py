@@ -1,0 +1,143 @@
+"""A batched KV cache whose rows hold different numbers of tokens (holes masked), on DynamicCache.
+
+Rows of a batched tree step keep different numbers of entries (their accepted paths differ in
+length). Re-aligning every row after every step would copy the whole cache; instead each row keeps
+its accepted entries at the front of the step's block and the rest of the block becomes *holes*: a
+``[B, S]`` validity mask records which cache slots hold a row's tokens, and the attention mask hides
+the holes (TRANSFORMERS-NOTES.md, "batched trees": per-row compaction on the stock cache, exact).
+Positions are explicit per row (``position_ids``), so a hole never shifts a token's position. When
+holes take more than a quarter of the cache, :meth:`BatchedCache.repack` right-aligns the rows.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+from transformers import DynamicCache
+
+REPACK_HOLES = 0.25
+"""Re-align the cache (one copy) once re-aligning would drop this fraction of its columns."""
+
+
+class BatchedCache:
+    """A transformers ``DynamicCache`` of B rows plus each row's validity mask.
+
+    Attributes:
+        cache: the ``DynamicCache`` (layers ``[B, kv_heads, S, head_dim]``).
+        valid: ``[B, S]`` bool, True where a slot holds one of the row's tokens.
+    """
+
+    def __init__(self, cache: DynamicCache, valid: torch.Tensor) -> None:
+        self.cache = cache
+        self.valid = valid
+
+    @classmethod
+    def from_rows(cls, caches: Sequence[DynamicCache], config) -> "BatchedCache":
+        """Stack single-row caches (each ``[1, H, L_b, D]``) left-padded to the longest row.
+
+        The same cache object may appear several times (samples of one prompt share its prefill).
+        """
+        length = max(c.get_seq_length() for c in caches)
+        valid = torch.zeros(len(caches), length, dtype=torch.bool)
+        for b, c in enumerate(caches):
+            valid[b, length - c.get_seq_length():] = True
+        batched = DynamicCache(config=config)
+        if length == 0:
+            return cls(batched, valid)
+        reference = next(c for c in caches if c.get_seq_length() == length)
+        for layer_index, like in enumerate(reference.layers):
+            keys, values = [], []
+            for c in caches:
+                layer = c.layers[layer_index] if c.get_seq_length() else None
+                for out, states, template in ((keys, getattr(layer, "keys", None), like.keys),
+                                              (values, getattr(layer, "values", None), like.values)):
+                    if states is None:  # a one-token prompt caches nothing
+                        states = template[:, :, :0]
+                    out.append(torch.nn.functional.pad(states, (0, 0, length - states.shape[2], 0)))
+            batched.update(torch.cat(keys), torch.cat(values), layer_index)
+        return cls(batched, valid)
+
+    @property
+    def length(self) -> int:
+        """Slots per row (S)."""
+        return self.valid.shape[1]
+
+    def attention_mask(self, ancestors: torch.Tensor, dtype: torch.dtype, device) -> torch.Tensor:
+        """The additive ``[B, 1, N, S + N]`` mask of a batched tree step.
+
+        Args:
+            ancestors: ``[B, N, N]`` bool per row (padding nodes see only themselves).
+        """
+        batch, n = ancestors.shape[0], ancestors.shape[1]
+        prefix = self.valid[:, None, :].expand(batch, n, self.length)
+        allowed = torch.cat([prefix, ancestors], dim=2).to(device)
+        mask = torch.zeros(allowed.shape, dtype=dtype, device=device)
+        mask.masked_fill_(~allowed, torch.finfo(dtype).min)
+        return mask[:, None]
+
+    def keep(self, block_start: int, keep: Sequence[Sequence[int]], block_len: int) -> None:
+        """After a step appended ``block_len`` slots per row at ``block_start``: row b keeps
+        ``keep[b]`` (offsets inside the block, increasing) at the block's front; the block shrinks to
+        the longest kept list and the remaining slots become holes."""
+        kept = max((len(k) for k in keep), default=0)
+        batch = len(keep)
+        index = torch.zeros(batch, kept, dtype=torch.long)
+        valid = torch.zeros(batch, kept, dtype=torch.bool)
+        for b, offsets in enumerate(keep):
+            index[b, : len(offsets)] = torch.as_tensor(list(offsets), dtype=torch.long)
+            valid[b, : len(offsets)] = True
+        index += block_start
+        with torch.inference_mode():
+            for layer in self.cache.layers:
+                for name in ("keys", "values"):
+                    states = getattr(layer, name)
+                    states[:, :, block_start: block_start + kept] = _gather(states, index)
+        if block_len > kept:
+            self.cache.crop(-(block_len - kept))
+        self.valid = torch.cat([self.valid, valid], dim=1)
+        if self.spare() > REPACK_HOLES:
+            self.repack()
+
+    def spare(self) -> float:
+        """Fraction of columns :meth:`repack` would drop (the longest row's holes)."""
+        if not self.valid.numel():
+            return 0.0
+        return 1.0 - int(self.valid.sum(dim=1).max()) / self.length
+
+    def repack(self) -> None:
+        """Right-align every row's tokens (left padding only), dropping all-hole columns."""
+        counts = self.valid.sum(dim=1)
+        length = int(counts.max()) if counts.numel() else 0
+        batch = self.valid.shape[0]
+        index = torch.zeros(batch, length, dtype=torch.long)
+        valid = torch.zeros(batch, length, dtype=torch.bool)
+        for b in range(batch):
+            slots = torch.nonzero(self.valid[b]).flatten()
+            index[b, length - len(slots):] = slots
+            valid[b, length - len(slots):] = True
+        with torch.inference_mode():
+            for layer in self.cache.layers:
+                for name in ("keys", "values"):
+                    setattr(layer, name, _gather(getattr(layer, name), index))
+        self.valid = valid
+
+    def select(self, rows: Sequence[int]) -> None:
+        """Keep only ``rows`` (batch indices, in order), then drop columns no remaining row uses."""
+        indices = torch.as_tensor(list(rows), dtype=torch.long)
+        self.cache.batch_select_indices(indices)
+        self.valid = self.valid[indices]
+        used = torch.nonzero(self.valid.any(dim=0)).flatten()
+        first = int(used[0]) if used.numel() else self.length
+        if first > 0:
+            for layer in self.cache.layers:
+                layer.keys = layer.keys[:, :, first:]
+                layer.values = layer.values[:, :, first:]
+            self.valid = self.valid[:, first:]
+
+
+
+def _gather(states: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """``states[b, :, index[b, j]]`` for ``states`` ``[B, H, S, D]`` and ``index`` ``[B, K]`` → ``[B, H, K, D]``."""
+    expanded = index.to(states.device)[:, None, :, None].expand(-1, states.shape[1], -1, states.shape[3])
+    return torch.gather(states, 2, expanded)

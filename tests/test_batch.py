@@ -1,0 +1,155 @@
+"""Batched decoding: every row is lossless against plain decoding of that row alone."""
+
+import pytest
+
+from conftest import DigitsTokenizer
+from stand_runtime import NGramStore, SamplingParams, StandError, generate
+from stand_runtime import RowSpec, decode_rows, generate_batch
+from test_engine import REPEAT_PROMPT, chi_square_against, exact_continuations
+
+PROMPTS = [REPEAT_PROMPT, [2, 7, 2, 7, 2, 9], [5], [1, 2, 3, 4, 5, 6, 7, 8, 1, 2, 3, 4, 5, 6, 7, 8, 1, 2]]
+"""Prompts of different lengths (one of a single token: nothing cached, nothing to draft at first)."""
+
+TREES = {"stand": "heuristic-80", "stand-det": "heuristic-80", "recycle": "heuristic-80", "pld": None, "ar": None}
+
+
+@pytest.mark.parametrize("method", ["stand", "stand-det", "pld", "recycle", "ar"])
+def test_batched_greedy_rows_equal_plain_decoding_tiny(tiny_qwen2, method):
+    results = generate_batch(tiny_qwen2, None, PROMPTS, n=2, method=method, tree=TREES[method], temperature=0,
+                             max_new_tokens=40, eos_token_ids=[])
+    assert len(results) == 2 * len(PROMPTS)
+    accepted = 0
+    for row, result in enumerate(results):
+        plain = generate(tiny_qwen2, None, PROMPTS[row // 2], method="ar", temperature=0, max_new_tokens=40,
+                         eos_token_ids=[])
+        assert result.tokens == plain.tokens, (method, row)
+        accepted += result.stats.new_tokens - result.stats.target_forwards
+    if method != "ar":
+        assert accepted >= 40, f"{method}: drafts were rarely accepted ({accepted})"
+
+
+def test_rows_finish_independently_and_leave_the_batch(tiny_qwen2):
+    rows = [RowSpec(list(p), SamplingParams(temperature=0), None, budget, None, (), [])
+            for p, budget in zip(PROMPTS, (5, 40, 17, 1))]
+    order = []
+    results = decode_rows(tiny_qwen2, None, rows, method="stand", tree="heuristic-80",
+                          on_finish=lambda index, result: order.append(index))
+    assert [len(r.tokens) for r in results] == [5, 40, 17, 1]
+    assert order[0] == 3 and sorted(order) == [0, 1, 2, 3]  # the 1-token row leaves after one step
+    for spec, result in zip(rows, results):
+        plain = generate(tiny_qwen2, None, spec.prompt, method="ar", temperature=0,
+                         max_new_tokens=spec.max_new_tokens, eos_token_ids=[])
+        assert result.tokens == plain.tokens and result.finish_reason == "length"
+
+
+@pytest.mark.parametrize("method", ["stand", "recycle"])
+def test_batched_sampling_rows_match_exact_distribution(tiny_qwen2, method):
+    """Rows of one batch with different prompt lengths, temperatures and top-p, seeded and unseeded
+    rows, rows sharing a store online (2 per prompt) and rows with nothing to draft beside rows with
+    drafts: every row's 3-token continuation must follow that row's exact p (chi-square per prompt,
+    2 rows x 1200 batches each; threshold 1e-4 because unseeded rows make the run nondeterministic)."""
+    model = tiny_qwen2
+    prompts = PROMPTS[:3]
+    params = [SamplingParams(temperature=0.8, top_p=0.95), SamplingParams(temperature=1.0, top_p=1.0),
+              SamplingParams(temperature=0.6, top_p=0.9)]
+    batches = 1200
+    counts = [dict() for _ in prompts]
+    accepted = 0
+    for call in range(batches):
+        seeds = [10_000 * call + r if r % 2 == 0 else None for r in range(2 * len(prompts))]
+        results = generate_batch(model, None, prompts, n=2, method=method, tree="heuristic-80",
+                                 sampling=[params[r // 2] for r in range(2 * len(prompts))], max_new_tokens=3,
+                                 seed=seeds, eos_token_ids=[])
+        for row, result in enumerate(results):
+            assert len(result.tokens) == 3
+            key = tuple(result.tokens)
+            counts[row // 2][key] = counts[row // 2].get(key, 0) + 1
+            accepted += result.stats.new_tokens - result.stats.target_forwards
+    assert accepted >= batches, f"drafts were rarely accepted ({accepted} in {batches} batches)"
+    for prompt, param, count in zip(prompts, params, counts):
+        exact = exact_continuations(model, prompt, param, 3)
+        outcome = chi_square_against(count, exact, 2 * batches)
+        assert outcome.pvalue > 1e-4, (prompt, param, outcome)
+
+
+def test_stop_string_inside_an_accepted_run_truncates_as_plain_decoding(tiny_qwen2):
+    """A stop string completed in the middle of an accepted run ends the row there, in the batched
+    and the single-sequence engine alike, exactly where plain decoding stops."""
+    tokenizer = DigitsTokenizer()
+    plain = generate(tiny_qwen2, tokenizer, REPEAT_PROMPT, method="ar", temperature=0, max_new_tokens=60,
+                     eos_token_ids=[])
+    fast = generate(tiny_qwen2, tokenizer, REPEAT_PROMPT, method="stand", tree="heuristic-80", temperature=0,
+                    max_new_tokens=60, eos_token_ids=[])
+    assert fast.tokens == plain.tokens
+    start, stop = 0, None
+    for size in fast.stats.tokens_per_step:  # a two-token string ending inside a multi-token step
+        for end in range(start + 1, start + size - 1):
+            candidate = f"{plain.tokens[end - 1]} {plain.tokens[end]}"
+            first = next(i for i in range(1, len(plain.tokens)) if
+                         f"{plain.tokens[i - 1]} {plain.tokens[i]}" == candidate)
+            if first == end:
+                stop = (candidate, end)
+                break
+        if stop:
+            break
+        start += size
+    assert stop is not None, "no step accepted three tokens: the test proves nothing"
+    text, end = stop
+    expected = plain.tokens[: end + 1]
+    single = generate(tiny_qwen2, tokenizer, REPEAT_PROMPT, method="stand", tree="heuristic-80", temperature=0,
+                      max_new_tokens=60, eos_token_ids=[], stop=[text])
+    batched = generate_batch(tiny_qwen2, tokenizer, [REPEAT_PROMPT, PROMPTS[1]], method="stand", tree="heuristic-80",
+                             temperature=0, max_new_tokens=60, eos_token_ids=[], stop=[text])
+    assert single.tokens == expected and single.finish_reason == "stop"
+    assert batched[0].tokens == expected and batched[0].finish_reason == "stop"
+
+
+def test_rows_of_one_prompt_share_the_store_online(tiny_qwen2):
+    store = NGramStore()
+    results = generate_batch(tiny_qwen2, None, [PROMPTS[1]], n=3, method="stand", tree="heuristic-80",
+                             temperature=0.8, max_new_tokens=30, seed=5, store=store, eos_token_ids=[])
+    alone = generate(tiny_qwen2, None, PROMPTS[1], method="stand", tree="heuristic-80", temperature=0.8,
+                     max_new_tokens=30, seed=5, eos_token_ids=[])
+    assert len(store) > 0 and all(len(r.tokens) == 30 for r in results)
+    # row 0 drafts from what rows 1 and 2 verified in earlier steps: more is accepted than alone
+    assert sum(r.stats.acceptance_length for r in results) / 3 > alone.stats.acceptance_length
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"prompts": []}, "non-empty list of prompts"),
+    ({"prompts": [[1, 2]], "n": 0}, "n (samples per prompt) must be an integer >= 1"),
+    ({"prompts": [[1, 2]], "seed": [1, 2]}, "seed has 2 entries for 1 rows"),
+    ({"prompts": [[1, 2]], "sampling": [SamplingParams(), SamplingParams()]}, "sampling has 2 entries"),
+    ({"prompts": [[1, 2]], "max_nodes": -1}, "max_nodes must be an integer >= 0"),
+    ({"prompts": [[]]}, "empty"),
+    ({"prompts": [[1, 2]], "method": "nope"}, "unknown method"),
+])
+def test_batch_bad_input_is_one_line(tiny_qwen2, kwargs, message):
+    with pytest.raises(StandError, match=message.replace("(", r"\(").replace(")", r"\)")) as error:
+        generate_batch(tiny_qwen2, None, **kwargs)
+    assert "\n" not in str(error.value)
+
+
+def test_sliding_window_models_are_refused_in_a_batch():
+    from transformers import AutoModelForCausalLM, Qwen2Config
+
+    config = Qwen2Config(vocab_size=16, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, use_sliding_window=True, sliding_window=8,
+                         max_window_layers=0, layer_types=["sliding_attention"] * 2)
+    model = AutoModelForCausalLM.from_config(config).eval()
+    with pytest.raises(StandError, match="sliding-window"):
+        generate_batch(model, None, [[1, 2, 3]], method="ar", max_new_tokens=2)
+
+
+@pytest.mark.model
+def test_batched_greedy_equals_plain_decoding_on_humaneval(default_model, plain_humaneval):
+    """Five HumanEval prompts of different lengths in one batch (with two samples of the first)."""
+    model, tokenizer = default_model
+    problems, plain_runs = plain_humaneval
+    prompts = [p["prompt"] for p in problems]
+    results = generate_batch(model, tokenizer, prompts, method="stand", temperature=0, max_new_tokens=64)
+    accepted = 0
+    for problem, plain, result in zip(problems, plain_runs, results):
+        assert result.tokens == plain.tokens, problem["task_id"]
+        accepted += result.stats.new_tokens - result.stats.target_forwards
+    assert accepted >= 20, "no drafts were accepted: the comparison proves nothing"

@@ -1,0 +1,137 @@
+"""Search drivers (best-of-N, DVTS) over the decoding-backend seam, on the tiny model."""
+
+import json
+
+import pytest
+
+from conftest import DigitsTokenizer
+from stand_runtime import HFBackend, SamplingParams, StandError, generate
+from treeopt.datasets import Prompt
+from treeopt.search import SearchSettings, dvts, run_search, summarize
+from treeopt.verifiers import ConfidenceVerifier, make_verifier
+from test_cli import one_line_error, run
+
+
+class RecordingBackend:
+    """Passes requests to a backend and keeps every (request, completions) pair."""
+
+    def __init__(self, backend):
+        self.backend = backend
+        self.calls = []
+
+    def generate(self, requests, **kwargs):
+        out = self.backend.generate(requests, **kwargs)
+        self.calls.extend(zip(requests, out))
+        return out
+
+
+PROBLEM = Prompt("p0", "3 1 4 1 5 3 1 4 1 5", answer="5")
+
+
+@pytest.mark.parametrize("method, max_batch", [("ar", 4), ("stand", 1), ("stand", 4)])
+def test_dvts_candidates_are_exactly_the_backends_samples(tiny_qwen2, method, max_batch):
+    """Every candidate the verifier scored is a completion of a request the search made; the chosen
+    step is the verifier's best; and with plain decoding each request, decoded again alone with its
+    seed, gives the same samples (so batching changed nothing)."""
+    tokenizer = DigitsTokenizer()
+    backend = RecordingBackend(HFBackend(tiny_qwen2, tokenizer, method, tree="heuristic-80" if method == "stand" else None,
+                                         max_batch=max_batch))
+    seen = []
+
+    class Judge:
+        name = "recorder"
+
+        def score(self, problem, steps, candidates):
+            seen.append((list(steps), [c.tokens for c in candidates]))
+            return ConfidenceVerifier().score(problem, steps, candidates)
+
+    settings = SearchSettings("dvts", n=4, subtrees=2, max_new_tokens=12, step_tokens=4, max_rounds=5,
+                              sampling=SamplingParams(temperature=1.0, top_p=1.0), seed=11)
+    result = dvts(backend, tokenizer, PROBLEM, settings, Judge(), vocab=16)
+    assert result.rounds == 3 and len(backend.calls) == 6 and len(seen) == 6
+    for (request, completions), (steps, scored) in zip(backend.calls, seen):
+        assert scored == [c.tokens for c in completions] and len(scored) == 2
+        assert request.group == "p0" and request.logprobs and len(request.prompt) == 10 + 4 * len(steps)
+        for sample, completion in enumerate(completions):
+            assert len(completion.logprobs) == len(completion.tokens) == 4
+            if method == "ar":
+                alone = generate(tiny_qwen2, None, list(request.prompt), method="ar", sampling=request.sampling,
+                                 max_new_tokens=request.max_new_tokens, seed=request.seed_of(sample), eos_token_ids=[])
+                assert alone.tokens == completion.tokens
+    for subtree in range(2):  # each subtree's path is its chosen candidates, round by round
+        rounds = [c for i, c in enumerate(backend.calls) if i % 2 == subtree]
+        path = []
+        for request, completions in rounds:
+            assert list(request.prompt) == [int(t) for t in PROBLEM.text.split()] + path
+            scores = [sum(c.logprobs) / len(c.logprobs) for c in completions]
+            path += completions[scores.index(max(scores))].tokens
+        assert result.texts[subtree] == " ".join(map(str, path))
+    assert result.tokens == 6 * 2 * 4 and result.forwards <= result.tokens
+
+
+def test_best_of_n_votes_and_grades(tiny_qwen2):
+    tokenizer = DigitsTokenizer()
+    backend = HFBackend(tiny_qwen2, tokenizer, "stand", tree="heuristic-80", max_batch=3)
+    settings = SearchSettings("best-of-n", n=3, max_new_tokens=6, sampling=SamplingParams(temperature=1.0), seed=3)
+    results = run_search(backend, tokenizer, [PROBLEM, Prompt("p1", "2 7 2 7")], settings)
+    first = results[0]
+    assert len(first.answers) == 3 and first.answers == [t.split()[-1] for t in first.texts]
+    assert first.answer == max(first.answers, key=first.answers.count)
+    assert first.correct == (first.answer == "5") and results[1].correct is None
+    summary = summarize(results)
+    assert summary["tokens"] == 2 * 3 * 6 and summary["graded"] == 1 and summary["acceptance_length"] >= 1.0
+    json.dumps([r.as_dict() for r in results])
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"n": 0}, "n must be an integer >= 1"),
+    ({"strategy": "dvts", "n": 6, "subtrees": 4}, "subtrees (4) must divide n (6)"),
+    ({"strategy": "beam"}, "unknown strategy 'beam'"),
+    ({"step_tokens": 0}, "step_tokens must be an integer >= 1"),
+])
+def test_bad_search_settings_are_one_line(kwargs, message):
+    with pytest.raises(StandError, match=message.replace("(", r"\(").replace(")", r"\)")) as error:
+        SearchSettings(**kwargs)
+    assert "\n" not in str(error.value)
+
+
+def test_empty_problem_list_and_unknown_verifier(tiny_qwen2):
+    with pytest.raises(StandError, match="at least one problem"):
+        run_search(HFBackend(tiny_qwen2, DigitsTokenizer(), "ar"), DigitsTokenizer(), [], SearchSettings())
+    with pytest.raises(StandError, match=r"unknown verifier 'oracle' \(valid: confidence, prm:PATH"):
+        make_verifier("oracle")
+    with pytest.raises(StandError, match="cannot load the process reward model"):
+        make_verifier("prm:/no/such/folder")
+    assert make_verifier(lambda problem, steps, text: 1.0).name == "<lambda>"
+
+
+def test_search_cli_runs_both_strategies_and_rejects_bad_input(tmp_path, monkeypatch):
+    import cli
+    from conftest import tiny_model
+
+    monkeypatch.setattr(cli, "_load", lambda *args: (tiny_model(), DigitsTokenizer()))
+    data = tmp_path / "problems.jsonl"
+    data.write_text("\n".join(json.dumps({"problem": "3 1 4 1 5 3 1 4", "answer": str(a)}) for a in (1, 5)) + "\n")
+    out = tmp_path / "search.json"
+    code, output = run("search", "--dataset", str(data), "--samples", "2", "--strategy", "dvts", "--n", "4",
+                       "--subtrees", "2", "--max-new-tokens", "6", "--step-tokens", "3", "--tree", "heuristic-80",
+                       "--methods", "ar,stand", "--json", str(out))
+    assert code == 0, output
+    report = json.loads(out.read_text())
+    assert set(report["summary"]) == {"ar", "stand"} and report["summary"]["ar"]["problems"] == 2
+    assert "speedup" in output
+    code, output = run("search", "--dataset", str(data), "--samples", "1", "--n", "2", "--max-new-tokens", "4",
+                       "--methods", "ar", "--max-batch", "2")
+    assert code == 0, output
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    for args, message in (
+        (["--dataset", str(empty)], "is empty"),
+        (["--dataset", str(data), "--strategy", "dvts", "--n", "6", "--subtrees", "4"], "must divide n"),
+        (["--dataset", str(data), "--n", "0"], "n must be an integer >= 1"),
+        (["--dataset", str(data), "--strategy", "dvts", "--verifier", "oracle"], "unknown verifier"),
+        (["--dataset", str(data), "--methods", "nope"], "unknown method"),
+    ):
+        code, output = run("search", "--samples", "2", *args)
+        assert code == 2
+        one_line_error(output, message)
