@@ -133,7 +133,7 @@ def decode_rows(
         drafter = make_drafter(method, static, spec.memory, randomness, spec.sampling, model, feed_rejected, False,
                                spec.seed, extend, copy_tokens)
         states.append(DecodeRow(prompt, drafter, spec.sampling, randomness, stop_rule, logprobs=spec.logprobs))
-    batch = _Batch(model, states, max_nodes, on_tokens, on_finish, tokenizer)
+    batch = _Batch(model, states, [spec.memory for spec in rows], max_nodes, on_tokens, on_finish, tokenizer)
     batch.prefill()
     while batch.active:
         batch.step()
@@ -164,9 +164,11 @@ def auto_node_cap(method: str, spec, static, rows: int) -> int | None:
 class _Batch:
     """The active rows, their batched cache and the batch clock."""
 
-    def __init__(self, model, rows: list[DecodeRow], max_nodes, on_tokens, on_finish, tokenizer) -> None:
+    def __init__(self, model, rows: list[DecodeRow], memories: list, max_nodes, on_tokens, on_finish,
+                 tokenizer) -> None:
         self.model = model
         self.rows = rows
+        self.memories = memories
         self.max_nodes = max_nodes
         self.on_tokens = on_tokens
         self.on_finish = on_finish
@@ -180,7 +182,7 @@ class _Batch:
     def prefill(self) -> None:
         """Prefill each distinct prompt once (batch 1, chunked); rows of one prompt share the copy.
 
-        Every row's drafter observes its prompt's logits (as a sequential run would)."""
+        The prompt's logits feed each drafter memory once (rows sharing a memory feed it once)."""
         caches, by_prompt = [], {}
         for row in self.rows:
             start = time.perf_counter()
@@ -188,8 +190,14 @@ class _Batch:
             key = tuple(prompt)
             if key not in by_prompt:
                 cache = new_cache(self.model)
-                observers = [prompt_observer(r.drafter, prompt) for r in self.rows
-                             if r.drafter is not None and tuple(r.committed) == key]
+                observers, fed = [], set()
+                for other, memory in zip(self.rows, self.memories):
+                    if other.drafter is None or tuple(other.committed) != key:
+                        continue
+                    if memory is not None and id(memory) in fed:
+                        continue  # one memory learns a prompt once, however many of its rows share it
+                    fed.add(id(memory))
+                    observers.append(prompt_observer(other.drafter, prompt))
 
                 def observe(logits, positions, observers=observers):
                     for observer in observers:
