@@ -337,6 +337,7 @@ def export(
     nodes: str = typer.Option("80", help="Tree size K (draft nodes), or 'auto' to pick it from this machine's latency profile."),
     fmt: str = typer.Option("stand", "--format", help="stand (versioned JSON) | choices (plain list of paths) | family (the best tree for each of many sizes, for --tree auto on any machine)."),
     model: Optional[str] = typer.Option(None, help="Model whose latency --nodes auto measures (default: the calibration's)."),
+    batch: int = typer.Option(1, help="--nodes auto: rows decoded together per target forward (batched decoding: trees shrink as batches grow)."),
     out: Path = typer.Option(Path("tree.json"), help="Where to write the tree."),
 ) -> None:
     """Prune the calibrated candidate to the best K nodes and write the tree."""
@@ -347,6 +348,8 @@ def export(
     check_writable(out)
     if fmt not in ("stand", "choices", "family"):
         raise StandError(f"unknown --format {fmt!r} (use stand, choices or family)")
+    if batch < 1:
+        raise StandError(f"--batch must be >= 1, got {batch}")
     result = load_calibration(calibration)
     if fmt == "family":
         from stand_runtime import family_to_json
@@ -366,9 +369,9 @@ def export(
         target, _ = _load(name)
         profile = cached_latency(target, name, on_measure=lambda: console.print("measuring forward latency (once per model and device) ..."))
         sums = best_sums(result.candidate, result.alpha, min(result.candidate.num_nodes, profile.sizes[-1] - 1))
-        count, curve = choose_size(sums, profile)
+        count, curve = choose_size(sums, profile, batch)
         console.print(render.curve_table(curve, count))
-        extra = {"nodes_auto": {"latency": profile.as_dict(), "chosen": count}}
+        extra = {"nodes_auto": {"latency": profile.as_dict(), "chosen": count, "batch": batch}}
         if count == 0:
             raise StandError("--nodes auto: no tree beats plain decoding on this hardware (K = 0); export a fixed size instead")
     else:

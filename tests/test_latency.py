@@ -67,3 +67,20 @@ def test_machine_tree_picks_the_best_member_for_the_profile(tmp_path, monkeypatc
 
     assert method_tree("stand", str(path), model).num_nodes == choice.nodes
     assert method_tree("stand", str(path)) is None  # no model yet: only checked
+
+
+def test_trees_shrink_as_batches_grow():
+    """A batched step over B rows of K + 1 tokens costs t(B (K + 1)): on a CPU-like profile (cost
+    linear in tokens past a fixed part) the best tree size falls with the batch, on a flat GPU-like
+    profile it does not."""
+    sizes = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+    cpu = LatencyProfile(sizes, tuple(0.05 + 0.002 * s for s in sizes))
+    flat = LatencyProfile(sizes, (0.016,) * len(sizes))
+    best_sum = np.concatenate([[-np.inf], np.cumsum(0.6 ** np.arange(1, 41))])  # diminishing returns
+    chosen = [choose_size(best_sum, cpu, batch)[0] for batch in (1, 4, 16)]
+    assert chosen[0] > chosen[1] > chosen[2] >= 1
+    assert choose_size(best_sum, flat, 16)[0] == choose_size(best_sum, flat, 1)[0]
+    _, curve = choose_size(best_sum, cpu, 4)
+    row = curve[0]
+    assert row["latency_s"] == pytest.approx(cpu.at(4 * (row["nodes"] + 1)))
+    assert row["tokens_per_s"] == pytest.approx(4 * row["expected_acceptance_length"] / row["latency_s"])
