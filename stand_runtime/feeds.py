@@ -115,6 +115,27 @@ class OneHotFeed:
         return one_hot_rows([self.next_tokens[p] for p in positions], k)
 
 
+class RowsFeed:
+    """A recording's top-k rows (e.g. :class:`stand_runtime.RecordedDistributions`' store rows).
+
+    Args:
+        ids: ``[n, k]`` int64 top ids per row.
+        probs: ``[n, k]`` float64 their probabilities (padding at probability 0).
+    """
+
+    one_hot = False
+
+    def __init__(self, ids: np.ndarray, probs: np.ndarray) -> None:
+        self.ids, self.probs = ids, probs
+
+    def observed(self, accepted: Sequence[int]) -> list[int]:
+        return list(range(len(self.ids)))
+
+    def top(self, positions: Sequence[int], k: int, params: SamplingParams) -> tuple[np.ndarray, np.ndarray]:
+        positions = list(positions)
+        return self.ids[positions, :k], self.probs[positions, :k]
+
+
 def one_hot_rows(tokens: Sequence[int], k: int) -> tuple[np.ndarray, np.ndarray]:
     """``([n, 1] int64, [n, 1] float64)`` rows: ``tokens[i]`` at probability 1 (the only column a
     one-hot row has, whatever ``k`` >= 1)."""
