@@ -425,8 +425,10 @@ def bench(
     field: Optional[str] = typer.Option(None, help="Text field of a JSONL/HF dataset (default: prompt, problem or question)."),
     samples: int = typer.Option(5, help="Prompts."),
     offset: Optional[int] = typer.Option(None, help="Skip this many prompts first; default: 30 for humaneval (past the 30 calibration prompts), 0 for any other dataset."),
-    methods: str = typer.Option("ar,stand", help="Comma-separated: ar, pld, recycle, stand-det, stand; "
-                                "stand+rejected (or stand-det+rejected) also feeds the store at rejected tree nodes."),
+    methods: Optional[str] = typer.Option(None, help="Comma-separated: ar, pld, recycle, suffix, stand-det, stand; "
+                                "stand+rejected (or stand-det+rejected) also feeds the store at rejected tree nodes "
+                                "(default: ar,stand). With --traces: stand, stand-det, pld, recycle, suffix, suffix-tuned "
+                                "(default: all)."),
     tree: Optional[list[str]] = typer.Option(None, metavar="TEXT", help="Tree file or bundled name for every tree method (repeat to compare trees); default: each method's own."),
     temperature: float = typer.Option(0.6, help=TEMPERATURE_HELP),
     top_p: float = typer.Option(0.95, help=TOP_P_HELP),
@@ -438,8 +440,21 @@ def bench(
     json_out: Optional[Path] = typer.Option(None, "--json", help="Write the results as JSON (after every prompt)."),
     dtype: str = typer.Option("float32", help=DTYPE_HELP),
     png: Optional[Path] = typer.Option(None, help="Plot acceptance length against trajectory index (needs matplotlib: pip install -e '.\\[plot]')."),
+    traces: Optional[Path] = typer.Option(None, help="Instead of decoding: replay the recorded traces of this JSONL file through the drafters (greedy, no model)."),
+    group_field: str = typer.Option("sample_group", help="--traces: the field grouping traces of one problem (trajectories 1..N)."),
+    text_field: str = typer.Option("trace", help="--traces: the field holding a trace's text."),
+    prompt_field: str = typer.Option("problem", help="--traces: the field holding the problem text (the prompt)."),
+    max_tokens: int = typer.Option(3000, help="--traces: tokens replayed per trace at most."),
+    min_group_size: int = typer.Option(2, help="--traces: replay only groups with at least this many traces."),
+    tokenizer_spec: Optional[str] = typer.Option(None, "--tokenizer", help="--traces: tokenizer (a model spec); default: --model's."),
+    copy_tokens: int = typer.Option(10, help="--traces: STAND's copy path length (tokens, 0-64)."),
 ) -> None:
-    """Decode the same prompts with several methods, interleaved, and compare them."""
+    """Decode the same prompts with several methods, interleaved, and compare them (or, with
+    --traces, replay recorded traces through the drafters)."""
+    if traces is not None:
+        return _bench_traces(traces, methods, tree, group_field, text_field, prompt_field, max_tokens, min_group_size,
+                             tokenizer_spec or model, copy_tokens, json_out, png)
+    methods = methods or "ar,stand"
     from stand_runtime import SamplingParams, check_budget, check_writable, method_tree
     from stand_runtime import cached_latency
     from treeopt import load_prompts, parse_methods, results_json, run_bench, speedups
@@ -580,6 +595,55 @@ def search(
     console.print(render.search_table(data["summary"], title))
     if json_out is not None:
         console.print(f"results written to {json_out}")
+def _bench_traces(path: Path, methods: Optional[str], tree: Optional[list[str]], group_field: str, text_field: str,
+                  prompt_field: str, max_tokens: int, min_group_size: int, tokenizer_spec: str, copy_tokens: int,
+                  json_out: Optional[Path], png: Optional[Path]) -> None:
+    """``treeopt bench --traces``: the trace bench (:mod:`treeopt.trace_bench`)."""
+    from stand_runtime import check_writable, load_tokenizer
+    from treeopt.trace_bench import TRACE_METHODS, parse_trace_methods, run_trace_bench, trace_results_json
+    from treeopt.traces import load_traces, tokenize_groups
+
+    check_paths({"--json": json_out, "--png": png}, {"--traces": path})
+    if tree is not None and len(tree) > 1:
+        raise StandError("--traces takes one --tree")
+    if isinstance(copy_tokens, bool) or not 0 <= copy_tokens <= 64:
+        raise StandError(f"--copy-tokens must be in [0, 64], got {copy_tokens}")
+    specs = parse_trace_methods(methods or ",".join(TRACE_METHODS), tree[0] if tree else None, copy_tokens)
+    for output in (json_out, png):
+        if output is not None:
+            check_writable(output)
+    if png is not None:
+        from treeopt.plots import pyplot
+
+        pyplot()
+    groups, skipped = load_traces(path, group_field=group_field, text_field=text_field, prompt_field=prompt_field,
+                                  min_group_size=min_group_size)
+    tokenizer = load_tokenizer(tokenizer_spec)
+    tokenize_groups(groups, tokenizer, max_tokens)
+    count = sum(len(g.trace_ids) for g in groups)
+    if skipped:
+        console.print(f"{skipped} groups with fewer than {min_group_size} traces left out (--min-group-size)")
+    with render.progress(console) as bar:
+        task = bar.add_task("replaying", total=count * len(specs))
+        results = run_trace_bench(groups, specs, len(tokenizer), on_trace=lambda _: bar.advance(task))
+    width = max(len(g.trace_ids) for g in groups)
+    settings = {"traces": str(path), "group_field": group_field, "text_field": text_field, "prompt_field": prompt_field,
+                "max_tokens": max_tokens, "min_group_size": min_group_size, "tokenizer": tokenizer_spec,
+                "groups": len(groups), "traces_replayed": count, "groups_left_out": skipped, "copy_tokens": copy_tokens}
+    data = trace_results_json(results, settings)
+    title = f"{len(groups)} groups x up to {width} traces from {path.name}, {max_tokens} tokens, greedy replay"
+    for table in render.trace_tables(data, title):
+        console.print(table)
+    for note in data["notes"]:
+        console.print(note, style="yellow")
+    if json_out is not None:
+        write_json(json_out, data)
+        console.print(f"results written to {json_out}")
+    if png is not None:
+        from treeopt.plots import plot_trace_acceptance
+
+        plot_trace_acceptance(data, png)
+        console.print(f"plot written to {png}")
 
 
 def write_json(path: Path, data, indent: int | None = 1) -> None:

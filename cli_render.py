@@ -298,3 +298,42 @@ class TextStream:
     def end(self) -> None:
         """Print what is left and end the line."""
         self._streamer.end()
+
+
+def trace_tables(data: dict, title: str) -> list[Table]:
+    """The trace bench (:func:`treeopt.trace_bench.trace_results_json`) in two narrow tables.
+
+    Acceptance: τ at the first and last trajectory index and pooled, each with its 95% bootstrap
+    interval over groups. Work: nodes per step, µs per step drafting and feeding, memory, and τ's
+    ratio to the reference (tuned SuffixDecoding) pooled with its paired interval.
+    """
+    results = data["results"]
+    last = len(results[0]["acceptance_by_trajectory"])
+    acceptance = Table(title=title, caption="τ: tokens per step (greedy replay) · [95% bootstrap interval over groups]",
+                       caption_justify="left")
+    columns = ["method", "τ t1", *([f"τ t{last}"] if last > 1 else []), "τ pooled"]
+    for column in columns:
+        acceptance.add_column(column, justify="left" if column == "method" else "right", no_wrap=True)
+    for r in results:
+        cells = [(r["acceptance_by_trajectory"][0], r["interval_by_trajectory_95"][0])]
+        if last > 1:
+            cells.append((r["acceptance_by_trajectory"][-1], r["interval_by_trajectory_95"][-1]))
+        cells.append((r["acceptance_pooled"], r["interval_pooled_95"]))
+        acceptance.add_row(r["label"], *(f"{v:.2f} [{lo:.2f}–{hi:.2f}]" for v, (lo, hi) in cells))
+    reference = next((k for r in results for k in r if k.startswith("ratio_vs_")), None)
+    work = Table(title="work per method", caption="nodes: drafted per step · µs per step drafting and feeding "
+                 "(verification and drafter feeding) · MB: drafter memory per group at its end"
+                 + (f" · × ref: pooled τ over {reference.removeprefix('ratio_vs_')}" if reference else ""),
+                 caption_justify="left")
+    for column in ("method", "nodes", "µs draft", "µs feed", "MB", *(["× ref [95%]"] if reference else [])):
+        work.add_column(column, justify="left" if column == "method" else "right", no_wrap=True)
+    for r in results:
+        row = [r["label"], f"{r['nodes_per_step']:.1f}", f"{r['drafting_us_per_step']:.0f}",
+               f"{r['feeding_us_per_step']:.0f}",
+               "—" if r["memory_mb_per_group"] is None else f"{r['memory_mb_per_group']:.1f}"]
+        if reference:
+            ratio = r.get(reference, {}).get("pooled")
+            row.append("—" if ratio is None else f"{ratio['ratio']:.2f} [{ratio['interval_95'][0]:.2f}–"
+                       f"{ratio['interval_95'][1]:.2f}]")
+        work.add_row(*row)
+    return [acceptance, work]

@@ -11,6 +11,7 @@ Modules, one concept each (``ls`` shows the architecture):
   ``stopping``, ``decode_row`` (one sequence's propose/settle steps), ``decode`` (the loop),
   ``batch_kv`` and ``batch_decode`` (batched decoding: rows of different lengths in one forward),
   ``batch_sampling`` (batched plain sampling with recorded p);
+- ``feeds`` (what drafters learn from), ``trace_replay`` (greedy replay of recorded traces, no model);
 - ``backend`` (the decoding-backend protocol and its Hugging Face implementation);
 - ``metrics`` and ``diagnostics`` (statistics), ``files`` (atomic writes), ``errors``.
 
@@ -30,17 +31,22 @@ from .drafters import (
     METHODS,
     STORE_METHODS,
     STORE_TOP_K,
+    SUFFIX_TUNED,
     TREE_METHODS,
     Memory,
     RecyclingMatrix,
+    SuffixMemory,
+    SuffixSettings,
     check_method,
     draft_tree,
+    make_drafter,
     method_tree,
     sized_family,
     new_memory,
     store_params,
 )
 from .errors import StandError
+from .feeds import LogitsFeed, OneHotFeed, RowsFeed, TargetFeed
 from .files import check_writable, write_json_atomic, write_text_atomic
 from .forward import tree_forward
 from .gumbel import choose_children, gumbel_top_k
@@ -48,11 +54,12 @@ from .kv_cache import new_cache
 from .latency import LatencyProfile, cached_latency, choose_size, measure_latency
 from .metrics import DecodeStats, GenerationResult, acceptance_by_depth
 from .model_facts import default_eos_ids, vocab_size
-from .models import DEFAULT_MODEL, cache_root, load_model
+from .models import DEFAULT_MODEL, cache_root, load_model, load_tokenizer
 from .ngram_store import NGramStore, StoreEntry, StoreStats
 from .prompts import encode_prompt
 from .randomness import RandomStream, check_seed
 from .sampling import SamplingParams, TargetRow, sample_index, target_probs, target_row, target_rows, top_target_probs
+from .trace_replay import RecordedTop, ReplayResult, TraceTarget, replay_trace
 from .tree import MAX_RANK, DraftTree, tree_attention_mask, tree_position_ids
 from .tree_choice import DEFAULT_FAMILY, TreeChoice, machine_tree
 from .tree_io import (
@@ -85,5 +92,6 @@ __all__ = [
     "gumbel_top_k", "load_model", "load_tree", "method_tree", "new_cache", "new_memory", "parse_tree", "resolve_tree", "sized_family",
     "sample_index", "save_tree", "store_params", "summarise_draft_quality", "target_probs", "tree_attention_mask",
     "tree_forward", "tree_position_ids", "verify_greedy", "verify_sampling", "vocab_size", "write_json_atomic",
-    "write_text_atomic",
+    "write_text_atomic", "SUFFIX_TUNED", "SuffixMemory", "SuffixSettings", "make_drafter", "LogitsFeed", "OneHotFeed",
+    "RowsFeed", "TargetFeed", "RecordedTop", "ReplayResult", "TraceTarget", "replay_trace", "load_tokenizer",
 ]

@@ -197,7 +197,7 @@ class _Batch:
                     if memory is not None and id(memory) in fed:
                         continue  # one memory learns a prompt once, however many of its rows share it
                     fed.add(id(memory))
-                    observers.append(prompt_observer(other.drafter, prompt))
+                    observers.append(prompt_observer(other.drafter, prompt, other.params))
 
                 def observe(logits, positions, observers=observers):
                     for observer in observers:

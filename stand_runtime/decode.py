@@ -23,6 +23,7 @@ from .decode_row import DecodeRow, StepTarget
 from .draft import Draft
 from .drafters import COPY_TOKENS, Drafter, Memory, check_method, make_drafter
 from .errors import StandError
+from .feeds import LogitsFeed
 from .forward import draft_forward, model_device, prefill
 from .kv_cache import keep_tree_entries, new_cache
 from .metrics import DecodeStats, GenerationResult
@@ -167,7 +168,7 @@ class _Run:
                              logprobs=self.logprobs)
         if len(prompt) > 1:
             prefill(self.model, self.cache, prompt[:-1], on_logits=None if self.drafter is None else
-                    prompt_observer(self.drafter, prompt))
+                    prompt_observer(self.drafter, prompt, self.params))
         self.clock.lap("prefill_s")
 
     def step(self) -> list[int]:
@@ -192,13 +193,14 @@ class _Run:
                                 logprobs=self.row.logprobs)
 
 
-def prompt_observer(drafter: Drafter, prompt: list[int]):
-    """The prefill callback that hands a prompt chunk's logits to ``drafter`` (refusing non-finite ones)."""
+def prompt_observer(drafter: Drafter, prompt: list[int], params: SamplingParams):
+    """The prefill callback that hands a prompt chunk's logits to ``drafter`` as a
+    :class:`stand_runtime.feeds.LogitsFeed` of p under ``params`` (refusing non-finite logits)."""
     def observe(logits: torch.Tensor, positions: range) -> None:
         if not bool(torch.isfinite(logits).all()):
             raise StandError(f"the target's logits are not finite (NaN or inf) in the prompt's positions "
                              f"{positions.start}-{positions.stop - 1}")
-        drafter.observe_prompt(prompt, logits, positions)
+        drafter.observe_prompt(prompt, LogitsFeed(logits, params), positions)
 
     return observe
 

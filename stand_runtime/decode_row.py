@@ -23,6 +23,7 @@ import torch
 from .draft import Draft
 from .drafters import Drafter
 from .errors import StandError
+from .feeds import LogitsFeed
 from .metrics import DecodeStats
 from .randomness import RandomStream
 from .sampling import SamplingParams, TargetRow, target_row, target_rows
@@ -33,8 +34,9 @@ Lap = Callable[[str | None], None]
 """Closes a timing lap into a :class:`DecodeStats` bucket (``"verification_s"``, ...)."""
 
 
-class StepTarget:
-    """The target's output for one forwarded draft, read lazily by verification and the drafter.
+class StepTarget(LogitsFeed):
+    """The target's output for one forwarded draft, read lazily by verification and the drafter
+    (a :class:`stand_runtime.feeds.LogitsFeed`: the drafter reads its rows' top-k).
 
     Args:
         logits: ``[n, vocab]`` raw target logits of the draft's nodes (any float dtype and device);
@@ -49,9 +51,7 @@ class StepTarget:
     """
 
     def __init__(self, logits: torch.Tensor, params: SamplingParams) -> None:
-        self.logits = logits
-        self.params = params
-        self.rows: dict[int, TargetRow] = {}
+        super().__init__(logits, params)
         self._batched = logits.device.type != "cpu"
         self._best: dict[int, int] = {}
         self._finite: dict[int, bool] = {}
@@ -162,6 +162,10 @@ class DecodeRow:
     def settle(self, draft: Draft, target: StepTarget) -> Settled:
         """Verify ``draft`` against ``target``, commit the emitted tokens and feed the drafter.
 
+        ``target`` is a :class:`StepTarget` or any object with its interface: ``argmax_at`` (greedy),
+        ``target_at`` (sampling) and the :class:`stand_runtime.feeds.TargetFeed` methods (e.g. a
+        recorded trace's :class:`stand_runtime.trace_replay.TraceTarget`).
+
         Raises:
             StandError: non-finite target logits at a visited node.
         """
@@ -181,7 +185,7 @@ class DecodeRow:
                 self.logprobs.append(float(row[token] - torch.logsumexp(row, dim=-1)))
         self.stats.record_step(len(new_tokens), draft.num_nodes, len(verification.accepted), verification.bonus)
         if self.drafter is not None:
-            self.drafter.observe_step(self.committed, draft, accepted, target.logits, target.rows)
+            self.drafter.observe_step(self.committed, draft, accepted, target)
         self.committed += new_tokens
         self.generated += new_tokens
         keep = [0, *accepted] if self.finish_reason is None else []

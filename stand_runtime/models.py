@@ -128,6 +128,32 @@ def load_model(
 _DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16}
 
 
+def load_tokenizer(spec: str = DEFAULT_MODEL):
+    """The tokenizer of a model spec alone (no weights loaded; the default GGUF model's comes from
+    its dequantized cache when made, else straight from the GGUF file's metadata).
+
+    Raises:
+        StandError: unknown model spec or an unloadable tokenizer (one line).
+    """
+    from transformers import AutoTokenizer
+
+    kind, where = resolve_model_spec(spec)
+    try:
+        with _quiet():
+            if kind == "gguf":
+                folder = dequantized_folder(Path(where))
+                if (folder / "tokenizer.json").is_file():
+                    return AutoTokenizer.from_pretrained(folder)
+                return AutoTokenizer.from_pretrained(Path(where).parent, gguf_file=Path(where).name)
+            if kind == "dir":
+                return AutoTokenizer.from_pretrained(where)
+            return AutoTokenizer.from_pretrained(str(where), local_files_only=True)
+    except StandError:
+        raise
+    except Exception as error:
+        raise StandError(f"cannot load the tokenizer of {spec!r}: {str(error).splitlines()[0][:200]}") from None
+
+
 def dtype_note(dtype: torch.dtype | str, device: str | torch.device | None = None) -> str | None:
     """A one-line caution for a dtype that is slow here (bfloat16 on a CPU without native bfloat16), or None."""
     dtype = _dtype(dtype)

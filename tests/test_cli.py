@@ -135,7 +135,7 @@ def test_show_draws_profiles_and_trees_as_png(tmp_path, calibration_file):
 
 def test_bench_unknown_method_lists_valid_ones():
     code, output = run("bench", "--methods", "ar,medusa")
-    one_line_error(output, "unknown method 'medusa' (valid: stand, stand-det, pld, recycle, ar, stand+rejected, stand-det+rejected)")
+    one_line_error(output, "unknown method 'medusa' (valid: stand, stand-det, pld, recycle, suffix, ar, stand+rejected, stand-det+rejected)")
 
 
 def test_generate_feed_rejected_needs_a_store_method():

@@ -1,5 +1,7 @@
 """The decoding engine on transformers models: tree attention, KV compaction, losslessness, edge cases."""
 
+import importlib.util
+
 import numpy as np
 import pytest
 import torch
@@ -10,6 +12,9 @@ from stand_runtime import (NGramStore, RecyclingMatrix, SamplingParams, StandErr
                            target_probs)
 from stand_runtime.stopping import StopRule
 from stand_runtime.kv_cache import keep_tree_entries
+
+needs_arctic = pytest.mark.skipif(importlib.util.find_spec("arctic_inference") is None,
+                                  reason="method 'suffix' needs arctic-inference (README Quickstart line 2 installs it)")
 
 
 def test_tree_forward_matches_each_path_alone_tiny_qwen2(tiny_qwen2):
@@ -52,8 +57,9 @@ def test_compaction_then_decoding_matches_fresh_forward(tiny_qwen2):
 
 
 @pytest.mark.model
-@pytest.mark.parametrize("method, feed_rejected", [("stand", False), ("stand", True), ("pld", False), ("recycle", False)],
-                         ids=["stand", "stand+rejected", "pld", "recycle"])
+@pytest.mark.parametrize("method, feed_rejected", [("stand", False), ("stand", True), ("pld", False), ("recycle", False),
+                                                   pytest.param("suffix", False, marks=needs_arctic)],
+                         ids=["stand", "stand+rejected", "pld", "recycle", "suffix"])
 def test_greedy_equals_plain_decoding_on_humaneval(default_model, plain_humaneval, method, feed_rejected):
     model, tokenizer = default_model
     problems, plain_runs = plain_humaneval
@@ -105,7 +111,8 @@ def loop_prompt(tiny_qwen2):
     return REPEAT_PROMPT + greedy.tokens
 
 
-@pytest.mark.parametrize("method", ["stand", "stand-det", "pld", "recycle", "stand+rejected"])
+@pytest.mark.parametrize("method", ["stand", "stand-det", "pld", "recycle", "stand+rejected",
+                                    pytest.param("suffix", marks=needs_arctic)])
 def test_sampling_distribution_of_three_tokens_matches_exact(tiny_qwen2, loop_prompt, method):
     """For "stand+rejected" one store, fed at rejected nodes too, is shared by all runs (so q keeps
     changing between runs, as in best-of-N): each run must still sample from p.
@@ -115,6 +122,11 @@ def test_sampling_distribution_of_three_tokens_matches_exact(tiny_qwen2, loop_pr
     from other seeds p = 0.12)."""
     model = tiny_qwen2
     params = SamplingParams(temperature=0.8, top_p=0.95)
+    minimum = 3000 // 4
+    if method == "suffix":  # SuffixDecoding prefers long prompt matches: a longer loop gets ~10% accepted
+        loop_prompt = REPEAT_PROMPT + generate(model, None, REPEAT_PROMPT, method="ar", temperature=0, max_new_tokens=60,
+                                               eos_token_ids=[]).tokens
+        minimum = 3000 // 20
     exact = exact_continuations(model, loop_prompt, params, 3)
     samples = 3000
     counts: dict = {}
@@ -124,14 +136,14 @@ def test_sampling_distribution_of_three_tokens_matches_exact(tiny_qwen2, loop_pr
     for seed in range(1_000_000, 1_000_000 + samples):
         result = generate(
             model, None, loop_prompt, method=method.removesuffix("+rejected"),
-            tree=None if method == "pld" else "heuristic-80", temperature=0.8,
+            tree=None if method in ("pld", "suffix") else "heuristic-80", temperature=0.8,
             top_p=0.95, max_new_tokens=3, seed=seed, eos_token_ids=[], store=shared, feed_rejected=feed_rejected,
         )
         assert len(result.tokens) == 3
         key = tuple(result.tokens)
         counts[key] = counts.get(key, 0) + 1
         accepted += result.stats.new_tokens - result.stats.target_forwards
-    assert accepted >= samples // 4, f"drafts were rarely accepted ({accepted} in {samples} runs)"
+    assert accepted >= minimum, f"drafts were rarely accepted ({accepted} in {samples} runs)"
     result = chi_square_against(counts, exact, samples)
     assert result.pvalue > 0.001, result
 
@@ -142,12 +154,12 @@ def greedy_tiny_runs(model, prompt, **kwargs):
     return plain, fast
 
 
-@pytest.mark.parametrize("method", ["stand", "pld", "recycle"])
+@pytest.mark.parametrize("method", ["stand", "pld", "recycle", pytest.param("suffix", marks=needs_arctic)])
 def test_greedy_tiny_llama_and_one_token_prompt(method):
     model = tiny_model("llama", vocab=16, seed=1)
     for prompt in (REPEAT_PROMPT, [5]):
         plain = generate(model, None, prompt, method="ar", temperature=0, eos_token_ids=[], max_new_tokens=40)
-        fast = generate(model, None, prompt, method=method, tree=None if method == "pld" else "heuristic-80",
+        fast = generate(model, None, prompt, method=method, tree=None if method in ("pld", "suffix") else "heuristic-80",
                         temperature=0, eos_token_ids=[], max_new_tokens=40)
         assert fast.tokens == plain.tokens and len(fast.tokens) == 40
         assert fast.stats.target_forwards < 40  # drafts were accepted

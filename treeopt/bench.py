@@ -216,7 +216,7 @@ def run_bench(
     for spec in methods:
         backend = HFBackend(model, tokenizer, spec.method, tree=spec.tree, feed_rejected=spec.feed_rejected,
                             diagnose=True, share_memory=share_across_prompts)
-        nodes = {"ar": 0, "pld": 10}.get(spec.method) if backend.tree is None else backend.tree.num_nodes
+        nodes = {"ar": 0, "pld": 10, "suffix": 64}.get(spec.method) if backend.tree is None else backend.tree.num_nodes
         result = MethodResult(spec.label, spec.method, spec.tree_name, nodes, spec.feed_rejected)
         result.by_trajectory = [[0, 0] for _ in range(trajectories)]
         backends.append(backend)

@@ -142,6 +142,29 @@ def plot_acceptance_by_trajectory(results, path: str | Path) -> Path:
     return _save(figure, plt, path)
 
 
+def plot_trace_acceptance(data: dict, path: str | Path) -> Path:
+    """Acceptance length vs trajectory index per method of a trace bench (its JSON), with the 95%
+    bootstrap intervals as bands.
+
+    Raises:
+        StandError: matplotlib is missing or the path is unwritable.
+    """
+    plt = pyplot()
+    check_writable(path)
+    figure, axis = plt.subplots(figsize=(6, 4))
+    for result in data["results"]:
+        values = result["acceptance_by_trajectory"]
+        x = range(1, len(values) + 1)
+        line = axis.plot(x, values, marker="o", label=result["label"])[0]
+        low, high = zip(*result["interval_by_trajectory_95"])
+        axis.fill_between(x, low, high, color=line.get_color(), alpha=0.12)
+    axis.set(xlabel="trajectory", ylabel="acceptance length τ (tokens/step)", title="trace replay: τ vs trajectory")
+    axis.xaxis.get_major_locator().set_params(integer=True)
+    axis.legend(fontsize=8)
+    figure.tight_layout()
+    return _save(figure, plt, path)
+
+
 def pyplot():
     """matplotlib's pyplot on the Agg backend (files only, no screen).
 

@@ -7,6 +7,8 @@ verified by the same lossless rules (:mod:`stand_runtime.verify`):
 - ``stand-det``: STAND with deterministic top-m drafts (the paper's ablation);
 - ``pld``: prompt lookup decoding (:mod:`.prompt_lookup`);
 - ``recycle``: Token Recycling (:mod:`.token_recycling`);
+- ``suffix``: SuffixDecoding's dynamic trees from suffix trees of earlier outputs (:mod:`.suffix_decoding`,
+  needs ``arctic-inference``);
 - ``ar``: plain decoding (no drafter).
 """
 
@@ -24,12 +26,14 @@ from ..tree_io import TreeFile, is_family, resolve_tree
 from .base import Drafter
 from .prompt_lookup import PromptLookupDrafter
 from .stand import STORE_TOP_K, StandDrafter, draft_tree, store_params
+from .suffix_decoding import SUFFIX_TUNED, SuffixDecodingDrafter, SuffixMemory, SuffixSettings
 from .token_recycling import RecyclingMatrix, TokenRecyclingDrafter
 from .tree_walk import Extension
 
-METHODS = ("stand", "stand-det", "pld", "recycle", "ar")
+METHODS = ("stand", "stand-det", "pld", "recycle", "suffix", "ar")
 """Decoding methods: STAND with stochastic (Gumbel-Top-K) drafts, STAND with deterministic top-m
-drafts (the paper's ablation), prompt lookup decoding, Token Recycling, and plain decoding."""
+drafts (the paper's ablation), prompt lookup decoding, Token Recycling, SuffixDecoding, and plain
+decoding."""
 
 STORE_METHODS = ("stand", "stand-det")
 """The methods that draft from an n-gram store (and so take ``feed_rejected`` and ``diagnose``)."""
@@ -46,7 +50,7 @@ COPY_TOKENS = 10
 """STAND's default copy path: up to 10 tokens that followed the latest earlier occurrence of the
 context's suffix, grafted onto the drafted tree (prompt lookup's chain, inside STAND's draft)."""
 
-Memory = NGramStore | RecyclingMatrix
+Memory = NGramStore | RecyclingMatrix | SuffixMemory
 """A drafter's memory that several calls may share (best-of-N trajectories of one problem)."""
 
 
@@ -69,8 +73,10 @@ def check_method(method: str, *, tree=None, memory=None, feed_rejected: bool = F
         raise StandError(f"method {method!r} shares an NGramStore, not {type(memory).__name__}")
     if method == "recycle" and not isinstance(memory, RecyclingMatrix):
         raise StandError(f"method 'recycle' shares a RecyclingMatrix, not {type(memory).__name__}")
+    if method == "suffix" and not isinstance(memory, SuffixMemory):
+        raise StandError(f"method 'suffix' shares a SuffixMemory, not {type(memory).__name__}")
     if method in ("ar", "pld"):
-        raise StandError(f"method {method!r} has no memory to share (store applies to stand, stand-det, recycle)")
+        raise StandError(f"method {method!r} has no memory to share (store applies to stand, stand-det, recycle, suffix)")
 
 
 def sized_family(spec) -> str | None:
@@ -117,12 +123,15 @@ def new_memory(method: str, vocab: int) -> Memory | None:
         return NGramStore(top_k=STORE_TOP_K)
     if method == "recycle":
         return RecyclingMatrix(vocab)
+    if method == "suffix":
+        return SuffixMemory()
     return None
 
 
 def make_drafter(method: str, tree, memory: Memory | None, randomness: RandomStream, params: SamplingParams,
                  model, feed_rejected: bool = False, diagnose: bool = False, seed: int | None = None,
-                 extend: bool = True, copy_tokens: int = COPY_TOKENS) -> Drafter | None:
+                 extend: bool = True, copy_tokens: int = COPY_TOKENS, suffix: SuffixSettings | None = None,
+                 vocab: int | None = None) -> Drafter | None:
     """The drafter of ``method`` (None for plain decoding).
 
     Args:
@@ -132,8 +141,11 @@ def make_drafter(method: str, tree, memory: Memory | None, randomness: RandomStr
         memory: a shared :data:`Memory` of the method's kind, or None for a fresh one.
         randomness: the run's random stream (Gumbel noise of stochastic drafts).
         params: the target sampling distribution.
-        model: the target (its vocabulary; the ``"auto"`` tree is sized from its latency).
+        model: the target (its vocabulary; the ``"auto"`` tree is sized from its latency); None when
+            drafting without one (trace replay): then ``vocab`` is given and ``tree`` is not a family.
         feed_rejected, diagnose, extend, copy_tokens: STAND options (see :func:`stand_runtime.generate`).
+        suffix: SuffixDecoding's settings (None = its defaults).
+        vocab: the vocabulary size when ``model`` is None.
         seed: seeds the diagnostics' private generator.
 
     Raises:
@@ -142,7 +154,12 @@ def make_drafter(method: str, tree, memory: Memory | None, randomness: RandomStr
     """
     check_method(method, tree=tree, memory=memory, feed_rejected=feed_rejected)
     static = method_tree(method, tree, model)
-    vocab = vocab_size(model)
+    if method in TREE_METHODS and static is None:
+        raise StandError(f"method {method!r} without a model needs a tree file or bundled tree, not a family")
+    if model is not None:
+        vocab = vocab_size(model)
+    elif vocab is None:
+        raise StandError("make_drafter needs a model or a vocabulary size")
     if memory is None:
         memory = new_memory(method, vocab)
     if isinstance(memory, RecyclingMatrix) and memory.vocab != vocab:
@@ -155,6 +172,8 @@ def make_drafter(method: str, tree, memory: Memory | None, randomness: RandomStr
         return PromptLookupDrafter()
     if method == "recycle":
         return TokenRecyclingDrafter(static, memory)
+    if method == "suffix":
+        return SuffixDecodingDrafter(memory, suffix or SuffixSettings())
     stochastic = method == "stand" and not params.greedy
     quality = DraftQuality(seed=seed) if diagnose else None
     extension = Extension(budget=static.num_nodes) if extend else None
@@ -164,6 +183,6 @@ def make_drafter(method: str, tree, memory: Memory | None, randomness: RandomStr
 
 __all__ = [
     "AUTO", "COPY_TOKENS", "DEFAULT_TREES", "Drafter", "METHODS", "Memory", "PromptLookupDrafter", "RecyclingMatrix", "STORE_METHODS",
-    "STORE_TOP_K", "StandDrafter", "draft_tree", "TREE_METHODS", "TokenRecyclingDrafter", "Extension", "check_method", "make_drafter",
+    "STORE_TOP_K", "SUFFIX_TUNED", "StandDrafter", "SuffixDecodingDrafter", "SuffixMemory", "SuffixSettings", "draft_tree", "TREE_METHODS", "TokenRecyclingDrafter", "Extension", "check_method", "make_drafter",
     "method_tree", "new_memory", "sized_family", "store_params",
 ]

@@ -29,14 +29,14 @@ class PromptLookupDrafter:
         """Drafted nodes per step at most."""
         return self.num_tokens
 
-    def observe_prompt(self, prompt, logits, positions) -> None:
+    def observe_prompt(self, prompt, feed, positions) -> None:
         pass
 
     def draft(self, committed: list[int], max_depth: int) -> Draft:
         chain = self._index.continuation(committed, min(self.num_tokens, max_depth))
         return Draft.chain(committed[-1], chain) if chain else Draft.root_only(committed[-1])
 
-    def observe_step(self, committed, draft, accepted, logits, rows) -> None:
+    def observe_step(self, committed, draft, accepted, feed) -> None:
         pass
 
     def stats(self) -> None:

@@ -12,14 +12,14 @@ from __future__ import annotations
 import time
 
 import numpy as np
-import torch
 
 from ..diagnostics import DraftQuality
 from ..draft import Draft
+from ..feeds import TargetFeed
 from ..gumbel import choose_children
 from ..ngram_store import NGramStore
 from ..randomness import RandomStream
-from ..sampling import SamplingParams, top_target_probs
+from ..sampling import SamplingParams
 from ..tree import DraftTree
 from .suffix_index import SuffixIndex
 from .tree_walk import Extension, Proposal, fill_tree
@@ -111,8 +111,10 @@ class StandDrafter:
         """Drafted nodes per step at most."""
         return self.tree.num_nodes + self.copy
 
-    def observe_prompt(self, prompt: list[int], logits: torch.Tensor, positions: range) -> None:
-        self._feed(prompt, list(positions), logits)
+    def observe_prompt(self, prompt: list[int], feed: TargetFeed, positions: range) -> None:
+        if len(positions):
+            self.store.update_sequence(prompt, list(positions), *feed.top(range(len(positions)), STORE_TOP_K,
+                                                                          store_params(self.params)))
 
     def draft(self, committed: list[int], max_depth: int) -> Draft:
         if self.quality is not None:
@@ -122,56 +124,31 @@ class StandDrafter:
         return fill_tree(self.tree, committed, self.store.max_n, self._propose, self.randomness is not None, max_depth,
                          self.extend, chain)
 
-    def observe_step(self, committed, draft, accepted, logits, rows) -> None:
+    def observe_step(self, committed, draft, accepted, feed: TargetFeed) -> None:
         if self.quality is not None:
             start = time.perf_counter()
-            self._measure_root(draft, rows.get(0))
+            self._measure_root(draft, getattr(feed, "rows", {}).get(0))
             self.diagnostics_s += time.perf_counter() - start
         if self.feed_rejected:
-            self._feed_tree(committed, draft, logits, rows)
+            self._feed_tree(committed, draft, feed.observed(accepted), feed)
             return
         keep = [0, *accepted]
         path_tokens = committed + [draft.tokens[p] for p in accepted]
         positions = list(range(len(committed) - 1, len(committed) - 1 + len(keep)))
-        ids, probs = self._top(logits[keep], [rows.get(p) for p in keep])
+        ids, probs = feed.top(keep, STORE_TOP_K, store_params(self.params))
         self.store.update_sequence(path_tokens, positions, ids, probs)
 
-    def _feed(self, tokens, positions, logits) -> None:
-        """Record p (top-10) at ``positions``: row r predicts the token after ``tokens[: positions[r] + 1]``."""
-        if positions:
-            self.store.update_sequence(tokens, positions, *self._top(logits, None))
-
-    def _feed_tree(self, committed: list[int], draft: Draft, logits: torch.Tensor, rows: dict) -> None:
-        """Record p at every forwarded node, rejected ones included: each node's context (committed
-        tokens + the drafted path to it) is a real token sequence and its logits row is exact for it."""
-        ids, probs = self._top(logits, [rows.get(p) for p in range(len(draft.tokens))])
+    def _feed_tree(self, committed: list[int], draft: Draft, observed: list[int], feed: TargetFeed) -> None:
+        """Record p (top-10; for greedy decoding the softmax) at every observed forwarded node,
+        rejected ones included: each node's context (committed tokens + the drafted path to it) is a
+        real token sequence and its row is exact for it."""
+        ids, probs = feed.top(observed, STORE_TOP_K, store_params(self.params))
         max_n = self.store.max_n
         suffixes = [tuple(committed[-max_n:])]
         for position in range(1, len(draft.tokens)):
             suffixes.append((suffixes[draft.parents[position]] + (draft.tokens[position],))[-max_n:])
-        for position, suffix in enumerate(suffixes):
-            self.store.update(suffix, ids[position], probs[position])
-
-    def _top(self, logits: torch.Tensor, rows: list | None) -> tuple[np.ndarray, np.ndarray]:
-        """Top-10 ids ``[n, 10]`` int64 and probabilities ``[n, 10]`` float64 of p per row of
-        ``logits`` ``[n, vocab]``, reusing the p rows verification already computed (``rows[i]``, a
-        :class:`stand_runtime.sampling.TargetRow`, None where it did not) and computing the others
-        in one batch. A nucleus of fewer than 10 tokens is padded with probability 0 (not stored)."""
-        n, k = logits.shape[0], min(STORE_TOP_K, logits.shape[-1])
-        if rows is None or self.params.greedy:  # greedy rows are one-hot: the store records the softmax
-            rows = [None] * n
-        missing = [i for i, row in enumerate(rows) if row is None]
-        ids = np.zeros((n, k), dtype=np.int64)
-        probs = np.zeros((n, k), dtype=np.float64)
-        for i, row in enumerate(rows):
-            if row is not None:
-                top_ids, top_probs = row.top(k)
-                ids[i, : len(top_ids)], probs[i, : len(top_probs)] = top_ids, top_probs
-        if missing:
-            source = logits if len(missing) == n else logits[missing]
-            top_ids, top_probs = top_target_probs(source, store_params(self.params), k)
-            ids[missing], probs[missing] = top_ids.cpu().numpy(), top_probs.cpu().double().numpy()
-        return ids, probs
+        for row, position in enumerate(observed):
+            self.store.update(suffixes[position], ids[row], probs[row])
 
     def _measure_root(self, draft: Draft, p: np.ndarray | None) -> None:
         """Diagnostics: q at a drafted root against p (q as drafted: the store is fed after this)."""

@@ -1,0 +1,106 @@
+"""Recorded reasoning traces: loading a JSONL file of traces grouped by problem (issue 13).
+
+Each line is a JSON object with the trace's text (``--text-field``), the problem it answers
+(``--prompt-field``) and a group key (``--group-field``): the traces of one group are the
+trajectories 1..N of one problem, replayed in file order sharing one drafter memory.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from stand_runtime import StandError
+
+
+@dataclass
+class TraceGroup:
+    """The traces of one problem.
+
+    Attributes:
+        name: the group key.
+        prompt: the problem text (from the group's first trace).
+        traces: the traces' texts, in file order.
+        prompt_ids, trace_ids: their token ids once tokenized (:func:`tokenize_groups`).
+    """
+
+    name: str
+    prompt: str
+    traces: list[str]
+    prompt_ids: list[int] = field(default_factory=list)
+    trace_ids: list[list[int]] = field(default_factory=list)
+
+
+def load_traces(path: str | Path, *, group_field: str = "sample_group", text_field: str = "trace",
+                prompt_field: str = "problem", min_group_size: int = 1) -> tuple[list[TraceGroup], int]:
+    """Read a traces JSONL file into groups, in order of first appearance.
+
+    Args:
+        path: the JSONL file (one JSON object per line; blank lines skipped).
+        group_field, text_field, prompt_field: the fields holding the group key, the trace's text and
+            the problem text.
+        min_group_size: keep only groups with at least this many traces.
+
+    Returns:
+        ``(groups, skipped)``: the kept groups and how many smaller groups were left out.
+
+    Raises:
+        StandError: a missing or unreadable file, an empty file, a line that is not a JSON object, a
+            missing or non-text field (naming the line), or no group left.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise StandError(f"no traces file {path}")
+    if isinstance(min_group_size, bool) or not isinstance(min_group_size, int) or min_group_size < 1:
+        raise StandError(f"min_group_size must be an integer >= 1, got {min_group_size!r}")
+    groups: dict[str, TraceGroup] = {}
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as error:
+        raise StandError(f"cannot read traces file {path}: {error}") from None
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as error:
+            raise StandError(f"{path}:{number}: not valid JSON ({error.msg})") from None
+        if not isinstance(record, dict):
+            raise StandError(f"{path}:{number}: a line must be a JSON object, got {type(record).__name__}")
+        values = {}
+        for name in (group_field, text_field, prompt_field):
+            if name not in record:
+                raise StandError(f"{path}:{number}: no field {name!r} (fields: {', '.join(sorted(record))})")
+            if name != group_field and not isinstance(record[name], str):
+                raise StandError(f"{path}:{number}: field {name!r} is not text")
+            values[name] = record[name]
+        key = str(values[group_field])
+        if key not in groups:
+            groups[key] = TraceGroup(key, values[prompt_field], [])
+        groups[key].traces.append(values[text_field])
+    if not groups:
+        raise StandError(f"traces file {path} holds no traces")
+    kept = [g for g in groups.values() if len(g.traces) >= min_group_size]
+    if not kept:
+        raise StandError(f"no group of {path} has {min_group_size} or more traces (largest: "
+                         f"{max(len(g.traces) for g in groups.values())})")
+    return kept, len(groups) - len(kept)
+
+
+def tokenize_groups(groups: list[TraceGroup], tokenizer, max_tokens: int) -> None:
+    """Tokenize every group's prompt and traces in place (no special tokens added; traces cut to
+    ``max_tokens``; empty traces dropped).
+
+    Raises:
+        StandError: max_tokens < 1, or a group whose prompt or every trace tokenizes to nothing.
+    """
+    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
+        raise StandError(f"max_tokens must be an integer >= 1, got {max_tokens!r}")
+    for group in groups:
+        group.prompt_ids = list(tokenizer(group.prompt, add_special_tokens=False)["input_ids"])
+        # ~4 characters per token: cut the text first so that a 30k-token trace is not tokenized whole
+        texts = [text[: max_tokens * 12] for text in group.traces]
+        group.trace_ids = [ids[:max_tokens] for ids in tokenizer(texts, add_special_tokens=False)["input_ids"] if ids]
+        if not group.prompt_ids or not group.trace_ids:
+            raise StandError(f"trace group {group.name!r} has an empty prompt or only empty traces")
