@@ -276,8 +276,17 @@ def calibrate(
     deterministic: bool = typer.Option(False, "--deterministic", metavar="", help="Calibrate for deterministic (top-m) drafting."),
     out: Path = typer.Option(Path("calibration.json"), help="Calibration file (written atomically after every prompt)."),
     resume: bool = typer.Option(False, "--resume", metavar="", help="Continue an interrupted run saved in --out (same settings)."),
+    traces: Optional[Path] = typer.Option(None, help="Instead of decoding: calibrate from the recorded traces of this JSONL file (greedy replay, no model; --group-field, --text-field, --prompt-field, --max-tokens, --tokenizer apply)."),
+    group_field: str = typer.Option("sample_group", help="--traces: the field grouping traces of one problem (they share one store)."),
+    text_field: str = typer.Option("trace", help="--traces: the field holding a trace's text."),
+    prompt_field: str = typer.Option("problem", help="--traces: the field holding the problem text."),
+    max_tokens: int = typer.Option(3000, help="--traces: tokens replayed per trace at most."),
+    tokenizer_spec: Optional[str] = typer.Option(None, "--tokenizer", help="--traces: tokenizer (a model spec); default: --model's."),
 ) -> None:
-    """Estimate every candidate node's acceptance probability on real prompts."""
+    """Estimate every candidate node's acceptance probability on real prompts (or recorded traces)."""
+    if traces is not None:
+        return _calibrate_traces(traces, candidate_file, candidate_nodes, group_field, text_field, prompt_field,
+                                 max_tokens, tokenizer_spec or model, out)
     from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
     from stand_runtime import check_writable, load_tree
@@ -328,6 +337,40 @@ def calibrate(
     console.print(f"{result.steps:.0f} steps over {len(result.per_prompt)} prompts; times (s): " +
                   ", ".join(f"{k.removesuffix('_s')} {v:.1f}" for k, v in timings.items() if v))
     console.print(f"calibration written to {out}")
+
+
+def _calibrate_traces(path: Path, candidate_file: Optional[Path], candidate_nodes: int, group_field: str, text_field: str,
+                      prompt_field: str, max_tokens: int, tokenizer_spec: str, out: Path) -> None:
+    """``treeopt calibrate --traces``: greedy replay calibration from recorded traces."""
+    from stand_runtime import check_writable, load_tokenizer, load_tree
+    from treeopt import Prior, candidate_tree, depth_profile
+    from treeopt.trace_calibration import calibrate_traces
+    from treeopt.traces import load_traces, tokenize_groups
+
+    check_paths({"--out": out}, {"--traces": path, "--candidate": candidate_file})
+    check_writable(out)
+    if candidate_nodes < 1:
+        raise StandError(f"candidate_nodes must be >= 1, got {candidate_nodes}")
+    tree = load_tree(candidate_file).tree if candidate_file is not None else candidate_tree(candidate_nodes, Prior())
+    if tree.num_nodes == 0:
+        raise StandError(f"candidate tree {candidate_file} has no nodes")
+    groups, _ = load_traces(path, group_field=group_field, text_field=text_field, prompt_field=prompt_field)
+    tokenizer = load_tokenizer(tokenizer_spec)
+    tokenize_groups(groups, tokenizer, max_tokens)
+    total = sum(len(t) for g in groups for t in g.trace_ids)
+
+    def save(calibration, group) -> None:
+        calibration.metadata = {"source": "traces", "traces": str(path), "groups": len(calibration.per_prompt)}
+        calibration.save(out)
+        bar.advance(groups_task)
+
+    with render.progress(console) as bar:
+        groups_task = bar.add_task("trace groups", total=len(groups))
+        result = calibrate_traces(groups, tree, on_group=save)
+    result.metadata.update({"traces": str(path), "tokenizer": tokenizer_spec, "tokens": total})
+    result.save(out)
+    console.print(render.profile_table("calibrated candidate (traces, greedy replay)", depth_profile(result.candidate, result.alpha)))
+    console.print(f"{result.steps:.0f} steps over {len(groups)} trace groups ({total} tokens); calibration written to {out}")
 
 
 @app.command()

@@ -211,3 +211,45 @@ def test_real_traces_replay_a_few_groups():
     for result in results:
         assert result.acceptance() > 1.3, result.spec.label
         assert result.runs.shape[:2] == (2, 6)
+
+
+def test_trace_calibration_equals_direct_greedy_calibration(tiny_qwen2):
+    """Greedy replay calibration of the tiny model's own greedy output (recorded with the rows the
+    engine's store records) gives exactly the direct calibration's per-node acceptance counts and
+    steps: two trajectories sharing one store, a 40-node candidate tree."""
+    from treeopt.calibrate import CalibrationConfig, direct_prompt
+    from treeopt.candidate import candidate_tree
+    from treeopt.replay import replay_trajectory
+    from stand_runtime import NGramStore
+    from treeopt.trace_calibration import trace_recording
+
+    candidate = candidate_tree(40)
+    config = CalibrationConfig(temperature=0.0, trajectories=2, max_new_tokens=50, deterministic_drafts=True)
+    direct, direct_steps, _ = direct_prompt(config, tiny_qwen2, None, PROMPT, 0, candidate)
+    trace = generate(tiny_qwen2, None, PROMPT, method="ar", temperature=0, max_new_tokens=50, eos_token_ids=[]).tokens
+    rows = recorded_rows(tiny_qwen2, PROMPT + trace)
+    store, replayed, steps = NGramStore(), np.zeros(candidate.num_nodes + 1), 0
+    for _ in range(2):
+        steps += replay_trajectory(PROMPT, trace, trace_recording(PROMPT, trace, (rows.ids, rows.probs)), candidate,
+                                   store, RandomStream.seeded(0), replayed, stochastic=False, budget=50,
+                                   segmentations=1)
+    assert direct.sum() > 20, "nothing was accepted: the comparison proves nothing"
+    np.testing.assert_array_equal(replayed, direct)
+    assert steps == direct_steps
+
+
+def test_calibrate_traces_cli_writes_an_exportable_calibration(tmp_path):
+    from treeopt.calibration import load_calibration
+
+    path = write_traces(tmp_path / "t.jsonl", groups=2, per_group=2)
+    out = tmp_path / "cal.json"
+    result = CliRunner().invoke(app, ["calibrate", "--traces", str(path), "--candidate-nodes", "60", "--max-tokens", "40",
+                                      "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    calibration = load_calibration(out)
+    assert len(calibration.per_prompt) == 2 and calibration.metadata["source"] == "traces"
+    assert 1.0 < calibration.expected_acceptance_length and np.all(calibration.alpha <= 1.0)
+    result = CliRunner().invoke(app, ["export", str(out), "--nodes", "8", "--out", str(tmp_path / "tree.json")])
+    assert result.exit_code == 0, result.output
+    result = CliRunner().invoke(app, ["calibrate", "--traces", str(tmp_path / "missing.jsonl"), "--out", str(out)])
+    assert result.exit_code == 2 and "no traces file" in result.output
