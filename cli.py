@@ -585,7 +585,7 @@ def search(
     """Test-time scaling: best-of-N or DVTS on a dataset, each problem decoded by every method (interleaved)."""
     from stand_runtime import TREE_METHODS, HFBackend, SamplingParams, check_method, check_writable, method_tree, vocab_size
     from treeopt import load_prompts
-    from treeopt.search import SearchSettings, dvts, best_of_n, summarize
+    from treeopt.search import SearchSettings, search_problem, summarize
     from treeopt.verifiers import make_verifier
 
     check_paths({"--json": json_out}, {"--dataset": dataset})
@@ -624,11 +624,7 @@ def search(
         task = bar.add_task("searching", total=len(problems) * len(names))
         for index, problem in enumerate(problems):
             for name in names:
-                if strategy == "dvts":
-                    result = dvts(backends[name], tokenizer, problem, settings, judge, vocab, index)
-                else:
-                    result = best_of_n(backends[name], tokenizer, problem, settings, index)
-                results[name].append(result)
+                results[name].append(search_problem(backends[name], tokenizer, problem, settings, judge, vocab, index))
                 bar.advance(task)
             if json_out is not None:
                 write_json(json_out, report())

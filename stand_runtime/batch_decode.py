@@ -332,11 +332,12 @@ def generate_batch(
     if len(seeds) != total:
         raise StandError(f"seed has {len(seeds)} entries for {total} rows")
     check_method(method, tree=tree, feed_rejected=feed_rejected)
-    if store is None or not isinstance(store, (list, tuple)):
-        memories = [store if store is not None else new_memory(method, vocab_size(model)) for _ in prompts] \
-            if store is None else [store] * len(prompts)
-    else:
+    if store is None:
+        memories = [new_memory(method, vocab_size(model)) for _ in prompts]
+    elif isinstance(store, (list, tuple)):
         memories = list(store)
+    else:
+        memories = [store] * len(prompts)
     if len(memories) != len(prompts):
         raise StandError(f"store has {len(memories)} entries for {len(prompts)} prompts")
     vocab = vocab_size(model)

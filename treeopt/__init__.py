@@ -19,7 +19,7 @@ from .export import FAMILY_SIZES, export_family, export_tree
 from .profile import DepthProfile, depth_profile, load_tree_or_calibration
 from .prune import best_sums, prune
 from .replay import replay_trajectory
-from .search import STRATEGIES, ProblemResult, SearchSettings, best_of_n, dvts, run_search, summarize
+from .search import STRATEGIES, ProblemResult, SearchSettings, best_of_n, dvts, run_search, search_problem, summarize
 from .verifiers import Candidate, CallableVerifier, ConfidenceVerifier, PRMVerifier, Verifier, make_verifier
 
 __all__ = [
@@ -28,6 +28,6 @@ __all__ = [
     "depth_profile", "direct_prompt", "export_tree", "extract_answer", "load_calibration", "load_prompts",
     "load_tree_or_calibration", "majority_vote", "parse_methods", "per_depth_tree", "prune",
     "replay_trajectory", "results_json", "run_bench", "speedups",
-    "STRATEGIES", "ProblemResult", "SearchSettings", "best_of_n", "dvts", "run_search", "summarize",
+    "STRATEGIES", "ProblemResult", "SearchSettings", "best_of_n", "dvts", "run_search", "search_problem", "summarize",
     "Candidate", "CallableVerifier", "ConfidenceVerifier", "PRMVerifier", "Verifier", "make_verifier",
 ]

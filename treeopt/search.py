@@ -122,8 +122,7 @@ def best_of_n(backend: DecodingBackend, tokenizer, problem: Prompt, settings: Se
 
 
 def dvts(backend: DecodingBackend, tokenizer, problem: Prompt, settings: SearchSettings, verifier: Verifier,
-         vocab: int, index: int = 0, on_tokens: Callable[[int], None] | None = None,
-         on_round: Callable[[int, list[list[Candidate]]], None] | None = None) -> ProblemResult:
+         vocab: int, index: int = 0, on_tokens: Callable[[int], None] | None = None) -> ProblemResult:
     """DVTS on ``problem`` (see the module docstring).
 
     Args:
@@ -131,7 +130,6 @@ def dvts(backend: DecodingBackend, tokenizer, problem: Prompt, settings: SearchS
         tokenizer: the target's tokenizer (prompt ids, step texts).
         verifier: scores candidate steps.
         vocab: the target's vocabulary size.
-        on_round: optional ``(round, candidates per active subtree)`` callback (tests, logging).
     """
     start = time.perf_counter()
     prompt = encode_prompt(tokenizer, problem.text, vocab)
@@ -149,11 +147,9 @@ def dvts(backend: DecodingBackend, tokenizer, problem: Prompt, settings: SearchS
                                              + s * settings.candidates))
                     for s in active]
         outputs = backend.generate(requests, on_tokens=on_tokens)
-        round_candidates = []
         for s, completions in zip(active, outputs):
             completions_seen.extend(completions)
             candidates = [Candidate(c.text, c.tokens, c.logprobs) for c in completions]
-            round_candidates.append(candidates)
             scores = verifier.score(problem.text, steps[s], candidates)
             if len(scores) != len(candidates):
                 raise StandError(f"verifier {verifier.name} returned {len(scores)} scores for {len(candidates)} candidates")
@@ -162,8 +158,6 @@ def dvts(backend: DecodingBackend, tokenizer, problem: Prompt, settings: SearchS
             steps[s].append(completions[best].text)
             if completions[best].finish_reason == "eos" or len(paths[s]) >= settings.max_new_tokens:
                 done[s] = True
-        if on_round is not None:
-            on_round(rounds, round_candidates)
         rounds += 1
     texts = [tokenizer.decode(path, skip_special_tokens=True) if tokenizer is not None else "" for path in paths]
     return _finish(problem, texts, completions_seen, rounds, start)
@@ -178,6 +172,21 @@ def _finish(problem: Prompt, texts: list[str], completions, rounds: int, start: 
     forwards = sum(c.stats.target_forwards for c in completions)
     return ProblemResult(problem.id, reference, answers, texts, answer, correct, tokens, forwards,
                          time.perf_counter() - start, rounds)
+
+
+def search_problem(backend: DecodingBackend, tokenizer, problem: Prompt, settings: SearchSettings,
+                   verifier: Verifier | None, vocab: int | None, index: int = 0,
+                   on_tokens: Callable[[int], None] | None = None) -> ProblemResult:
+    """One problem by ``settings.strategy``: :func:`dvts` (needs ``verifier`` and ``vocab``) or :func:`best_of_n`.
+
+    Raises:
+        StandError: DVTS without a verifier.
+    """
+    if settings.strategy == "dvts":
+        if verifier is None:
+            raise StandError("DVTS needs a verifier")
+        return dvts(backend, tokenizer, problem, settings, verifier, vocab, index, on_tokens)
+    return best_of_n(backend, tokenizer, problem, settings, index, on_tokens)
 
 
 def run_search(backend: DecodingBackend, tokenizer, problems: Sequence[Prompt], settings: SearchSettings,
@@ -195,10 +204,7 @@ def run_search(backend: DecodingBackend, tokenizer, problems: Sequence[Prompt], 
         raise StandError("DVTS needs a verifier")
     results = []
     for index, problem in enumerate(problems):
-        if settings.strategy == "dvts":
-            result = dvts(backend, tokenizer, problem, settings, verifier, vocab, index, on_tokens)
-        else:
-            result = best_of_n(backend, tokenizer, problem, settings, index, on_tokens)
+        result = search_problem(backend, tokenizer, problem, settings, verifier, vocab, index, on_tokens)
         results.append(result)
         if on_problem is not None:
             on_problem(result)
