@@ -307,3 +307,20 @@ def _detectable_effect(df: int, samples: int, alpha: float, power: float) -> flo
         else:
             low = w
     return high
+
+
+def test_vllm_bench_bad_input_one_line():
+    from test_cli import one_line_error, run
+
+    from treeopt.vllm_bench import parse_vllm_methods
+
+    for text, message in (("", "no methods given"), ("ar,eagle", "unknown method 'eagle'"), ("ar,ar", "is repeated")):
+        with pytest.raises(StandError, match=message):
+            parse_vllm_methods(text)
+    for args, message in ((["--engine", "tpu"], "unknown --engine 'tpu'"),
+                          (["--engine", "vllm", "--methods", "ar,eagle"], "unknown method 'eagle' for --engine vllm"),
+                          (["--engine", "vllm", "--k", "zero"], "--k must be auto or an integer"),
+                          (["--engine", "vllm", "--methods", "stand"], "add ar to --methods")):
+        code, output = run("bench", *args)
+        assert code == 2
+        one_line_error(output, message)

@@ -24,9 +24,12 @@ TINY_SAMPLES = 6000
 MAX_PROMPTS = 4
 
 
-def _counters(llm) -> dict:
-    return {metric.name.split(":")[-1]: metric.value for metric in llm.get_metrics()
-            if metric.name.startswith("vllm:spec_decode_num") and hasattr(metric, "value")}
+def _counts(outputs) -> dict:
+    """Draft tokens and accepted drafts over every sample of ``outputs`` (per-sequence metrics)."""
+    from treeopt.vllm_bench import spec_counts
+
+    counts = [spec_counts(sample) for output in outputs for sample in output.outputs]
+    return {"drafted": sum(c[0] for c in counts), "accepted": sum(c[1] for c in counts)}
 
 
 def _stats(path: Path) -> dict:
@@ -53,12 +56,8 @@ def smollm_scenarios(work: Path) -> dict:
 
     greedy = SamplingParams(temperature=0.0, max_tokens=64, ignore_eos=True)
     reference = [list(o.outputs[0].token_ids) for o in plain.generate(prompts[:5], greedy, use_tqdm=False)]
-    before = _counters(stand)
-    decoded = [list(o.outputs[0].token_ids) for o in stand.generate(prompts[:5], greedy, use_tqdm=False)]
-    after = _counters(stand)
-    out["greedy"] = {"plain": reference, "stand": decoded,
-                     "accepted": after["spec_decode_num_accepted_tokens"] - before.get("spec_decode_num_accepted_tokens", 0),
-                     "drafted": after["spec_decode_num_draft_tokens"] - before.get("spec_decode_num_draft_tokens", 0)}
+    outputs = stand.generate(prompts[:5], greedy, use_tqdm=False)
+    out["greedy"] = {"plain": reference, "stand": [list(o.outputs[0].token_ids) for o in outputs], **_counts(outputs)}
 
     before = _stats(stats_path)
     shared = stand.generate(prompts[5:6], SamplingParams(n=4, temperature=0.6, top_p=0.95, max_tokens=16, seed=3),
@@ -89,14 +88,9 @@ def tiny_scenarios(folder: Path, work: Path) -> dict:
                        stats_path=str(stats_path))
         for name, setting in TINY_SETTINGS.items():
             params = SamplingParams(n=100, max_tokens=3, ignore_eos=True, detokenize=False, **setting)
-            before = _counters(llm)
             outputs = llm.generate([prompt] * (TINY_SAMPLES // 100), params, use_tqdm=False)
-            after = _counters(llm)
             counts = Counter(" ".join(map(str, s.token_ids)) for o in outputs for s in o.outputs)
-            out["counts"][f"{name}/q_aware={q_aware}"] = {
-                "counts": dict(counts),
-                "accepted": after["spec_decode_num_accepted_tokens"] - before.get("spec_decode_num_accepted_tokens", 0),
-                "drafted": after["spec_decode_num_draft_tokens"] - before.get("spec_decode_num_draft_tokens", 0)}
+            out["counts"][f"{name}/q_aware={q_aware}"] = {"counts": dict(counts), **_counts(outputs)}
         shutdown_llm(llm)
     return out
 

@@ -53,11 +53,15 @@ def parse_vllm_methods(text: str) -> list[str]:
     return names
 
 
-def _spec_counters(llm) -> tuple[int, int, int]:
-    """vLLM's cumulative (drafts, draft tokens, accepted tokens)."""
-    values = {metric.name: getattr(metric, "value", 0) for metric in llm.get_metrics()}
-    return (int(values.get("vllm:spec_decode_num_drafts", 0)), int(values.get("vllm:spec_decode_num_draft_tokens", 0)),
-            int(values.get("vllm:spec_decode_num_accepted_tokens", 0)))
+def spec_counts(sample) -> tuple[int, int]:
+    """(draft tokens, accepted draft tokens) of one vLLM sample (``CompletionOutput``), from its
+    per-sequence spec-decode metrics (engines built by :func:`stand_runtime.vllm.load_llm` record
+    them); (0, 0) without speculative decoding."""
+    metrics = getattr(sample, "spec_decode_metrics", None)
+    if metrics is None:
+        return 0, 0
+    accepted = sum(j * count for j, count in enumerate(metrics.histogram))
+    return int(metrics.num_draft_tokens), int(accepted)
 
 
 def run_vllm_bench(engines: dict, prompts: list[list[int]], prompt_ids: list[str], *, n: int, sampling: SamplingParams,
@@ -98,14 +102,12 @@ def run_vllm_bench(engines: dict, prompts: list[list[int]], prompt_ids: list[str
                                                      ignore_eos)
                 drafted = 0
             else:
-                llm = engines[label][1]
-                before = _spec_counters(llm)
                 started = time.perf_counter()
-                output = llm.generate([TokensPrompt(prompt_token_ids=ids)], params, use_tqdm=False)[0]
+                output = engines[label][1].generate([TokensPrompt(prompt_token_ids=ids)], params, use_tqdm=False)[0]
                 seconds = time.perf_counter() - started
-                after = _spec_counters(llm)
                 tokens = sum(len(sample.token_ids) for sample in output.outputs)
-                accepted, drafted = after[2] - before[2], after[1] - before[1]
+                counts = [spec_counts(sample) for sample in output.outputs]
+                drafted, accepted = sum(c[0] for c in counts), sum(c[1] for c in counts)
                 steps = max(tokens - accepted, 1)
             result = results[label]
             result.tokens += tokens

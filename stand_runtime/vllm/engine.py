@@ -102,8 +102,12 @@ def load_llm(model: str | os.PathLike, method: str = "ar", *, k: int | None = No
         from vllm import LLM
     except ImportError as error:
         raise StandError(f"vLLM is not installed ({error}); see README 'STAND in vLLM'") from None
+    # per-sequence acceptance counters (CompletionOutput.spec_decode_metrics): the engine-wide Prometheus
+    # counters are process-global in vLLM (each new engine unregisters the last one's), so they cannot
+    # tell several engines of one process apart
+    extra = {"per_request_spec_decode_metrics": "summary"} if config is not None else {}
     return LLM(model=str(folder), dtype=dtype, max_model_len=max_model_len, enforce_eager=True, seed=seed,
-               speculative_config=config, skip_tokenizer_init=not tokenizer, disable_log_stats=False)
+               speculative_config=config, skip_tokenizer_init=not tokenizer, disable_log_stats=False, **extra)
 
 
 def shutdown_llm(llm) -> None:
