@@ -152,6 +152,27 @@ def test_proposer_feeds_verified_rows_and_hands_q_to_the_sampler():
 
 
 @needs_vllm
+def test_deterministic_drafts_at_temperature_get_one_hot_q(monkeypatch):
+    """With ``stochastic`` off, a sampled request's chain is q's top tokens: not a draw from q, so
+    the sampler must see a one-hot q (the deterministic-draft rule), never the store's q."""
+    from stand_runtime.vllm.proposer import OPTIONS_ENV, StandProposer
+
+    monkeypatch.setenv(OPTIONS_ENV, '{"stochastic": false}')
+    prompt = [5, 6, 5]
+    runner = FakeRunner([("a", prompt, _vllm_params(1.0, seed=1))])
+    proposer = StandProposer(_fake_config(k=3))
+    runner.load_model(proposer)
+    tokens = np.zeros((1, 64), dtype=np.int32)
+    tokens[0, :4] = [5, 6, 5, 6]
+    logits = torch.zeros((1, 16))
+    logits[0, 6], logits[0, 9] = 2.0, 1.0  # p after the prompt: 6 most likely, 9 next
+    drafts = runner.step(logits, None, [[6]], [4], tokens)
+    assert drafts == [[5, 6]]
+    q = runner._draft_probs[0]
+    assert float(q[1, 6]) == 1.0 and float(q[1].sum()) == 1.0, "the store's token is q's top, verified with q one-hot"
+
+
+@needs_vllm
 def test_version_guard_and_internals_check():
     from stand_runtime.vllm.runner_access import VLLMInternalsChanged, check_runner, check_version, find_runner
 

@@ -21,7 +21,7 @@ positions only; the copy chain covers the prompt.
 
 Options come from the environment variable ``STAND_VLLM_OPTIONS`` (JSON, read in the engine
 process; :func:`stand_runtime.vllm.speculative_config` sets it): ``stochastic`` (bool, default
-true), ``q_aware`` (bool, true), ``copy`` (bool, true), ``max_prompts`` (int, 64), ``max_n``
+true; false drafts q's top tokens, verified with a one-hot q), ``q_aware`` (bool, true), ``copy`` (bool, true), ``max_prompts`` (int, 64), ``max_n``
 (int, 3), ``stats_path`` (a JSON file the proposer rewrites after every step; default none).
 """
 
@@ -212,7 +212,7 @@ class StandProposer:
             state.drafted += len(chain)
             self.totals["drafted"] += len(chain)
             if chain.tokens and not state.params.greedy and self.options["q_aware"]:
-                self._write_probs(i, chain)
+                self._write_probs(i, chain, drawn=state.randomness is not None)
             drafts.append(chain.tokens)
         if self._written:
             access.set_draft_probs(self._probs[: len(batch)], [row.req_id for row in batch])
@@ -253,11 +253,14 @@ class StandProposer:
             self._probs = torch.zeros(rows, self.k, vocab, dtype=torch.float32)
             self._written = []
 
-    def _write_probs(self, row: int, chain: ChainDraft) -> None:
-        """Write the chain's q rows into the q buffer at batch row ``row``."""
+    def _write_probs(self, row: int, chain: ChainDraft, drawn: bool) -> None:
+        """Write the chain's q rows into the q buffer at batch row ``row``: the distribution each
+        token was drawn from when ``drawn``; one-hot on the token for copied tokens and for
+        deterministic drafts (``stochastic`` off), the deterministic-draft rule."""
         for j, (token, support) in enumerate(zip(chain.tokens, chain.support)):
-            ids = np.array([token]) if support is None else support[0]
-            q = np.ones(1) if support is None else support[1]
+            one_hot = support is None or not drawn
+            ids = np.array([token]) if one_hot else support[0]
+            q = np.ones(1) if one_hot else support[1]
             self._probs[row, j, torch.from_numpy(ids)] = torch.from_numpy(q.astype(np.float32))
             self._written.append((row, j, ids))
 
