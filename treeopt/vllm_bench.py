@@ -12,7 +12,6 @@ Face engine with plain decoding (batched over the n samples) on the same prompts
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 from typing import Callable
 
 from stand_runtime import SamplingParams, StandError
@@ -22,18 +21,6 @@ from .bench import MethodResult
 VLLM_BENCH_METHODS = ("ar", "ngram", "suffix", "stand", "hf")
 """Methods ``--engine vllm`` compares: vLLM plain decoding, ngram, suffix, STAND, and the HF engine's
 plain decoding."""
-
-
-@dataclass(frozen=True)
-class VLLMMethod:
-    """One configuration: ``method`` with ``k`` draft tokens per step (None: the method's default)."""
-
-    method: str
-    k: int | None = None
-
-    @property
-    def label(self) -> str:
-        return self.method if self.k is None else f"{self.method} (k {self.k})"
 
 
 def parse_vllm_methods(text: str) -> list[str]:

@@ -20,8 +20,9 @@ and STAND."""
 
 DEFAULT_K = {"ngram": 5, "suffix": 16, "stand": 4}
 """Draft tokens per step when none is given: vLLM's examples for ngram, its suffix default depth
-cap (its trees are sized per step by the spec factor), STAND's chain length for this CPU (see
-``treeopt vllm-k``)."""
+cap (its trees are sized per step by the spec factor), and a chain length for STAND when none is
+chosen (``treeopt bench --engine vllm --k auto`` sizes it from the calibration and vLLM's latency
+here: :func:`stand_runtime.vllm.choose_k`)."""
 
 
 def method_config(method: str, k: int | None = None, **stand_options) -> dict | None:

@@ -30,7 +30,7 @@ from __future__ import annotations
 import json
 import os
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -121,10 +121,6 @@ class _Request:
     params: SamplingParams
     randomness: RandomStream | None
     index: SuffixIndex | None
-    forwards: int = 0
-    tokens: int = 0
-    drafted: int = 0
-    last_draft: ChainDraft = field(default_factory=ChainDraft)
 
 
 def _target_params(row: BatchRow) -> SamplingParams:
@@ -201,15 +197,11 @@ class StandProposer:
                 continue
             length = int(num_tokens_no_spec[i])
             context = token_ids_cpu[i, :length].tolist()
-            state.forwards += 1
-            state.tokens += len(sampled)
             self.totals["forwards"] += 1
             self.totals["tokens"] += len(sampled)
             if offsets is not None:
                 self._feed(state, context, len(sampled), step, offsets[i])
             chain = self._draft(state, context, length)
-            state.last_draft = chain
-            state.drafted += len(chain)
             self.totals["drafted"] += len(chain)
             if chain.tokens and not state.params.greedy and self.options["q_aware"]:
                 self._write_probs(i, chain, drawn=state.randomness is not None)
