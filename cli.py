@@ -174,7 +174,7 @@ def generate(
     prompt: Optional[str] = typer.Argument(None, help="Prompt text (wrapped in the model's chat template).", show_default=False),
     prompt_file: Optional[Path] = typer.Option(None, help="Read the prompt from this file ('-' = standard input)."),
     model: str = typer.Option("smollm2-135m", help=MODEL_HELP),
-    tree: Optional[str] = typer.Option(None, help="Draft tree (stand, stand-det, recycle): a tree file, a tree family file (sized for this machine), a bundled name, or auto; default: auto for STAND, heuristic-80 for recycle."),
+    tree: Optional[str] = typer.Option(None, help="Draft tree (stand, stand-det, recycle): a tree file, a tree family file (sized for this machine), a bundled name, auto, or dynamic[-N] (STAND: N nodes spent best-first each step); default: auto for STAND, heuristic-80 for recycle."),
     method: str = typer.Option("stand", help="Decoding method: stand | stand-det | pld | recycle | ar (plain decoding)."),
     temperature: float = typer.Option(0.6, help=TEMPERATURE_HELP),
     top_p: float = typer.Option(0.95, help=TOP_P_HELP),
@@ -470,9 +470,9 @@ def bench(
     offset: Optional[int] = typer.Option(None, help="Skip this many prompts first; default: 30 for humaneval (past the 30 calibration prompts), 0 for any other dataset."),
     methods: Optional[str] = typer.Option(None, help="Comma-separated: ar, pld, recycle, suffix, stand-det, stand; "
                                 "stand+rejected (or stand-det+rejected) also feeds the store at rejected tree nodes "
-                                "(default: ar,stand). With --traces: stand, stand-det, pld, recycle, suffix, suffix-tuned "
-                                "(default: all)."),
-    tree: Optional[list[str]] = typer.Option(None, metavar="TEXT", help="Tree file or bundled name for every tree method (repeat to compare trees); default: each method's own."),
+                                "(default: ar,stand). With --traces: stand, stand-det (on dynamic-80), stand-static (the static "
+                                "80-node tree), pld, recycle, suffix, suffix-tuned (default: all)."),
+    tree: Optional[list[str]] = typer.Option(None, metavar="TEXT", help="Tree file, bundled name, auto, or dynamic[-N] (STAND: N nodes spent best-first each step) for every tree method (repeat to compare trees); default: each method's own."),
     temperature: float = typer.Option(0.6, help=TEMPERATURE_HELP),
     top_p: float = typer.Option(0.95, help=TOP_P_HELP),
     max_new_tokens: int = typer.Option(256, help="Tokens per trajectory at most."),

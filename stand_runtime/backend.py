@@ -179,7 +179,7 @@ class HFBackend:
         self.max_batch = max_batch
         check_max_nodes(max_nodes)
         self.max_nodes = auto_node_cap(method, tree, self.tree, max_batch) if max_nodes == "auto" else max_nodes
-        self.shared_memory: Memory | None = new_memory(method, vocab_size(model)) if share_memory else None
+        self.shared_memory: Memory | None = new_memory(method, vocab_size(model), self.tree) if share_memory else None
         self._groups: OrderedDict[str, Memory | None] = OrderedDict()
 
     def memory_for(self, request: DecodeRequest) -> Memory | None:
@@ -188,9 +188,9 @@ class HFBackend:
         if self.shared_memory is not None:
             return self.shared_memory
         if request.group is None:
-            return new_memory(self.method, vocab_size(self.model))
+            return new_memory(self.method, vocab_size(self.model), self.tree)
         if request.group not in self._groups:
-            self._groups[request.group] = new_memory(self.method, vocab_size(self.model))
+            self._groups[request.group] = new_memory(self.method, vocab_size(self.model), self.tree)
             while len(self._groups) > MEMORY_GROUPS:
                 self._groups.popitem(last=False)
         self._groups.move_to_end(request.group)

@@ -333,7 +333,7 @@ def generate_batch(
         raise StandError(f"seed has {len(seeds)} entries for {total} rows")
     check_method(method, tree=tree, feed_rejected=feed_rejected)
     if store is None:
-        memories = [new_memory(method, vocab_size(model)) for _ in prompts]
+        memories = [new_memory(method, vocab_size(model), tree) for _ in prompts]
     elif isinstance(store, (list, tuple)):
         memories = list(store)
     else:

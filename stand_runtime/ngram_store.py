@@ -23,6 +23,20 @@ as soon as its average passes the k-th; the k ids q shows keep exactly the paper
 
 Memory is bounded: each table keeps at most ``max_entries_per_n`` contexts and evicts the least
 recently updated one.
+
+Blended lookup (ours, for STAND's dynamic draft trees, :mod:`stand_runtime.drafters.best_first`):
+:meth:`NGramStore.blend` interpolates the tables instead of taking the longest match alone, as an
+n-gram language model is smoothed (Witten and Bell, 1991; Chen and Goodman, 1998, §2.5): from the
+0-gram table (the mean p of every observation: which tokens are frequent at all) up to the longest
+stored context, each level n mixes its own q with the blend below it,
+
+    b_n = λ_n q_n + (1 - λ_n) b_{n-1},   λ_n = c_n / (c_n + β u_n)
+
+(c_n observations and u_n ids of the n-token context's entry; β = 1 is Witten-Bell's weight). A
+token the longest context never saw followed by is then still drafted where a shorter context
+predicts it, and a context seen once does not claim certainty. Measured on recorded reasoning traces
+(README, trace bench): the blend added ~12% to the acceptance length of a best-first tree over the
+longest match alone.
 """
 
 from __future__ import annotations
@@ -40,6 +54,9 @@ from .errors import StandError
 # a full reserve of 10 adds ~400.
 _BYTES_PER_ENTRY = 560
 _BYTES_PER_RESERVE_ID = 40
+
+BLEND_WIDTH = 16
+"""Ids a blended lookup (:meth:`NGramStore.blend`) keeps."""
 
 
 class StoreEntry:
@@ -197,6 +214,8 @@ class NGramStore:
         self._evictions = 0
         self._max_token_id = -1
         self._reserve_ids = 0  # reserve ids held over all entries (memory estimate)
+        self._unigram: dict[int, float] = {}  # the 0-gram table: summed p of every observation
+        self._unigram_top: tuple | None = None  # its top ids and q, recomputed after an update
 
     @property
     def max_token_id(self) -> int:
@@ -237,6 +256,42 @@ class NGramStore:
                 return n, entry
         return None
 
+    def blend(self, context: Sequence[int], beta: float = 1.0, width: int = BLEND_WIDTH) -> StoreEntry | None:
+        """The interpolated draft distribution for the token after ``context`` (module docstring).
+
+        Args:
+            context: the tokens before the predicted position (only the last ``max_n`` are read).
+            beta: weight of a context's distinct ids against its count (Witten-Bell: 1).
+            width: ids the blend keeps (its most likely; q is renormalised over them).
+
+        Returns:
+            An entry whose ``q`` is the blend over ``width`` ids, sorted by decreasing q, and whose
+            ``count`` is the longest matched context's observations (0 when only the 0-gram table
+            answers); ``None`` when the store is empty.
+        """
+        if not self._unigram:
+            return None
+        if self._unigram_top is None:
+            top = sorted(self._unigram.items(), key=lambda item: -item[1])[:width]
+            total = sum(mass for _, mass in top)
+            self._unigram_top = tuple((token, mass / total) for token, mass in top)
+        blended = dict(self._unigram_top)
+        count = 0
+        context = tuple(context[-self.max_n :])
+        for n in range(1, len(context) + 1):
+            entry = self._tables[n].get(context[-n:])
+            if entry is None:
+                break  # a longer context is stored only where its suffixes are
+            weight = entry.count / (entry.count + beta * len(entry.id_list))
+            keep = 1.0 - weight
+            blended = {token: mass * keep for token, mass in blended.items()}
+            for token, prob in zip(entry.id_list, entry.q.tolist()):
+                blended[token] = blended.get(token, 0.0) + weight * prob
+            count = entry.count
+        top = sorted((item for item in blended.items() if item[1] > 0), key=lambda item: -item[1])[:width]
+        total = sum(mass for _, mass in top)
+        return StoreEntry([token for token, _ in top], [mass / total for _, mass in top], count)
+
     def update(self, context: Sequence[int], ids: Sequence[int], probs: Sequence[float]) -> None:
         """Merge one observation of p into every table that ``context`` has a key for.
 
@@ -262,6 +317,10 @@ class NGramStore:
             return
         id_list, prob_list = id_list[:kept], prob_list[:kept]
         self._max_token_id = max(self._max_token_id, max(id_list))
+        unigram = self._unigram
+        for token, prob in zip(id_list, prob_list):
+            unigram[token] = unigram.get(token, 0.0) + prob
+        self._unigram_top = None
         for n in range(len(context), 0, -1):
             key = context[-n:]
             table = self._tables[n]

@@ -57,15 +57,16 @@ def test_compaction_then_decoding_matches_fresh_forward(tiny_qwen2):
 
 
 @pytest.mark.model
-@pytest.mark.parametrize("method, feed_rejected", [("stand", False), ("stand", True), ("pld", False), ("recycle", False),
-                                                   pytest.param("suffix", False, marks=needs_arctic)],
-                         ids=["stand", "stand+rejected", "pld", "recycle", "suffix"])
-def test_greedy_equals_plain_decoding_on_humaneval(default_model, plain_humaneval, method, feed_rejected):
+@pytest.mark.parametrize("method, feed_rejected, tree", [("stand", False, None), ("stand", True, None), ("pld", False, None),
+                                                         ("recycle", False, None), ("stand", False, "dynamic-16"),
+                                                         pytest.param("suffix", False, None, marks=needs_arctic)],
+                         ids=["stand", "stand+rejected", "pld", "recycle", "stand[dynamic-16]", "suffix"])
+def test_greedy_equals_plain_decoding_on_humaneval(default_model, plain_humaneval, method, feed_rejected, tree):
     model, tokenizer = default_model
     problems, plain_runs = plain_humaneval
     accepted_total = 0
     for problem, plain in zip(problems, plain_runs):
-        fast = generate(model, tokenizer, problem["prompt"], method=method, temperature=0, max_new_tokens=64,
+        fast = generate(model, tokenizer, problem["prompt"], method=method, tree=tree, temperature=0, max_new_tokens=64,
                         feed_rejected=feed_rejected)
         assert fast.tokens == plain.tokens, (method, problem["task_id"])
         accepted_total += fast.stats.new_tokens - fast.stats.target_forwards
@@ -111,11 +112,12 @@ def loop_prompt(tiny_qwen2):
     return REPEAT_PROMPT + greedy.tokens
 
 
-@pytest.mark.parametrize("method", ["stand", "stand-det", "pld", "recycle", "stand+rejected",
-                                    pytest.param("suffix", marks=needs_arctic)])
+@pytest.mark.parametrize("method", ["stand", "stand-det", "pld", "recycle", "stand+rejected", "stand[dynamic-6]",
+                                    "stand-det[dynamic-6]", pytest.param("suffix", marks=needs_arctic)])
 def test_sampling_distribution_of_three_tokens_matches_exact(tiny_qwen2, loop_prompt, method):
     """For "stand+rejected" one store, fed at rejected nodes too, is shared by all runs (so q keeps
-    changing between runs, as in best-of-N): each run must still sample from p.
+    changing between runs, as in best-of-N): each run must still sample from p. So is the store of
+    the dynamic trees (6 nodes: siblings and deeper nodes compete for the budget).
 
     Seeds are fixed (1_000_000 + run) so the test is reproducible; a p-value threshold of 1e-3 fails
     one fixed seed set in a thousand by chance (seeds 0-2999 gave pld p = 1.6e-4, and 15,000 runs
@@ -132,11 +134,13 @@ def test_sampling_distribution_of_three_tokens_matches_exact(tiny_qwen2, loop_pr
     counts: dict = {}
     accepted = 0
     feed_rejected = method == "stand+rejected"
-    shared = NGramStore() if feed_rejected else None
+    dynamic = method.endswith("[dynamic-6]")
+    shared = NGramStore() if feed_rejected else NGramStore(max_n=8) if dynamic else None
+    tree = None if method in ("pld", "suffix") else "dynamic-6" if dynamic else "heuristic-80"
     for seed in range(1_000_000, 1_000_000 + samples):
         result = generate(
-            model, None, loop_prompt, method=method.removesuffix("+rejected"),
-            tree=None if method in ("pld", "suffix") else "heuristic-80", temperature=0.8,
+            model, None, loop_prompt, method=method.removesuffix("+rejected").removesuffix("[dynamic-6]"),
+            tree=tree, temperature=0.8,
             top_p=0.95, max_new_tokens=3, seed=seed, eos_token_ids=[], store=shared, feed_rejected=feed_rejected,
         )
         assert len(result.tokens) == 3

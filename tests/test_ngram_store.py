@@ -137,3 +137,22 @@ def test_a_new_successor_of_sharp_p_enters_a_full_entry():
     for _ in range(5):
         plain.update([5], [99], [1.0])
     assert 99 not in plain.lookup([5]).id_list
+
+
+def test_blend_interpolates_from_the_0_gram_table_up_to_the_longest_context():
+    """Witten-Bell interpolation: each level n mixes its q with weight c / (c + u) into the blend below."""
+    store = NGramStore(max_n=2)
+    assert store.blend([1]) is None  # nothing observed yet
+    store.update([1], [5, 6], [0.6, 0.4])
+    store.update([2, 1], [7], [1.0])  # (1,) now holds {5: .3, 6: .2, 7: .5} with c = 2; (2, 1) {7: 1} with c = 1
+    entry = store.blend([2, 1])
+    # 0-gram {5: .3, 6: .2, 7: .5}; n = 1: λ = 2 / (2 + 3) keeps it; n = 2: λ = 1 / (1 + 1) adds half of {7: 1}
+    assert entry.id_list == [7, 5, 6] and entry.count == 1
+    assert entry.q == pytest.approx([0.75, 0.15, 0.10])
+    unseen = store.blend([9])  # no context: the 0-gram table alone, count 0
+    assert unseen.id_list == [7, 5, 6] and unseen.q == pytest.approx([0.5, 0.3, 0.2]) and unseen.count == 0
+    shorter = store.blend([3, 1])  # (3, 1) never seen: the blend stops at (1,)
+    assert shorter.q == pytest.approx([0.5, 0.3, 0.2]) and shorter.count == 2
+    sharp = store.blend([2, 1], beta=0.0)  # beta 0: the longest context alone
+    assert sharp.id_list == [7] and sharp.q == pytest.approx([1.0])
+    assert len(store.blend([2, 1], width=2).id_list) == 2

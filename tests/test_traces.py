@@ -40,7 +40,8 @@ def recorded_rows(model, sequence):
     return RecordedTop(ids.numpy(), probs.double().numpy())
 
 
-@pytest.mark.parametrize("method", ["stand", "stand-det", "pld", pytest.param("suffix", marks=needs_arctic)])
+@pytest.mark.parametrize("method", ["stand", "stand-det", "stand[dynamic-80]", "pld",
+                                    pytest.param("suffix", marks=needs_arctic)])
 def test_replay_of_own_greedy_output_takes_the_engines_steps(tiny_qwen2, method):
     """Replaying the tiny model's greedy output (with the rows the engine's store records) through
     the same drafter gives exactly the engine's steps: tokens, drafted nodes and accepted drafts per
@@ -48,9 +49,10 @@ def test_replay_of_own_greedy_output_takes_the_engines_steps(tiny_qwen2, method)
     recording holds."""
     from stand_runtime import new_memory
 
-    tree = "heuristic-80" if method.startswith("stand") else None
+    tree = "dynamic-80" if method.endswith("[dynamic-80]") else "heuristic-80" if method.startswith("stand") else None
+    method = method.removesuffix("[dynamic-80]")
     # one shared memory each, as best-of-N: the second trajectory drafts from what the first left
-    engine_memory, replay_memory = new_memory(method, 16), new_memory(method, 16)
+    engine_memory, replay_memory = new_memory(method, 16, tree), new_memory(method, 16, tree)
     for trajectory in range(2):
         engine = generate(tiny_qwen2, None, PROMPT, method=method, tree=tree, temperature=0, max_new_tokens=60,
                           eos_token_ids=[], store=engine_memory)

@@ -13,6 +13,7 @@ from scipy import stats
 from stand_runtime import (
     Draft,
     DraftTree,
+    DynamicTree,
     NGramStore,
     RandomStream,
     draft_tree,
@@ -20,6 +21,7 @@ from stand_runtime import (
     verify_greedy,
     verify_sampling,
 )
+from stand_runtime.drafters import best_first_draft
 
 TRIALS = 100_000
 
@@ -103,16 +105,19 @@ def markov_joint(p_matrix, root):
     return p_matrix[root][:, None] * p_matrix
 
 
-def two_token_counts(p_matrix, q_matrix, stochastic, trials, seed, tree=None, extend=None, graft=None):
+def two_token_counts(p_matrix, q_matrix, stochastic, trials, seed, tree=None, extend=None, graft=None, dynamic=None,
+                     observations=1):
     """Run full steps on a two-level tree with a Markov target; count the first two emitted tokens
     (and how many drafted nodes outside the static tree, an extension's or a copy chain's
-    (``graft(context)``), were accepted)."""
+    (``graft(context)``), were accepted). ``dynamic``: draft that :class:`DynamicTree` instead of
+    ``tree``; ``observations``: times the store sees each q row."""
     vocab = len(p_matrix)
     tree = tree or DraftTree.from_paths([[0], [1], [0, 0], [0, 1], [1, 0], [1, 1]])
     store = NGramStore(max_n=1)
     for token in range(vocab):
         support = np.flatnonzero(q_matrix[token])
-        store.update([token], support, q_matrix[token][support])
+        for _ in range(observations):
+            store.update([token], support, q_matrix[token][support])
     rng = RandomStream.seeded(seed)
     counts = np.zeros((vocab, vocab), dtype=np.int64)
     accepted_total = accepted_extension = 0
@@ -120,11 +125,15 @@ def two_token_counts(p_matrix, q_matrix, stochastic, trials, seed, tree=None, ex
     for _ in range(trials):
         emitted, context = [], [root]
         while len(emitted) < 2:
-            draft = draft_tree(tree, store, context, rng if stochastic else None, extend=extend,
-                               graft=graft(context) if graft else None)
+            if dynamic is not None:
+                draft = best_first_draft(dynamic, store, context, rng if stochastic else None,
+                                         chain=graft(context) if graft else None)
+            else:
+                draft = draft_tree(tree, store, context, rng if stochastic else None, extend=extend,
+                                   graft=graft(context) if graft else None)
             result = verify_sampling(draft, lambda node: p_matrix[draft.tokens[node]], rng)
             accepted_total += len(result.accepted)
-            accepted_extension += sum(int(draft.nodes[i] < 0) for i in result.accepted)
+            accepted_extension += sum(int(draft.nodes is None or draft.nodes[i] < 0) for i in result.accepted)
             step = [draft.tokens[i] for i in result.accepted] + [result.token]
             emitted += step
             context = context + step
@@ -277,6 +286,34 @@ def test_copy_chains_keep_the_markov_joint_distribution(stochastic):
                                                 tree=DraftTree.from_paths([[0], [1]]),
                                                 graft=lambda context: copy[context[-1]])
     assert copied > trials // 10, copied  # copied nodes were accepted
+    joint = markov_joint(p_matrix, 0).ravel()
+    observed = counts.ravel()
+    assert observed[joint == 0].sum() == 0
+    result = stats.chisquare(observed[joint > 0], joint[joint > 0] * trials)
+    assert result.pvalue > 0.001, result
+
+
+@pytest.mark.parametrize("stochastic", [True, False], ids=["stochastic", "deterministic"])
+@pytest.mark.parametrize("budget", [2, 4])
+def test_dynamic_trees_keep_the_markov_joint_distribution(stochastic, budget):
+    """STAND's dynamic tree: how many children a node gets depends on a budget that siblings and
+    deeper nodes compete for, scored from the store's blended q (with a copy chain inside the
+    budget). With the next child scored by q at its rank, never by the token it will be, the output
+    stays p's at both levels. (Scoring it by the drawn token's q instead fails here: p ~ 1e-288 at
+    budget 2, checked when this test was written.)"""
+    gen = np.random.default_rng(29)
+    vocab = 5
+    p_matrix = gen.random((vocab, vocab)) ** 3
+    p_matrix[1, 2] = 0.0
+    p_matrix /= p_matrix.sum(1, keepdims=True)
+    q_matrix = 0.7 * p_matrix + 0.3 * gen.dirichlet(np.ones(vocab), size=vocab)
+    q_matrix[4] = 0.0  # never a context: the blend drafts the 0-gram table's q there
+    copy = {t: [int(np.argsort(p_matrix[t])[-2])] for t in range(vocab)}
+    trials = 40_000
+    counts, accepted, _ = two_token_counts(p_matrix, q_matrix, stochastic, trials, seed=17,
+                                           dynamic=DynamicTree(budget), graft=lambda context: copy[context[-1]],
+                                           observations=30)
+    assert accepted > trials // 2, accepted
     joint = markov_joint(p_matrix, 0).ravel()
     observed = counts.ravel()
     assert observed[joint == 0].sum() == 0

@@ -241,16 +241,30 @@ def _tiny_folder(path: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def vllm_session(tmp_path_factory):
-    work = tmp_path_factory.mktemp("vllm")
-    tiny = _tiny_folder(work / "tiny")
-    out = work / "session.json"
-    env = {**os.environ, "VLLM_TARGET_DEVICE": "cpu", "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "2")}
-    script = Path(__file__).with_name("vllm_session.py")
-    run = subprocess.run([sys.executable, str(script), str(out), str(tiny)], capture_output=True, text=True,
-                         timeout=1500, env=env, cwd=Path(__file__).parent.parent)
-    if run.returncode != 0 or not out.is_file():
-        pytest.fail(f"the vLLM session failed (rc {run.returncode}):\n{(run.stdout + run.stderr)[-6000:]}")
-    return json.loads(out.read_text()), tiny
+    """The session's results, computed once per pytest run: xdist workers share a folder beside their
+    own temporary roots, and a file lock lets the first worker run the session while the other waits
+    and reads its JSON (``--dist loadgroup`` alone was seen to run it on both workers)."""
+    from filelock import FileLock
+
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # the run's root, shared by its workers
+    work = root / "vllm-session"
+    out, failed = work / "session.json", work / "failed.txt"
+    with FileLock(str(root / "vllm-session.lock")):
+        if not out.is_file() and not failed.is_file():
+            work.mkdir(exist_ok=True)
+            tiny = _tiny_folder(work / "tiny")
+            env = {**os.environ, "VLLM_TARGET_DEVICE": "cpu", "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "2")}
+            script = Path(__file__).with_name("vllm_session.py")
+            run = subprocess.run([sys.executable, str(script), str(out), str(tiny)], capture_output=True, text=True,
+                                 timeout=1500, env=env, cwd=Path(__file__).parent.parent)
+            if run.returncode != 0 or not out.is_file():
+                out.unlink(missing_ok=True)
+                failed.write_text(f"the vLLM session failed (rc {run.returncode}):\n{(run.stdout + run.stderr)[-6000:]}")
+    if failed.is_file():
+        pytest.fail(failed.read_text())
+    return json.loads(out.read_text()), work / "tiny"
 
 
 @needs_vllm

@@ -30,6 +30,7 @@ from stand_runtime import (
     check_seed,
     summarise_draft_quality,
 )
+from stand_runtime.drafters import DYNAMIC_METHODS, parse_dynamic
 
 from .answers import extract_answer, majority_vote, normalise
 from .datasets import Prompt
@@ -70,7 +71,8 @@ def parse_methods(methods: str, trees: list[str] | None) -> list[BenchMethod]:
     """``"ar,stand,stand+rejected"`` and tree specs → configurations (each tree method once per tree).
 
     Every tree method (stand, stand-det, recycle) runs on each tree given, or on its own default
-    tree (:data:`stand_runtime.DEFAULT_TREES`) when none is. A STAND method name with the
+    tree (:data:`stand_runtime.DEFAULT_TREES`) when none is; a dynamic tree (``dynamic-N``) is given
+    to the STAND methods only (Token Recycling then runs on the static trees given, or its own). A STAND method name with the
     ``+rejected`` suffix feeds its store at rejected tree nodes too.
 
     Raises:
@@ -96,7 +98,8 @@ def parse_methods(methods: str, trees: list[str] | None) -> list[BenchMethod]:
     for name in names:
         base, rejected = name.removesuffix(REJECTED_SUFFIX), name.endswith(REJECTED_SUFFIX)
         if base in TREE_METHODS:
-            out += [BenchMethod(base, tree, rejected) for tree in (trees or [None])]
+            usable = trees if base in DYNAMIC_METHODS else [t for t in trees if parse_dynamic(t) is None]
+            out += [BenchMethod(base, tree, rejected) for tree in (usable or [None])]
         else:
             out.append(BenchMethod(name))
     return out

@@ -16,18 +16,24 @@ from typing import Callable
 
 import numpy as np
 
-from stand_runtime import COPY_TOKENS, SUFFIX_TUNED, RandomStream, SamplingParams, StandError, SuffixSettings
+from stand_runtime import COPY_TOKENS, STORE_METHODS, SUFFIX_TUNED, RandomStream, SamplingParams, StandError, SuffixSettings
 from stand_runtime import make_drafter, new_memory, replay_trace
+from stand_runtime.drafters import parse_dynamic
 
 from .traces import TraceGroup
 
-TRACE_METHODS = ("stand", "stand-det", "pld", "recycle", "suffix", "suffix-tuned")
-"""Methods the trace bench runs: the engine's, plus SuffixDecoding tuned (:data:`SUFFIX_TUNED`)."""
+TRACE_METHODS = ("stand", "stand-det", "stand-static", "pld", "recycle", "suffix", "suffix-tuned")
+"""Methods the trace bench runs: the engine's, plus STAND on the paper's static tree
+(``stand-static``) and SuffixDecoding tuned (:data:`SUFFIX_TUNED`)."""
 
-DEFAULT_TRACE_TREES = {"stand": "stand-smollm2-humaneval-80", "stand-det": "stand-smollm2-humaneval-80",
+STATIC_TRACE_TREE = "stand-smollm2-humaneval-80"
+"""STAND's static tree in the trace bench: the 80-node calibrated tree (the ``auto`` family's member
+at 80 nodes: with no model there is no latency to size it by)."""
+
+DEFAULT_TRACE_TREES = {"stand": "dynamic-80", "stand-det": "dynamic-80", "stand-static": STATIC_TRACE_TREE,
                        "recycle": "heuristic-80"}
-"""Trees of the tree methods: STAND's 80-node calibrated tree (the ``auto`` family's member at 80
-nodes: with no model there is no latency to size it by) and Token Recycling's own."""
+"""Trees of the tree methods: STAND's dynamic tree of 80 nodes (the same budget as SuffixDecoding's),
+STAND's static 80-node tree, and Token Recycling's own."""
 
 NODE_BUDGET = 80
 """SuffixDecoding's node budget per step in the trace bench: the tree methods' 80 nodes."""
@@ -58,7 +64,8 @@ class TraceMethod:
 
 
 def parse_trace_methods(methods: str, tree: str | None = None, copy_tokens: int = COPY_TOKENS) -> list[TraceMethod]:
-    """``"stand,pld,suffix-tuned"`` → configurations (tree methods on ``tree`` or their default).
+    """``"stand,pld,suffix-tuned"`` → configurations (tree methods on ``tree`` or their default;
+    ``stand-static`` always on :data:`STATIC_TRACE_TREE`, ``recycle`` on its own for a dynamic ``tree``).
 
     Raises:
         StandError: an unknown or repeated method name.
@@ -79,8 +86,11 @@ def parse_trace_methods(methods: str, tree: str | None = None, copy_tokens: int 
             out.append(TraceMethod(name, "suffix", suffix=SuffixSettings(
                 max_spec_tokens=NODE_BUDGET, max_spec_factor=SUFFIX_TUNED.max_spec_factor,
                 min_token_prob=SUFFIX_TUNED.min_token_prob)))
+        elif name == "stand-static":
+            out.append(TraceMethod(name, "stand", DEFAULT_TRACE_TREES[name], copy_tokens=copy_tokens))
         else:
-            out.append(TraceMethod(name, name, tree or DEFAULT_TRACE_TREES.get(name), copy_tokens=copy_tokens))
+            given = tree if name != "recycle" or parse_dynamic(tree) is None else None  # recycle: static trees only
+            out.append(TraceMethod(name, name, given or DEFAULT_TRACE_TREES.get(name), copy_tokens=copy_tokens))
     return out
 
 
@@ -177,7 +187,7 @@ def run_trace_bench(groups: list[TraceGroup], methods: list[TraceMethod], vocab:
         runs = np.full((len(groups), width, 5), np.nan)
         memories = []
         for g, group in enumerate(groups):
-            memory = new_memory(spec.method, vocab)
+            memory = new_memory(spec.method, vocab, spec.tree)
             drafter = None
             for t, trace in enumerate(group.trace_ids):
                 drafter = make_drafter(spec.method, spec.tree, memory, RandomStream.seeded(t), greedy, None,
@@ -204,7 +214,7 @@ def trace_results_json(results: list[TraceResult], settings: dict, reference: st
         entry = {
             "label": r.spec.label, "method": r.spec.method, "tree": r.spec.tree,
             "suffix": None if r.spec.suffix is None else vars(r.spec.suffix),
-            "copy_tokens": r.spec.copy_tokens if r.spec.method in ("stand", "stand-det") else None,
+            "copy_tokens": r.spec.copy_tokens if r.spec.method in STORE_METHODS else None,
             "acceptance_by_trajectory": [r.acceptance(t) for t in range(width)],
             "interval_by_trajectory_95": [r.interval(t) for t in range(width)],
             "acceptance_pooled": r.acceptance(), "interval_pooled_95": r.interval(),

@@ -3,7 +3,8 @@
 One interface (:class:`Drafter`) for every method, so all run through the same engine and are
 verified by the same lossless rules (:mod:`stand_runtime.verify`):
 
-- ``stand``: STAND, Gumbel-Top-K drafts from the logit n-gram store (:mod:`.stand`);
+- ``stand``: STAND, Gumbel-Top-K drafts from the logit n-gram store (:mod:`.stand`) into a static
+  tree, or into a dynamic tree spent best-first (:mod:`.best_first`, ``tree="dynamic"``);
 - ``stand-det``: STAND with deterministic top-m drafts (the paper's ablation);
 - ``pld``: prompt lookup decoding (:mod:`.prompt_lookup`);
 - ``recycle``: Token Recycling (:mod:`.token_recycling`);
@@ -24,6 +25,7 @@ from ..model_facts import vocab_size
 from ..tree_choice import AUTO, DEFAULT_FAMILY, check_auto_available, machine_tree
 from ..tree_io import TreeFile, is_family, resolve_tree
 from .base import Drafter
+from .best_first import DYNAMIC, DYNAMIC_MAX_N, DynamicTree, best_first_draft, parse_dynamic
 from .prompt_lookup import PromptLookupDrafter
 from .stand import STORE_TOP_K, StandDrafter, draft_tree, store_params
 from .suffix_decoding import SUFFIX_TUNED, SuffixDecodingDrafter, SuffixMemory, SuffixSettings
@@ -40,6 +42,9 @@ STORE_METHODS = ("stand", "stand-det")
 
 TREE_METHODS = ("stand", "stand-det", "recycle")
 """The methods that draft into a static tree (and so take ``tree``)."""
+
+DYNAMIC_METHODS = STORE_METHODS
+"""The methods that can draft a dynamic tree (``tree="dynamic"`` or ``"dynamic-N"``)."""
 
 DEFAULT_TREES = {"stand": AUTO, "stand-det": AUTO, "recycle": "heuristic-80"}
 """Each tree method's default tree: for STAND the default model's calibrated tree family sized for
@@ -67,6 +72,8 @@ def check_method(method: str, *, tree=None, memory=None, feed_rejected: bool = F
         raise StandError(f"feed_rejected applies to {' and '.join(STORE_METHODS)}, not {method!r}")
     if tree is not None and method not in TREE_METHODS:
         raise StandError(f"method {method!r} drafts no static tree: a tree applies to {', '.join(TREE_METHODS)}")
+    if tree is not None and method not in DYNAMIC_METHODS and parse_dynamic(tree) is not None:
+        raise StandError(f"a dynamic tree applies to {', '.join(DYNAMIC_METHODS)}; {method!r} drafts into a static tree")
     if memory is None:
         return
     if method in STORE_METHODS and not isinstance(memory, NGramStore):
@@ -87,9 +94,10 @@ def sized_family(spec) -> str | None:
     return str(spec) if is_family(spec) else None
 
 
-def method_tree(method: str, tree: DraftTree | TreeFile | str | None, model=None, batch: int = 1) -> DraftTree | None:
-    """The static tree ``method`` drafts into: ``tree`` resolved, or the method's default; None
-    for methods without a static tree.
+def method_tree(method: str, tree: DraftTree | TreeFile | DynamicTree | str | None, model=None,
+                batch: int = 1) -> DraftTree | DynamicTree | None:
+    """The tree ``method`` drafts into: ``tree`` resolved, or the method's default; None for
+    methods without a tree. ``"dynamic"`` / ``"dynamic-N"`` (STAND) give a :class:`DynamicTree`.
 
     Args:
         method: the decoding method.
@@ -104,6 +112,10 @@ def method_tree(method: str, tree: DraftTree | TreeFile | str | None, model=None
     if method not in TREE_METHODS:
         return None
     spec = DEFAULT_TREES[method] if tree is None else tree
+    dynamic = parse_dynamic(spec)
+    if dynamic is not None:
+        check_method(method, tree=dynamic)
+        return dynamic
     family = sized_family(spec)
     if family is not None:
         if model is None:
@@ -117,10 +129,12 @@ def method_tree(method: str, tree: DraftTree | TreeFile | str | None, model=None
     return resolved
 
 
-def new_memory(method: str, vocab: int) -> Memory | None:
-    """A fresh drafter memory for ``method`` (None for methods without one)."""
+def new_memory(method: str, vocab: int, tree=None) -> Memory | None:
+    """A fresh drafter memory for ``method`` (None for methods without one); a store for a dynamic
+    ``tree`` keeps contexts up to :data:`DYNAMIC_MAX_N` tokens (the paper's store: 3)."""
     if method in STORE_METHODS:
-        return NGramStore(top_k=STORE_TOP_K)
+        dynamic = isinstance(tree, DynamicTree) or parse_dynamic(tree) is not None
+        return NGramStore(top_k=STORE_TOP_K, max_n=DYNAMIC_MAX_N if dynamic else 3)
     if method == "recycle":
         return RecyclingMatrix(vocab)
     if method == "suffix":
@@ -161,7 +175,7 @@ def make_drafter(method: str, tree, memory: Memory | None, randomness: RandomStr
     elif vocab is None:
         raise StandError("make_drafter needs a model or a vocabulary size")
     if memory is None:
-        memory = new_memory(method, vocab)
+        memory = new_memory(method, vocab, static)
     if isinstance(memory, RecyclingMatrix) and memory.vocab != vocab:
         raise StandError(f"the RecyclingMatrix has {memory.vocab} rows but the model's vocabulary is {vocab}")
     if isinstance(memory, NGramStore) and memory.max_token_id >= vocab:
@@ -176,13 +190,14 @@ def make_drafter(method: str, tree, memory: Memory | None, randomness: RandomStr
         return SuffixDecodingDrafter(memory, suffix or SuffixSettings())
     stochastic = method == "stand" and not params.greedy
     quality = DraftQuality(seed=seed) if diagnose else None
-    extension = Extension(budget=static.num_nodes) if extend else None
+    extension = Extension(budget=static.num_nodes) if extend and isinstance(static, DraftTree) else None
     return StandDrafter(static, memory, randomness if stochastic else None, params, feed_rejected, quality, extension,
                         copy_tokens)
 
 
 __all__ = [
-    "AUTO", "COPY_TOKENS", "DEFAULT_TREES", "Drafter", "METHODS", "Memory", "PromptLookupDrafter", "RecyclingMatrix", "STORE_METHODS",
+    "AUTO", "COPY_TOKENS", "DEFAULT_TREES", "DYNAMIC", "DYNAMIC_MAX_N", "DYNAMIC_METHODS", "DynamicTree", "best_first_draft",
+    "parse_dynamic", "Drafter", "METHODS", "Memory", "PromptLookupDrafter", "RecyclingMatrix", "STORE_METHODS",
     "STORE_TOP_K", "SUFFIX_TUNED", "StandDrafter", "SuffixDecodingDrafter", "SuffixMemory", "SuffixSettings", "draft_tree", "TREE_METHODS", "TokenRecyclingDrafter", "Extension", "check_method", "make_drafter",
     "method_tree", "new_memory", "sized_family", "store_params",
 ]

@@ -21,6 +21,7 @@ from ..ngram_store import NGramStore
 from ..randomness import RandomStream
 from ..sampling import SamplingParams
 from ..tree import DraftTree
+from .best_first import DynamicTree, best_first_draft
 from .suffix_index import SuffixIndex
 from .tree_walk import Extension, Proposal, fill_tree
 
@@ -77,20 +78,22 @@ class StandDrafter:
     """STAND as a :class:`stand_runtime.drafters.Drafter`.
 
     Args:
-        tree: the static draft tree.
+        tree: the static draft tree, or a :class:`DynamicTree` (a node budget spent best-first on
+            the store's blended q every step, :mod:`stand_runtime.drafters.best_first`).
         store: the n-gram store (shared across calls for best-of-N).
         randomness: Gumbel noise for stochastic drafts; None = deterministic top-m drafts.
         params: the target sampling distribution (what the store records).
         feed_rejected: also record p at rejected tree nodes (DESIGN §3.1 option).
         quality: when given, q is measured against p at every drafted root (diagnostics; the time it
             takes is tallied in ``diagnostics_s``, seconds).
-        extend: reassign the node budget misses leave unused (None: the static tree only).
+        extend: reassign the node budget misses leave unused (None: the static tree only; a dynamic
+            tree spends its budget by itself).
         copy: longest copy chain grafted per step (0: none): the tokens that followed the latest
             earlier occurrence of the context's suffix (prompt lookup's match), followed along the
             drafted children that agree with it and hung below the path's end.
     """
 
-    def __init__(self, tree: DraftTree, store: NGramStore, randomness: RandomStream | None, params: SamplingParams,
+    def __init__(self, tree: DraftTree | DynamicTree, store: NGramStore, randomness: RandomStream | None, params: SamplingParams,
                  feed_rejected: bool = False, quality: DraftQuality | None = None, extend: Extension | None = None,
                  copy: int = 0) -> None:
         self.tree = tree
@@ -107,9 +110,14 @@ class StandDrafter:
         self._index = SuffixIndex() if copy else None
 
     @property
+    def dynamic(self) -> bool:
+        """True when drafting a dynamic tree."""
+        return isinstance(self.tree, DynamicTree)
+
+    @property
     def max_nodes(self) -> int:
-        """Drafted nodes per step at most."""
-        return self.tree.num_nodes + self.copy
+        """Drafted nodes per step at most (a dynamic tree's budget includes its copied nodes)."""
+        return self.tree.num_nodes + (0 if self.dynamic else self.copy)
 
     def observe_prompt(self, prompt: list[int], feed: TargetFeed, positions: range) -> None:
         if len(positions):
@@ -121,6 +129,8 @@ class StandDrafter:
             match = self.store.match(committed)
             self._root_n = 0 if match is None else match[0]
         chain = self._index.continuation(committed, min(self.copy, max_depth)) if self._index is not None else None
+        if self.dynamic:
+            return best_first_draft(self.tree, self.store, committed, self.randomness, max_depth, chain)
         return fill_tree(self.tree, committed, self.store.max_n, self._propose, self.randomness is not None, max_depth,
                          self.extend, chain)
 
@@ -153,12 +163,13 @@ class StandDrafter:
     def _measure_root(self, draft: Draft, p: np.ndarray | None) -> None:
         """Diagnostics: q at a drafted root against p (q as drafted: the store is fed after this)."""
         root_n, self._root_n = self._root_n, None
-        if root_n is None or p is None or not self.tree.children[0]:
+        width = len([c for c in draft.children[0] if c not in draft.copied]) if self.dynamic else len(self.tree.children[0])
+        if root_n is None or p is None or not width and not self.dynamic:
             return  # the step was not drafted (token budget) or the tree has no root children
         if root_n == 0:
             self.quality.add(0)
-        elif draft.draft_ids[0] is not None:
-            self.quality.add(root_n, p, draft.draft_ids[0], draft.draft_probs[0], len(self.tree.children[0]))
+        elif draft.draft_ids[0] is not None and width:
+            self.quality.add(root_n, p, draft.draft_ids[0], draft.draft_probs[0], width)
 
     def stats(self) -> dict:
         stats = self.store.stats().as_dict()

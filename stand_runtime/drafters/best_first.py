@@ -1,0 +1,155 @@
+"""STAND's dynamic draft tree: the node budget spent best-first on the store's blended q (ours).
+
+A static tree (:mod:`stand_runtime.tree`, calibrated offline, STAND §3.3) fixes which rank paths a
+step drafts; where a lookup misses or q is sharp, its subtree is dropped and the budget goes unused
+(on recorded reasoning traces the 80-node tree drafted ~53 nodes a step). A dynamic tree instead
+spends the budget each step where this step's q says acceptance is likely, as EAGLE-2 (Li et al.,
+2024, §4) does with a draft model's confidence: every candidate node has a score, the product along
+its path of q(token) times a confidence ``c / (c + confidence)`` in the count c of the context q
+came from, and the best-scoring candidates are added until the budget is spent. q is the store's
+blended distribution (:meth:`stand_runtime.NGramStore.blend`), so every node that was reached can
+propose children even where its longest context is new.
+
+Losslessness. Children are still drawn in order from q (Gumbel-Top-K for stochastic drafts, q's
+order for deterministic ones) and verified by recursive rejection sampling
+(:mod:`stand_runtime.verify`), which stays exact when the number of children a node gets depends on
+anything but the draws it has not made yet. So the score of a node's next child uses the q value
+*at that rank of q's sorted order*, not the token the Gumbel draw will give: whether the i-th child
+is added never looks at that child. (Its own children's scores may use its token: that is a draw
+already made.) For deterministic drafts the two coincide.
+"""
+
+from __future__ import annotations
+
+import heapq
+import re
+from dataclasses import dataclass
+
+from ..draft import Draft, DraftBuilder
+from ..errors import StandError
+from ..ngram_store import NGramStore
+from ..randomness import RandomStream
+from ..gumbel import choose_children
+from .tree_walk import graft_chain
+
+DYNAMIC = "dynamic"
+"""The tree spec of STAND's dynamic tree (``dynamic`` = :data:`DYNAMIC_BUDGET` nodes, or
+``dynamic-N`` for N nodes)."""
+
+DYNAMIC_BUDGET = 80
+"""Default node budget of a dynamic tree (the paper's static tree size)."""
+
+DYNAMIC_MAX_N = 8
+"""Longest context of the store a dynamic tree drafts from (the static tree's store: 3). Longer
+contexts sharpen q where text repeats; on recorded traces 3 → 8 added ~5% to the acceptance length."""
+
+
+@dataclass(frozen=True)
+class DynamicTree:
+    """STAND's dynamic draft tree: a node budget spent best-first every step (module docstring).
+
+    Attributes:
+        num_nodes: drafted nodes per step at most (copied nodes included).
+        confidence: pseudo-count in a node's confidence ``c / (c + confidence)``.
+        beta: the blend's weight of distinct ids (:meth:`NGramStore.blend`).
+        max_depth: deepest node when the step sets no depth limit of its own.
+
+    Raises:
+        StandError: a budget below 1 or a negative confidence or beta.
+    """
+
+    num_nodes: int = DYNAMIC_BUDGET
+    confidence: float = 1.0
+    beta: float = 1.0
+    max_depth: int = 64
+
+    def __post_init__(self) -> None:
+        if isinstance(self.num_nodes, bool) or not isinstance(self.num_nodes, int) or self.num_nodes < 1:
+            raise StandError(f"a dynamic tree needs a node budget >= 1, got {self.num_nodes!r}")
+        if not self.confidence >= 0 or not self.beta >= 0:
+            raise StandError(f"dynamic tree confidence and beta must be >= 0, got {self.confidence}, {self.beta}")
+
+    @property
+    def name(self) -> str:
+        return f"{DYNAMIC}-{self.num_nodes}"
+
+
+def parse_dynamic(spec) -> DynamicTree | None:
+    """``"dynamic"`` / ``"dynamic-N"`` → a :class:`DynamicTree`; a DynamicTree passes through; any
+    other spec → None (a static tree spec).
+
+    Raises:
+        StandError: ``dynamic-`` followed by anything but a node count >= 1.
+    """
+    if isinstance(spec, DynamicTree):
+        return spec
+    if not isinstance(spec, str) or not (spec == DYNAMIC or spec.startswith(DYNAMIC + "-")):
+        return None
+    if spec == DYNAMIC:
+        return DynamicTree()
+    match = re.fullmatch(rf"{DYNAMIC}-(\d+)", spec)
+    if match is None or int(match.group(1)) < 1:
+        raise StandError(f"bad dynamic tree {spec!r}: write dynamic or dynamic-N with N >= 1 nodes")
+    return DynamicTree(int(match.group(1)))
+
+
+def best_first_draft(tree: DynamicTree, store: NGramStore, context: list[int], randomness: RandomStream | None,
+                     max_depth: int | None = None, chain: list[int] | None = None) -> Draft:
+    """Draft a dynamic tree for the next step (module docstring).
+
+    Args:
+        tree: the budget and scoring settings.
+        store: the n-gram store (its blended q drafts every node).
+        context: committed tokens, the last one being the root (at least one token).
+        randomness: Gumbel noise for stochastic drafts; None = deterministic (q's order).
+        max_depth: draft no node deeper than this (e.g. the tokens still allowed); None = no limit.
+        chain: a copy chain continuing ``context``
+            (:func:`stand_runtime.drafters.tree_walk.graft_chain`), grafted after the best-first
+            nodes; its length comes out of the budget.
+
+    Returns:
+        The :class:`Draft`: parents before children, each node's children in drawing order, the
+        best-scoring nodes first (so a prefix of it is still a lossless draft), copied nodes last.
+    """
+    chain = list(chain or ())
+    budget = tree.num_nodes - len(chain)
+    deepest = tree.max_depth if max_depth is None else min(max_depth, tree.max_depth)
+    max_n = store.max_n
+    builder = DraftBuilder(context[-1])
+    suffixes = [tuple(context[-max_n:])]
+    scores = [1.0]
+    drawn: dict[int, tuple] = {}  # node → (entry, drawing order of its support, confidence)
+    # (-score, tie, node, rank): the node's child at that rank of its drawing order; rank -1 = the
+    # node's lookup, not made yet (its children score at most the node's own score: looked up lazily)
+    heap: list[tuple] = [(-1.0, 0, 0, -1)]
+    tie = 0
+
+    def offer(node: int, rank: int) -> None:
+        nonlocal tie
+        entry, _, weight = drawn[node]
+        tie += 1  # the score reads q at this *rank* of q's order, never the token drawn there
+        heapq.heappush(heap, (-scores[node] * weight * entry.prob_list[rank], tie, node, rank))
+
+    while heap and len(builder) - 1 < budget:
+        _, _, node, rank = heapq.heappop(heap)
+        if rank < 0:  # look the node's q up and draw its children's order
+            entry = store.blend(suffixes[node], tree.beta)
+            if entry is not None:
+                weight = entry.count / (entry.count + tree.confidence) if tree.confidence else 1.0
+                drawn[node] = (entry, choose_children(entry.log_q, len(entry.id_list), randomness), weight)
+                builder.set_distribution(node, entry.ids, entry.q)
+                offer(node, 0)
+            continue
+        entry, order, weight = drawn[node]
+        slot = order[rank]
+        token = entry.id_list[slot]
+        child = builder.add(node, token, slot)
+        suffixes.append((suffixes[node] + (token,))[-max_n:])
+        scores.append(scores[node] * weight * entry.prob_list[slot])
+        if rank + 1 < len(order):
+            offer(node, rank + 1)
+        if builder.depths[child] < deepest:
+            tie += 1
+            heapq.heappush(heap, (-scores[child], tie, child, -1))
+    graft_chain(builder, suffixes, scores, chain, max_n, deepest)
+    return builder.build(randomness is not None)
