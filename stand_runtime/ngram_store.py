@@ -275,20 +275,24 @@ class NGramStore:
             top = sorted(self._unigram.items(), key=lambda item: -item[1])[:width]
             total = sum(mass for _, mass in top)
             self._unigram_top = tuple((token, mass / total) for token, mass in top)
-        blended = dict(self._unigram_top)
-        count = 0
+        # blended value of a token = scale * raw[token]: one multiplication per level, not per token
+        raw = dict(self._unigram_top)
+        scale, count = 1.0, 0
         context = tuple(context[-self.max_n :])
         for n in range(1, len(context) + 1):
             entry = self._tables[n].get(context[-n:])
             if entry is None:
                 break  # a longer context is stored only where its suffixes are
             weight = entry.count / (entry.count + beta * len(entry.id_list))
-            keep = 1.0 - weight
-            blended = {token: mass * keep for token, mass in blended.items()}
-            for token, prob in zip(entry.id_list, entry.q.tolist()):
-                blended[token] = blended.get(token, 0.0) + weight * prob
+            if weight >= 1.0:  # beta 0: this level alone
+                raw, scale = {}, 1.0
+            else:
+                scale *= 1.0 - weight
+            add = weight / (scale * sum(entry.prob_list))
+            for token, prob in zip(entry.id_list, entry.prob_list):
+                raw[token] = raw.get(token, 0.0) + prob * add
             count = entry.count
-        top = sorted((item for item in blended.items() if item[1] > 0), key=lambda item: -item[1])[:width]
+        top = sorted((item for item in raw.items() if item[1] > 0), key=lambda item: -item[1])[:width]
         total = sum(mass for _, mass in top)
         return StoreEntry([token for token, _ in top], [mass / total for _, mass in top], count)
 

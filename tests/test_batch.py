@@ -11,13 +11,14 @@ PROMPTS = [REPEAT_PROMPT, [2, 7, 2, 7, 2, 9], [5], [1, 2, 3, 4, 5, 6, 7, 8, 1, 2
 """Prompts of different lengths (one of a single token: nothing cached, nothing to draft at first)."""
 
 TREES = {"stand": "heuristic-80", "stand-det": "heuristic-80", "recycle": "heuristic-80", "pld": None, "ar": None,
-         "suffix": None}
+         "suffix": None, "stand[dynamic-16]": "dynamic-16"}
 
 
-@pytest.mark.parametrize("method", ["stand", "stand-det", "pld", "recycle", "ar", pytest.param("suffix", marks=needs_arctic)])
+@pytest.mark.parametrize("method", ["stand", "stand-det", "stand[dynamic-16]", "pld", "recycle", "ar",
+                                    pytest.param("suffix", marks=needs_arctic)])
 def test_batched_greedy_rows_equal_plain_decoding_tiny(tiny_qwen2, method):
-    results = generate_batch(tiny_qwen2, None, PROMPTS, n=2, method=method, tree=TREES[method], temperature=0,
-                             max_new_tokens=40, eos_token_ids=[])
+    results = generate_batch(tiny_qwen2, None, PROMPTS, n=2, method=method.removesuffix("[dynamic-16]"),
+                             tree=TREES[method], temperature=0, max_new_tokens=40, eos_token_ids=[])
     assert len(results) == 2 * len(PROMPTS)
     accepted = 0
     for row, result in enumerate(results):

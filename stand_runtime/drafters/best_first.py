@@ -136,7 +136,9 @@ def best_first_draft(tree: DynamicTree, store: NGramStore, context: list[int], r
             entry = store.blend(suffixes[node], tree.beta)
             if entry is not None:
                 weight = entry.count / (entry.count + tree.confidence) if tree.confidence else 1.0
-                drawn[node] = (entry, choose_children(entry.log_q, len(entry.id_list), randomness), weight)
+                order = (range(len(entry.id_list)) if randomness is None  # q's order (log q not needed)
+                         else choose_children(entry.log_q, len(entry.id_list), randomness))
+                drawn[node] = (entry, order, weight)
                 builder.set_distribution(node, entry.ids, entry.q)
                 offer(node, 0)
             continue
