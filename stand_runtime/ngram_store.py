@@ -267,7 +267,8 @@ class NGramStore:
         Returns:
             An entry whose ``q`` is the blend over ``width`` ids, sorted by decreasing q, and whose
             ``count`` is the longest matched context's observations (0 when only the 0-gram table
-            answers); ``None`` when the store is empty.
+            answers); ``None`` when the store is empty. Counted in :meth:`stats` as a lookup
+            answered by the longest matched table (a miss when only the 0-gram table answers).
         """
         if not self._unigram:
             return None
@@ -277,7 +278,7 @@ class NGramStore:
             self._unigram_top = tuple((token, mass / total) for token, mass in top)
         # blended value of a token = scale * raw[token]: one multiplication per level, not per token
         raw = dict(self._unigram_top)
-        scale, count = 1.0, 0
+        scale, count, matched = 1.0, 0, 0
         context = tuple(context[-self.max_n :])
         for n in range(1, len(context) + 1):
             entry = self._tables[n].get(context[-n:])
@@ -291,7 +292,10 @@ class NGramStore:
             add = weight / (scale * sum(entry.prob_list))
             for token, prob in zip(entry.id_list, entry.prob_list):
                 raw[token] = raw.get(token, 0.0) + prob * add
-            count = entry.count
+            count, matched = entry.count, n
+        self._lookups += 1  # counted as a lookup answered by the longest context matched (a miss: none)
+        if matched:
+            self._hits[matched] += 1
         top = sorted((item for item in raw.items() if item[1] > 0), key=lambda item: -item[1])[:width]
         total = sum(mass for _, mass in top)
         return StoreEntry([token for token, _ in top], [mass / total for _, mass in top], count)

@@ -156,3 +156,5 @@ def test_blend_interpolates_from_the_0_gram_table_up_to_the_longest_context():
     sharp = store.blend([2, 1], beta=0.0)  # beta 0: the longest context alone
     assert sharp.id_list == [7] and sharp.q == pytest.approx([1.0])
     assert len(store.blend([2, 1], width=2).id_list) == 2
+    stats = store.stats()  # each blend counts as a lookup answered by its longest context
+    assert stats.lookups == 5 and stats.hits_by_n == {2: 3, 1: 1} and stats.misses == 1

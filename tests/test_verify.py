@@ -105,6 +105,25 @@ def markov_joint(p_matrix, root):
     return p_matrix[root][:, None] * p_matrix
 
 
+def markov_case(seed: int, vocab: int, power: float, impossible: tuple, q_share_of_p: float):
+    """A Markov target (rows of p, one transition impossible) and draft rows q mixing p with noise."""
+    gen = np.random.default_rng(seed)
+    p_matrix = gen.random((vocab, vocab)) ** power
+    p_matrix[impossible] = 0.0
+    p_matrix /= p_matrix.sum(1, keepdims=True)
+    q_matrix = q_share_of_p * p_matrix + (1 - q_share_of_p) * gen.dirichlet(np.ones(vocab), size=vocab)
+    return p_matrix, q_matrix
+
+
+def assert_markov_joint(counts, p_matrix, trials):
+    """The first two emitted tokens follow the Markov target's joint law (chi-square, p > 0.001)."""
+    joint = markov_joint(p_matrix, 0).ravel()
+    observed = counts.ravel()
+    assert observed[joint == 0].sum() == 0
+    result = stats.chisquare(observed[joint > 0], joint[joint > 0] * trials)
+    assert result.pvalue > 0.001, result
+
+
 def two_token_counts(p_matrix, q_matrix, stochastic, trials, seed, tree=None, extend=None, graft=None, dynamic=None,
                      observations=1):
     """Run full steps on a two-level tree with a Markov target; count the first two emitted tokens
@@ -154,11 +173,7 @@ def test_two_level_tree_markov_joint_distribution(stochastic):
     trials = 60_000
     counts, accepted = two_token_counts(p_matrix, q_matrix, stochastic, trials, seed=11)
     assert accepted > trials  # drafts were really accepted, at both levels on average
-    joint = markov_joint(p_matrix, 0).ravel()
-    observed = counts.ravel()
-    assert observed[joint == 0].sum() == 0
-    result = stats.chisquare(observed[joint > 0], joint[joint > 0] * trials)
-    assert result.pvalue > 0.001, result
+    assert_markov_joint(counts, p_matrix, trials)
 
 
 @pytest.mark.parametrize("stochastic", [True, False], ids=["stochastic", "deterministic"])
@@ -180,11 +195,7 @@ def test_extension_chains_keep_the_markov_joint_distribution(stochastic):
     counts, accepted, extension = two_token_counts(p_matrix, q_matrix, stochastic, trials, seed=5, tree=tree,
                                                    extend=Extension(budget=4, min_score=0.0))
     assert extension > trials // 4, extension  # chain nodes beyond the static tree were accepted
-    joint = markov_joint(p_matrix, 0).ravel()
-    observed = counts.ravel()
-    assert observed[joint == 0].sum() == 0
-    result = stats.chisquare(observed[joint > 0], joint[joint > 0] * trials)
-    assert result.pvalue > 0.001, result
+    assert_markov_joint(counts, p_matrix, trials)
 
 
 def test_greedy_accepts_exactly_the_argmax_path():
@@ -273,12 +284,8 @@ def test_duplicate_siblings_are_refused_where_drafts_are_built():
 def test_copy_chains_keep_the_markov_joint_distribution(stochastic):
     """STAND's copy path: deterministic chains grafted below drafted nodes and at store misses are
     verified by the deterministic-draft rule next to q-drawn siblings elsewhere; the output stays p's."""
-    gen = np.random.default_rng(21)
     vocab = 5
-    p_matrix = gen.random((vocab, vocab)) ** 3
-    p_matrix[2, 4] = 0.0
-    p_matrix /= p_matrix.sum(1, keepdims=True)
-    q_matrix = 0.5 * p_matrix + 0.5 * gen.dirichlet(np.ones(vocab), size=vocab)
+    p_matrix, q_matrix = markov_case(21, vocab, 3, (2, 4), 0.5)
     q_matrix[3] = 0.0  # a store miss after token 3: the copy chain is the whole draft there
     copy = {t: [int(np.argmax(p_matrix[t])), int(np.argsort(p_matrix[np.argmax(p_matrix[t])])[-2])] for t in range(vocab)}
     trials = 40_000
@@ -286,11 +293,7 @@ def test_copy_chains_keep_the_markov_joint_distribution(stochastic):
                                                 tree=DraftTree.from_paths([[0], [1]]),
                                                 graft=lambda context: copy[context[-1]])
     assert copied > trials // 10, copied  # copied nodes were accepted
-    joint = markov_joint(p_matrix, 0).ravel()
-    observed = counts.ravel()
-    assert observed[joint == 0].sum() == 0
-    result = stats.chisquare(observed[joint > 0], joint[joint > 0] * trials)
-    assert result.pvalue > 0.001, result
+    assert_markov_joint(counts, p_matrix, trials)
 
 
 @pytest.mark.parametrize("stochastic", [True, False], ids=["stochastic", "deterministic"])
@@ -301,12 +304,8 @@ def test_dynamic_trees_keep_the_markov_joint_distribution(stochastic, budget):
     budget). With the next child scored by q at its rank, never by the token it will be, the output
     stays p's at both levels. (Scoring it by the drawn token's q instead fails here: p ~ 1e-288 at
     budget 2, checked when this test was written.)"""
-    gen = np.random.default_rng(29)
     vocab = 5
-    p_matrix = gen.random((vocab, vocab)) ** 3
-    p_matrix[1, 2] = 0.0
-    p_matrix /= p_matrix.sum(1, keepdims=True)
-    q_matrix = 0.7 * p_matrix + 0.3 * gen.dirichlet(np.ones(vocab), size=vocab)
+    p_matrix, q_matrix = markov_case(29, vocab, 3, (1, 2), 0.7)
     q_matrix[4] = 0.0  # never a context: the blend drafts the 0-gram table's q there
     copy = {t: [int(np.argsort(p_matrix[t])[-2])] for t in range(vocab)}
     trials = 40_000
@@ -314,8 +313,4 @@ def test_dynamic_trees_keep_the_markov_joint_distribution(stochastic, budget):
                                            dynamic=DynamicTree(budget), graft=lambda context: copy[context[-1]],
                                            observations=30)
     assert accepted > trials // 2, accepted
-    joint = markov_joint(p_matrix, 0).ravel()
-    observed = counts.ravel()
-    assert observed[joint == 0].sum() == 0
-    result = stats.chisquare(observed[joint > 0], joint[joint > 0] * trials)
-    assert result.pvalue > 0.001, result
+    assert_markov_joint(counts, p_matrix, trials)
