@@ -90,7 +90,7 @@ def decode_rows(
         rows: the rows (:class:`RowSpec`).
         method, tree, feed_rejected, extend, copy_tokens: as in :func:`stand_runtime.generate`; the
             tree is resolved once for the batch (``"auto"`` and families sized for ``len(rows)`` rows).
-        max_nodes: cap on drafted nodes per row and step (breadth-first cut, lossless); None = none;
+        max_nodes: cap on drafted nodes per row and step (the draft's first nodes kept, lossless); None = none;
             ``"auto"`` = :func:`auto_node_cap`.
         on_tokens: called with the number of tokens committed by each step over all rows (progress).
         on_finish: called as ``on_finish(row_index, result)`` when a row finishes.

@@ -147,7 +147,7 @@ class DecodeRow:
         """This step's draft: the drafter's tree (no deeper than the budget allows), or a lone root.
 
         Args:
-            max_nodes: optional cap on drafted nodes (root excluded); the draft is cut breadth-first
+            max_nodes: optional cap on drafted nodes (root excluded); the draft is cut to its first nodes
                 (a batch shares a token budget per forward). None = the drafter's own size.
         """
         if self.drafter is not None and self.remaining > 1 and max_nodes != 0:
@@ -202,8 +202,9 @@ class DecodeRow:
 
 
 def truncate_draft(draft: Draft, max_nodes: int) -> Draft:
-    """The first ``max_nodes`` drafted nodes of ``draft`` (breadth-first order keeps every kept
-    node's parent), with the same draft distributions: a prefix of each node's children in drawing
+    """The first ``max_nodes`` drafted nodes of ``draft`` (parents and elder siblings come first, so
+    every kept node keeps its parent: breadth-first for a static tree, the best-scoring nodes for a
+    dynamic one), with the same draft distributions: a prefix of each node's children in drawing
     order, so verification stays lossless (a stochastic node's first children are still a
     without-replacement draw from q; copied children come after the drawn ones)."""
     n = max_nodes + 1

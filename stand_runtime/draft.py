@@ -1,8 +1,9 @@
 """What a drafter hands to the engine for one decoding step: a token tree with its draft distributions.
 
-A :class:`Draft` is a tree of tokens in breadth-first order, root first. The root is the last
-committed token (sampled, not yet in the KV cache); every other node is a drafted token whose parent
-comes before it (``parents[i] < i``). A static tree (:class:`stand_runtime.tree.DraftTree`) is one
+A :class:`Draft` is a tree of tokens, root first, in the order its drafter added them (breadth-first
+for a static tree, best-first for STAND's dynamic tree). The root is the last committed token
+(sampled, not yet in the KV cache); every other node is a drafted token whose parent comes before it
+(``parents[i] < i``) and whose elder siblings come before it. A static tree (:class:`stand_runtime.tree.DraftTree`) is one
 way to produce a draft (``nodes`` then records which static node each token fills); a dynamic
 drafter builds the parent array itself. Verification (:mod:`stand_runtime.verify`) and the tree
 forward (:mod:`stand_runtime.forward`) read only ``tokens``, ``parents``, ``depths``, ``children``
@@ -31,7 +32,7 @@ from .errors import StandError
 
 @dataclass(frozen=True, eq=False)
 class Draft:
-    """The token tree of one decoding step, root first, breadth-first.
+    """The token tree of one decoding step, root first, parents and elder siblings before each node.
 
     Attributes (``n`` = forwarded nodes, root included):
         tokens: ``[n]`` token ids; ``tokens[0]`` is the root (the last committed token).
