@@ -156,7 +156,9 @@ def load_tree(path_or_name: str | os.PathLike) -> TreeFile:
             path = bundled[spec]
         else:
             names = ", ".join(sorted(bundled)) or "none"
-            raise StandError(f"tree not found: {spec!r} is neither a file nor a bundled tree ({names})")
+            hint = ("; STAND's dynamic tree (dynamic, dynamic-N) has no fixed shape: it applies only to decoding's "
+                    "--tree") if str(spec).strip().lower().startswith("dynamic") else ""
+            raise StandError(f"tree not found: {spec!r} is neither a file nor a bundled tree ({names}){hint}")
     try:
         stat = path.stat()
         return _load_cached(path.resolve(), stat.st_mtime_ns, stat.st_size)

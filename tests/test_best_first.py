@@ -4,6 +4,7 @@ Its losslessness is tested with the other verification rules (tests/test_verify.
 chi-square) and end to end in tests/test_engine.py (greedy identity, sampled distribution).
 """
 
+import numpy as np
 import pytest
 
 from stand_runtime import DynamicTree, NGramStore, RandomStream, StandError, check_method, method_tree, new_memory
@@ -37,6 +38,8 @@ def test_budget_counts_copied_nodes_and_depth_limits_hold():
     draft = best_first_draft(DynamicTree(8), store, [0, 1], None, chain=[2, 3, 7, 7])
     assert draft.num_nodes <= 8
     assert draft.copied  # the copy chain left the drafted path at 7
+    for budget in (1, 2):  # a copy chain longer than the budget is cut to it
+        assert best_first_draft(DynamicTree(budget), store, [0, 1], None, chain=[7] * 10).num_nodes == budget
     limited = best_first_draft(DynamicTree(20), store, [0, 1], None, max_depth=2)
     assert int(max(limited.depths)) <= 2
     assert best_first_draft(DynamicTree(20, max_depth=3), store, [0, 1], None).depths.max() <= 3
@@ -66,11 +69,15 @@ def test_dynamic_specs_and_which_methods_take_them():
     assert parse_dynamic("dynamic") == DynamicTree(80)
     assert parse_dynamic("dynamic-12").num_nodes == 12
     assert parse_dynamic("heuristic-80") is None and parse_dynamic(None) is None
-    for bad in ("dynamic-0", "dynamic-x", "dynamic-"):
+    for bad in ("dynamic-0", "dynamic-x", "dynamic-", "dynamic-05", "dynamic-\u0663", "dynamic-99999"):
         with pytest.raises(StandError, match="bad dynamic tree"):
             parse_dynamic(bad)
-    with pytest.raises(StandError, match="node budget >= 1"):
-        DynamicTree(0)
+    for kwargs in ({"num_nodes": 0}, {"num_nodes": 2000}, {"num_nodes": True}, {"num_nodes": 8.0}, {"max_depth": 0},
+                   {"max_depth": None}, {"confidence": float("inf")}, {"confidence": "1"}, {"confidence": True},
+                   {"beta": float("nan")}, {"beta": -1}):
+        with pytest.raises(StandError, match="dynamic tree"):
+            DynamicTree(**kwargs)
+    assert DynamicTree(np.int64(8)).num_nodes == 8 and type(DynamicTree(np.int64(8)).num_nodes) is int
     assert method_tree("stand-det", "dynamic-40") == DynamicTree(40)
     with pytest.raises(StandError, match="a dynamic tree applies to stand, stand-det"):
         method_tree("recycle", "dynamic")

@@ -255,3 +255,10 @@ def test_calibrate_traces_cli_writes_an_exportable_calibration(tmp_path):
     assert result.exit_code == 0, result.output
     result = CliRunner().invoke(app, ["calibrate", "--traces", str(tmp_path / "missing.jsonl"), "--out", str(out)])
     assert result.exit_code == 2 and "no traces file" in result.output
+
+
+def test_trace_bench_tree_goes_to_the_methods_that_take_it():
+    specs = {s.label: s.tree for s in parse_trace_methods("stand,stand-det,stand-static,pld,recycle", "dynamic-8")}
+    assert specs == {"stand": "dynamic-8", "stand-det": "dynamic-8", "stand-static": "stand-smollm2-humaneval-80",
+                     "pld": None, "recycle": "heuristic-80"}
+    assert parse_trace_methods("recycle", "stand-smollm2-humaneval-80")[0].tree == "stand-smollm2-humaneval-80"

@@ -16,7 +16,7 @@ from typing import Callable
 
 import numpy as np
 
-from stand_runtime import COPY_TOKENS, STORE_METHODS, SUFFIX_TUNED, RandomStream, SamplingParams, StandError, SuffixSettings
+from stand_runtime import COPY_TOKENS, STORE_METHODS, TREE_METHODS, SUFFIX_TUNED, RandomStream, SamplingParams, StandError, SuffixSettings
 from stand_runtime import make_drafter, new_memory, replay_trace
 from stand_runtime.drafters import parse_dynamic
 
@@ -65,7 +65,8 @@ class TraceMethod:
 
 def parse_trace_methods(methods: str, tree: str | None = None, copy_tokens: int = COPY_TOKENS) -> list[TraceMethod]:
     """``"stand,pld,suffix-tuned"`` → configurations (tree methods on ``tree`` or their default;
-    ``stand-static`` always on :data:`STATIC_TRACE_TREE`, ``recycle`` on its own for a dynamic ``tree``).
+    ``stand-static`` always on :data:`STATIC_TRACE_TREE`, ``recycle`` on its own for a dynamic ``tree``;
+    methods without a tree ignore it).
 
     Raises:
         StandError: an unknown or repeated method name.
@@ -88,9 +89,11 @@ def parse_trace_methods(methods: str, tree: str | None = None, copy_tokens: int 
                 min_token_prob=SUFFIX_TUNED.min_token_prob)))
         elif name == "stand-static":
             out.append(TraceMethod(name, "stand", DEFAULT_TRACE_TREES[name], copy_tokens=copy_tokens))
-        else:
+        elif name in TREE_METHODS:
             given = tree if name != "recycle" or parse_dynamic(tree) is None else None  # recycle: static trees only
-            out.append(TraceMethod(name, name, given or DEFAULT_TRACE_TREES.get(name), copy_tokens=copy_tokens))
+            out.append(TraceMethod(name, name, given or DEFAULT_TRACE_TREES[name], copy_tokens=copy_tokens))
+        else:  # pld: no tree
+            out.append(TraceMethod(name, name, copy_tokens=copy_tokens))
     return out
 
 

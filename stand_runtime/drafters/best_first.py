@@ -22,15 +22,19 @@ already made.) For deterministic drafts the two coincide.
 from __future__ import annotations
 
 import heapq
+import math
 import re
 from dataclasses import dataclass
+
+import numpy as np
 
 from ..draft import Draft, DraftBuilder
 from ..errors import StandError
 from ..ngram_store import NGramStore
 from ..randomness import RandomStream
 from ..gumbel import choose_children
-from .tree_walk import graft_chain
+from ..tree import MAX_DEPTH
+from .tree_walk import MAX_CHAIN_DEPTH, graft_chain
 
 DYNAMIC = "dynamic"
 """The tree spec of STAND's dynamic tree (``dynamic`` = :data:`DYNAMIC_BUDGET` nodes, or
@@ -38,6 +42,10 @@ DYNAMIC = "dynamic"
 
 DYNAMIC_BUDGET = 80
 """Default node budget of a dynamic tree (the paper's static tree size)."""
+
+MAX_DYNAMIC_NODES = 1024
+"""Largest node budget a dynamic tree takes (beyond the 625-node candidate tree; a step's forward
+and ancestor mask grow with it)."""
 
 DYNAMIC_MAX_N = 8
 """Longest context of the store a dynamic tree drafts from (the static tree's store: 3). Longer
@@ -55,19 +63,26 @@ class DynamicTree:
         max_depth: deepest node when the step sets no depth limit of its own.
 
     Raises:
-        StandError: a budget below 1 or a negative confidence or beta.
+        StandError: a budget outside 1..:data:`MAX_DYNAMIC_NODES`, a depth outside
+            1..:data:`stand_runtime.tree.MAX_DEPTH`, or a confidence or beta that is not a finite
+            number >= 0.
     """
 
     num_nodes: int = DYNAMIC_BUDGET
     confidence: float = 1.0
     beta: float = 1.0
-    max_depth: int = 64
+    max_depth: int = MAX_CHAIN_DEPTH
 
     def __post_init__(self) -> None:
-        if isinstance(self.num_nodes, bool) or not isinstance(self.num_nodes, int) or self.num_nodes < 1:
-            raise StandError(f"a dynamic tree needs a node budget >= 1, got {self.num_nodes!r}")
-        if not self.confidence >= 0 or not self.beta >= 0:
-            raise StandError(f"dynamic tree confidence and beta must be >= 0, got {self.confidence}, {self.beta}")
+        for name, value, top in (("node budget", self.num_nodes, MAX_DYNAMIC_NODES), ("max_depth", self.max_depth, MAX_DEPTH)):
+            if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or not 1 <= value <= top:
+                raise StandError(f"a dynamic tree needs a {name} from 1 to {top}, got {value!r}")
+        for name, value in (("confidence", self.confidence), ("beta", self.beta)):
+            if (isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating))
+                    or not math.isfinite(value) or value < 0):
+                raise StandError(f"dynamic tree {name} must be a finite number >= 0, got {value!r}")
+        object.__setattr__(self, "num_nodes", int(self.num_nodes))
+        object.__setattr__(self, "max_depth", int(self.max_depth))
 
     @property
     def name(self) -> str:
@@ -87,9 +102,9 @@ def parse_dynamic(spec) -> DynamicTree | None:
         return None
     if spec == DYNAMIC:
         return DynamicTree()
-    match = re.fullmatch(rf"{DYNAMIC}-(\d+)", spec)
-    if match is None or int(match.group(1)) < 1:
-        raise StandError(f"bad dynamic tree {spec!r}: write dynamic or dynamic-N with N >= 1 nodes")
+    match = re.fullmatch(rf"{DYNAMIC}-([1-9][0-9]*)", spec)
+    if match is None or int(match.group(1)) > MAX_DYNAMIC_NODES:
+        raise StandError(f"bad dynamic tree {spec!r}: write dynamic or dynamic-N with N from 1 to {MAX_DYNAMIC_NODES} nodes")
     return DynamicTree(int(match.group(1)))
 
 
@@ -111,7 +126,7 @@ def best_first_draft(tree: DynamicTree, store: NGramStore, context: list[int], r
         The :class:`Draft`: parents before children, each node's children in drawing order, the
         best-scoring nodes first (so a prefix of it is still a lossless draft), copied nodes last.
     """
-    chain = list(chain or ())
+    chain = list(chain or ())[: tree.num_nodes]  # copied nodes count against the budget
     budget = tree.num_nodes - len(chain)
     deepest = tree.max_depth if max_depth is None else min(max_depth, tree.max_depth)
     max_n = store.max_n
