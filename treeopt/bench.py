@@ -30,7 +30,7 @@ from stand_runtime import (
     check_seed,
     summarise_draft_quality,
 )
-from stand_runtime.drafters import DYNAMIC_METHODS, parse_dynamic
+from stand_runtime.drafters import takes_tree
 
 from .answers import extract_answer, majority_vote, normalise
 from .datasets import Prompt
@@ -98,7 +98,7 @@ def parse_methods(methods: str, trees: list[str] | None) -> list[BenchMethod]:
     for name in names:
         base, rejected = name.removesuffix(REJECTED_SUFFIX), name.endswith(REJECTED_SUFFIX)
         if base in TREE_METHODS:
-            usable = trees if base in DYNAMIC_METHODS else [t for t in trees if parse_dynamic(t) is None]
+            usable = [tree for tree in trees if takes_tree(base, tree)]
             out += [BenchMethod(base, tree, rejected) for tree in (usable or [None])]
         else:
             out.append(BenchMethod(name))

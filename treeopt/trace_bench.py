@@ -18,7 +18,7 @@ import numpy as np
 
 from stand_runtime import COPY_TOKENS, STORE_METHODS, TREE_METHODS, SUFFIX_TUNED, RandomStream, SamplingParams, StandError, SuffixSettings
 from stand_runtime import make_drafter, new_memory, replay_trace
-from stand_runtime.drafters import parse_dynamic
+from stand_runtime.drafters import takes_tree
 
 from .traces import TraceGroup
 
@@ -90,7 +90,7 @@ def parse_trace_methods(methods: str, tree: str | None = None, copy_tokens: int 
         elif name == "stand-static":
             out.append(TraceMethod(name, "stand", DEFAULT_TRACE_TREES[name], copy_tokens=copy_tokens))
         elif name in TREE_METHODS:
-            given = tree if name != "recycle" or parse_dynamic(tree) is None else None  # recycle: static trees only
+            given = tree if takes_tree(name, tree) else None  # recycle: static trees only
             out.append(TraceMethod(name, name, given or DEFAULT_TRACE_TREES[name], copy_tokens=copy_tokens))
         else:  # pld: no tree
             out.append(TraceMethod(name, name, copy_tokens=copy_tokens))

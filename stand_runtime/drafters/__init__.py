@@ -86,6 +86,12 @@ def check_method(method: str, *, tree=None, memory=None, feed_rejected: bool = F
         raise StandError(f"method {method!r} has no memory to share (store applies to stand, stand-det, recycle, suffix)")
 
 
+def takes_tree(method: str, spec) -> bool:
+    """Whether ``method`` drafts into the tree ``spec`` (tree methods; a dynamic tree only for
+    :data:`DYNAMIC_METHODS`): the rule benches use to hand each method the trees it can take."""
+    return method in TREE_METHODS and (method in DYNAMIC_METHODS or parse_dynamic(spec) is None)
+
+
 def sized_family(spec) -> str | None:
     """The tree family a tree spec asks to size for this machine: the bundled default for
     ``"auto"``, the family itself for a family file or bundled family name; None for a fixed tree."""
@@ -133,8 +139,7 @@ def new_memory(method: str, vocab: int, tree=None) -> Memory | None:
     """A fresh drafter memory for ``method`` (None for methods without one); a store for a dynamic
     ``tree`` keeps contexts up to :data:`DYNAMIC_MAX_N` tokens (the paper's store: 3)."""
     if method in STORE_METHODS:
-        dynamic = isinstance(tree, DynamicTree) or parse_dynamic(tree) is not None
-        return NGramStore(top_k=STORE_TOP_K, max_n=DYNAMIC_MAX_N if dynamic else 3)
+        return NGramStore(top_k=STORE_TOP_K, max_n=DYNAMIC_MAX_N if parse_dynamic(tree) is not None else 3)
     if method == "recycle":
         return RecyclingMatrix(vocab)
     if method == "suffix":
@@ -199,5 +204,5 @@ __all__ = [
     "AUTO", "COPY_TOKENS", "DEFAULT_TREES", "DYNAMIC", "DYNAMIC_MAX_N", "DYNAMIC_METHODS", "DynamicTree", "best_first_draft",
     "parse_dynamic", "Drafter", "METHODS", "Memory", "PromptLookupDrafter", "RecyclingMatrix", "STORE_METHODS",
     "STORE_TOP_K", "SUFFIX_TUNED", "StandDrafter", "SuffixDecodingDrafter", "SuffixMemory", "SuffixSettings", "draft_tree", "TREE_METHODS", "TokenRecyclingDrafter", "Extension", "check_method", "make_drafter",
-    "method_tree", "new_memory", "sized_family", "store_params",
+    "method_tree", "new_memory", "sized_family", "store_params", "takes_tree",
 ]

@@ -163,9 +163,9 @@ class StandDrafter:
     def _measure_root(self, draft: Draft, p: np.ndarray | None) -> None:
         """Diagnostics: q at a drafted root against p (q as drafted: the store is fed after this)."""
         root_n, self._root_n = self._root_n, None
+        if root_n is None or p is None or not self.dynamic and not self.tree.children[0]:
+            return  # the step was not drafted (token budget) or the static tree has no root children
         width = len([c for c in draft.children[0] if c not in draft.copied]) if self.dynamic else len(self.tree.children[0])
-        if root_n is None or p is None or not width and not self.dynamic:
-            return  # the step was not drafted (token budget) or the tree has no root children
         if root_n == 0:
             self.quality.add(0)
         elif draft.draft_ids[0] is not None and width:
