@@ -503,10 +503,11 @@ def bench(
     if engine == "vllm":
         return _bench_vllm(model, dataset, field, samples, offset, methods, temperature, top_p, max_new_tokens, seed,
                            trajectories, ignore_eos, json_out, dtype, k)
+    if methods is None:
+        methods = "ar,stand" if traces is None else None
     if traces is not None:
         return _bench_traces(traces, methods, tree, group_field, text_field, prompt_field, max_tokens, min_group_size,
                              tokenizer_spec or model, copy_tokens, json_out, png)
-    methods = methods or "ar,stand"
     from stand_runtime import SamplingParams, check_budget, check_writable, method_tree
     from stand_runtime import cached_latency
     from treeopt import load_prompts, parse_methods, results_json, run_bench, speedups
@@ -592,19 +593,15 @@ def search(
     dtype: str = typer.Option("float32", help=DTYPE_HELP),
 ) -> None:
     """Test-time scaling: best-of-N or DVTS on a dataset, each problem decoded by every method (interleaved)."""
-    from stand_runtime import TREE_METHODS, HFBackend, SamplingParams, check_method, check_writable, method_tree, vocab_size
+    from stand_runtime import METHODS, TREE_METHODS, HFBackend, SamplingParams, check_writable, method_tree, vocab_size
     from treeopt import load_prompts
+    from treeopt.method_lists import split_methods
     from treeopt.search import SearchSettings, search_problem, summarize
     from treeopt.verifiers import make_verifier
 
     check_paths({"--json": json_out}, {"--dataset": dataset})
-    names = [m.strip() for m in methods.split(",") if m.strip()]
-    if not names:
-        raise StandError("--methods is empty")
-    if len(set(names)) < len(names):
-        raise StandError(f"--methods lists a method twice: {methods}")
+    names = split_methods(methods, METHODS)
     for name in names:
-        check_method(name)
         method_tree(name, tree if name in TREE_METHODS else None)
     if isinstance(max_batch, bool) or max_batch < 1:
         raise StandError(f"--max-batch must be >= 1, got {max_batch}")
@@ -656,7 +653,8 @@ def _bench_traces(path: Path, methods: Optional[str], tree: Optional[list[str]],
         raise StandError("--traces takes one --tree")
     if isinstance(copy_tokens, bool) or not 0 <= copy_tokens <= 64:
         raise StandError(f"--copy-tokens must be in [0, 64], got {copy_tokens}")
-    specs = parse_trace_methods(methods or ",".join(TRACE_METHODS), tree[0] if tree else None, copy_tokens)
+    specs = parse_trace_methods(",".join(TRACE_METHODS) if methods is None else methods, tree[0] if tree else None,
+                                copy_tokens)
     for output in (json_out, png):
         if output is not None:
             check_writable(output)
@@ -706,7 +704,7 @@ def _bench_vllm(model: str, dataset: str, field: Optional[str], samples: int, of
     from treeopt.vllm_bench import parse_vllm_methods, run_vllm_bench
 
     check_paths({"--json": json_out}, {"--dataset": dataset})
-    names = parse_vllm_methods(methods or "ar,ngram,suffix,stand")
+    names = parse_vllm_methods("ar,ngram,suffix,stand" if methods is None else methods)
     if k_spec != "auto" and not (k_spec.isdigit() and 1 <= int(k_spec) <= 64):
         raise StandError(f"--k must be auto or an integer in [1, 64], got {k_spec!r}")
     if k_spec == "auto" and "stand" in names and "ar" not in names:

@@ -25,10 +25,11 @@ from typing import Callable, Protocol, Sequence
 
 from .batch_decode import RowSpec, auto_node_cap, check_max_nodes, decode_rows
 from .batch_sampling import RecordedDistributions, sample_recorded
+from .checks import MAX_ROWS, MAX_SAMPLES, check_bool, check_callable, check_int
 from .decode import check_budget, generate
 from .drafters import Memory, check_method, method_tree, new_memory
 from .errors import StandError
-from .metrics import DecodeStats
+from .metrics import DecodeStats, GenerationResult
 from .model_facts import check_model, check_positions, default_eos_ids, vocab_size
 from .prompts import encode_prompt
 from .randomness import SEED_LIMIT, check_seed
@@ -71,20 +72,26 @@ class DecodeRequest:
     group: str | None = None
 
     def __post_init__(self) -> None:
-        if isinstance(self.n, bool) or not isinstance(self.n, int) or self.n < 1:
-            raise StandError(f"n (samples per prompt) must be an integer >= 1, got {self.n!r}")
-        check_budget(self.max_new_tokens)
+        object.__setattr__(self, "n", check_int("n (samples per prompt)", self.n, 1, MAX_SAMPLES))
+        object.__setattr__(self, "max_new_tokens", check_budget(self.max_new_tokens))
         check_seed(self.seed)
-        if self.seed is not None and self.seed + self.n - 1 >= SEED_LIMIT:
-            raise StandError(f"seed {self.seed} + {self.n} samples runs past 2**64")
+        if self.seed is not None:
+            object.__setattr__(self, "seed", int(self.seed))
+            if self.seed + self.n - 1 >= SEED_LIMIT:
+                raise StandError(f"seed {self.seed} seeds sample i with seed + i: the last of {self.n} samples runs "
+                                 f"past 2**64 - 1; give a seed <= {SEED_LIMIT - self.n}")
         if not isinstance(self.sampling, SamplingParams):
-            raise StandError(f"sampling must be a SamplingParams, not {type(self.sampling).__name__}")
+            raise StandError(f"sampling must be a SamplingParams, got {type(self.sampling).__name__} {self.sampling!r}")
         if self.group is not None and not isinstance(self.group, str):
             raise StandError(f"group must be a string or None, got {self.group!r}")
         for name in ("record_probs", "ignore_eos", "logprobs"):
-            if not isinstance(getattr(self, name), bool):
-                raise StandError(f"{name} must be True or False, got {getattr(self, name)!r}")
+            object.__setattr__(self, name, check_bool(name, getattr(self, name)))
         object.__setattr__(self, "stop", check_stop_strings(self.stop))
+        if self.record_probs and self.logprobs:
+            raise StandError("record_probs and logprobs cannot be combined: a record_probs request returns the "
+                             "recorded distributions (their log gives each token's log-probability under p)")
+        if self.record_probs and self.stop:
+            raise StandError("record_probs requests take no stop strings")
 
     def seed_of(self, sample: int) -> int | None:
         """The seed of sample ``sample`` (None when the request is unseeded)."""
@@ -163,10 +170,10 @@ class HFBackend:
                  diagnose: bool = False, share_memory: bool = False, batch_size: int = 8, max_batch: int = 1,
                  max_nodes: int | str | None = "auto") -> None:
         check_model(model)
-        check_method(method, tree=tree, feed_rejected=feed_rejected)
-        for name, value in (("batch_size", batch_size), ("max_batch", max_batch)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise StandError(f"{name} must be an integer >= 1, got {value!r}")
+        check_method(method, tree=tree, feed_rejected=feed_rejected, diagnose=diagnose)
+        share_memory = check_bool("share_memory", share_memory)
+        batch_size = check_int("batch_size", batch_size, 1, MAX_ROWS)
+        max_batch = check_int("max_batch", max_batch, 1, MAX_ROWS)
         if diagnose and max_batch > 1:
             raise StandError("diagnose runs one sample at a time: use max_batch 1")
         self.model = model
@@ -203,11 +210,14 @@ class HFBackend:
         if not all(isinstance(r, DecodeRequest) for r in requests):
             bad = next(r for r in requests if not isinstance(r, DecodeRequest))
             raise StandError(f"generate takes a list of DecodeRequest, got an item {type(bad).__name__}")
+        check_callable("on_completion", on_completion)
+        check_callable("on_tokens", on_tokens)
+        for index, request in enumerate(requests):
+            try:
+                self.check_request(request)
+            except StandError as error:
+                raise StandError(f"request {index}: {error}") from None
         recorded = [r for r in requests if r.record_probs]
-        if recorded and self.method != "ar":
-            raise StandError(f"record_probs needs method 'ar' (batched plain sampling), not {self.method!r}")
-        if any(r.stop for r in recorded):
-            raise StandError("record_probs requests take no stop strings")
         out: list[list[Completion]] = [[] for _ in requests]
         if recorded:
             self._sample_recorded([i for i, r in enumerate(requests) if r.record_probs], requests, out,
@@ -219,6 +229,22 @@ class HFBackend:
             for index in decoded:
                 out[index] = self._decode(index, requests[index], on_completion, on_tokens)
         return out
+
+    def check_request(self, request: DecodeRequest) -> list[int]:
+        """Check that this backend can serve ``request`` (before any decoding); returns its prompt ids.
+
+        Raises:
+            StandError: not a DecodeRequest, a prompt the tokenizer cannot encode or with ids outside
+                the vocabulary, a prompt plus budget beyond the model's context, or ``record_probs``
+                with a method other than ``ar``.
+        """
+        if not isinstance(request, DecodeRequest):
+            raise StandError(f"a request must be a DecodeRequest, got {type(request).__name__}")
+        if request.record_probs and self.method != "ar":
+            raise StandError(f"record_probs needs method 'ar' (batched plain sampling), not {self.method!r}")
+        prompt = encode_prompt(self.tokenizer, request.prompt, vocab_size(self.model))
+        check_positions(self.model, len(prompt), request.max_new_tokens)
+        return prompt
 
     def _eos_for(self, request: DecodeRequest) -> list[int]:
         return [] if request.ignore_eos else default_eos_ids(self.model, self.tokenizer)
@@ -279,23 +305,25 @@ class HFBackend:
         vocab = vocab_size(self.model)
         eos = default_eos_ids(self.model, self.tokenizer)
         by_params: dict[tuple, list[tuple[int, int]]] = {}
-        for index in indices:  # rows of one batch share sampling parameters and budget
+        for index in indices:  # rows of one batch share sampling parameters, budget and EOS rule
             request = requests[index]
-            key = (request.sampling, request.max_new_tokens)
+            key = (request.sampling, request.max_new_tokens, request.ignore_eos)
             by_params.setdefault(key, []).extend((index, sample) for sample in range(request.n))
-        for (params, budget), rows in by_params.items():
+        for (params, budget, ignore_eos), rows in by_params.items():
             prompts = [encode_prompt(self.tokenizer, requests[i].prompt, vocab) for i, _ in rows]
-            for prompt in prompts:
-                check_positions(self.model, len(prompt), budget)
             seeds = [requests[i].seed_of(s) for i, s in rows]
-            sampled = sample_recorded(self.model, prompts, params, budget, eos, seeds, self.batch_size, on_tokens)
+            ends = [] if ignore_eos else eos
+            sampled = sample_recorded(self.model, prompts, params, budget, ends, seeds, self.batch_size, on_tokens)
             for (index, sample), seq in zip(rows, sampled):
                 stats = DecodeStats(prompt_tokens=len(seq.prompt))
                 for _ in seq.tokens:
                     stats.record_step(1, 0, 0, True)
-                finish = "eos" if seq.tokens and seq.tokens[-1] in eos else "length"
-                text = self.tokenizer.decode(seq.tokens, skip_special_tokens=True) if self.tokenizer is not None else ""
-                completion = Completion(seq.prompt, seq.tokens, text, finish, stats, seq.recorded)
+                finish = "eos" if seq.tokens and seq.tokens[-1] in ends else "length"
+                result = GenerationResult(tokens=seq.tokens, text="", stats=stats, finish_reason=finish)
+                if self.tokenizer is not None:
+                    result.text = self.tokenizer.decode(seq.tokens, skip_special_tokens=True)
+                completion = self._completion(requests[index], seq.prompt, result)
+                completion.recorded = seq.recorded
                 out[index].append(completion)
                 if on_completion is not None:
                     on_completion(index, sample, completion)

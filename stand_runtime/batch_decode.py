@@ -26,6 +26,7 @@ from typing import Callable, Sequence
 
 import torch
 
+from .checks import MAX_ROWS, check_bool, check_callable, check_int
 from .decode import check_budget, prompt_observer
 from .decode_row import DecodeRow, StepTarget
 from .drafters import (AUTO, COPY_TOKENS, DEFAULT_TREES, TREE_METHODS, Memory, check_method, make_drafter, method_tree,
@@ -37,7 +38,7 @@ from .kv_cache import new_cache
 from .metrics import GenerationResult
 from .model_facts import attention_layout, check_model, check_positions, default_eos_ids, vocab_size
 from .prompts import encode_prompt
-from .randomness import RandomStream, check_seed
+from .randomness import SEED_LIMIT, RandomStream, check_seed
 from .sampling import SamplingParams, resolve_sampling
 from .stopping import StopRule, check_eos_ids, check_stop_strings
 
@@ -66,6 +67,25 @@ class RowSpec:
     stop: tuple[str, ...] = ()
     eos_token_ids: list[int] | None = None
     logprobs: bool = False
+
+    def __post_init__(self) -> None:
+        """Checks every field that needs no model (the vocabulary and context are checked by
+        :func:`decode_rows`); normalises ``stop`` (a lone string is one stop string) and numpy scalars.
+
+        Raises:
+            StandError: a sampling that is not a :class:`SamplingParams`, a bad seed, budget, stop
+                strings, EOS ids or a non-bool ``logprobs``.
+        """
+        if not isinstance(self.sampling, SamplingParams):
+            raise StandError(f"a row's sampling must be a SamplingParams (e.g. SamplingParams(temperature=0)), "
+                             f"got {type(self.sampling).__name__} {self.sampling!r}")
+        check_seed(self.seed)
+        self.seed = None if self.seed is None else int(self.seed)
+        self.max_new_tokens = check_budget(self.max_new_tokens)
+        self.stop = check_stop_strings(self.stop)
+        if self.eos_token_ids is not None:
+            self.eos_token_ids = check_eos_ids(self.eos_token_ids)
+        self.logprobs = check_bool("logprobs", self.logprobs)
 
 
 @torch.inference_mode()
@@ -106,10 +126,17 @@ def decode_rows(
             or an option the method does not take.
     """
     check_model(model)
-    if not rows:
-        raise StandError("decode_rows needs at least one row")
+    if isinstance(rows, RowSpec) or not isinstance(rows, (list, tuple)) or not rows:
+        raise StandError("decode_rows takes a non-empty list of RowSpec")
+    if len(rows) > MAX_ROWS:
+        raise StandError(f"{len(rows)} rows in one batch; at most {MAX_ROWS} (decode them in batches)")
+    for index, spec in enumerate(rows):
+        if not isinstance(spec, RowSpec):
+            raise StandError(f"row {index} is a {type(spec).__name__}, not a RowSpec")
     check_max_nodes(max_nodes)
-    check_method(method, tree=tree, feed_rejected=feed_rejected)
+    check_callable("on_tokens", on_tokens)
+    check_callable("on_finish", on_finish)
+    check_method(method, tree=tree, feed_rejected=feed_rejected, extend=extend, copy_tokens=copy_tokens)
     layout = attention_layout(model)
     if layout.window is not None:
         raise StandError("batched decoding does not support sliding-window attention; decode rows one at a time")
@@ -117,18 +144,16 @@ def decode_rows(
     static = method_tree(method, tree, model, batch=len(rows))
     if max_nodes == AUTO:
         max_nodes = auto_node_cap(method, tree, static, len(rows))
-    states = []
+    prepared = []
     for index, spec in enumerate(rows):
-        if not isinstance(spec, RowSpec):
-            raise StandError(f"row {index} is a {type(spec).__name__}, not a RowSpec")
         prompt = encode_prompt(tokenizer, spec.prompt, vocab)
-        check_budget(spec.max_new_tokens)
-        check_seed(spec.seed)
         check_positions(model, len(prompt), spec.max_new_tokens)
-        check_method(method, memory=spec.memory)
+        check_method(method, tree=static, memory=spec.memory)
         eos = check_eos_ids(spec.eos_token_ids, vocab) if spec.eos_token_ids is not None \
             else default_eos_ids(model, tokenizer)
-        stop_rule = StopRule(eos, spec.max_new_tokens, check_stop_strings(spec.stop), tokenizer)
+        prepared.append((prompt, StopRule(eos, spec.max_new_tokens, spec.stop, tokenizer)))
+    states = []
+    for spec, (prompt, stop_rule) in zip(rows, prepared):
         randomness = RandomStream.seeded(spec.seed)
         drafter = make_drafter(method, static, spec.memory, randomness, spec.sampling, model, feed_rejected, False,
                                spec.seed, extend, copy_tokens)
@@ -313,25 +338,19 @@ def generate_batch(
         StandError: no prompts, n < 1, per-row lists of the wrong length, and everything
             :func:`decode_rows` raises.
     """
-    if isinstance(prompts, (str, torch.Tensor)) or not prompts:
+    if isinstance(prompts, (str, torch.Tensor)) or not isinstance(prompts, (list, tuple)) or not prompts:
         raise StandError("generate_batch takes a non-empty list of prompts")
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise StandError(f"n (samples per prompt) must be an integer >= 1, got {n!r}")
+    n = check_int("n (samples per prompt)", n, 1)
     total = len(prompts) * n
-    if sampling is None or isinstance(sampling, SamplingParams):
-        params = [resolve_sampling(sampling, temperature, top_p, top_k)] * total
-    else:
-        params = [resolve_sampling(p) for p in sampling]
-    if len(params) != total:
-        raise StandError(f"sampling has {len(params)} entries for {total} rows")
-    if seed is None or isinstance(seed, int):
-        check_seed(seed)
-        seeds = [None if seed is None else seed + r for r in range(total)]
-    else:
-        seeds = list(seed)
-    if len(seeds) != total:
-        raise StandError(f"seed has {len(seeds)} entries for {total} rows")
-    check_method(method, tree=tree, feed_rejected=feed_rejected)
+    if total > MAX_ROWS:
+        raise StandError(f"{len(prompts)} prompts x n {n} = {total} rows in one batch; at most {MAX_ROWS}")
+    check_callable("on_tokens", on_tokens)
+    check_method(method, tree=tree, feed_rejected=feed_rejected, extend=extend, copy_tokens=copy_tokens)
+    stop = check_stop_strings(stop)
+    if eos_token_ids is not None:
+        eos_token_ids = check_eos_ids(eos_token_ids, vocab_size(model))
+    params = _row_sampling(sampling, temperature, top_p, top_k, total)
+    seeds = _row_seeds(seed, total)
     if store is None:
         memories = [new_memory(method, vocab_size(model), tree) for _ in prompts]
     elif isinstance(store, (list, tuple)):
@@ -346,8 +365,55 @@ def generate_batch(
         ids = encode_prompt(tokenizer, prompt, vocab)
         for j in range(n):
             r = i * n + j
-            rows.append(RowSpec(ids, params[r], seeds[r], max_new_tokens, memories[i], tuple(stop),
-                                None if eos_token_ids is None else list(eos_token_ids)))
+            rows.append(RowSpec(ids, params[r], seeds[r], max_new_tokens, memories[i], stop, eos_token_ids))
     return decode_rows(model, tokenizer, rows, method=method, tree=tree, feed_rejected=feed_rejected, extend=extend,
                        copy_tokens=copy_tokens, max_nodes=max_nodes, on_tokens=on_tokens)
 
+
+def _row_sampling(sampling, temperature, top_p, top_k, total: int) -> list[SamplingParams]:
+    """Per row its :class:`SamplingParams`: one for every row (given, or built from the keywords)
+    or a list with one per row.
+
+    Raises:
+        StandError: anything else (a dict, a list of the wrong length or holding other things).
+    """
+    if sampling is None or isinstance(sampling, SamplingParams):
+        return [resolve_sampling(sampling, temperature, top_p, top_k)] * total
+    if not isinstance(sampling, (list, tuple)):
+        raise StandError(f"sampling must be a SamplingParams or a list of them (one per row), "
+                         f"got {type(sampling).__name__} {sampling!r}")
+    if any(v is not None for v in (temperature, top_p, top_k)):
+        raise StandError("give sampling or temperature / top_p / top_k, not both")
+    if len(sampling) != total:
+        raise StandError(f"sampling has {len(sampling)} entries for {total} rows")
+    for r, params in enumerate(sampling):
+        if not isinstance(params, SamplingParams):
+            raise StandError(f"sampling[{r}] must be a SamplingParams, got {type(params).__name__} {params!r}")
+    return list(sampling)
+
+
+def _row_seeds(seed, total: int) -> list[int | None]:
+    """Per row its seed: ``seed + r`` for one int (every row's seed must stay below 2**64), the
+    entries of a list with one per row, or None for all.
+
+    Raises:
+        StandError: a seed that is not an int in [0, 2**64), a base seed whose last row runs past
+            2**64, or a list of the wrong length.
+    """
+    if seed is None:
+        return [None] * total
+    if isinstance(seed, (list, tuple)):
+        if len(seed) != total:
+            raise StandError(f"seed has {len(seed)} entries for {total} rows")
+        for r, value in enumerate(seed):
+            try:
+                check_seed(value)
+            except StandError as error:
+                raise StandError(f"seed[{r}]: {error}") from None
+        return [None if value is None else int(value) for value in seed]
+    check_seed(seed)
+    seed = int(seed)
+    if seed + total - 1 >= SEED_LIMIT:
+        raise StandError(f"seed {seed} seeds rows with seed + r for {total} rows: the last, {seed} + {total - 1}, "
+                         f"is past 2**64 - 1; give a seed <= {SEED_LIMIT - total}")
+    return [seed + r for r in range(total)]

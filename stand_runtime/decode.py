@@ -16,9 +16,9 @@ from __future__ import annotations
 import time
 from typing import Callable, Sequence
 
-import numpy as np
 import torch
 
+from .checks import check_bool, check_callable, check_int
 from .decode_row import DecodeRow, StepTarget
 from .draft import Draft
 from .drafters import COPY_TOKENS, Drafter, Memory, check_method, make_drafter
@@ -29,9 +29,9 @@ from .kv_cache import keep_tree_entries, new_cache
 from .metrics import DecodeStats, GenerationResult
 from .model_facts import attention_layout, check_model, check_positions, default_eos_ids, vocab_size
 from .prompts import encode_prompt
-from .randomness import RandomStream
+from .randomness import RandomStream, check_seed
 from .sampling import SamplingParams, resolve_sampling
-from .stopping import StopRule, check_eos_ids
+from .stopping import StopRule, check_eos_ids, check_stop_strings
 from .tree import DraftTree
 from .tree_io import TreeFile
 from .verify import Verification
@@ -111,10 +111,13 @@ def generate(
     check_model(model)
     params = resolve_sampling(sampling, temperature, top_p, top_k)
     check_budget(max_new_tokens)
-    for name, callback in (("on_tokens", on_tokens), ("on_step", on_step)):
-        if callback is not None and not callable(callback):
-            raise StandError(f"{name} must be a function, got {callback!r}")
-    check_method(method, tree=tree, memory=store, feed_rejected=feed_rejected)
+    check_seed(seed)
+    check_callable("on_tokens", on_tokens)
+    check_callable("on_step", on_step)
+    logprobs = check_bool("logprobs", logprobs)
+    check_method(method, tree=tree, memory=store, feed_rejected=feed_rejected, diagnose=diagnose, extend=extend,
+                 copy_tokens=copy_tokens)
+    stop = check_stop_strings(stop)
     vocab = vocab_size(model)
     prompt = encode_prompt(tokenizer, prompt_or_ids, vocab)
     check_positions(model, len(prompt), max_new_tokens)
@@ -122,8 +125,6 @@ def generate(
     eos = check_eos_ids(eos_token_ids, vocab) if eos_token_ids is not None else default_eos_ids(model, tokenizer)
     stop_rule = StopRule(eos, max_new_tokens, stop, tokenizer)
     randomness = RandomStream.seeded(seed)
-    if isinstance(copy_tokens, bool) or not isinstance(copy_tokens, int) or not 0 <= copy_tokens <= 64:
-        raise StandError(f"copy_tokens must be an integer in [0, 64], got {copy_tokens!r}")
     drafter = make_drafter(method, tree, store, randomness, params, model, feed_rejected, diagnose, seed, extend,
                            copy_tokens)
     run = _Run(model, drafter, params, randomness, stop_rule, on_step, logprobs)
@@ -135,12 +136,13 @@ def generate(
     return run.result(tokenizer)
 
 
-def check_budget(max_new_tokens) -> None:
-    """Raises StandError unless ``max_new_tokens`` is an int >= 1 (bools and floats are refused)."""
-    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, (int, np.integer)):
-        raise StandError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
-    if max_new_tokens < 1:
-        raise StandError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+def check_budget(max_new_tokens) -> int:
+    """``max_new_tokens`` as an int >= 1 (numpy integers accepted; bools and floats refused).
+
+    Raises:
+        StandError: anything else.
+    """
+    return check_int("max_new_tokens", max_new_tokens, 1)
 
 
 class _Run:

@@ -47,6 +47,7 @@ from typing import Sequence
 
 import numpy as np
 
+from .checks import check_int
 from .errors import StandError
 
 # Estimated bytes per stored context (key tuple, entry object, id and probability lists, dict slot),
@@ -177,17 +178,30 @@ def _check_observation(id_list: list, prob_list: list) -> None:
         raise StandError(f"store update: repeated token ids {id_list!r}")
 
 
-def _check_size(name: str, value, minimum: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-        raise StandError(f"store needs {name} an integer >= {minimum}, got {value!r}")
+MAX_CONTEXT = 64
+"""Longest context a store keeps (tokens): one table per length, so ``max_n`` bounds the store's
+work per update before any data arrives (STAND's static trees use 3, dynamic trees 8)."""
+
+MAX_TOP_K = 1024
+"""Ids a store keeps per context at most (``top_k`` and ``reserve`` each; the paper's k is 10)."""
+
+MAX_ENTRIES = 10**9
+"""Contexts per table at most (``max_entries_per_n``)."""
+
+
+def _check_size(name: str, value, minimum: int, maximum: int) -> int:
+    try:
+        return check_int(name, value, minimum, maximum)
+    except StandError as error:
+        raise StandError(f"NGramStore: {error}") from None
 
 
 class NGramStore:
     """Logit-based n-gram store (STAND §3.1).
 
     Args:
-        top_k: ids of q per context (the paper's k = 10).
-        max_n: longest context length; tables exist for n = max_n .. 1.
+        top_k: ids of q per context (the paper's k = 10), 1 .. :data:`MAX_TOP_K`.
+        max_n: longest context length (tokens, 1 .. :data:`MAX_CONTEXT`); tables exist for n = max_n .. 1.
         max_entries_per_n: memory bound per table (contexts); the least recently updated is evicted.
         reserve: candidate ids kept per context beyond the top k (see the module docstring); 0 gives
             the paper's plain truncation.
@@ -197,9 +211,10 @@ class NGramStore:
     """
 
     def __init__(self, top_k: int = 10, max_n: int = 3, max_entries_per_n: int = 500_000, reserve: int = 10) -> None:
-        for name, value, minimum in (("top_k", top_k, 1), ("max_n", max_n, 1),
-                                     ("max_entries_per_n", max_entries_per_n, 1), ("reserve", reserve, 0)):
-            _check_size(name, value, minimum)
+        top_k = _check_size("top_k", top_k, 1, MAX_TOP_K)
+        max_n = _check_size("max_n", max_n, 1, MAX_CONTEXT)
+        max_entries_per_n = _check_size("max_entries_per_n", max_entries_per_n, 1, MAX_ENTRIES)
+        reserve = _check_size("reserve", reserve, 0, MAX_TOP_K)
         self.top_k = top_k
         self.reserve = reserve
         self.max_n = max_n

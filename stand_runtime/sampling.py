@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from .checks import check_real
 from .errors import StandError
 
 MIN_TEMPERATURE = 1e-6
@@ -42,13 +43,12 @@ class SamplingParams:
     top_k: int = 0
 
     def __post_init__(self) -> None:
-        for name in ("temperature", "top_p", "top_k"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise StandError(f"{name} must be a number, got {value!r}")
-        if not float(self.top_k).is_integer():
-            raise StandError(f"top_k must be an integer, got {self.top_k}")
-        if not (self.temperature >= 0.0 and np.isfinite(self.temperature)):
+        for name in ("temperature", "top_p", "top_k"):  # numpy scalars become Python numbers
+            object.__setattr__(self, name, check_real(name, getattr(self, name)))
+        if not self.top_k.is_integer():
+            raise StandError(f"top_k must be an integer, got {self.top_k:g}")
+        object.__setattr__(self, "top_k", int(self.top_k))
+        if self.temperature < 0.0:
             raise StandError(f"temperature must be >= 0, got {self.temperature}")
         if 0.0 < self.temperature < MIN_TEMPERATURE:
             raise StandError(f"temperature must be 0 (greedy) or >= {MIN_TEMPERATURE:g} (logits / temperature would "

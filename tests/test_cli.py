@@ -157,7 +157,7 @@ def tiny_cli(monkeypatch):
     [
         (["--seed", "99999999999999999999", "hi"], "seed must be in [0, 2**64)"),
         (["--seed", "-3", "hi"], "seed must be in [0, 2**64)"),
-        (["--max-new-tokens", "0", "hi"], "max_new_tokens must be >= 1"),
+        (["--max-new-tokens", "0", "hi"], "max_new_tokens must be an integer >= 1, got 0"),
         (["--method", "ar", "--tree", "heuristic-80", "hi"], "method 'ar' drafts no static tree"),
         (["--top-p", "0", "hi"], "top_p must be in"),
         ([], "give a prompt or --prompt-file"),

@@ -102,7 +102,7 @@ def test_memory_bound_evicts_least_recently_updated():
 
 
 def test_bad_parameters_raise_one_line_error():
-    with pytest.raises(StandError, match="store needs"):
+    with pytest.raises(StandError, match="NGramStore: top_k"):
         NGramStore(top_k=0)
 
 

@@ -100,8 +100,10 @@ def test_empty_problem_list_and_unknown_verifier(tiny_qwen2):
         run_search(HFBackend(tiny_qwen2, DigitsTokenizer(), "ar"), DigitsTokenizer(), [], SearchSettings())
     with pytest.raises(StandError, match=r"unknown verifier 'oracle' \(valid: confidence, prm:PATH"):
         make_verifier("oracle")
-    with pytest.raises(StandError, match="cannot load the process reward model"):
-        make_verifier("prm:/no/such/folder")
+    with pytest.raises(StandError, match="no process reward model folder /no/such/folder"):
+        make_verifier("prm:/no/such/folder")  # a path: said so, not a hub-id error
+    with pytest.raises(StandError, match="cannot load the process reward model 'nobody/no-such-prm'"):
+        make_verifier("prm:nobody/no-such-prm")  # a hub id that is not in the local cache
     assert make_verifier(lambda problem, steps, text: 1.0).name == "<lambda>"
 
 

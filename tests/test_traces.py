@@ -163,7 +163,7 @@ def test_trace_bench_on_a_fixture(tmp_path):
         assert r["tokens"] == 9 * 50
     assert by_label["stand"]["acceptance_by_trajectory"][2] > by_label["stand"]["acceptance_by_trajectory"][0]
     assert "ratio_vs_pld" in by_label["stand"] and any("recycle" in note for note in data["notes"])
-    with pytest.raises(StandError, match="unknown trace-bench method"):
+    with pytest.raises(StandError, match="unknown method 'magic'"):
         parse_trace_methods("stand,magic")
 
 

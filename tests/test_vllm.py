@@ -173,6 +173,29 @@ def test_deterministic_drafts_at_temperature_get_one_hot_q(monkeypatch):
 
 
 @needs_vllm
+def test_a_bad_request_gets_no_drafts_and_never_stops_the_engine(caplog):
+    """A seed of -1 (vLLM takes any int) folds into [0, 2**64); a request whose parameters STAND cannot
+    draft for (here top_p 2) is decoded without drafts, said once in the log, while the others draft."""
+    from stand_runtime.vllm.proposer import StandProposer
+
+    prompt = [5, 6, 5]
+    bad = SimpleNamespace(temperature=1.0, top_p=2.0, top_k=0, seed=None)
+    runner = FakeRunner([("neg", prompt, _vllm_params(1.0, seed=-1)), ("bad", prompt, bad),
+                         ("ok", prompt, _vllm_params(1.0, seed=2**70))])
+    proposer = StandProposer(_fake_config(k=3))
+    runner.load_model(proposer)
+    tokens = np.zeros((3, 64), dtype=np.int32)
+    tokens[:, :4] = [5, 6, 5, 6]
+    with caplog.at_level("WARNING"):
+        drafts = runner.step(_rows(6, 6, 6), None, [[6], [6], [6]], [4, 4, 4], tokens)
+        again = runner.step(_rows(6, 6, 6), None, [[6], [6], [6]], [4, 4, 4], tokens)
+    assert drafts[0] and drafts[2] and drafts[1] == [] and again[1] == []
+    assert proposer.totals["requests_without_drafts"] == 1
+    assert [r.message for r in caplog.records if "drafts nothing" in r.message] == \
+        ["STAND drafts nothing for request bad: top_p must be in (0, 1], got 2.0"]
+
+
+@needs_vllm
 def test_version_guard_and_internals_check():
     from stand_runtime.vllm.runner_access import VLLMInternalsChanged, check_runner, check_version, find_runner
 
@@ -191,7 +214,10 @@ def test_bad_options_one_line():
     from stand_runtime.vllm.engine import check_model_folder, method_config
 
     for bad, message in (({"k": 0}, "must be an integer in"), ({"stochastic": "yes"}, "must be true or false"),
-                         ({"max_prompts": 0}, "must be an integer >= 1"), ({"colour": 1}, "unknown STAND vLLM option")):
+                         ({"max_prompts": 0}, r"must be an integer in \[1, 1000000\]"),
+                         ({"max_n": 10**9}, r"max_n must be an integer in \[1, 64\]"),
+                         ({"stats_path": "/no/such/folder/stats.json"}, "folder /no/such/folder does not exist"),
+                         ({"colour": 1}, "unknown STAND vLLM option")):
         with pytest.raises(StandError, match=message):
             speculative_config(**bad)
     with pytest.raises(StandError, match="unknown vLLM method 'eagle'"):
@@ -349,7 +375,7 @@ def test_vllm_bench_bad_input_one_line():
 
     from treeopt.vllm_bench import parse_vllm_methods
 
-    for text, message in (("", "no methods given"), ("ar,eagle", "unknown method 'eagle'"), ("ar,ar", "is repeated")):
+    for text, message in (("", "--methods is empty"), ("ar,eagle", "unknown method 'eagle'"), ("ar,ar", "is listed twice")):
         with pytest.raises(StandError, match=message):
             parse_vllm_methods(text)
     for args, message in ((["--engine", "tpu"], "unknown --engine 'tpu'"),

@@ -34,6 +34,7 @@ from stand_runtime.drafters import takes_tree
 
 from .answers import extract_answer, majority_vote, normalise
 from .datasets import Prompt
+from .method_lists import split_methods
 
 
 @dataclass(frozen=True)
@@ -78,17 +79,8 @@ def parse_methods(methods: str, trees: list[str] | None) -> list[BenchMethod]:
     Raises:
         StandError: an unknown method name (the message lists the valid ones), or a duplicate.
     """
-    names = [m.strip() for m in methods.split(",")]
-    if not any(names):
-        raise StandError("no methods given")
-    if not all(names):
-        raise StandError(f"an empty method name in {methods!r}")
     valid = [*METHODS, *(method + REJECTED_SUFFIX for method in STORE_METHODS)]
-    for name in names:
-        if name not in valid:
-            raise StandError(f"unknown method {name!r} (valid: {', '.join(valid)})")
-    if len(set(names)) < len(names):
-        raise StandError(f"a method is listed twice in {methods!r}")
+    names = split_methods(methods, valid, requires={m + REJECTED_SUFFIX: m for m in STORE_METHODS})
     trees = list(trees or [])
     if len(set(trees)) < len(trees):
         raise StandError(f"a tree is listed twice in {trees!r}")
@@ -218,7 +210,7 @@ def run_bench(
     backends, results = [], []
     for spec in methods:
         backend = HFBackend(model, tokenizer, spec.method, tree=spec.tree, feed_rejected=spec.feed_rejected,
-                            diagnose=True, share_memory=share_across_prompts)
+                            diagnose=spec.method in STORE_METHODS, share_memory=share_across_prompts)
         nodes = {"ar": 0, "pld": 10, "suffix": 64}.get(spec.method) if backend.tree is None else backend.tree.num_nodes
         result = MethodResult(spec.label, spec.method, spec.tree_name, nodes, spec.feed_rejected)
         result.by_trajectory = [[0, 0] for _ in range(trajectories)]

@@ -95,23 +95,35 @@ def load_prompts(
     return prompts
 
 
-def _read_jsonl(path: Path) -> list[dict]:
-    opener = gzip.open if path.suffix == ".gz" else open
-    records = []
+def jsonl_lines(path: Path, what: str):
+    """The lines of a JSONL file, split at line breaks only (``\\n``, ``\\r\\n``, ``\\r``): a JSON string
+    may hold U+2028, U+2029 or U+0085 unescaped (``json.dumps(ensure_ascii=False)`` writes them),
+    which ``str.splitlines`` would take for line ends. A UTF-8 byte-order mark is skipped;
+    a ``.gz`` file is read through gzip.
+
+    Raises:
+        StandError: the file cannot be read or is not UTF-8 (naming ``what`` and the path).
+    """
+    opener = gzip.open if Path(path).suffix == ".gz" else open
     try:
-        with opener(path, "rt", encoding="utf-8") as handle:
-            for number, line in enumerate(handle, start=1):
-                if not line.strip():
-                    continue
-                try:
-                    record = json.loads(line)
-                except json.JSONDecodeError as error:
-                    raise StandError(f"bad JSONL {path} line {number}: {error.msg} ({JSONL_HINT})") from None
-                if not isinstance(record, dict):
-                    raise StandError(f"bad JSONL {path} line {number}: not a JSON object ({JSONL_HINT})")
-                records.append(record)
+        with opener(path, "rt", encoding="utf-8-sig", newline=None) as handle:
+            yield from handle
     except (OSError, UnicodeDecodeError) as error:
-        raise StandError(f"cannot read dataset {path}: {error}") from None
+        raise StandError(f"cannot read {what} {path}: {error}") from None
+
+
+def _read_jsonl(path: Path) -> list[dict]:
+    records = []
+    for number, line in enumerate(jsonl_lines(path, "dataset"), start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as error:
+            raise StandError(f"bad JSONL {path} line {number}: {error.msg} ({JSONL_HINT})") from None
+        if not isinstance(record, dict):
+            raise StandError(f"bad JSONL {path} line {number}: not a JSON object ({JSONL_HINT})")
+        records.append(record)
     if not records:
         raise StandError(f"dataset {path} is empty")
     return records

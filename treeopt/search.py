@@ -26,7 +26,7 @@ from stand_runtime import DecodeRequest, DecodingBackend, SamplingParams, StandE
 
 from .answers import extract_answer, majority_vote, normalise
 from .datasets import Prompt
-from .verifiers import Candidate, Verifier
+from .verifiers import Candidate, Verifier, check_scores
 
 STRATEGIES = ("best-of-n", "dvts")
 STEP_DELIMITER = "\n\n"
@@ -133,6 +133,12 @@ def dvts(backend: DecodingBackend, tokenizer, problem: Prompt, settings: SearchS
     """
     start = time.perf_counter()
     prompt = encode_prompt(tokenizer, problem.text, vocab)
+    check = getattr(backend, "check_request", None)
+    if check is not None:  # the whole path's budget fits the context: refuse now, not in a late round
+        try:
+            check(DecodeRequest(prompt, max_new_tokens=settings.max_new_tokens, sampling=settings.sampling))
+        except StandError as error:
+            raise StandError(f"problem {problem.id}: {error}") from None
     paths: list[list[int]] = [[] for _ in range(settings.subtrees)]
     steps: list[list[str]] = [[] for _ in range(settings.subtrees)]
     done = [False] * settings.subtrees
@@ -150,9 +156,7 @@ def dvts(backend: DecodingBackend, tokenizer, problem: Prompt, settings: SearchS
         for s, completions in zip(active, outputs):
             completions_seen.extend(completions)
             candidates = [Candidate(c.text, c.tokens, c.logprobs) for c in completions]
-            scores = verifier.score(problem.text, steps[s], candidates)
-            if len(scores) != len(candidates):
-                raise StandError(f"verifier {verifier.name} returned {len(scores)} scores for {len(candidates)} candidates")
+            scores = check_scores(verifier, verifier.score(problem.text, steps[s], candidates), len(candidates))
             best = max(range(len(candidates)), key=lambda i: scores[i])
             paths[s] += completions[best].tokens
             steps[s].append(completions[best].text)

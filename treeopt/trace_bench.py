@@ -20,6 +20,7 @@ from stand_runtime import COPY_TOKENS, STORE_METHODS, TREE_METHODS, SUFFIX_TUNED
 from stand_runtime import make_drafter, new_memory, replay_trace
 from stand_runtime.drafters import takes_tree
 
+from .method_lists import split_methods
 from .traces import TraceGroup
 
 TRACE_METHODS = ("stand", "stand-det", "stand-static", "pld", "recycle", "suffix", "suffix-tuned")
@@ -71,14 +72,7 @@ def parse_trace_methods(methods: str, tree: str | None = None, copy_tokens: int 
     Raises:
         StandError: an unknown or repeated method name.
     """
-    names = [m.strip() for m in methods.split(",")]
-    if not all(names):
-        raise StandError(f"an empty method name in {methods!r}")
-    for name in names:
-        if name not in TRACE_METHODS:
-            raise StandError(f"unknown trace-bench method {name!r} (valid: {', '.join(TRACE_METHODS)})")
-    if len(set(names)) < len(names):
-        raise StandError(f"a method is listed twice in {methods!r}")
+    names = split_methods(methods, TRACE_METHODS, requires={"suffix-tuned": "suffix", "stand-static": "stand"})
     out = []
     for name in names:
         if name == "suffix":
@@ -91,9 +85,10 @@ def parse_trace_methods(methods: str, tree: str | None = None, copy_tokens: int 
             out.append(TraceMethod(name, "stand", DEFAULT_TRACE_TREES[name], copy_tokens=copy_tokens))
         elif name in TREE_METHODS:
             given = tree if takes_tree(name, tree) else None  # recycle: static trees only
-            out.append(TraceMethod(name, name, given or DEFAULT_TRACE_TREES[name], copy_tokens=copy_tokens))
-        else:  # pld: no tree
-            out.append(TraceMethod(name, name, copy_tokens=copy_tokens))
+            copy = copy_tokens if name in STORE_METHODS else COPY_TOKENS  # Token Recycling has no copy path
+            out.append(TraceMethod(name, name, given or DEFAULT_TRACE_TREES[name], copy_tokens=copy))
+        else:  # pld: no tree, no copy path of STAND's (its chain is its own)
+            out.append(TraceMethod(name, name))
     return out
 
 

@@ -13,6 +13,8 @@ from pathlib import Path
 
 from stand_runtime import StandError
 
+from .datasets import jsonl_lines
+
 
 @dataclass
 class TraceGroup:
@@ -55,11 +57,7 @@ def load_traces(path: str | Path, *, group_field: str = "sample_group", text_fie
     if isinstance(min_group_size, bool) or not isinstance(min_group_size, int) or min_group_size < 1:
         raise StandError(f"min_group_size must be an integer >= 1, got {min_group_size!r}")
     groups: dict[str, TraceGroup] = {}
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as error:
-        raise StandError(f"cannot read traces file {path}: {error}") from None
-    for number, line in enumerate(lines, 1):
+    for number, line in enumerate(jsonl_lines(path, "traces file"), 1):
         if not line.strip():
             continue
         try:
@@ -99,8 +97,24 @@ def tokenize_groups(groups: list[TraceGroup], tokenizer, max_tokens: int) -> Non
         raise StandError(f"max_tokens must be an integer >= 1, got {max_tokens!r}")
     for group in groups:
         group.prompt_ids = list(tokenizer(group.prompt, add_special_tokens=False)["input_ids"])
-        # ~4 characters per token: cut the text first so that a 30k-token trace is not tokenized whole
-        texts = [text[: max_tokens * 12] for text in group.traces]
-        group.trace_ids = [ids[:max_tokens] for ids in tokenizer(texts, add_special_tokens=False)["input_ids"] if ids]
+        group.trace_ids = [ids for ids in (first_tokens(tokenizer, text, max_tokens) for text in group.traces) if ids]
         if not group.prompt_ids or not group.trace_ids:
             raise StandError(f"trace group {group.name!r} has an empty prompt or only empty traces")
+
+
+_TOKEN_MARGIN = 16
+"""Tokens past ``max_tokens`` a cut text must give before its first ``max_tokens`` are trusted: a
+cut can change only the tokens at the cut (the last pre-token is split differently)."""
+
+
+def first_tokens(tokenizer, text: str, max_tokens: int) -> list[int]:
+    """The first ``max_tokens`` token ids of ``text`` (all of them when it has fewer), as tokenizing the
+    whole text gives them, without tokenizing a 100k-character trace whole: a prefix of the text is
+    tokenized, and doubled until it yields ``max_tokens`` plus a margin of tokens (or is the whole
+    text), whatever the characters per token (``"=" * 100000`` packs dozens into one)."""
+    length = max_tokens * 8
+    while True:
+        ids = list(tokenizer(text[:length], add_special_tokens=False)["input_ids"])
+        if length >= len(text) or len(ids) >= max_tokens + _TOKEN_MARGIN:
+            return ids[:max_tokens]
+        length *= 2

@@ -17,9 +17,12 @@ A verifier scores each candidate continuation of a partial solution; the search 
 from __future__ import annotations
 
 import math
+import numbers
 import os
 from dataclasses import dataclass
 from typing import Callable, Protocol, Sequence
+
+import numpy as np
 
 from stand_runtime import StandError
 
@@ -78,14 +81,33 @@ class CallableVerifier:
         self.name = name or getattr(function, "__name__", "callable")
 
     def score(self, problem, steps, candidates) -> list[float]:
-        out = []
-        for candidate in candidates:
-            value = self.function(problem, list(steps), candidate.text)
-            try:
-                out.append(float(value))
-            except (TypeError, ValueError):
-                raise StandError(f"verifier {self.name} returned {value!r}, not a number") from None
-        return out
+        return check_scores(self, [self.function(problem, list(steps), c.text) for c in candidates], len(candidates))
+
+
+def check_scores(verifier: Verifier, scores, candidates: int) -> list[float]:
+    """A verifier's scores as floats, one per candidate, each a finite real number.
+
+    A NaN would win or lose every comparison by accident (``max`` never moves past it), so a
+    verifier must say what it means: ``-inf`` is accepted as "worst" (e.g. an empty step), NaN,
+    ``+inf``, bools and text are refused.
+
+    Raises:
+        StandError: not a list of ``candidates`` scores, or a score that is not a real number,
+            naming the verifier and the candidate.
+    """
+    name = getattr(verifier, "name", type(verifier).__name__)
+    if isinstance(scores, (str, bytes)) or not hasattr(scores, "__len__"):
+        raise StandError(f"verifier {name} returned {scores!r}, not a list of {candidates} scores")
+    if len(scores) != candidates:
+        raise StandError(f"verifier {name} returned {len(scores)} scores for {candidates} candidates")
+    out = []
+    for i, value in enumerate(scores):
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (numbers.Real, np.floating, np.integer)) \
+                or math.isnan(value) or value == math.inf:
+            raise StandError(f"verifier {name} scored candidate {i} {value!r}: a score must be a real number "
+                             f"(-inf for the worst; not NaN, +inf, a bool or text)")
+        out.append(float(value))
+    return out
 
 
 class PRMVerifier:
@@ -105,6 +127,9 @@ class PRMVerifier:
         from transformers import AutoModel, AutoTokenizer
 
         local = os.environ.get("STAND_ALLOW_DOWNLOAD") != "1"
+        if _looks_like_path(path) and not os.path.isdir(os.path.expanduser(path)):
+            raise StandError(f"no process reward model folder {path} (prm:PATH takes a model folder or a hub id "
+                             f"in the local cache)")
         try:
             self.tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=local,
                                                            trust_remote_code=trust_remote_code)
@@ -144,6 +169,12 @@ class PRMVerifier:
         if getattr(self.tokenizer, "chat_template", None):
             return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=False)
         return f"{PRM_SYSTEM}\n{problem}\n{answer}"
+
+
+def _looks_like_path(spec: str) -> bool:
+    """True for a file-system path (absolute, ``./``, ``~``, or more than one ``/``) rather than a hub
+    id (``org/name``)."""
+    return os.path.isabs(spec) or spec.startswith((".", "~")) or spec.count("/") > 1 or os.sep != "/" and os.sep in spec
 
 
 def make_verifier(spec: str | Callable | Verifier, *, trust_remote_code: bool = False) -> Verifier:

@@ -17,6 +17,7 @@ from typing import Callable
 from stand_runtime import SamplingParams, StandError
 
 from .bench import MethodResult
+from .method_lists import split_methods
 
 VLLM_BENCH_METHODS = ("ar", "ngram", "suffix", "stand", "hf")
 """Methods ``--engine vllm`` compares: vLLM plain decoding, ngram, suffix, STAND, and the HF engine's
@@ -29,15 +30,8 @@ def parse_vllm_methods(text: str) -> list[str]:
     Raises:
         StandError: an empty list, an unknown or repeated method.
     """
-    names = [name.strip() for name in text.split(",") if name.strip()]
-    if not names:
-        raise StandError("no methods given")
-    for name in names:
-        if name not in VLLM_BENCH_METHODS:
-            raise StandError(f"unknown method {name!r} for --engine vllm (valid: {', '.join(VLLM_BENCH_METHODS)})")
-    if len(set(names)) != len(names):
-        raise StandError(f"a method is repeated in {text!r}")
-    return names
+    return split_methods(text, VLLM_BENCH_METHODS, requires={name: "ar" for name in VLLM_BENCH_METHODS if name != "suffix"},
+                         context="for --engine vllm")
 
 
 def spec_counts(sample) -> tuple[int, int]:

@@ -15,6 +15,9 @@ verified by the same lossless rules (:mod:`stand_runtime.verify`):
 
 from __future__ import annotations
 
+import importlib.util
+
+from ..checks import check_bool, check_int
 from ..diagnostics import DraftQuality
 from ..errors import StandError
 from ..ngram_store import NGramStore
@@ -59,20 +62,44 @@ Memory = NGramStore | RecyclingMatrix | SuffixMemory
 """A drafter's memory that several calls may share (best-of-N trajectories of one problem)."""
 
 
-def check_method(method: str, *, tree=None, memory=None, feed_rejected: bool = False) -> None:
-    """Check that ``method`` exists and takes the options given (before any model work).
+MAX_COPY_TOKENS = 64
+"""Longest copy path STAND grafts onto a draft (tokens)."""
+
+OPTIONAL_PACKAGES = {"suffix": ("arctic_inference", "pip install --no-deps arctic-inference")}
+"""Methods that need a package beyond the toolkit's dependencies: the module and how to install it."""
+
+
+def check_method(method: str, *, tree=None, memory=None, feed_rejected: bool = False, diagnose: bool = False,
+                 extend: bool = True, copy_tokens: int = COPY_TOKENS) -> None:
+    """Check that ``method`` exists, can run here and takes the options given (before any model work).
+
+    The one home of the method options' checks: every entry point (``generate``, ``generate_batch``,
+    ``decode_rows``, :class:`stand_runtime.HFBackend`, the benches, the CLI) calls it, so none
+    accepts what another refuses.
 
     Raises:
-        StandError: unknown method, a tree for a method without one, a memory of the wrong kind,
-            or ``feed_rejected`` for a method without an n-gram store.
+        StandError: unknown method; a method whose optional package is missing (naming the install
+            command); a non-bool ``feed_rejected`` / ``diagnose`` / ``extend``; ``copy_tokens`` not an
+            integer in [0, 64]; a STAND option (``feed_rejected``, ``diagnose``, ``extend`` off,
+            ``copy_tokens`` other than the default) for another method; a tree for a method without
+            one; a memory of the wrong kind; a store whose contexts are shorter than a dynamic tree's.
     """
-    if method not in METHODS:
+    if not isinstance(method, str) or method not in METHODS:
         raise StandError(f"unknown method {method!r} (valid: {', '.join(METHODS)})")
-    if feed_rejected and method not in STORE_METHODS:
-        raise StandError(f"feed_rejected applies to {' and '.join(STORE_METHODS)}, not {method!r}")
+    check_method_available(method)
+    options = {"feed_rejected": check_bool("feed_rejected", feed_rejected), "diagnose": check_bool("diagnose", diagnose),
+               "extend": not check_bool("extend", extend)}
+    copy_tokens = check_int("copy_tokens", copy_tokens, 0, MAX_COPY_TOKENS)
+    if method not in STORE_METHODS:
+        given = [name if name != "extend" else "extend=False" for name, on in options.items() if on]
+        if copy_tokens != COPY_TOKENS:
+            given.append(f"copy_tokens={copy_tokens}")
+        if given:
+            raise StandError(f"{', '.join(given)} applies to {' and '.join(STORE_METHODS)}, not {method!r}")
     if tree is not None and method not in TREE_METHODS:
         raise StandError(f"method {method!r} drafts no static tree: a tree applies to {', '.join(TREE_METHODS)}")
-    if tree is not None and method not in DYNAMIC_METHODS and parse_dynamic(tree) is not None:
+    dynamic = parse_dynamic(tree) if tree is not None else None
+    if dynamic is not None and method not in DYNAMIC_METHODS:
         raise StandError(f"a dynamic tree applies to {', '.join(DYNAMIC_METHODS)}; {method!r} drafts into a static tree")
     if memory is None:
         return
@@ -84,6 +111,17 @@ def check_method(method: str, *, tree=None, memory=None, feed_rejected: bool = F
         raise StandError(f"method 'suffix' shares a SuffixMemory, not {type(memory).__name__}")
     if method in ("ar", "pld"):
         raise StandError(f"method {method!r} has no memory to share (store applies to stand, stand-det, recycle, suffix)")
+    if dynamic is not None and memory.max_n < DYNAMIC_MAX_N:
+        raise StandError(f"a dynamic tree drafts from contexts of up to {DYNAMIC_MAX_N} tokens but the store given keeps "
+                         f"{memory.max_n}: pass NGramStore(max_n={DYNAMIC_MAX_N}) (or no store)")
+
+
+def check_method_available(method: str) -> None:
+    """Raises StandError when ``method`` needs a package that is not installed (found without
+    importing it, so a bench refuses before the model loads rather than after the first methods ran)."""
+    needed = OPTIONAL_PACKAGES.get(method)
+    if needed is not None and importlib.util.find_spec(needed[0]) is None:
+        raise StandError(f"method {method!r} needs {needed[0].replace('_', '-')}: {needed[1]}")
 
 
 def takes_tree(method: str, spec) -> bool:
@@ -171,7 +209,8 @@ def make_drafter(method: str, tree, memory: Memory | None, randomness: RandomStr
         StandError: see :func:`check_method` and :func:`method_tree`; a memory built for another
             vocabulary.
     """
-    check_method(method, tree=tree, memory=memory, feed_rejected=feed_rejected)
+    check_method(method, tree=tree, memory=memory, feed_rejected=feed_rejected, diagnose=diagnose, extend=extend,
+                 copy_tokens=copy_tokens)
     static = method_tree(method, tree, model)
     if method in TREE_METHODS and static is None:
         raise StandError(f"method {method!r} without a model needs a tree file or bundled tree, not a family")
@@ -201,7 +240,7 @@ def make_drafter(method: str, tree, memory: Memory | None, randomness: RandomStr
 
 
 __all__ = [
-    "AUTO", "COPY_TOKENS", "DEFAULT_TREES", "DYNAMIC", "DYNAMIC_MAX_N", "DYNAMIC_METHODS", "DynamicTree", "best_first_draft",
+    "AUTO", "COPY_TOKENS", "MAX_COPY_TOKENS", "check_method_available", "DEFAULT_TREES", "DYNAMIC", "DYNAMIC_MAX_N", "DYNAMIC_METHODS", "DynamicTree", "best_first_draft",
     "parse_dynamic", "Drafter", "METHODS", "Memory", "PromptLookupDrafter", "RecyclingMatrix", "STORE_METHODS",
     "STORE_TOP_K", "SUFFIX_TUNED", "StandDrafter", "SuffixDecodingDrafter", "SuffixMemory", "SuffixSettings", "draft_tree", "TREE_METHODS", "TokenRecyclingDrafter", "Extension", "check_method", "make_drafter",
     "method_tree", "new_memory", "sized_family", "store_params", "takes_tree",

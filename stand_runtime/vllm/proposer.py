@@ -28,6 +28,7 @@ true; false drafts q's top tokens, verified with a one-hot q), ``q_aware`` (bool
 from __future__ import annotations
 
 import json
+import logging
 import os
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -40,15 +41,19 @@ from ..drafters.stand import STORE_TOP_K, store_params
 from ..drafters.suffix_index import SuffixIndex
 from ..errors import StandError
 from ..feeds import LogitsFeed
-from ..files import write_json_atomic
-from ..ngram_store import NGramStore
-from ..randomness import RandomStream
+from ..files import check_writable, write_json_atomic
+from ..ngram_store import MAX_CONTEXT, NGramStore
+from ..randomness import SEED_LIMIT, RandomStream
 from ..sampling import MIN_TEMPERATURE, SamplingParams
 from .runner_access import BatchRow, RunnerAccess, StepLogits, check_version, find_runner
+
+_LOG = logging.getLogger(__name__)
 
 OPTIONS_ENV = "STAND_VLLM_OPTIONS"
 DEFAULT_OPTIONS = {"stochastic": True, "q_aware": True, "copy": True, "max_prompts": 64, "max_n": 3,
                    "stats_path": None}
+OPTION_LIMITS = {"max_prompts": (1, 1_000_000), "max_n": (1, MAX_CONTEXT)}
+"""Integer options and their ranges (checked when the config is built, before vLLM starts)."""
 _GREEDY_EPS = 1e-5  # vLLM samples greedily below this temperature
 
 
@@ -70,12 +75,19 @@ def read_options(text: str | None) -> dict:
     for name, value in given.items():
         if name not in DEFAULT_OPTIONS:
             raise StandError(f"unknown STAND vLLM option {name!r} (valid: {', '.join(DEFAULT_OPTIONS)})")
-        if name in ("max_prompts", "max_n") and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-            raise StandError(f"STAND vLLM option {name} must be an integer >= 1, got {value!r}")
+        if name in OPTION_LIMITS:
+            low, high = OPTION_LIMITS[name]
+            if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+                raise StandError(f"STAND vLLM option {name} must be an integer in [{low}, {high}], got {value!r}")
         if name in ("stochastic", "q_aware", "copy") and not isinstance(value, bool):
             raise StandError(f"STAND vLLM option {name} must be true or false, got {value!r}")
-        if name == "stats_path" and value is not None and not isinstance(value, str):
-            raise StandError(f"STAND vLLM option stats_path must be a path or null, got {value!r}")
+        if name == "stats_path" and value is not None:
+            if not isinstance(value, str) or not value:
+                raise StandError(f"STAND vLLM option stats_path must be a path or null, got {value!r}")
+            try:
+                check_writable(value)
+            except StandError as error:
+                raise StandError(f"STAND vLLM option stats_path: {error}") from None
         options[name] = value
     return options
 
@@ -153,7 +165,9 @@ class StandProposer:
         self._access: RunnerAccess | None = None
         self._probs: torch.Tensor | None = None  # [rows, K, vocab] q buffer, zero outside _written
         self._written: list[tuple[int, int, np.ndarray]] = []
-        self.totals = {"steps": 0, "forwards": 0, "tokens": 0, "drafted": 0, "requests": 0}
+        self.totals = {"steps": 0, "forwards": 0, "tokens": 0, "drafted": 0, "requests": 0,
+                       "requests_without_drafts": 0}
+        self._refused: set[str] = set()  # requests decoded without drafts (see _refuse)
 
     def load_model(self, model) -> None:
         """vLLM's CPU runner hands the target model here; STAND drafts without it, but attaches to
@@ -188,11 +202,17 @@ class StandProposer:
         live = {row.req_id for row in batch}
         for req_id in [r for r in self._requests if r not in live]:
             del self._requests[req_id]
+        self._refused &= live
         self.totals["steps"] += 1
         drafts: list[list[int]] = []
         for i, (row, sampled) in enumerate(zip(batch, sampled_token_ids)):
-            state = self._state(row)
-            if not sampled:
+            if not sampled or row.req_id in self._refused:
+                drafts.append([])
+                continue
+            try:
+                state = self._state(row)
+            except (StandError, ValueError, TypeError) as error:  # this request only: never the engine
+                self._refuse(row.req_id, error)
                 drafts.append([])
                 continue
             length = int(num_tokens_no_spec[i])
@@ -212,12 +232,22 @@ class StandProposer:
             write_json_atomic(self.options["stats_path"], self.stats())
         return drafts
 
+    def _refuse(self, req_id: str, error: Exception) -> None:
+        """Decode request ``req_id`` without drafts from now on (plain decoding: still its exact
+        output) and say why once in vLLM's log."""
+        self._refused.add(req_id)
+        self.totals["requests_without_drafts"] += 1
+        _LOG.warning("STAND drafts nothing for request %s: %s", req_id, " ".join(str(error).split()))
+
     def _state(self, row: BatchRow) -> _Request:
         state = self._requests.get(row.req_id)
         if state is None:
             params = _target_params(row)
             stochastic = self.options["stochastic"] and not params.greedy
-            randomness = RandomStream.seeded(row.seed) if stochastic else None
+            # the drafting noise needs a seed in [0, 2**64); any int a client sends (vLLM takes -1 and
+            # other negatives) folds into that range: drafts stay reproducible per seed, and lossless
+            seed = None if row.seed is None else int(row.seed) % SEED_LIMIT
+            randomness = RandomStream.seeded(seed) if stochastic else None
             index = SuffixIndex() if self.options["copy"] else None
             state = self._requests[row.req_id] = _Request(self.stores.get(tuple(row.prompt)), params, randomness, index)
             self.totals["requests"] += 1

@@ -1,0 +1,329 @@
+"""Bad input to the batch, search, traces and vLLM-proposer APIs: every parameter is checked by one
+function shared by every entry point, before any model work, with a one-line StandError; what a
+path accepts, it honours (no option silently ignored or coerced)."""
+
+import json
+import math
+import re
+
+import numpy as np
+import pytest
+
+from conftest import DigitsTokenizer, tiny_model
+from stand_runtime import (DecodeRequest, HFBackend, NGramStore, RowSpec, SamplingParams, StandError, decode_rows,
+                           generate, generate_batch)
+from treeopt.datasets import Prompt, load_prompts
+from treeopt.search import SearchSettings, dvts
+from treeopt.traces import first_tokens, load_traces
+from treeopt.verifiers import CallableVerifier, check_scores
+
+PROMPT = [3, 5, 7, 3, 5, 7, 3, 5]
+GREEDY = SamplingParams(temperature=0)
+
+
+def one_line(error) -> str:
+    message = str(error.value)
+    assert "\n" not in message
+    return message
+
+
+# 1. silent wrong behaviour ---------------------------------------------------------------------
+
+
+def test_a_lone_stop_string_is_one_stop_string_on_every_path(tiny_qwen2):
+    """generate_batch used to split "5 7" into the characters "5", " ", "7" (stopping after one token)."""
+    tokenizer = DigitsTokenizer()
+    free = generate(tiny_qwen2, tokenizer, PROMPT, method="ar", temperature=0, max_new_tokens=12, eos_token_ids=[])
+    text = lambda tokens: " ".join(map(str, tokens))
+    end = next(i for i in range(3, 12) if text(free.tokens[i - 2:i]) not in text(free.tokens[:i - 1]))
+    stop = text(free.tokens[end - 2:end])  # two tokens' text that first appears ending at token `end`
+    single = generate(tiny_qwen2, tokenizer, PROMPT, method="stand", tree="heuristic-80", temperature=0,
+                      max_new_tokens=12, eos_token_ids=[], stop=stop)
+    assert single.finish_reason == "stop" and single.tokens == free.tokens[:end]
+    for method in ("ar", "stand"):
+        batched = generate_batch(tiny_qwen2, tokenizer, [PROMPT], n=2, method=method,
+                                 tree="heuristic-80" if method == "stand" else None, temperature=0, max_new_tokens=12,
+                                 eos_token_ids=[], stop=stop)
+        assert [r.tokens for r in batched] == [single.tokens] * 2 and batched[0].finish_reason == "stop"
+    assert RowSpec(PROMPT, stop=stop).stop == (stop,)
+    assert DecodeRequest(PROMPT, stop=stop).stop == (stop,)
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf, True, "3.0", None])
+def test_a_verifier_score_must_be_a_real_number(bad):
+    judge = CallableVerifier(lambda problem, steps, text: 1.0, name="judge")
+    with pytest.raises(StandError, match="verifier judge scored candidate 0") as error:
+        check_scores(judge, [bad, 1.0, 2.0, 3.0], 4)
+    one_line(error)
+    assert check_scores(judge, [-math.inf, np.float32(1.5), np.int64(2), 3], 4) == [-math.inf, 1.5, 2.0, 3.0]
+    with pytest.raises(StandError, match="returned 3 scores for 4 candidates"):
+        check_scores(judge, [1, 2, 3], 4)
+
+
+def test_dvts_refuses_a_nan_verifier_instead_of_choosing_it(tiny_qwen2):
+    """max() never moves past a NaN: scores [nan, 1, 2, 3] picked candidate 0 every round."""
+    tokenizer = DigitsTokenizer()
+    backend = HFBackend(tiny_qwen2, tokenizer, "ar")
+
+    class NaNFirst:
+        name = "nan-first"
+
+        def score(self, problem, steps, candidates):
+            return [math.nan] + [float(i) for i in range(1, len(candidates))]
+
+    settings = SearchSettings("dvts", n=4, subtrees=1, max_new_tokens=8, step_tokens=4, max_rounds=2, seed=1)
+    with pytest.raises(StandError, match="verifier nan-first scored candidate 0 nan"):
+        dvts(backend, tokenizer, Prompt("p", "3 5 7 3 5"), settings, NaNFirst(), vocab=16)
+    strings = CallableVerifier(lambda problem, steps, text: "0.5", name="strings")
+    with pytest.raises(StandError, match="verifier strings scored candidate 0 '0.5'"):
+        dvts(backend, tokenizer, Prompt("p", "3 5 7 3 5"), settings, strings, vocab=16)
+
+
+class EosTokenizer(DigitsTokenizer):
+    def __init__(self, eos):
+        self.eos_token_id = eos
+
+
+def test_every_request_option_holds_on_the_recorded_path(tiny_qwen2):
+    """record_probs + ignore_eos returned 4 tokens ending at EOS; record_probs + logprobs returned no
+    logprobs: ignore_eos now holds there, and logprobs with record_probs is refused."""
+    free = generate(tiny_qwen2, None, PROMPT, method="ar", temperature=0, max_new_tokens=30, eos_token_ids=[])
+    eos = free.tokens[2]  # a token that comes early
+    cut = free.tokens.index(eos) + 1
+    backend = HFBackend(tiny_qwen2, EosTokenizer(eos), "ar")
+    with pytest.raises(StandError, match="record_probs and logprobs cannot be combined") as error:
+        DecodeRequest(PROMPT, record_probs=True, ignore_eos=True, logprobs=True, max_new_tokens=30)
+    one_line(error)
+    to_eos, ignoring = backend.generate([
+        DecodeRequest(PROMPT, record_probs=True, max_new_tokens=30, sampling=GREEDY),
+        DecodeRequest(PROMPT, record_probs=True, ignore_eos=True, max_new_tokens=30, sampling=GREEDY)])
+    assert to_eos[0].tokens == free.tokens[:cut] and to_eos[0].finish_reason == "eos"
+    assert ignoring[0].tokens == free.tokens and ignoring[0].finish_reason == "length"
+    assert len(ignoring[0].recorded.target_probs) == 30
+    assert ignoring[0].text == " ".join(map(str, free.tokens[:cut - 1]))  # the text stops at the first EOS
+    decoded = backend.generate([DecodeRequest(PROMPT, ignore_eos=True, logprobs=True, max_new_tokens=30,
+                                              sampling=GREEDY)])[0][0]
+    assert decoded.tokens == free.tokens and len(decoded.logprobs) == 30
+
+
+def test_trace_lines_may_hold_unicode_line_separators_and_a_bom(tmp_path):
+    texts = ["a\u2028b", "c\u2029d", "e\u0085f\rg"]
+    path = tmp_path / "traces.jsonl"
+    lines = [json.dumps({"sample_group": 1, "trace": t, "problem": "p\u2028q"}, ensure_ascii=False) for t in texts]
+    path.write_bytes(b"\xef\xbb\xbf" + "\n".join(lines).encode("utf-8") + b"\r\n")
+    groups, skipped = load_traces(path)
+    assert skipped == 0 and groups[0].traces == texts and groups[0].prompt == "p\u2028q"
+    dataset = tmp_path / "data.jsonl"
+    dataset.write_bytes(b"\xef\xbb\xbf" + json.dumps({"prompt": "x\u2028y"}, ensure_ascii=False).encode() + b"\n")
+    assert [p.text for p in load_prompts(str(dataset))] == ["x\u2028y"]
+
+
+class ChunkTokenizer:
+    """Tokens of up to 64 equal characters (as BPE merges "====...")."""
+
+    def __call__(self, text, add_special_tokens=False):
+        ids, i = [], 0
+        while i < len(text):
+            j = i
+            while j < len(text) and j - i < 64 and text[j] == text[i]:
+                j += 1
+            ids.append(ord(text[i]) * 100 + (j - i))
+            i = j
+        return {"input_ids": ids}
+
+
+def test_traces_replay_exactly_max_tokens_whatever_the_characters_per_token():
+    tokenizer = ChunkTokenizer()
+    text = "=" * 100000
+    assert len(first_tokens(tokenizer, text, 1000)) == 1000  # was 188 (text cut at 12 characters per token)
+    assert first_tokens(tokenizer, text, 1000) == tokenizer(text)["input_ids"][:1000]
+    mixed = "".join(chr(97 + i % 3) * (1 + i % 70) for i in range(3000))
+    assert first_tokens(tokenizer, mixed, 500) == tokenizer(mixed)["input_ids"][:500]
+    assert first_tokens(tokenizer, "ab", 1000) == tokenizer("ab")["input_ids"]
+
+
+@pytest.mark.parametrize("call, message", [
+    (dict(method="ar", diagnose=True), "diagnose applies to stand and stand-det, not 'ar'"),
+    (dict(method="pld", diagnose=True), "diagnose applies to stand and stand-det, not 'pld'"),
+    (dict(method="recycle", tree="heuristic-80", diagnose=True), "diagnose applies to stand and stand-det"),
+    (dict(method="recycle", tree="heuristic-80", extend=False), "extend=False applies to stand and stand-det"),
+    (dict(method="pld", copy_tokens=3), "copy_tokens=3 applies to stand and stand-det"),
+    (dict(feed_rejected="no"), "feed_rejected must be True or False, got 'no'"),
+    (dict(extend="no"), "extend must be True or False, got 'no'"),
+    (dict(diagnose=1), "diagnose must be True or False, got 1"),
+    (dict(logprobs="yes"), "logprobs must be True or False, got 'yes'"),
+    (dict(copy_tokens=-1), "copy_tokens must be an integer in [0, 64], got -1"),
+    (dict(copy_tokens=65), "copy_tokens must be an integer in [0, 64], got 65"),
+    (dict(copy_tokens=2.0), "copy_tokens must be an integer in [0, 64], got 2.0"),
+    (dict(tree="dynamic-80", store=NGramStore()), "a dynamic tree drafts from contexts of up to 8 tokens but the store given keeps 3"),
+])
+def test_options_are_checked_alike_on_every_entry_point(tiny_qwen2, call, message):
+    single = dict(method="stand", temperature=0, max_new_tokens=4, eos_token_ids=[]) | call
+    with pytest.raises(StandError, match=re.escape(message)) as error:
+        generate(tiny_qwen2, None, PROMPT, **single)
+    one_line(error)
+    batched = dict(single)
+    if batched.pop("diagnose", False) is not False:
+        return  # diagnose is a single-sequence option (the backend refuses it for batches)
+    logprobs = batched.pop("logprobs", None)
+    if logprobs is not None:
+        with pytest.raises(StandError, match=re.escape(message)):
+            RowSpec(PROMPT, GREEDY, logprobs=logprobs)
+        return
+    with pytest.raises(StandError, match=re.escape(message)):
+        generate_batch(tiny_qwen2, None, [PROMPT], n=2, **batched)
+    store = batched.pop("store", None)
+    batched.pop("temperature"), batched.pop("max_new_tokens"), batched.pop("eos_token_ids")
+    with pytest.raises(StandError, match=re.escape(message)):
+        decode_rows(tiny_qwen2, None, [RowSpec(PROMPT, GREEDY, max_new_tokens=4, memory=store, eos_token_ids=[])],
+                    **batched)
+
+
+def test_backend_flags_are_bools_and_a_dynamic_tree_gets_a_long_context_store(tiny_qwen2):
+    with pytest.raises(StandError, match="share_memory must be True or False, got 'x'"):
+        HFBackend(tiny_qwen2, None, "stand", share_memory="x")
+    with pytest.raises(StandError, match="diagnose applies to stand and stand-det, not 'ar'"):
+        HFBackend(tiny_qwen2, None, "ar", diagnose=True)
+    with pytest.raises(StandError, match="ignore_eos must be True or False"):
+        DecodeRequest(PROMPT, ignore_eos="no")
+    # without a store, a dynamic tree gets one with 8-token contexts (the README's case, done right)
+    result = generate(tiny_qwen2, None, PROMPT, method="stand", tree="dynamic-16", temperature=0, max_new_tokens=6,
+                      eos_token_ids=[], store=NGramStore(max_n=8))
+    assert len(result.tokens) == 6
+
+
+# 2. tracebacks and hangs -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("call, message", [
+    (dict(seed=1.5), "seed must be an integer in [0, 2**64), got 1.5"),
+    (dict(seed=[1, 2.5]), "seed[1]: seed must be an integer"),
+    (dict(eos_token_ids=5), "eos_token_ids must be a list of token ids, got 5"),
+    (dict(on_tokens=5), "on_tokens must be a function or None, got 5"),
+    (dict(copy_tokens=2.0), "copy_tokens must be an integer in [0, 64], got 2.0"),
+    (dict(n=10**6), "at most 1024"),
+    (dict(n=0), "n (samples per prompt) must be an integer >= 1, got 0"),
+    (dict(sampling={"temperature": .5}), "sampling must be a SamplingParams or a list of them (one per row), got dict"),
+    (dict(sampling=[GREEDY, {"temperature": 0}]), "sampling[1] must be a SamplingParams, got dict"),
+    (dict(seed=2**64 - 1), "the last, 18446744073709551615 + 1, is past 2**64 - 1"),
+])
+def test_generate_batch_refuses_bad_arguments_before_any_work(tiny_qwen2, call, message):
+    with pytest.raises(StandError, match=re.escape(message)) as error:
+        generate_batch(tiny_qwen2, None, [PROMPT], n=call.pop("n", 2), method="stand", tree="heuristic-80",
+                       max_new_tokens=3, **call)
+    one_line(error)
+
+
+def test_decode_rows_and_row_specs_refuse_bad_arguments_before_the_first_step(tiny_qwen2):
+    forwards = []
+    counted = tiny_qwen2.register_forward_hook(lambda *args: forwards.append(1))
+    try:
+        with pytest.raises(StandError, match="on_finish must be a function or None, got 5"):
+            decode_rows(tiny_qwen2, None, [RowSpec(PROMPT, GREEDY, max_new_tokens=3)], on_finish=5)
+        with pytest.raises(StandError, match="decode_rows takes a non-empty list of RowSpec"):
+            decode_rows(tiny_qwen2, None, RowSpec(PROMPT, GREEDY))
+        assert not forwards, "nothing ran before the error"
+    finally:
+        counted.remove()
+    for sampling in (None, {"temperature": 0}):
+        with pytest.raises(StandError, match="a row's sampling must be a SamplingParams") as error:
+            RowSpec(PROMPT, sampling)
+        one_line(error)
+    with pytest.raises(StandError, match="max_new_tokens must be an integer >= 1, got 2.0"):
+        RowSpec(PROMPT, GREEDY, max_new_tokens=2.0)
+
+
+def test_sampling_takes_numpy_scalars_and_integral_top_k(tiny_qwen2):
+    params = SamplingParams(np.float32(0.7), np.float64(0.9), np.int64(3))
+    assert (params.temperature, params.top_p, params.top_k) == (pytest.approx(0.7), 0.9, 3)
+    assert type(params.top_k) is int and type(params.temperature) is float
+    as_float = generate(tiny_qwen2, None, PROMPT, method="stand", tree="heuristic-80", temperature=0.7, top_k=2.0,
+                        max_new_tokens=8, seed=3, eos_token_ids=[])
+    as_int = generate(tiny_qwen2, None, PROMPT, method="stand", tree="heuristic-80", temperature=0.7, top_k=2,
+                      max_new_tokens=np.int64(8), seed=np.int64(3), eos_token_ids=[])
+    assert as_float.tokens == as_int.tokens
+    for bad, message in (({"top_k": 2.5}, "top_k must be an integer, got 2.5"),
+                         ({"temperature": "0.7"}, "temperature must be a number"),
+                         ({"top_p": math.nan}, "top_p must be a finite number"), ({"top_k": True}, "top_k must be a number")):
+        with pytest.raises(StandError, match=message):
+            SamplingParams(**bad)
+
+
+def test_store_and_proposer_sizes_are_bounded_before_any_work():
+    from stand_runtime.vllm.proposer import read_options
+
+    with pytest.raises(StandError, match=r"NGramStore: max_n must be an integer in \[1, 64\], got 100000000"):
+        NGramStore(max_n=10**8)  # used to hang building 10**8 tables
+    with pytest.raises(StandError, match=r"max_n must be an integer in \[1, 64\], got 100000000"):
+        read_options('{"max_n": 100000000}')
+    with pytest.raises(StandError, match=r"max_prompts must be an integer in \[1, 1000000\]"):
+        read_options('{"max_prompts": 10000000000}')
+    with pytest.raises(StandError, match="stats_path: cannot write /no/such/folder/s.json: folder /no/such/folder does not exist"):
+        read_options('{"stats_path": "/no/such/folder/s.json"}')
+    assert NGramStore(max_n=np.int64(8)).max_n == 8
+    with pytest.raises(StandError, match="n .samples per prompt. must be an integer in \\[1, 65536\\]"):
+        DecodeRequest(PROMPT, n=10**6)
+
+
+def test_dvts_checks_the_whole_budget_against_the_context_up_front():
+    model = tiny_model(max_positions=128)
+    tokenizer = DigitsTokenizer()
+    calls = []
+
+    class Counting(HFBackend):
+        def generate(self, requests, **kwargs):
+            calls.append(requests)
+            return super().generate(requests, **kwargs)
+
+    problem = Prompt("long", " ".join(["3"] * 110))
+    settings = SearchSettings("dvts", n=2, subtrees=1, max_new_tokens=30, step_tokens=4, max_rounds=8, seed=1)
+    with pytest.raises(StandError, match="problem long: .*context") as error:
+        dvts(Counting(model, tokenizer, "ar"), tokenizer, problem, settings, CallableVerifier(lambda *a: 0.0), vocab=16)
+    one_line(error)
+    assert calls == [], "refused before the first round"
+
+
+# 3. messages that mislead ----------------------------------------------------------------------
+
+
+def test_messages_name_what_was_given():
+    with pytest.raises(StandError, match="give a seed <= 18446744073709551614"):
+        DecodeRequest(PROMPT, n=2, seed=2**64 - 1)
+    from treeopt.verifiers import make_verifier
+
+    with pytest.raises(StandError, match="no process reward model folder /nope"):
+        make_verifier("prm:/nope")
+
+
+# 4. a missing optional dependency is found before the model loads ------------------------------
+
+
+def test_a_missing_optional_package_is_found_before_the_model_loads(monkeypatch, tiny_qwen2):
+    import cli
+    from stand_runtime.drafters import OPTIONAL_PACKAGES
+    from test_cli import one_line_error, run
+    from treeopt.bench import parse_methods
+    from treeopt.trace_bench import parse_trace_methods
+
+    monkeypatch.setitem(OPTIONAL_PACKAGES, "suffix", ("no_such_module_for_stand", "pip install no-such-module"))
+    monkeypatch.setattr(cli, "_load", lambda *a, **k: pytest.fail("the model loaded before the check"))
+    code, output = run("bench", "--methods", "ar,pld,suffix,stand", "--samples", "1")
+    assert code == 2
+    one_line_error(output, "method 'suffix' needs no-such-module-for-stand: pip install no-such-module")
+    for parse in (lambda: parse_methods("ar,suffix", None), lambda: parse_trace_methods("pld,suffix-tuned")):
+        with pytest.raises(StandError, match="method 'suffix' needs"):
+            parse()
+    with pytest.raises(StandError, match="method 'suffix' needs"):
+        generate(tiny_qwen2, None, PROMPT, method="suffix")
+
+
+def test_empty_method_lists_are_refused_everywhere(tmp_path):
+    from test_cli import one_line_error, run
+
+    traces = tmp_path / "t.jsonl"
+    traces.write_text("\n".join(json.dumps({"sample_group": 1, "trace": "a b", "problem": "p"}) for _ in range(2)))
+    for args in (["bench", "--traces", str(traces), "--methods", ""], ["bench", "--methods", " , "],
+                 ["search", "--dataset", str(traces), "--methods", ""]):
+        code, output = run(*args)
+        assert code == 2, args
+        one_line_error(output, "--methods is empty")
