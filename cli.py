@@ -27,6 +27,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,  # click's plain help: options read "--seed SEED", flags show no placeholder
 )
 # markup off: file names and error messages print literally (a "[" in a path is not a style tag)
 console = Console(markup=False)
@@ -150,7 +151,10 @@ def _announce_tree(target, method: str, tree: Optional[str]) -> bool:
     return True
 
 
-def _read_prompt(prompt: Optional[str], prompt_file: Optional[Path]) -> str:
+def _read_prompt(prompt: Optional[str], prompt_file: Optional[Path], keep_newline: bool = False) -> str:
+    """The prompt text: the argument, or the file's text without its trailing line breaks (as
+    ``$(cat file)`` gives it: ``echo "..." | treeopt generate --prompt-file -`` then prompts exactly
+    what the same text as an argument would) unless ``keep_newline``."""
     if (prompt is None) == (prompt_file is None):
         raise StandError("give a prompt or --prompt-file (one of them)")
     if prompt_file is not None:
@@ -158,6 +162,8 @@ def _read_prompt(prompt: Optional[str], prompt_file: Optional[Path]) -> str:
             text = sys.stdin.read() if str(prompt_file) == "-" else prompt_file.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as error:
             raise StandError(f"cannot read --prompt-file {prompt_file}: {error}") from None
+        if not keep_newline:
+            text = text.rstrip("\r\n")
     else:
         text = prompt
         if len(text) < 256 and "\n" not in text and Path(text).is_file():
@@ -172,7 +178,8 @@ def _read_prompt(prompt: Optional[str], prompt_file: Optional[Path]) -> str:
 @one_line_errors
 def generate(
     prompt: Optional[str] = typer.Argument(None, help="Prompt text (wrapped in the model's chat template).", show_default=False),
-    prompt_file: Optional[Path] = typer.Option(None, help="Read the prompt from this file ('-' = standard input)."),
+    prompt_file: Optional[Path] = typer.Option(None, help="Read the prompt from this file ('-' = standard input); its trailing line breaks are dropped."),
+    keep_newline: bool = typer.Option(False, "--keep-newline", help="--prompt-file: keep the file's trailing line breaks in the prompt."),
     model: str = typer.Option("smollm2-135m", help=MODEL_HELP),
     tree: Optional[str] = typer.Option(None, help="Draft tree (stand, stand-det, recycle): a tree file, a tree family file (sized for this machine), a bundled name, auto, or dynamic[-N] (STAND: N nodes spent best-first each step); default: auto for STAND, heuristic-80 for recycle."),
     method: str = typer.Option("stand", help="Decoding method: stand | stand-det | pld | recycle | ar (plain decoding)."),
@@ -193,7 +200,7 @@ def generate(
     from stand_runtime.stopping import check_stop_strings
 
     check_paths({"--json": json_out}, {"--prompt-file": prompt_file, "--tree": tree})
-    text = _read_prompt(prompt, prompt_file)
+    text = _read_prompt(prompt, prompt_file, keep_newline)
     check_method(method, tree=tree, feed_rejected=feed_rejected)
     check_budget(max_new_tokens)
     check_seed(seed)
@@ -204,7 +211,7 @@ def generate(
         check_writable(json_out)
     target, tokenizer = _load(model, dtype)
     _announce_tree(target, method, tree)
-    stream = render.TextStream(tokenizer, console)
+    stream = render.TextStream(tokenizer, console, stops)
     result = run_generate(
         target, tokenizer, text, method=method, tree=resolved if resolved is not None else tree, sampling=sampling,
         max_new_tokens=max_new_tokens,
@@ -214,7 +221,7 @@ def generate(
     if result.finish_reason == "length":
         console.print(f"(stopped at --max-new-tokens {max_new_tokens})", style="dim")
     elif result.finish_reason == "stop":
-        console.print("(stopped at a --stop string)", style="dim")
+        console.print("(stopped at a --stop string, which the text leaves out)", style="dim")
     console.print(render.stats_table(result.stats, title=f"{method} on {model}"))
     if json_out is not None:
         write_json(json_out, {"method": method, "model": model, "tree": tree or DEFAULT_TREES.get(method),
@@ -760,6 +767,40 @@ def _bench_vllm(model: str, dataset: str, field: Optional[str], samples: int, of
     console.print(render.vllm_bench_table(results, speedups(results), speedup_intervals(results), title))
     if json_out is not None:
         console.print(f"results written to {json_out}")
+
+
+_PLACEHOLDERS = {"model": "MODEL", "tokenizer_spec": "MODEL", "tree": "TREE", "method": "METHOD", "methods": "METHODS",
+                 "dataset": "DATASET", "field": "FIELD", "group_field": "FIELD", "text_field": "FIELD",
+                 "prompt_field": "FIELD", "verifier": "SPEC", "strategy": "NAME", "dtype": "DTYPE", "nodes": "K",
+                 "fmt": "FORMAT", "engine": "ENGINE", "k": "K", "seed": "SEED", "profile": "COUNTS", "stop": "TEXT",
+                 "temperature": "T", "top_p": "P", "base": "X", "decay": "X"}
+"""Help placeholders by parameter name; other options get PATH, N, X or TEXT by type."""
+
+
+def _name_placeholders(application: typer.Typer) -> None:
+    """Give every option and argument of ``application`` a placeholder that says what it takes
+    (``--model MODEL``, ``--out PATH``, ``--samples N``) instead of typer's Python types."""
+    import inspect
+
+    for command in application.registered_commands:
+        for name, parameter in inspect.signature(command.callback).parameters.items():
+            info = parameter.default
+            if not isinstance(info, (typer.models.OptionInfo, typer.models.ArgumentInfo)) or info.metavar is not None:
+                continue
+            annotation = str(parameter.annotation)
+            if "bool" in annotation:
+                continue
+            if isinstance(info, typer.models.ArgumentInfo):
+                info.metavar = {"files": "FILE"}.get(name, name.upper())
+            elif name in _PLACEHOLDERS:
+                info.metavar = _PLACEHOLDERS[name]
+            elif "Path" in annotation:
+                info.metavar = "PATH"
+            else:
+                info.metavar = "N" if "int" in annotation else "X" if "float" in annotation else "TEXT"
+
+
+_name_placeholders(app)
 
 
 def write_json(path: Path, data, indent: int | None = 1) -> None:

@@ -7,8 +7,11 @@ from __future__ import annotations
 
 from rich.table import Table
 
-from stand_runtime import DecodeStats
-from treeopt import DepthProfile
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # annotations only: importing them would load torch for every command, --help too
+    from stand_runtime import DecodeStats
+    from treeopt import DepthProfile
 
 
 def stats_table(stats: DecodeStats, title: str = "decoding") -> Table:
@@ -291,27 +294,39 @@ def progress(console, *columns):
 class TextStream:
     """A ``generate(on_tokens=...)`` callback that prints decoded text as steps commit tokens.
 
-    Built on transformers' ``TextStreamer``: text is printed up to its last complete word, and
-    :meth:`end` prints the rest (a multi-byte character cut mid-way included) and a newline.
+    The text printed is always a prefix of the result's ``text``: a character still cut mid-way
+    (a partial UTF-8 sequence) and, with stop strings, the last ``len(stop) - 1`` characters (which
+    may begin a stop string) are held back until the next step shows what they are, and a stop string
+    itself is never printed (the OpenAI convention, :func:`stand_runtime.stopping.text_before_stop`).
+    :meth:`end` prints the rest and a newline.
     """
 
-    def __init__(self, tokenizer, console) -> None:
-        from transformers import TextStreamer
+    def __init__(self, tokenizer, console, stop=()) -> None:
+        self._tokenizer = tokenizer
+        self._console = console
+        self._stop = tuple(stop)
+        self._hold = max((len(s) for s in self._stop), default=1) - 1
+        self._tokens: list[int] = []
+        self._printed = 0
 
-        class _Streamer(TextStreamer):
-            def on_finalized_text(self, text: str, stream_end: bool = False) -> None:
-                console.out(text, end="\n" if stream_end else "", highlight=False)
+    def _text(self) -> str:
+        from stand_runtime.stopping import text_before_stop
 
-        self._streamer = _Streamer(tokenizer, skip_special_tokens=True)
+        return text_before_stop(self._tokenizer.decode(self._tokens, skip_special_tokens=True), self._stop)
 
     def __call__(self, tokens: list[int]) -> None:
-        import torch
-
-        self._streamer.put(torch.tensor(tokens))
+        self._tokens.extend(int(t) for t in tokens)
+        text = self._text().rstrip("\ufffd")  # a partial character waits for its next bytes
+        safe = len(text) - self._hold
+        if safe > self._printed:
+            self._console.out(text[self._printed: safe], end="", highlight=False)
+            self._printed = safe
 
     def end(self) -> None:
         """Print what is left and end the line."""
-        self._streamer.end()
+        self._console.out(self._text()[self._printed:], highlight=False)
+        self._printed = 0
+        self._tokens = []
 
 
 def trace_tables(data: dict, title: str) -> list[Table]:

@@ -18,66 +18,113 @@ Modules, one concept each (``ls`` shows the architecture):
 Everything outside this package (the CLI, ``treeopt``) uses only the names exported here.
 """
 
-from .backend import Completion, DecodeRequest, DecodingBackend, HFBackend
-from .batch_decode import RowSpec, decode_rows, generate_batch
-from .batch_sampling import RecordedDistributions
-from .decode import check_budget, generate
-from .diagnostics import DraftQuality, summarise_draft_quality
-from .draft import Draft, DraftBuilder
-from .drafters import (
-    AUTO,
-    COPY_TOKENS,
-    DEFAULT_TREES,
-    DYNAMIC,
-    METHODS,
-    STORE_METHODS,
-    STORE_TOP_K,
-    SUFFIX_TUNED,
-    TREE_METHODS,
-    DynamicTree,
-    Memory,
-    RecyclingMatrix,
-    SuffixMemory,
-    SuffixSettings,
-    check_method,
-    draft_tree,
-    make_drafter,
-    method_tree,
-    sized_family,
-    new_memory,
-    store_params,
-)
+
 from .errors import StandError
-from .feeds import LogitsFeed, OneHotFeed, RowsFeed, TargetFeed
-from .files import check_writable, write_json_atomic, write_text_atomic
-from .forward import tree_forward
-from .gumbel import choose_children, gumbel_top_k
-from .kv_cache import new_cache
-from .latency import LatencyProfile, cached_latency, choose_size, measure_latency
-from .metrics import DecodeStats, GenerationResult, acceptance_by_depth
-from .model_facts import default_eos_ids, vocab_size
-from .models import DEFAULT_MODEL, cache_root, load_model, load_tokenizer
-from .ngram_store import NGramStore, StoreEntry, StoreStats
-from .prompts import encode_prompt
-from .randomness import RandomStream, check_seed
-from .sampling import SamplingParams, TargetRow, sample_index, target_probs, target_row, target_rows, top_target_probs
-from .trace_replay import RecordedTop, ReplayResult, TraceTarget, replay_trace
-from .tree import MAX_RANK, DraftTree, tree_attention_mask, tree_position_ids
-from .tree_choice import DEFAULT_FAMILY, TreeChoice, machine_tree
-from .tree_io import (
-    TreeFamily,
-    TreeFile,
-    bundled_calibrations,
-    bundled_families,
-    bundled_trees,
-    family_to_json,
-    load_family,
-    load_tree,
-    parse_tree,
-    resolve_tree,
-    save_tree,
-)
-from .verify import Verification, acceptance_chain, verify_greedy, verify_sampling
+from .lazy import lazy_exports
+
+_EXPORTS = {
+    "Completion": ".backend",
+    "DecodeRequest": ".backend",
+    "DecodingBackend": ".backend",
+    "HFBackend": ".backend",
+    "RowSpec": ".batch_decode",
+    "decode_rows": ".batch_decode",
+    "generate_batch": ".batch_decode",
+    "RecordedDistributions": ".batch_sampling",
+    "check_budget": ".decode",
+    "generate": ".decode",
+    "DraftQuality": ".diagnostics",
+    "summarise_draft_quality": ".diagnostics",
+    "Draft": ".draft",
+    "DraftBuilder": ".draft",
+    "AUTO": ".drafters",
+    "COPY_TOKENS": ".drafters",
+    "DEFAULT_TREES": ".drafters",
+    "DYNAMIC": ".drafters",
+    "METHODS": ".drafters",
+    "STORE_METHODS": ".drafters",
+    "STORE_TOP_K": ".drafters",
+    "SUFFIX_TUNED": ".drafters",
+    "TREE_METHODS": ".drafters",
+    "DynamicTree": ".drafters",
+    "Memory": ".drafters",
+    "RecyclingMatrix": ".drafters",
+    "SuffixMemory": ".drafters",
+    "SuffixSettings": ".drafters",
+    "check_method": ".drafters",
+    "draft_tree": ".drafters",
+    "make_drafter": ".drafters",
+    "method_tree": ".drafters",
+    "sized_family": ".drafters",
+    "new_memory": ".drafters",
+    "store_params": ".drafters",
+    "LogitsFeed": ".feeds",
+    "OneHotFeed": ".feeds",
+    "RowsFeed": ".feeds",
+    "TargetFeed": ".feeds",
+    "check_writable": ".files",
+    "write_json_atomic": ".files",
+    "write_text_atomic": ".files",
+    "tree_forward": ".forward",
+    "choose_children": ".gumbel",
+    "gumbel_top_k": ".gumbel",
+    "new_cache": ".kv_cache",
+    "LatencyProfile": ".latency",
+    "cached_latency": ".latency",
+    "choose_size": ".latency",
+    "measure_latency": ".latency",
+    "DecodeStats": ".metrics",
+    "GenerationResult": ".metrics",
+    "acceptance_by_depth": ".metrics",
+    "default_eos_ids": ".model_facts",
+    "vocab_size": ".model_facts",
+    "DEFAULT_MODEL": ".models",
+    "cache_root": ".models",
+    "load_model": ".models",
+    "load_tokenizer": ".models",
+    "NGramStore": ".ngram_store",
+    "StoreEntry": ".ngram_store",
+    "StoreStats": ".ngram_store",
+    "encode_prompt": ".prompts",
+    "RandomStream": ".randomness",
+    "check_seed": ".randomness",
+    "SamplingParams": ".sampling",
+    "TargetRow": ".sampling",
+    "sample_index": ".sampling",
+    "target_probs": ".sampling",
+    "target_row": ".sampling",
+    "target_rows": ".sampling",
+    "top_target_probs": ".sampling",
+    "RecordedTop": ".trace_replay",
+    "ReplayResult": ".trace_replay",
+    "TraceTarget": ".trace_replay",
+    "replay_trace": ".trace_replay",
+    "MAX_RANK": ".tree",
+    "DraftTree": ".tree",
+    "tree_attention_mask": ".tree",
+    "tree_position_ids": ".tree",
+    "DEFAULT_FAMILY": ".tree_choice",
+    "TreeChoice": ".tree_choice",
+    "machine_tree": ".tree_choice",
+    "TreeFamily": ".tree_io",
+    "TreeFile": ".tree_io",
+    "bundled_calibrations": ".tree_io",
+    "bundled_families": ".tree_io",
+    "bundled_trees": ".tree_io",
+    "family_to_json": ".tree_io",
+    "load_family": ".tree_io",
+    "load_tree": ".tree_io",
+    "parse_tree": ".tree_io",
+    "resolve_tree": ".tree_io",
+    "save_tree": ".tree_io",
+    "Verification": ".verify",
+    "acceptance_chain": ".verify",
+    "verify_greedy": ".verify",
+    "verify_sampling": ".verify",
+}
+"""Public name → the module defining it (imported on first use: :mod:`stand_runtime.lazy`)."""
+
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 
 __version__ = "0.1.0"
 

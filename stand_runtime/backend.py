@@ -34,7 +34,7 @@ from .model_facts import check_model, check_positions, default_eos_ids, vocab_si
 from .prompts import encode_prompt
 from .randomness import SEED_LIMIT, check_seed
 from .sampling import SamplingParams
-from .stopping import check_stop_strings
+from .stopping import check_stop_strings, text_before_stop
 
 
 @dataclass(frozen=True)
@@ -255,6 +255,8 @@ class HFBackend:
             eos = default_eos_ids(self.model, self.tokenizer)
             first = next((i for i, token in enumerate(result.tokens) if token in eos), len(result.tokens))
             text = self.tokenizer.decode(result.tokens[:first], skip_special_tokens=True)
+            if result.finish_reason == "stop":
+                text = text_before_stop(text, request.stop)
         return Completion(prompt, result.tokens, text, result.finish_reason, result.stats, logprobs=result.logprobs)
 
     def _decode(self, index: int, request: DecodeRequest, on_completion, on_tokens) -> list[Completion]:

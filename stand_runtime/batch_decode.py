@@ -288,7 +288,7 @@ class _Batch:
 
     def _result(self, row: DecodeRow) -> GenerationResult:
         stats = row.finish_stats()
-        text = self.tokenizer.decode(row.generated, skip_special_tokens=True) if self.tokenizer is not None else ""
+        text = row.stop_rule.text(row.generated, row.finish_reason)
         return GenerationResult(tokens=row.generated, text=text, stats=stats, finish_reason=row.finish_reason,
                                 logprobs=row.logprobs)
 

@@ -190,7 +190,7 @@ class _Run:
         self.clock.settle()
         stats = self.row.finish_stats()
         generated = self.row.generated
-        text = tokenizer.decode(generated, skip_special_tokens=True) if tokenizer is not None else ""
+        text = self.row.stop_rule.text(generated, self.row.finish_reason)
         return GenerationResult(tokens=generated, text=text, stats=stats, finish_reason=self.row.finish_reason,
                                 logprobs=self.row.logprobs)
 

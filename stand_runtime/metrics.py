@@ -130,7 +130,9 @@ class GenerationResult:
 
     Attributes:
         tokens: generated token ids (prompt excluded; EOS included when it ended the run).
-        text: ``tokens`` decoded (empty when no tokenizer was given).
+        text: ``tokens`` decoded (empty when no tokenizer was given); when a stop string ended the
+            run, the text before it (the OpenAI convention: the stop string is left out, the tokens
+            keep it).
         stats: the run's :class:`DecodeStats`.
         finish_reason: ``"eos"``, ``"stop"`` (a stop string) or ``"length"`` (``max_new_tokens``).
         logprobs: per generated token its log-probability under the target's raw logits (natural

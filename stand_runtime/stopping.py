@@ -51,6 +51,15 @@ def check_eos_ids(eos_ids, vocab: int | None = None) -> list[int]:
     return [int(t) for t in ids]
 
 
+def text_before_stop(text: str, stop: Sequence[str]) -> str:
+    """``text`` up to the first occurrence of any stop string, the stop string left out (the OpenAI
+    convention, which vLLM's server follows). The run's *tokens* keep the token that completed the
+    stop string, as plain decoding emitted it; only the text is cut.
+    """
+    cuts = [text.find(s) for s in stop if s in text]
+    return text[: min(cuts)] if cuts else text
+
+
 class StopRule:
     """The stop conditions of one run.
 
@@ -58,7 +67,8 @@ class StopRule:
         eos_ids: tokens that end the run (kept in the output).
         max_new_tokens: the token budget (>= 1).
         stop: strings that end the run once the generated text contains one (the tokens up to and
-            including the one completing it are kept, as transformers' ``stop_strings`` does).
+            including the one completing it are kept, as transformers' ``stop_strings`` does; the
+            result's text leaves the stop string out, :func:`text_before_stop`).
         tokenizer: decodes generated tokens for the stop-string check (needed when ``stop`` is given).
 
     Raises:
@@ -99,3 +109,11 @@ class StopRule:
             if len(generated) + index + 1 >= self.max_new_tokens:
                 return kept, "length"
         return list(new_tokens), None
+
+    def text(self, tokens: list[int], finish_reason: str | None) -> str:
+        """The text of a finished run's ``tokens`` (special tokens skipped; empty without a
+        tokenizer), cut before the stop string when a stop string ended it."""
+        if self.tokenizer is None:
+            return ""
+        text = self.tokenizer.decode(tokens, skip_special_tokens=True)
+        return text_before_stop(text, self.stop) if finish_reason == "stop" else text

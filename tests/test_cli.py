@@ -299,3 +299,59 @@ def test_bench_tree_and_method_lists_are_checked():
         code, output = run("bench", *args)
         assert code == 2, output
         one_line_error(output, message)
+
+
+def test_the_cli_starts_without_torch():
+    """``treeopt --help`` and usage errors must come at once: the CLI module, its renderer and the
+    package faces import neither torch nor transformers (they load inside the commands that need them)."""
+    import subprocess
+    import sys
+
+    code = ("import sys, cli, stand_runtime; stand_runtime.StandError; stand_runtime.__version__; "
+            "heavy = sorted(m for m in ('torch', 'transformers', 'numpy') if m in sys.modules); "
+            "assert not heavy, heavy")
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=str(__import__("pathlib").Path(__file__).parents[1]))
+
+
+def test_stop_strings_are_left_out_of_the_text_and_the_stream(tiny_qwen2):
+    """One convention on every path (OpenAI's, as vLLM's server): the text ends before the stop
+    string, the tokens keep the one that completed it; the CLI's stream prints exactly that text."""
+    import io
+
+    from rich.console import Console
+
+    import cli_render
+    from conftest import DigitsTokenizer
+    from stand_runtime import DecodeRequest, HFBackend, SamplingParams, generate, generate_batch
+
+    tokenizer = DigitsTokenizer()
+    prompt = [3, 5, 7, 3, 5, 7, 3, 5]
+    free = generate(tiny_qwen2, tokenizer, prompt, method="ar", temperature=0, max_new_tokens=12, eos_token_ids=[])
+    stop = " ".join(map(str, free.tokens[4:6]))
+    buffer = io.StringIO()
+    stream = cli_render.TextStream(tokenizer, Console(file=buffer, width=500), [stop])
+    result = generate(tiny_qwen2, tokenizer, prompt, method="stand", tree="heuristic-80", temperature=0,
+                      max_new_tokens=12, eos_token_ids=[], stop=stop, on_tokens=stream)
+    stream.end()
+    full = " ".join(map(str, result.tokens))
+    assert result.finish_reason == "stop" and full.endswith(stop)
+    assert result.text == full[: full.find(stop)] and stop not in result.text
+    assert buffer.getvalue() == result.text + "\n"
+    batched = generate_batch(tiny_qwen2, tokenizer, [prompt], method="stand", tree="heuristic-80", temperature=0,
+                             max_new_tokens=12, eos_token_ids=[], stop=stop)[0]
+    assert (batched.tokens, batched.text) == (result.tokens, result.text)
+    backend = HFBackend(tiny_qwen2, tokenizer, "ar")
+    greedy = SamplingParams(temperature=0)
+    completion = backend.generate([DecodeRequest(prompt, max_new_tokens=12, sampling=greedy, stop=stop,
+                                                 ignore_eos=True)])[0][0]
+    assert (completion.tokens, completion.text) == (result.tokens, result.text)
+
+
+def test_a_prompt_file_loses_its_trailing_newline_unless_asked(tmp_path):
+    import cli
+
+    path = tmp_path / "prompt.txt"
+    path.write_text("Say hi\n\n")
+    assert cli._read_prompt(None, path) == "Say hi"
+    assert cli._read_prompt(None, path, keep_newline=True) == "Say hi\n\n"
+    assert cli._read_prompt("Say hi", None) == "Say hi"
