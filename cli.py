@@ -133,22 +133,32 @@ def _load(model: str, dtype: str = "float32"):
         return load_model(model, dtype=dtype)
 
 
-def _announce_tree(target, method: str, tree: Optional[str]) -> bool:
-    """Say which tree ``auto`` chose for this machine (measuring the latency profile once if needed);
-    False when the method does not use ``auto``."""
+def _warn_latency(profile, **observed) -> None:
+    """Print :func:`stand_runtime.latency.latency_warnings` (an untrustworthy or contradicted profile)."""
+    from stand_runtime.latency import latency_warnings
+
+    for line in latency_warnings(profile, **observed):
+        err_console.print(f"warning: {line}", style="yellow", highlight=False)
+
+
+def _announce_tree(target, method: str, tree: Optional[str]):
+    """Say which tree ``auto`` chose for this machine (measuring the latency profile once if needed,
+    and warning when it looks untrustworthy); returns the :class:`stand_runtime.TreeChoice`, or None
+    when the method does not use ``auto``."""
     from stand_runtime import COPY_TOKENS, DEFAULT_TREES, TREE_METHODS, machine_tree, sized_family
 
     spec = tree or DEFAULT_TREES.get(method)
     family = sized_family(spec) if method in TREE_METHODS else None
     if family is None:
-        return False
+        return None
     choice = machine_tree(target, family, on_measure=lambda: console.print(
         "measuring this machine's forward latency to size the draft tree (once per model, cached) ...", style="dim"))
     copy = f"; STAND's copy path adds up to {COPY_TOKENS} copied tokens where the text repeats" if method == "stand" else ""
     console.print(f"tree {spec}: {choice.nodes} nodes for this machine (calibrated τ̂ {choice.expected_acceptance_length:.2f}; "
                   f"a forward over {choice.nodes + 1} tokens {choice.profile.at(choice.nodes + 1) * 1e3:.0f} ms, over one "
                   f"{choice.profile.at(1) * 1e3:.0f} ms){copy}", style="dim")
-    return True
+    _warn_latency(choice.profile)
+    return choice
 
 
 def _read_prompt(prompt: Optional[str], prompt_file: Optional[Path], keep_newline: bool = False) -> str:
@@ -210,7 +220,7 @@ def generate(
     if json_out is not None:
         check_writable(json_out)
     target, tokenizer = _load(model, dtype)
-    _announce_tree(target, method, tree)
+    choice = _announce_tree(target, method, tree)
     stream = render.TextStream(tokenizer, console, stops)
     result = run_generate(
         target, tokenizer, text, method=method, tree=resolved if resolved is not None else tree, sampling=sampling,
@@ -223,6 +233,11 @@ def generate(
     elif result.finish_reason == "stop":
         console.print("(stopped at a --stop string, which the text leaves out)", style="dim")
     console.print(render.stats_table(result.stats, title=f"{method} on {model}"))
+    if choice is not None:
+        stats = result.stats
+        drafted = sum(stats.drafted_per_step) / len(stats.drafted_per_step) if stats.drafted_per_step else 0.0
+        _warn_latency(choice.profile, forward_s=stats.forward_s, forwards=stats.target_forwards,
+                      tokens_per_forward=1 + drafted)
     if json_out is not None:
         write_json(json_out, {"method": method, "model": model, "tree": tree or DEFAULT_TREES.get(method),
                               "seed": seed, "temperature": temperature, "top_p": top_p, "top_k": top_k,
@@ -341,7 +356,9 @@ def calibrate(
         result = run_calibration(config, target, tokenizer, out, resume=resume, candidate=tree, prompts=prompts, progress=hooks)
     console.print(render.profile_table(f"calibrated candidate ({method})", depth_profile(result.candidate, result.alpha)))
     timings = result.metadata.get("timings", {})
-    console.print(f"{result.steps:.0f} steps over {len(result.per_prompt)} prompts; times (s): " +
+    console.print(f"{result.steps:.0f} decoding steps (target forwards) over {len(result.per_prompt)} prompts; "
+                  "trajectories that reach EOS end before --max-new-tokens, so the tokens bar may stop short of its "
+                  "total; times (s): " +
                   ", ".join(f"{k.removesuffix('_s')} {v:.1f}" for k, v in timings.items() if v))
     console.print(f"calibration written to {out}")
 
@@ -389,6 +406,7 @@ def export(
     model: Optional[str] = typer.Option(None, help="Model whose latency --nodes auto measures (default: the calibration's)."),
     batch: int = typer.Option(1, help="--nodes auto: rows decoded together per target forward (batched decoding: trees shrink as batches grow)."),
     out: Path = typer.Option(Path("tree.json"), help="Where to write the tree."),
+    show_profile: bool = typer.Option(False, "--show", help="Also print the tree's depth profile (as `treeopt show` does)."),
 ) -> None:
     """Prune the calibrated candidate to the best K nodes and write the tree."""
     from stand_runtime import check_writable, save_tree
@@ -418,6 +436,7 @@ def export(
         name = model or result.metadata.get("model") or "smollm2-135m"
         target, _ = _load(name)
         profile = cached_latency(target, name, on_measure=lambda: console.print("measuring forward latency (once per model and device) ..."))
+        _warn_latency(profile)
         sums = best_sums(result.candidate, result.alpha, min(result.candidate.num_nodes, profile.sizes[-1] - 1))
         count, curve = choose_size(sums, profile, batch)
         console.print(render.curve_table(curve, count))
@@ -431,8 +450,12 @@ def export(
             raise StandError(f"--nodes must be an integer or 'auto', got {nodes!r}") from None
     tree_file = export_tree(result, count, extra)
     save_tree(tree_file, out, fmt)
-    console.print(render.profile_table(str(out), depth_profile(tree_file.tree, tree_file.expected_acceptance)))
-    console.print(f"{tree_file.tree.num_nodes}-node tree written to {out} ({fmt} format)")
+    if show_profile:
+        console.print(render.profile_table(str(out), depth_profile(tree_file.tree, tree_file.expected_acceptance)))
+    tau = "" if tree_file.expected_acceptance is None else \
+        f", calibrated τ̂ {1 + float(sum(tree_file.expected_acceptance)):.2f} tokens per step"
+    console.print(f"{tree_file.tree.num_nodes}-node tree, depth {tree_file.tree.max_depth}{tau}, written to {out} "
+                  f"({fmt} format; `treeopt show {out}` prints its depth profile)")
 
 
 @app.command()
@@ -540,7 +563,7 @@ def bench(
         offset = 30 if dataset == "humaneval" else 0
     prompts = load_prompts(dataset, field=field, samples=samples, offset=offset)
     target, tokenizer = _load(model, dtype)
-    any(_announce_tree(target, spec.method, spec.tree) for spec in specs)  # once: STAND methods share it
+    any(_announce_tree(target, spec.method, spec.tree) is not None for spec in specs)  # once: STAND methods share it
     settings = {"model": model, "dtype": dtype, "dataset": dataset, "samples": samples, "offset": offset, "temperature": temperature,
                 "top_p": top_p, "max_new_tokens": max_new_tokens, "seed": seed, "trajectories": trajectories,
                 "share_store": share_store, "ignore_eos": ignore_eos}
@@ -557,6 +580,8 @@ def bench(
                             seed=seed, trajectories=trajectories, on_run=lambda *_: bar.advance(task), on_prompt=save,
                             share_across_prompts=share_store, ignore_eos=ignore_eos)
     ratios, intervals = speedups(results), speedup_intervals(results)
+    plain = next((r for r in results if r.method == "ar"), None)
+    _warn_latency(profile, **({} if plain is None else {"forward_s": plain.forward_s, "forwards": plain.steps}))
     title = (f"{len(prompts)} prompts from {dataset} (offset {offset}) x {trajectories} trajectories, "
              f"{max_new_tokens} tokens, T={temperature}, top-p={top_p}")
     for table in render.bench_tables(results, ratios, title, intervals, latency_bounds(results, profile)):
@@ -647,6 +672,46 @@ def search(
     console.print(render.search_table(data["summary"], title))
     if json_out is not None:
         console.print(f"results written to {json_out}")
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+@one_line_errors
+def serve(
+    ctx: typer.Context,
+    model: str = typer.Option("smollm2-135m", help="smollm2-135m (default: its float32 folder, made once) or a Hugging Face model folder."),
+    method: str = typer.Option("stand", help="stand (STAND's proposer), or vLLM's ar (plain decoding), ngram, suffix."),
+    k: Optional[int] = typer.Option(None, help="Draft tokens per request and step (default: 4 for stand, 5 ngram, 16 suffix; `treeopt bench --engine vllm --k auto` measures the best for this machine)."),
+    host: str = typer.Option("127.0.0.1", help="Address to listen on (127.0.0.1: this machine only; 0.0.0.0: every interface)."),
+    port: int = typer.Option(8000, help="Port to listen on."),
+    kv_cache_gib: int = typer.Option(1, help="KV-cache size in GiB (1 GiB holds ~23k tokens of the default model); a fixed size lets vLLM start beside other processes."),
+    max_model_len: int = typer.Option(2048, help="Context length (tokens)."),
+    dtype: str = typer.Option("float32", help="float32 or bfloat16."),
+    max_prompts: int = typer.Option(64, help="stand: prompt stores kept (least recently used dropped)."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the vLLM command and its STAND settings, do not start it."),
+) -> None:
+    """Serve an OpenAI-compatible API with vLLM and STAND (arguments after the options go to vLLM as they are)."""
+    import shlex
+
+    from stand_runtime import DEFAULT_MODEL
+    from stand_runtime.vllm import check_version, default_model_folder
+    from stand_runtime.vllm.server import ServerSettings, describe, server_command
+
+    check_version()
+    folder = str(default_model_folder() if model == DEFAULT_MODEL else model)
+    options = {"max_prompts": max_prompts} if method == "stand" else {}
+    settings = ServerSettings(folder, method, k, host, port, kv_cache_gib, max_model_len, dtype,
+                              name=model if model == DEFAULT_MODEL else None, stand_options=options,
+                              extra=tuple(ctx.args))
+    argv, env = server_command(settings)
+    console.print(describe(settings), highlight=False, soft_wrap=True)
+    if dry_run:
+        from stand_runtime.vllm.proposer import OPTIONS_ENV
+
+        prefix = f"{OPTIONS_ENV}={shlex.quote(env[OPTIONS_ENV])} " if OPTIONS_ENV in env else ""
+        console.print(prefix + shlex.join(argv), highlight=False, soft_wrap=True)
+        return
+    sys.stdout.flush()
+    os.execve(argv[0], argv, env)  # the server replaces this process: its PID is the server's
+
+
 def _bench_traces(path: Path, methods: Optional[str], tree: Optional[list[str]], group_field: str, text_field: str,
                   prompt_field: str, max_tokens: int, min_group_size: int, tokenizer_spec: str, copy_tokens: int,
                   json_out: Optional[Path], png: Optional[Path]) -> None:
@@ -773,7 +838,8 @@ _PLACEHOLDERS = {"model": "MODEL", "tokenizer_spec": "MODEL", "tree": "TREE", "m
                  "dataset": "DATASET", "field": "FIELD", "group_field": "FIELD", "text_field": "FIELD",
                  "prompt_field": "FIELD", "verifier": "SPEC", "strategy": "NAME", "dtype": "DTYPE", "nodes": "K",
                  "fmt": "FORMAT", "engine": "ENGINE", "k": "K", "seed": "SEED", "profile": "COUNTS", "stop": "TEXT",
-                 "temperature": "T", "top_p": "P", "base": "X", "decay": "X"}
+                 "temperature": "T", "top_p": "P", "base": "X", "decay": "X", "host": "HOST", "port": "PORT",
+                 "kv_cache_gib": "GIB"}
 """Help placeholders by parameter name; other options get PATH, N, X or TEXT by type."""
 
 

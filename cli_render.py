@@ -103,13 +103,14 @@ def bench_tables(results, speedups: dict, title: str, intervals: dict | None = N
     (when the prompts have reference answers): majority-vote and per-trajectory accuracy.
     """
     intervals, bounds = intervals or {}, bounds or {}
+    label_width = max((len(result.label) for result in results), default=6)  # a label never wraps its "]"
     speed = Table(title=title, caption="τ: tokens per target forward · × ar: tokens/s over plain decoding, "
                   "95% bootstrap interval over prompts · bound: τ·t(1)/t(K+1), the speedup τ gives at K drafted "
                   "nodes per step with this machine's cached latency profile and no host work (an estimate) · "
                   "host: time outside the forward", caption_justify="left")
     for column in ("method", "τ", "tokens/s", "× ar", "95% interval", *(["bound"] if bounds else []), "host"):
-        speed.add_column(column, justify="left" if column == "method" else "right", no_wrap=column != "method",
-                         overflow="fold" if column == "method" else "ellipsis")
+        speed.add_column(column, justify="left" if column == "method" else "right", no_wrap=True,
+                         min_width=label_width if column == "method" else None)
     for result in results:
         ratio, interval = speedups.get(result.label), intervals.get(result.label)
         row = [result.label, f"{result.acceptance_length:.2f}", f"{result.tokens_per_s:.1f}",
@@ -121,14 +122,15 @@ def bench_tables(results, speedups: dict, title: str, intervals: dict | None = N
         speed.add_row(*row)
     graded = any(result.graded for result in results)
     by_trajectory = any(len(result.by_trajectory) > 1 for result in results)
-    caption = "K: static tree nodes (pld: its chain length) · drafted: nodes drafted per target forward"
+    caption = ("K: static tree nodes (pld: its chain length) · drafted: nodes drafted per target forward, which "
+               "differs from K: store misses leave tree nodes out, STAND's copy path adds copied tokens beyond them")
     caption += " · τ by trajectory: τ of the t-th trajectory of every prompt" if by_trajectory else ""
     work = Table(title="work per method", caption=caption, caption_justify="left")
     columns = ["method", "K", "drafted", "tokens", "steps", "seconds"]
     columns += ["τ by trajectory"] if by_trajectory else []
     for column in columns:
-        work.add_column(column, justify="left" if column == "method" else "right",
-                        no_wrap=column != "method", overflow="fold" if column == "method" else "ellipsis")
+        work.add_column(column, justify="left" if column == "method" else "right", no_wrap=True,
+                        min_width=label_width if column == "method" else None)
     for result in results:
         row = [result.label, str(result.tree_nodes), f"{result.mean_drafted:.1f}", str(result.tokens), str(result.steps),
                f"{result.decode_s:.1f}"]

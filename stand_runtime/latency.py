@@ -179,3 +179,45 @@ def choose_size(best_sum: np.ndarray, profile: LatencyProfile, batch: int = 1) -
                       "tokens_per_s": batch * (1.0 + float(total)) / latency})
     best = max(curve, key=lambda row: row["tokens_per_s"])
     return best["nodes"], curve
+
+
+UNTRUSTED_SPREAD = 0.25
+"""A profile whose interquartile range over rounds exceeds this share of the median at some size
+was measured on a busy machine: its choices (``auto`` trees, ``--nodes auto``) are not to be trusted."""
+
+DISAGREEMENT = 1.5
+"""A run whose forwards took more than this factor longer or shorter than the profile says ran on a
+machine the profile does not describe (measured under load, or since changed)."""
+
+
+def profile_spread(profile: LatencyProfile) -> float:
+    """The largest interquartile range over rounds relative to the median, over the sizes (0 when
+    the profile recorded no spread)."""
+    pairs = [(s, m) for s, m in zip(profile.spread, profile.medians) if m > 0]
+    return max((s / m for s, m in pairs), default=0.0)
+
+
+def latency_warnings(profile: LatencyProfile, *, forward_s: float = 0.0, forwards: int = 0,
+                     tokens_per_forward: float = 1.0) -> list[str]:
+    """Reasons not to trust ``profile``, each one line naming what to do (empty when none).
+
+    Args:
+        profile: the latency profile a choice was made with.
+        forward_s, forwards, tokens_per_forward: what a run observed (seconds in target forwards,
+            their count, mean tokens per forward incl. the root); ``forwards`` 0 = nothing observed.
+    """
+    folder = cache_root() / "latency"
+    out = []
+    spread = profile_spread(profile)
+    if spread > UNTRUSTED_SPREAD:
+        out.append(f"the latency profile was measured with a spread of {100 * spread:.0f}% between rounds (the machine "
+                   f"was busy): sizes chosen from it may be wrong; delete {folder} and run again on a quiet machine")
+    if forwards > 0 and forward_s > 0:
+        observed = forward_s / forwards
+        expected = profile.at(tokens_per_forward)
+        ratio = observed / expected if expected > 0 else float("inf")
+        if not 1 / DISAGREEMENT <= ratio <= DISAGREEMENT:
+            out.append(f"this run's forwards took {1e3 * observed:.0f} ms for {tokens_per_forward:.1f} tokens where the "
+                       f"cached latency profile says {1e3 * expected:.0f} ms ({ratio:.1f}x): the profile or this run was "
+                       f"measured under other load; if the machine is quiet now, delete {folder} to measure again")
+    return out

