@@ -105,6 +105,32 @@ def check_paths(outputs: dict[str, Optional[Path]], inputs: dict[str, object]) -
                     raise StandError(f"{name} {path} is the {source} file itself: it would be overwritten; choose another path")
 
 
+def given_options(ctx) -> dict[str, str]:
+    """Options the user wrote on the command line: parameter name → its option string (``--json``)."""
+    opts = {param.name: param.opts[0] for param in ctx.command.params if param.opts}
+    return {name: opts.get(name, name) for name in ctx.params
+            if getattr(ctx.get_parameter_source(name), "name", "") == "COMMANDLINE"}
+
+
+def refuse_options(ctx, names, where: str) -> None:
+    """Raises StandError when an option of ``names`` was given that does not apply ``where`` (an
+    option accepted and then ignored would read as if it had taken effect)."""
+    given = given_options(ctx)
+    wrong = [given[name] for name in names if name in given]
+    if wrong:
+        raise StandError(f"{', '.join(wrong)} {'does' if len(wrong) == 1 else 'do'} not apply to {where}")
+
+
+def check_budget_fits(model: str, max_new_tokens: int) -> None:
+    """Before the model loads: a budget the model's context cannot hold at all (when its config is on disk)."""
+    from stand_runtime.models import known_context
+
+    limit = known_context(model)
+    if limit is not None and max_new_tokens >= limit:
+        raise StandError(f"context too long: --max-new-tokens {max_new_tokens} leaves no room for a prompt in "
+                         f"the model context of {limit} tokens")
+
+
 def _version(value: bool) -> None:
     if value:
         console.print(f"treeopt {__version__}")
@@ -181,6 +207,10 @@ def _read_prompt(prompt: Optional[str], prompt_file: Optional[Path], keep_newlin
                               "use --prompt-file to read it", highlight=False)
     if not text.strip():
         raise StandError("empty prompt")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise StandError(f"the prompt is not valid UTF-8 text (character {error.start}: {text[error.start]!r})") from None
     return text
 
 
@@ -217,6 +247,7 @@ def generate(
     stops = check_stop_strings(tuple(stop or ()))
     sampling = SamplingParams(temperature, top_p, top_k)
     resolved = method_tree(method, tree)
+    check_budget_fits(model, max_new_tokens)
     if json_out is not None:
         check_writable(json_out)
     target, tokenizer = _load(model, dtype)
@@ -249,6 +280,7 @@ def generate(
 @app.command()
 @one_line_errors
 def candidate(
+    ctx: typer.Context,
     nodes: int = typer.Option(625, help="Draft nodes in the candidate tree (root excluded)."),
     base: float = typer.Option(0.9, help="Prior a(r) = base / (r + 1)^decay: value of a rank-0 child, in (0, 1)."),
     decay: float = typer.Option(1.0, help="Prior decay over ranks (> 0)."),
@@ -263,10 +295,10 @@ def candidate(
     check_writable(out)
     prior = Prior(base, decay)
     if profile is not None:
-        try:
-            counts = [int(c) for c in profile.split(",")]
-        except ValueError:
-            raise StandError(f"--profile must be comma-separated integers, got {profile!r}") from None
+        refuse_options(ctx, ["nodes"], "--profile (the profile says the nodes per depth)")
+        from stand_runtime.checks import parse_count
+
+        counts = [parse_count("--profile entries", c, 0) for c in profile.split(",")]
         tree = per_depth_tree(counts, prior, max_width)
         meta = {"kind": "per-depth", "profile": counts, "prior": {"base": base, "decay": decay}, "max_width": max_width}
     else:
@@ -280,6 +312,7 @@ def candidate(
 @app.command()
 @one_line_errors
 def calibrate(
+    ctx: typer.Context,
     model: str = typer.Option("smollm2-135m", help=MODEL_HELP),
     samples: int = typer.Option(30, help="Calibration prompts."),
     dataset: str = typer.Option("humaneval", help="Prompts: humaneval (built in), a JSONL file, or a local Hugging Face dataset."),
@@ -306,9 +339,14 @@ def calibrate(
     tokenizer_spec: Optional[str] = typer.Option(None, "--tokenizer", help="--traces: tokenizer (a model spec); default: --model's."),
 ) -> None:
     """Estimate every candidate node's acceptance probability on real prompts (or recorded traces)."""
+    trace_only = ["group_field", "text_field", "prompt_field", "max_tokens", "tokenizer_spec"]
     if traces is not None:
+        refuse_options(ctx, ["samples", "dataset", "field", "offset", "method", "temperature", "top_p", "top_k",
+                             "max_new_tokens", "trajectories", "seed", "batch_size", "deterministic", "resume"],
+                       "calibrate --traces (a greedy replay of recorded text)")
         return _calibrate_traces(traces, candidate_file, candidate_nodes, group_field, text_field, prompt_field,
                                  max_tokens, tokenizer_spec or model, out)
+    refuse_options(ctx, trace_only, "calibrate without --traces")
     from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
     from stand_runtime import check_writable, load_tree
@@ -400,6 +438,7 @@ def _calibrate_traces(path: Path, candidate_file: Optional[Path], candidate_node
 @app.command()
 @one_line_errors
 def export(
+    ctx: typer.Context,
     calibration: Path = typer.Argument(..., help="Calibration file from `treeopt calibrate`, or the shipped one by name: stand-smollm2-humaneval."),
     nodes: str = typer.Option("80", help="Tree size K (draft nodes), or 'auto' to pick it from this machine's latency profile."),
     fmt: str = typer.Option("stand", "--format", help="stand (versioned JSON) | choices (plain list of paths) | family (the best tree for each of many sizes, for --tree auto on any machine)."),
@@ -418,6 +457,10 @@ def export(
         raise StandError(f"unknown --format {fmt!r} (use stand, choices or family)")
     if batch < 1:
         raise StandError(f"--batch must be >= 1, got {batch}")
+    if fmt == "family":
+        refuse_options(ctx, ["nodes", "batch", "model"], "--format family (it holds the best tree of every size)")
+    elif nodes != "auto":
+        refuse_options(ctx, ["batch", "model"], "a fixed --nodes (they size --nodes auto)")
     result = load_calibration(calibration)
     if fmt == "family":
         from stand_runtime import family_to_json
@@ -444,9 +487,11 @@ def export(
         if count == 0:
             raise StandError("--nodes auto: no tree beats plain decoding on this hardware (K = 0); export a fixed size instead")
     else:
+        from stand_runtime.checks import parse_count
+
         try:
-            count = int(nodes)
-        except ValueError:
+            count = parse_count("--nodes", nodes)
+        except StandError:
             raise StandError(f"--nodes must be an integer or 'auto', got {nodes!r}") from None
     tree_file = export_tree(result, count, extra)
     save_tree(tree_file, out, fmt)
@@ -493,6 +538,7 @@ def show(
 @app.command()
 @one_line_errors
 def bench(
+    ctx: typer.Context,
     model: str = typer.Option("smollm2-135m", help=MODEL_HELP),
     dataset: str = typer.Option("humaneval", help="Prompts: humaneval (built in), a JSONL file, or a local Hugging Face dataset."),
     field: Optional[str] = typer.Option(None, help="Text field of a JSONL/HF dataset (default: prompt, problem or question)."),
@@ -530,6 +576,16 @@ def bench(
     --traces, replay recorded traces through the drafters)."""
     if engine not in ("hf", "vllm"):
         raise StandError(f"unknown --engine {engine!r} (valid: hf, vllm)")
+    trace_only = ["group_field", "text_field", "prompt_field", "max_tokens", "min_group_size", "tokenizer_spec",
+                  "copy_tokens"]
+    decoding_only = ["dataset", "field", "samples", "offset", "temperature", "top_p", "max_new_tokens", "seed",
+                     "trajectories", "share_store", "ignore_eos", "dtype"]
+    if engine == "vllm":
+        refuse_options(ctx, ["traces", "tree", "share_store", "png", *trace_only], "bench --engine vllm")
+    elif traces is not None:
+        refuse_options(ctx, [*decoding_only, "k"], "bench --traces (a greedy replay of recorded text, no decoding)")
+    else:
+        refuse_options(ctx, [*trace_only, "k"], "bench without --traces or --engine vllm")
     if engine == "vllm":
         return _bench_vllm(model, dataset, field, samples, offset, methods, temperature, top_p, max_new_tokens, seed,
                            trajectories, ignore_eos, json_out, dtype, k)
@@ -552,6 +608,7 @@ def bench(
     sampling = SamplingParams(temperature, top_p, 0)
     check_budget(max_new_tokens)
     check_bench_settings(samples, trajectories, seed)
+    check_budget_fits(model, max_new_tokens)
     for path in (json_out, png):
         if path is not None:
             check_writable(path)
@@ -563,6 +620,11 @@ def bench(
         offset = 30 if dataset == "humaneval" else 0
     prompts = load_prompts(dataset, field=field, samples=samples, offset=offset)
     target, tokenizer = _load(model, dtype)
+    from stand_runtime import encode_prompt, vocab_size
+    from stand_runtime.model_facts import check_positions
+
+    for prompt in prompts:  # every prompt fits with its budget: say so now, not after the first methods ran
+        check_positions(target, len(encode_prompt(tokenizer, prompt.text, vocab_size(target))), max_new_tokens)
     any(_announce_tree(target, spec.method, spec.tree) is not None for spec in specs)  # once: STAND methods share it
     settings = {"model": model, "dtype": dtype, "dataset": dataset, "samples": samples, "offset": offset, "temperature": temperature,
                 "top_p": top_p, "max_new_tokens": max_new_tokens, "seed": seed, "trajectories": trajectories,
@@ -602,6 +664,7 @@ def bench(
 @app.command()
 @one_line_errors
 def search(
+    ctx: typer.Context,
     dataset: str = typer.Option(..., help="Problems: a JSONL file (e.g. GSM8K: problem + answer fields) or a local Hugging Face dataset."),
     strategy: str = typer.Option("best-of-n", help="best-of-n (N samples, majority vote) or dvts (verifier-guided tree search)."),
     n: int = typer.Option(4, help="Samples (best-of-n) or beams (dvts) per problem."),
@@ -627,24 +690,32 @@ def search(
     """Test-time scaling: best-of-N or DVTS on a dataset, each problem decoded by every method (interleaved)."""
     from stand_runtime import METHODS, TREE_METHODS, HFBackend, SamplingParams, check_writable, method_tree, vocab_size
     from treeopt import load_prompts
+    from stand_runtime.checks import MAX_ROWS, check_int
+    from stand_runtime.drafters import takes_tree
     from treeopt.method_lists import split_methods
     from treeopt.search import SearchSettings, search_problem, summarize
     from treeopt.verifiers import make_verifier
 
     check_paths({"--json": json_out}, {"--dataset": dataset})
     names = split_methods(methods, METHODS)
+    if tree is not None and not any(takes_tree(name, tree) for name in names):
+        raise StandError(f"--tree {tree} applies to none of {methods!r}")
     for name in names:
-        method_tree(name, tree if name in TREE_METHODS else None)
-    if isinstance(max_batch, bool) or max_batch < 1:
-        raise StandError(f"--max-batch must be >= 1, got {max_batch}")
+        method_tree(name, tree if takes_tree(name, tree) else None)
+    check_int("--max-batch", max_batch, 1, MAX_ROWS)
+    if strategy != "dvts":
+        refuse_options(ctx, ["subtrees", "verifier", "trust_remote_code", "step_tokens", "max_rounds"],
+                       f"--strategy {strategy} (they steer dvts)")
+    check_budget_fits(model, max_new_tokens)
     settings = SearchSettings(strategy, n, subtrees, max_new_tokens, step_tokens, max_rounds,
                               SamplingParams(temperature, top_p, 0), seed)
     if json_out is not None:
         check_writable(json_out)
     problems = load_prompts(dataset, field=field, samples=samples, offset=offset)
+    settings.check_seeds(len(problems))
     judge = make_verifier(verifier, trust_remote_code=trust_remote_code) if strategy == "dvts" else None
     target, tokenizer = _load(model, dtype)
-    backends = {name: HFBackend(target, tokenizer, name, tree=tree if name in TREE_METHODS else None,
+    backends = {name: HFBackend(target, tokenizer, name, tree=tree if takes_tree(name, tree) else None,
                                 max_batch=max_batch) for name in names}
     results: dict[str, list] = {name: [] for name in names}
     config = {"dataset": dataset, "strategy": strategy, "n": n, "subtrees": subtrees, "max_batch": max_batch,
@@ -777,8 +848,15 @@ def _bench_vllm(model: str, dataset: str, field: Optional[str], samples: int, of
 
     check_paths({"--json": json_out}, {"--dataset": dataset})
     names = parse_vllm_methods("ar,ngram,suffix,stand" if methods is None else methods)
-    if k_spec != "auto" and not (k_spec.isdigit() and 1 <= int(k_spec) <= 64):
-        raise StandError(f"--k must be auto or an integer in [1, 64], got {k_spec!r}")
+    if k_spec != "auto":
+        from stand_runtime.checks import parse_count
+
+        try:
+            parse_count("--k", k_spec, 1, 64)
+        except StandError:
+            raise StandError(f"--k must be auto or an integer in [1, 64], got {k_spec!r}") from None
+        if not set(names) & {"stand", "ngram", "suffix"}:
+            raise StandError(f"--k sizes the drafts of stand, ngram and suffix; none of {', '.join(names)} drafts")
     if k_spec == "auto" and "stand" in names and "ar" not in names:
         raise StandError("--k auto sizes STAND's chain from vLLM's latency, measured with the ar engine: add ar to --methods")
     check_version()

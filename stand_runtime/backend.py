@@ -184,7 +184,11 @@ class HFBackend:
         self.diagnose = diagnose
         self.batch_size = batch_size
         self.max_batch = max_batch
-        check_max_nodes(max_nodes)
+        max_nodes = check_max_nodes(max_nodes, method)
+        if isinstance(max_nodes, int) and max_batch == 1:
+            raise StandError("max_nodes caps drafts of batched rows: it applies with max_batch > 1")
+        if batch_size != 8 and method != "ar":
+            raise StandError("batch_size applies to record_probs requests, which need method 'ar'")
         self.max_nodes = auto_node_cap(method, tree, self.tree, max_batch) if max_nodes == "auto" else max_nodes
         self.shared_memory: Memory | None = new_memory(method, vocab_size(model), self.tree) if share_memory else None
         self._groups: OrderedDict[str, Memory | None] = OrderedDict()

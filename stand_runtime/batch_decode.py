@@ -24,6 +24,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
+import numpy as np
 import torch
 
 from .checks import MAX_ROWS, check_bool, check_callable, check_int
@@ -43,9 +44,9 @@ from .sampling import SamplingParams, resolve_sampling
 from .stopping import StopRule, check_eos_ids, check_stop_strings
 
 
-@dataclass
+@dataclass(frozen=True)
 class RowSpec:
-    """One row of a batch.
+    """One row of a batch (frozen: checked once, when made, and never changed after).
 
     Attributes:
         prompt: token ids (non-empty, inside the vocabulary).
@@ -65,7 +66,7 @@ class RowSpec:
     max_new_tokens: int = 256
     memory: Memory | None = None
     stop: tuple[str, ...] = ()
-    eos_token_ids: list[int] | None = None
+    eos_token_ids: tuple[int, ...] | None = None
     logprobs: bool = False
 
     def __post_init__(self) -> None:
@@ -80,12 +81,12 @@ class RowSpec:
             raise StandError(f"a row's sampling must be a SamplingParams (e.g. SamplingParams(temperature=0)), "
                              f"got {type(self.sampling).__name__} {self.sampling!r}")
         check_seed(self.seed)
-        self.seed = None if self.seed is None else int(self.seed)
-        self.max_new_tokens = check_budget(self.max_new_tokens)
-        self.stop = check_stop_strings(self.stop)
-        if self.eos_token_ids is not None:
-            self.eos_token_ids = check_eos_ids(self.eos_token_ids)
-        self.logprobs = check_bool("logprobs", self.logprobs)
+        fields = {"seed": None if self.seed is None else int(self.seed),
+                  "max_new_tokens": check_budget(self.max_new_tokens), "stop": check_stop_strings(self.stop),
+                  "eos_token_ids": None if self.eos_token_ids is None else tuple(check_eos_ids(self.eos_token_ids)),
+                  "logprobs": check_bool("logprobs", self.logprobs)}
+        for name, value in fields.items():
+            object.__setattr__(self, name, value)
 
 
 @torch.inference_mode()
@@ -133,7 +134,7 @@ def decode_rows(
     for index, spec in enumerate(rows):
         if not isinstance(spec, RowSpec):
             raise StandError(f"row {index} is a {type(spec).__name__}, not a RowSpec")
-    check_max_nodes(max_nodes)
+    max_nodes = check_max_nodes(max_nodes, method)
     check_callable("on_tokens", on_tokens)
     check_callable("on_finish", on_finish)
     check_method(method, tree=tree, feed_rejected=feed_rejected, extend=extend, copy_tokens=copy_tokens)
@@ -165,12 +166,19 @@ def decode_rows(
     return batch.results
 
 
-def check_max_nodes(max_nodes) -> None:
-    """Raises StandError unless ``max_nodes`` is an int >= 0, None or ``"auto"``."""
-    if max_nodes is None or max_nodes == AUTO:
-        return
-    if isinstance(max_nodes, bool) or not isinstance(max_nodes, int) or max_nodes < 0:
+def check_max_nodes(max_nodes, method: str | None = None):
+    """``max_nodes`` if it is an int >= 0 (numpy integers accepted), None or ``"auto"``.
+
+    Raises:
+        StandError: anything else, or a cap given to a method that drafts nothing (``ar``).
+    """
+    if max_nodes is None or (isinstance(max_nodes, str) and max_nodes == AUTO):
+        return max_nodes
+    if isinstance(max_nodes, (bool, np.bool_)) or not isinstance(max_nodes, (int, np.integer)) or max_nodes < 0:
         raise StandError(f"max_nodes must be an integer >= 0, None or 'auto', got {max_nodes!r}")
+    if method == "ar":
+        raise StandError("max_nodes caps drafted nodes: method 'ar' drafts none")
+    return int(max_nodes)
 
 
 def auto_node_cap(method: str, spec, static, rows: int) -> int | None:

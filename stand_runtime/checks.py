@@ -57,10 +57,25 @@ def check_real(name: str, value) -> float:
     """
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (numbers.Real, np.floating, np.integer)):
         raise StandError(f"{name} must be a number, got {value!r}")
-    value = float(value)
+    try:
+        value = float(value)
+    except OverflowError:
+        raise StandError(f"{name} must be a finite number, got an integer too large for a float") from None
     if not math.isfinite(value):
         raise StandError(f"{name} must be a finite number, got {value}")
     return value
+
+
+def parse_count(name: str, text: str, minimum: int | None = None, maximum: int | None = None) -> int:
+    """An integer written in ASCII digits (``"80"``; not ``"８０"``, ``"8_0"``, ``" 80 "`` or ``"²"``,
+    which Python's ``int`` and ``str.isdigit`` would take), in ``[minimum, maximum]``.
+
+    Raises:
+        StandError: anything else, naming ``name`` and the text.
+    """
+    if not isinstance(text, str) or not text.isascii() or not text.isdigit():
+        raise StandError(f"{name} must be an integer{_range(minimum, maximum)} in digits 0-9, got {text!r}")
+    return check_int(name, int(text), minimum, maximum)
 
 
 def check_callable(name: str, value):

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import importlib.util
 import io
 import os
@@ -214,6 +215,26 @@ def dequantized_folder(gguf: Path) -> Path:
         handle.seek(max(0, size - (1 << 20)))
         digest.update(handle.read(1 << 20))
     return cache_root() / "models" / f"{gguf.stem}-{digest.hexdigest()[:16]}"
+
+
+def known_context(spec: str) -> int | None:
+    """The context length (tokens, ``max_position_embeddings``) of a model spec, read from its
+    ``config.json`` without loading weights when one is on disk (a folder, or a GGUF file already
+    dequantized); None when it is not known before loading.
+
+    Raises:
+        StandError: see :func:`resolve_model_spec`.
+    """
+    kind, where = resolve_model_spec(spec)
+    folder = dequantized_folder(Path(where)) if kind == "gguf" else Path(where) if kind == "dir" else None
+    if folder is None or not (folder / "config.json").is_file():
+        return None
+    try:
+        config = json.loads((folder / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    value = config.get("max_position_embeddings")
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
 def first_load_note(spec: str) -> str | None:

@@ -44,7 +44,11 @@ def encode_prompt(tokenizer, prompt_or_ids, vocab: int | None = None) -> list[in
         if prompt_or_ids.dim() not in (1, 2):
             raise StandError(f"prompt ids must be a [n] or [1, n] tensor, got shape {list(prompt_or_ids.shape)}")
         ids = prompt_or_ids.tolist()
-    elif isinstance(prompt_or_ids, (list, tuple, np.ndarray)):
+    elif isinstance(prompt_or_ids, np.ndarray):
+        if prompt_or_ids.ndim not in (1, 2):
+            raise StandError(f"prompt ids must be a [n] or [1, n] array, got shape {list(prompt_or_ids.shape)}")
+        ids = prompt_or_ids.tolist()
+    elif isinstance(prompt_or_ids, (list, tuple)):
         ids = list(prompt_or_ids)
     else:
         raise StandError(f"a prompt is text or token ids, not {type(prompt_or_ids).__name__}")

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .checks import check_real
+from .checks import check_int, check_real
 from .errors import StandError
 
 MIN_TEMPERATURE = 1e-6
@@ -43,11 +43,9 @@ class SamplingParams:
     top_k: int = 0
 
     def __post_init__(self) -> None:
-        for name in ("temperature", "top_p", "top_k"):  # numpy scalars become Python numbers
+        for name in ("temperature", "top_p"):  # numpy scalars become Python numbers
             object.__setattr__(self, name, check_real(name, getattr(self, name)))
-        if not self.top_k.is_integer():
-            raise StandError(f"top_k must be an integer, got {self.top_k:g}")
-        object.__setattr__(self, "top_k", int(self.top_k))
+        object.__setattr__(self, "top_k", check_int("top_k", self.top_k))
         if self.temperature < 0.0:
             raise StandError(f"temperature must be >= 0, got {self.temperature}")
         if 0.0 < self.temperature < MIN_TEMPERATURE:

@@ -23,15 +23,21 @@ def check_stop_strings(stop) -> tuple[str, ...]:
     """Stop strings as a tuple (a lone string is one stop string).
 
     Raises:
-        StandError: a stop string is empty or not a string.
+        StandError: not a string or an ordered list of them (a dict or set is refused), an empty stop
+            string, or one that is not valid UTF-8 (a lone surrogate).
     """
     if isinstance(stop, str):
         stop = (stop,)
-    if isinstance(stop, (bytes, bytearray)) or not hasattr(stop, "__iter__"):
+    if isinstance(stop, (bytes, bytearray, dict, set, frozenset)) or not hasattr(stop, "__iter__"):
         raise StandError(f"stop must be a string or a list of strings, got {stop!r}")
     stop = tuple(stop)
     if not all(isinstance(s, str) and s for s in stop):
         raise StandError(f"stop strings must be non-empty strings, got {list(stop)!r}")
+    for s in stop:
+        try:
+            s.encode("utf-8")
+        except UnicodeEncodeError:
+            raise StandError(f"stop string {s!r} is not valid UTF-8 text: generated text can never contain it") from None
     return stop
 
 

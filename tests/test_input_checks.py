@@ -233,18 +233,23 @@ def test_decode_rows_and_row_specs_refuse_bad_arguments_before_the_first_step(ti
         RowSpec(PROMPT, GREEDY, max_new_tokens=2.0)
 
 
-def test_sampling_takes_numpy_scalars_and_integral_top_k(tiny_qwen2):
+def test_sampling_takes_numpy_scalars_and_refuses_a_float_top_k(tiny_qwen2):
     params = SamplingParams(np.float32(0.7), np.float64(0.9), np.int64(3))
     assert (params.temperature, params.top_p, params.top_k) == (pytest.approx(0.7), 0.9, 3)
     assert type(params.top_k) is int and type(params.temperature) is float
-    as_float = generate(tiny_qwen2, None, PROMPT, method="stand", tree="heuristic-80", temperature=0.7, top_k=2.0,
-                        max_new_tokens=8, seed=3, eos_token_ids=[])
+    with pytest.raises(StandError, match="top_k must be an integer, got 2.0") as error:
+        generate(tiny_qwen2, None, PROMPT, method="stand", tree="heuristic-80", temperature=0.7, top_k=2.0,
+                 max_new_tokens=8, seed=3, eos_token_ids=[])  # was a traceback from torch.topk
+    one_line(error)
+    as_numpy = generate(tiny_qwen2, None, PROMPT, method="stand", tree="heuristic-80", temperature=0.7, top_k=np.int64(2),
+                        max_new_tokens=np.int64(8), seed=np.int64(3), eos_token_ids=[])
     as_int = generate(tiny_qwen2, None, PROMPT, method="stand", tree="heuristic-80", temperature=0.7, top_k=2,
-                      max_new_tokens=np.int64(8), seed=np.int64(3), eos_token_ids=[])
-    assert as_float.tokens == as_int.tokens
+                      max_new_tokens=8, seed=3, eos_token_ids=[])
+    assert as_numpy.tokens == as_int.tokens
     for bad, message in (({"top_k": 2.5}, "top_k must be an integer, got 2.5"),
                          ({"temperature": "0.7"}, "temperature must be a number"),
-                         ({"top_p": math.nan}, "top_p must be a finite number"), ({"top_k": True}, "top_k must be a number")):
+                         ({"temperature": 10**400}, "temperature must be a finite number, got an integer too large"),
+                         ({"top_p": math.nan}, "top_p must be a finite number"), ({"top_k": True}, "top_k must be an integer")):
         with pytest.raises(StandError, match=message):
             SamplingParams(**bad)
 
@@ -327,3 +332,171 @@ def test_empty_method_lists_are_refused_everywhere(tmp_path):
         code, output = run(*args)
         assert code == 2, args
         one_line_error(output, "--methods is empty")
+
+
+# 5. found by a new user's probe (about 600 inputs; see the stop note) ------------------------------
+
+
+def test_prompts_stops_and_recycling_matrices_are_checked_where_they_are_made(tiny_qwen2):
+    from stand_runtime import RecyclingMatrix
+
+    assert generate(tiny_qwen2, None, np.array([PROMPT]), method="ar", temperature=0, max_new_tokens=3,
+                    eos_token_ids=[]).tokens == generate(tiny_qwen2, None, PROMPT, method="ar", temperature=0,
+                                                         max_new_tokens=3, eos_token_ids=[]).tokens  # [1, n] array
+    for stop, message in (({"x": 1}, "stop must be a string or a list of strings"),
+                          (["\udcff"], "is not valid UTF-8 text")):
+        with pytest.raises(StandError, match=message):
+            generate(tiny_qwen2, DigitsTokenizer(), PROMPT, method="ar", max_new_tokens=3, stop=stop)
+    for args, message in ((("16",), "RecyclingMatrix vocab must be an integer"), ((16.5,), "RecyclingMatrix vocab"),
+                          ((True,), "RecyclingMatrix vocab"), ((16, 17), r"k \(successors per token\) must be an integer in \[1, 16\]")):
+        with pytest.raises(StandError, match=message):
+            RecyclingMatrix(*args)
+
+
+def test_options_that_would_be_ignored_are_refused(tiny_qwen2):
+    with pytest.raises(StandError, match="method 'ar' drafts none"):
+        generate_batch(tiny_qwen2, None, [PROMPT], method="ar", max_nodes=5)
+    assert generate_batch(tiny_qwen2, None, [PROMPT], n=2, method="stand", tree="heuristic-80", temperature=0,
+                          max_new_tokens=4, eos_token_ids=[], max_nodes=np.int64(3))[0].tokens  # numpy cap accepted
+    with pytest.raises(StandError, match="it applies with max_batch > 1"):
+        HFBackend(tiny_qwen2, None, "stand", tree="heuristic-80", max_nodes=5)
+    with pytest.raises(StandError, match="batch_size applies to record_probs requests"):
+        HFBackend(tiny_qwen2, None, "stand", tree="heuristic-80", batch_size=4)
+    row = RowSpec(PROMPT, GREEDY, max_new_tokens=3)
+    with pytest.raises(AttributeError):  # frozen: checked once, never changed after (was: logprobs="no" taken as True)
+        row.logprobs = "no"
+    with pytest.raises(StandError, match="subtrees applies to dvts"):
+        SearchSettings("best-of-n", n=4, subtrees=2)
+
+
+def test_search_checks_its_settings_problems_and_seeds_before_the_first_problem(tiny_qwen2):
+    from treeopt.search import run_search
+
+    backend = HFBackend(tiny_qwen2, DigitsTokenizer(), "ar")
+    for kwargs, message in (({"seed": True}, "seed must be an integer"), ({"seed": -1}, "seed must be in"),
+                            ({"sampling": {"temperature": 0}}, "sampling must be a SamplingParams"),
+                            ({"n": 10**6}, r"n must be an integer in \[1, 65536\]")):
+        with pytest.raises(StandError, match=message):
+            SearchSettings(**kwargs)
+    problems = [Prompt("a", "3 5 7"), Prompt("b", "5 7 3")]
+    calls = []
+    counting = type("Counting", (), {"generate": lambda self, requests, **k: calls.append(1) or backend.generate(requests, **k),
+                                     "check_request": backend.check_request})()
+    with pytest.raises(StandError, match="give a seed <= 18446744073709551612"):
+        run_search(counting, DigitsTokenizer(), problems, SearchSettings(n=2, max_new_tokens=2, seed=2**64 - 3))
+    assert calls == [], "the late problem's seed is checked before the first problem decodes"
+    for bad, message in ((["3 5 7"], "problem 0 must be a Prompt"), (Prompt("a", "3 5"), "problems must be a list of Prompt")):
+        with pytest.raises(StandError, match=message):
+            run_search(backend, DigitsTokenizer(), bad, SearchSettings(n=2, max_new_tokens=2))
+    with pytest.raises(StandError, match="on_problem must be a function"):
+        run_search(backend, DigitsTokenizer(), problems, SearchSettings(n=2, max_new_tokens=2), on_problem=5)
+    judge = CallableVerifier(lambda *a: 0.0, name="j")
+    for scores, message in (({0: 1.0, 1: 2.0}, "returned dict"), ([10**400, 1.0], "an integer too large for a float")):
+        with pytest.raises(StandError, match=message):
+            check_scores(judge, scores, 2)
+    from treeopt.verifiers import make_verifier
+
+    with pytest.raises(StandError, match="trust_remote_code must be True or False"):
+        make_verifier("confidence", trust_remote_code="yes")
+
+
+def test_traces_keys_trees_and_bench_arguments_are_checked(tmp_path):
+    from treeopt.trace_bench import parse_trace_methods, run_trace_bench
+    from treeopt.traces import tokenize_groups
+
+    def write(*records):
+        path = tmp_path / f"t{len(list(tmp_path.iterdir()))}.jsonl"
+        path.write_text("\n".join(json.dumps(r) for r in records))
+        return path
+
+    for records, message in (
+            (({"sample_group": 1, "trace": "a", "problem": "p"}, {"sample_group": "1", "trace": "b", "problem": "p"}),
+             "of another type would name one group"),
+            (({"sample_group": None, "trace": "a", "problem": "p"},), "must be text or an integer, got null"),
+            (({"sample_group": 1, "trace": "a", "problem": "p"}, {"sample_group": 1, "trace": "b", "problem": "q"}),
+             "has another 'problem' than its first trace")):
+        with pytest.raises(StandError, match=message):
+            load_traces(write(*records))
+    with pytest.raises(StandError, match="must be a path"):
+        load_traces(None)
+    groups, _ = load_traces(write({"sample_group": "g", "trace": "1 2 3", "problem": "1 2"}))
+    with pytest.raises(StandError, match="needs a tokenizer"):
+        tokenize_groups(groups, None, 5)
+    for args, message in ((("pld", "heuristic-80"), "applies to none of pld"), (("stand", "bogus"), "tree not found"),
+                          (("recycle", "dynamic-16"), "applies to none of recycle"),
+                          (("pld", None, 5), "copy_tokens is STAND's copy path"),
+                          (("stand", None, 100), r"copy_tokens must be an integer in \[0, 64\]")):
+        with pytest.raises(StandError, match=message):
+            parse_trace_methods(*args)
+    with pytest.raises(StandError, match="non-empty list of trace groups"):
+        run_trace_bench([], parse_trace_methods("pld"))
+    with pytest.raises(StandError, match="is not tokenized"):
+        run_trace_bench(groups, parse_trace_methods("pld"))
+
+
+def test_vllm_options_and_datasets_take_what_python_code_passes(tmp_path):
+    from pathlib import Path
+
+    from stand_runtime.vllm import speculative_config
+    from stand_runtime.vllm.proposer import read_options
+
+    config = speculative_config(np.int64(4), stats_path=Path(tmp_path / "s.json"), max_prompts=np.int64(8),
+                                stochastic=np.bool_(True))
+    assert config["num_speculative_tokens"] == 4
+    with pytest.raises(StandError, match="must be JSON values"):
+        speculative_config(4, copy={"a"})
+    with pytest.raises(StandError, match="must be JSON text, got int"):
+        read_options(123)
+    with pytest.raises(StandError, match="nested too deeply"):
+        read_options("[" * 100000 + "]" * 100000)
+    for kwargs, message in (({"samples": "3"}, "samples must be an integer"), ({"offset": 1.5}, "offset must be an integer"),
+                            ({"samples": True}, "samples must be an integer"), ({"shuffle_seed": -1}, "shuffle_seed")):
+        with pytest.raises(StandError, match=message):
+            load_prompts("humaneval", **kwargs)
+    data = tmp_path / "ids.jsonl"
+    data.write_text("\n".join(json.dumps(r) for r in ({"problem": "a", "id": "1"}, {"problem": "b"}, {"problem": "c"})))
+    with pytest.raises(StandError, match="records 1 and 2 have the same id '1'"):
+        load_prompts(str(data))
+    data.write_text(json.dumps({"problem": "a", "answer": [1, 2]}))
+    with pytest.raises(StandError, match="answer must be text or a number"):
+        load_prompts(str(data))
+
+
+@pytest.mark.parametrize("args, message", [
+    (["bench", "--traces", "T", "--trajectories", "4"], "--trajectories does not apply to bench --traces"),
+    (["bench", "--traces", "T", "--temperature", "0.9", "--share-store"], "--temperature, --share-store do not apply"),
+    (["bench", "--engine", "vllm", "--traces", "T"], "--traces does not apply to bench --engine vllm"),
+    (["bench", "--engine", "vllm", "--png", "x.png"], "--png does not apply to bench --engine vllm"),
+    (["bench", "--engine", "vllm", "--k", "²"], "--k must be auto or an integer in [1, 64], got '²'"),
+    (["bench", "--engine", "vllm", "--k", "4", "--methods", "ar"], "--k sizes the drafts of stand, ngram and suffix"),
+    (["bench", "--copy-tokens", "5"], "--copy-tokens does not apply to bench without --traces"),
+    (["bench", "--methods", "recycle", "--tree", "dynamic-16"], "tree 'dynamic-16' applies to none of 'recycle'"),
+    (["bench", "--max-new-tokens", "1000000000"], "context too long"),
+    (["calibrate", "--traces", "T", "--temperature", "0.9"], "--temperature does not apply to calibrate --traces"),
+    (["calibrate", "--max-tokens", "5"], "--max-tokens does not apply to calibrate without --traces"),
+    (["export", "stand-smollm2-humaneval", "--nodes", "８０"], "--nodes must be an integer or 'auto'"),
+    (["export", "stand-smollm2-humaneval", "--nodes", "80", "--batch", "4"], "--batch does not apply to a fixed --nodes"),
+    (["export", "stand-smollm2-humaneval", "--format", "family", "--nodes", "5"], "--nodes does not apply to --format family"),
+    (["candidate", "--profile", "4,2", "--nodes", "999", "--out", "c.json"], "--nodes does not apply to --profile"),
+    (["candidate", "--profile", "８,2", "--out", "c.json"], "--profile entries must be an integer >= 0 in digits 0-9"),
+    (["search", "--dataset", "D", "--verifier", "bogus"], "--verifier does not apply to --strategy best-of-n"),
+    (["search", "--dataset", "D", "--methods", "ar", "--tree", "bogus"], "--tree bogus applies to none of 'ar'"),
+    (["search", "--dataset", "D", "--max-batch", "2000"], "--max-batch must be an integer in [1, 1024]"),
+    (["search", "--dataset", "D", "--samples", "3", "--seed", "18446744073709551615", "--n", "4"], "give a seed <="),
+    (["generate", "--stop", "\udcff", "hi"], "is not valid UTF-8 text"),
+])
+def test_cli_refuses_ignored_and_late_checked_options_before_the_model_loads(args, message, tmp_path, monkeypatch):
+    import cli
+    from test_cli import one_line_error, run
+
+    traces = tmp_path / "t.jsonl"
+    traces.write_text("\n".join(json.dumps({"sample_group": 1, "trace": "a b", "problem": "p"}) for _ in range(2)))
+    data = tmp_path / "d.jsonl"
+    data.write_text("\n".join(json.dumps({"problem": f"q{i}", "answer": "1"}) for i in range(3)))
+    args = [str(traces) if a == "T" else str(data) if a == "D" else str(tmp_path / a) if a.endswith(".json") else a
+            for a in args]
+    monkeypatch.setattr(cli, "_load", lambda *a, **k: pytest.fail("the model loaded before the check"))
+    monkeypatch.chdir(tmp_path)
+    code, output = run(*args)
+    assert code == 2, output
+    one_line_error(output, message)

@@ -86,6 +86,10 @@ def parse_methods(methods: str, trees: list[str] | None) -> list[BenchMethod]:
         raise StandError(f"a tree is listed twice in {trees!r}")
     if trees and not any(name.removesuffix(REJECTED_SUFFIX) in TREE_METHODS for name in names):
         raise StandError(f"--tree applies to {', '.join(TREE_METHODS)}; none of {methods!r} drafts into a tree")
+    for tree in trees:
+        if not any(takes_tree(name.removesuffix(REJECTED_SUFFIX), tree) for name in names):
+            raise StandError(f"tree {tree!r} applies to none of {methods!r} (a dynamic tree applies to "
+                             f"{', '.join(m for m in TREE_METHODS if takes_tree(m, 'dynamic'))})")
     out = []
     for name in names:
         base, rejected = name.removesuffix(REJECTED_SUFFIX), name.endswith(REJECTED_SUFFIX)

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from stand_runtime import StandError
+from stand_runtime.checks import check_int
 
 DEFAULT_FIELDS = ("prompt", "problem", "question")
 JSONL_HINT = 'a dataset file holds one JSON object per line, e.g. {"prompt": "What is 6 * 7?", "answer": "42"}'
@@ -65,10 +66,9 @@ def load_prompts(
     Raises:
         StandError: unknown dataset, missing or empty file, bad JSON, missing field, too few prompts.
     """
-    if samples is not None and samples < 1:
-        raise StandError(f"samples must be >= 1, got {samples}")
-    if offset < 0:
-        raise StandError(f"offset must be >= 0, got {offset}")
+    samples = None if samples is None else check_int("samples", samples, 1)
+    offset = check_int("offset", offset, 0)
+    shuffle_seed = None if shuffle_seed is None else check_int("shuffle_seed", shuffle_seed, 0)
     if not isinstance(dataset, str) or not dataset:
         raise StandError(f"dataset must be a name or a file path, got {dataset!r}")
     if dataset == "humaneval":
@@ -83,6 +83,7 @@ def load_prompts(
         prompts = _prompts_from_records(_read_jsonl(path), field, str(path))
     else:
         prompts = _prompts_from_records(_read_hf(dataset), field, dataset)
+    _check_ids(prompts, dataset)
     if shuffle_seed is not None:
         prompts = random.Random(shuffle_seed).sample(prompts, len(prompts))
     prompts = prompts[offset:]
@@ -143,8 +144,26 @@ def _prompts_from_records(records: list[dict], field: str | None, source: str) -
         if not isinstance(text, str) or not text.strip():
             raise StandError(f"dataset {source} record {index + 1} has no text field {field!r}")
         answer = record.get("answer")
-        prompts.append(Prompt(str(record.get("id", record.get("task_id", index))), text, None if answer is None else str(answer)))
+        if answer is not None and (isinstance(answer, bool) or not isinstance(answer, (str, int, float))):
+            raise StandError(f"dataset {source} record {index + 1}: answer must be text or a number, got "
+                             f"{json.dumps(answer)[:40]}")
+        given = record.get("id", record.get("task_id"))
+        if given is not None and (isinstance(given, bool) or not isinstance(given, (str, int))):
+            raise StandError(f"dataset {source} record {index + 1}: id must be text or an integer, got "
+                             f"{json.dumps(given)[:40]}")
+        prompts.append(Prompt(str(index) if given is None else str(given), text, None if answer is None else str(answer)))
     return prompts
+
+
+def _check_ids(prompts: list[Prompt], source: str) -> None:
+    """Raises StandError when two prompts share an id (a search shares one drafter memory per id, and
+    results are keyed by it); a record without an id is named by its index, which may collide too."""
+    seen: dict[str, int] = {}
+    for index, prompt in enumerate(prompts):
+        if prompt.id in seen:
+            raise StandError(f"dataset {source}: records {seen[prompt.id] + 1} and {index + 1} have the same id "
+                             f"{prompt.id!r} (a record without an id is named by its index): give every record its own")
+        seen[prompt.id] = index
 
 
 def _read_hf(name: str) -> list[dict]:

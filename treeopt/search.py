@@ -23,10 +23,12 @@ from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 from stand_runtime import DecodeRequest, DecodingBackend, SamplingParams, StandError, encode_prompt
+from stand_runtime.checks import MAX_SAMPLES, check_callable, check_int
+from stand_runtime.randomness import SEED_LIMIT, check_seed
 
 from .answers import extract_answer, majority_vote, normalise
 from .datasets import Prompt
-from .verifiers import Candidate, Verifier, check_scores
+from .verifiers import Candidate, Verifier, check_scores, make_verifier
 
 STRATEGIES = ("best-of-n", "dvts")
 STEP_DELIMITER = "\n\n"
@@ -61,14 +63,31 @@ class SearchSettings:
     seed: int | None = 0
 
     def __post_init__(self) -> None:
-        if self.strategy not in STRATEGIES:
+        if not isinstance(self.strategy, str) or self.strategy not in STRATEGIES:
             raise StandError(f"unknown strategy {self.strategy!r} (valid: {', '.join(STRATEGIES)})")
         for name in ("n", "subtrees", "max_new_tokens", "step_tokens", "max_rounds"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise StandError(f"{name} must be an integer >= 1, got {value!r}")
+            object.__setattr__(self, name, check_int(name, getattr(self, name), 1, MAX_SAMPLES if name == "n" else None))
         if self.strategy == "dvts" and self.n % self.subtrees:
             raise StandError(f"subtrees ({self.subtrees}) must divide n ({self.n}) for DVTS")
+        if self.strategy != "dvts" and self.subtrees != 1:
+            raise StandError(f"subtrees applies to dvts, not {self.strategy}")
+        if not isinstance(self.sampling, SamplingParams):
+            raise StandError(f"sampling must be a SamplingParams, got {type(self.sampling).__name__} {self.sampling!r}")
+        check_seed(self.seed)
+        if self.seed is not None:
+            object.__setattr__(self, "seed", int(self.seed))
+
+    def check_seeds(self, problems: int) -> None:
+        """Raises StandError when a search of ``problems`` problems would seed a sample past 2**64 - 1
+        (checked before the first problem, not when the late one is reached)."""
+        if self.seed is None:
+            return
+        per_problem = self.n if self.strategy == "best-of-n" else self.max_rounds * self.n
+        last = self.seed + problems * per_problem - 1
+        if last >= SEED_LIMIT:
+            raise StandError(f"seed {self.seed}: {problems} problems x {per_problem} samples each would seed the last "
+                             f"with {self.seed} + {problems * per_problem - 1}, past 2**64 - 1; give a seed <= "
+                             f"{SEED_LIMIT - problems * per_problem}")
 
     @property
     def candidates(self) -> int:
@@ -184,11 +203,15 @@ def search_problem(backend: DecodingBackend, tokenizer, problem: Prompt, setting
     """One problem by ``settings.strategy``: :func:`dvts` (needs ``verifier`` and ``vocab``) or :func:`best_of_n`.
 
     Raises:
-        StandError: DVTS without a verifier.
+        StandError: not a SearchSettings or a Prompt, DVTS without a verifier, a seed that runs past
+            2**64 - 1 for this problem.
     """
+    _check_search(settings, [problem], on_tokens=on_tokens)
+    settings.check_seeds(index + 1)
     if settings.strategy == "dvts":
         if verifier is None:
             raise StandError("DVTS needs a verifier")
+        verifier = make_verifier(verifier)
         return dvts(backend, tokenizer, problem, settings, verifier, vocab, index, on_tokens)
     return best_of_n(backend, tokenizer, problem, settings, index, on_tokens)
 
@@ -202,10 +225,16 @@ def run_search(backend: DecodingBackend, tokenizer, problems: Sequence[Prompt], 
     Raises:
         StandError: no problems, or DVTS without a verifier.
     """
+    if isinstance(problems, Prompt) or not isinstance(problems, (list, tuple)):
+        raise StandError(f"problems must be a list of Prompt, got {type(problems).__name__}")
     if not problems:
         raise StandError("the search needs at least one problem (the dataset is empty)")
-    if settings.strategy == "dvts" and verifier is None:
-        raise StandError("DVTS needs a verifier")
+    _check_search(settings, problems, on_tokens=on_tokens, on_problem=on_problem)
+    settings.check_seeds(len(problems))
+    if settings.strategy == "dvts":
+        if verifier is None:
+            raise StandError("DVTS needs a verifier")
+        verifier = make_verifier(verifier)
     results = []
     for index, problem in enumerate(problems):
         result = search_problem(backend, tokenizer, problem, settings, verifier, vocab, index, on_tokens)
@@ -213,6 +242,17 @@ def run_search(backend: DecodingBackend, tokenizer, problems: Sequence[Prompt], 
         if on_problem is not None:
             on_problem(result)
     return results
+
+
+def _check_search(settings, problems, **callbacks) -> None:
+    if not isinstance(settings, SearchSettings):
+        raise StandError(f"settings must be a SearchSettings, got {type(settings).__name__}")
+    for i, problem in enumerate(problems):
+        if not isinstance(problem, Prompt):
+            raise StandError(f"problem {i} must be a Prompt (treeopt.datasets.Prompt), got {type(problem).__name__} "
+                             f"{problem!r:.60}")
+    for name, callback in callbacks.items():
+        check_callable(name, callback)
 
 
 def summarize(results: Sequence[ProblemResult]) -> dict:

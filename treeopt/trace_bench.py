@@ -18,7 +18,8 @@ import numpy as np
 
 from stand_runtime import COPY_TOKENS, STORE_METHODS, TREE_METHODS, SUFFIX_TUNED, RandomStream, SamplingParams, StandError, SuffixSettings
 from stand_runtime import make_drafter, new_memory, replay_trace
-from stand_runtime.drafters import takes_tree
+from stand_runtime.checks import check_callable, check_int
+from stand_runtime.drafters import MAX_COPY_TOKENS, takes_tree
 
 from .method_lists import split_methods
 from .traces import TraceGroup
@@ -64,6 +65,22 @@ class TraceMethod:
     feed_rejected: bool = False
 
 
+def check_tree_spec(spec) -> None:
+    """Raises StandError unless ``spec`` names a tree the trace bench can draft into without a model:
+    a tree file, a bundled tree, or ``dynamic[-N]`` (``auto`` and families need a model's latency)."""
+    from stand_runtime import AUTO, resolve_tree, sized_family
+    from stand_runtime.drafters import parse_dynamic
+
+    if not isinstance(spec, str) or not spec:
+        raise StandError(f"tree must be a tree file, a bundled tree name or dynamic[-N], got {spec!r}")
+    if parse_dynamic(spec) is not None:
+        return
+    if spec == AUTO or sized_family(spec) is not None:
+        raise StandError(f"tree {spec!r} is sized from a model's latency: the trace bench replays without a model; "
+                         "give a tree file, a bundled tree or dynamic[-N]")
+    resolve_tree(spec)
+
+
 def parse_trace_methods(methods: str, tree: str | None = None, copy_tokens: int = COPY_TOKENS) -> list[TraceMethod]:
     """``"stand,pld,suffix-tuned"`` → configurations (tree methods on ``tree`` or their default;
     ``stand-static`` always on :data:`STATIC_TRACE_TREE`, ``recycle`` on its own for a dynamic ``tree``;
@@ -73,6 +90,15 @@ def parse_trace_methods(methods: str, tree: str | None = None, copy_tokens: int 
         StandError: an unknown or repeated method name.
     """
     names = split_methods(methods, TRACE_METHODS, requires={"suffix-tuned": "suffix", "stand-static": "stand"})
+    copy_tokens = check_int("copy_tokens", copy_tokens, 0, MAX_COPY_TOKENS)
+    if tree is not None:
+        check_tree_spec(tree)
+        takers = [name for name in names if name in TREE_METHODS and takes_tree(name, tree)]
+        if not takers:
+            raise StandError(f"tree {tree!r} applies to none of {', '.join(names)} (trees go to "
+                             f"{', '.join(m for m in TREE_METHODS if takes_tree(m, tree))}; stand-static keeps its own)")
+    if copy_tokens != COPY_TOKENS and not any(name in STORE_METHODS or name == "stand-static" for name in names):
+        raise StandError(f"copy_tokens is STAND's copy path: none of {', '.join(names)} has one")
     out = []
     for name in names:
         if name == "suffix":
@@ -174,9 +200,18 @@ def run_trace_bench(groups: list[TraceGroup], methods: list[TraceMethod], vocab:
     Raises:
         StandError: a bad tree, a token id outside ``vocab``, or a missing arctic-inference for suffix.
     """
+    if not isinstance(groups, (list, tuple)) or not groups:
+        raise StandError("run_trace_bench needs a non-empty list of trace groups")
+    for group in groups:
+        if not isinstance(group, TraceGroup) or not group.trace_ids or not group.prompt_ids:
+            raise StandError(f"trace group {getattr(group, 'name', group)!r} is not tokenized (tokenize_groups first)")
+    if isinstance(methods, TraceMethod) or not isinstance(methods, (list, tuple)) or not methods \
+            or not all(isinstance(m, TraceMethod) for m in methods):
+        raise StandError("run_trace_bench needs a non-empty list of TraceMethod (parse_trace_methods)")
+    check_callable("on_trace", on_trace)
     width = max(len(g.trace_ids) for g in groups)
     top = max(max(max(ids) for ids in g.trace_ids + [g.prompt_ids]) for g in groups)
-    vocab = top + 1 if vocab is None else vocab
+    vocab = top + 1 if vocab is None else check_int("vocab", vocab, 1)
     if top >= vocab:
         raise StandError(f"token id {top} is outside the vocabulary ({vocab})")
     greedy = SamplingParams(temperature=0.0)

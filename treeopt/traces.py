@@ -8,10 +8,12 @@ trajectories 1..N of one problem, replayed in file order sharing one drafter mem
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from stand_runtime import StandError
+from stand_runtime.checks import check_int
 
 from .datasets import jsonl_lines
 
@@ -51,12 +53,14 @@ def load_traces(path: str | Path, *, group_field: str = "sample_group", text_fie
         StandError: a missing or unreadable file, an empty file, a line that is not a JSON object, a
             missing or non-text field (naming the line), or no group left.
     """
+    if not isinstance(path, (str, os.PathLike)):
+        raise StandError(f"the traces file must be a path, got {type(path).__name__} {path!r}")
     path = Path(path)
     if not path.is_file():
         raise StandError(f"no traces file {path}")
-    if isinstance(min_group_size, bool) or not isinstance(min_group_size, int) or min_group_size < 1:
-        raise StandError(f"min_group_size must be an integer >= 1, got {min_group_size!r}")
+    min_group_size = check_int("min_group_size", min_group_size, 1)
     groups: dict[str, TraceGroup] = {}
+    kinds: dict[str, type] = {}
     for number, line in enumerate(jsonl_lines(path, "traces file"), 1):
         if not line.strip():
             continue
@@ -73,9 +77,20 @@ def load_traces(path: str | Path, *, group_field: str = "sample_group", text_fie
             if name != group_field and not isinstance(record[name], str):
                 raise StandError(f"{path}:{number}: field {name!r} is not text")
             values[name] = record[name]
-        key = str(values[group_field])
+        value = values[group_field]
+        if isinstance(value, bool) or not isinstance(value, (str, int)):
+            raise StandError(f"{path}:{number}: group key {group_field!r} must be text or an integer, got "
+                             f"{json.dumps(value)[:40]}")
+        key = str(value)
+        if key in kinds and kinds[key] is not type(value):
+            raise StandError(f"{path}:{number}: group key {json.dumps(value)} and an earlier {key!r} of another type "
+                             f"would name one group: write every key of a group the same way")
+        kinds[key] = type(value)
         if key not in groups:
             groups[key] = TraceGroup(key, values[prompt_field], [])
+        elif groups[key].prompt != values[prompt_field]:
+            raise StandError(f"{path}:{number}: group {key!r} has another {prompt_field!r} than its first trace: the "
+                             f"traces of one group answer one problem")
         groups[key].traces.append(values[text_field])
     if not groups:
         raise StandError(f"traces file {path} holds no traces")
@@ -93,8 +108,9 @@ def tokenize_groups(groups: list[TraceGroup], tokenizer, max_tokens: int) -> Non
     Raises:
         StandError: max_tokens < 1, or a group whose prompt or every trace tokenizes to nothing.
     """
-    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
-        raise StandError(f"max_tokens must be an integer >= 1, got {max_tokens!r}")
+    max_tokens = check_int("max_tokens", max_tokens, 1)
+    if not callable(tokenizer):
+        raise StandError(f"tokenize_groups needs a tokenizer (callable on text), got {tokenizer!r}")
     for group in groups:
         group.prompt_ids = list(tokenizer(group.prompt, add_special_tokens=False)["input_ids"])
         group.trace_ids = [ids for ids in (first_tokens(tokenizer, text, max_tokens) for text in group.traces) if ids]

@@ -25,6 +25,7 @@ from typing import Callable, Protocol, Sequence
 import numpy as np
 
 from stand_runtime import StandError
+from stand_runtime.checks import check_bool
 
 VERIFIERS = ("confidence", "prm:PATH")
 """Verifier specs the command line takes."""
@@ -96,17 +97,25 @@ def check_scores(verifier: Verifier, scores, candidates: int) -> list[float]:
             naming the verifier and the candidate.
     """
     name = getattr(verifier, "name", type(verifier).__name__)
-    if isinstance(scores, (str, bytes)) or not hasattr(scores, "__len__"):
-        raise StandError(f"verifier {name} returned {scores!r}, not a list of {candidates} scores")
+    if isinstance(scores, np.ndarray):
+        scores = scores.tolist() if scores.ndim == 1 else scores
+    if not isinstance(scores, (list, tuple)):
+        raise StandError(f"verifier {name} returned {type(scores).__name__} {scores!r:.60}, not a list of "
+                         f"{candidates} scores")
     if len(scores) != candidates:
         raise StandError(f"verifier {name} returned {len(scores)} scores for {candidates} candidates")
     out = []
     for i, value in enumerate(scores):
-        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (numbers.Real, np.floating, np.integer)) \
-                or math.isnan(value) or value == math.inf:
-            raise StandError(f"verifier {name} scored candidate {i} {value!r}: a score must be a real number "
-                             f"(-inf for the worst; not NaN, +inf, a bool or text)")
-        out.append(float(value))
+        bad = isinstance(value, (bool, np.bool_)) or not isinstance(value, (numbers.Real, np.floating, np.integer))
+        if not bad:
+            try:
+                value = float(value)
+            except OverflowError:
+                bad = True
+        if bad or math.isnan(value) or value == math.inf:
+            raise StandError(f"verifier {name} scored candidate {i} {value!r:.40}: a score must be a real number "
+                             f"(-inf for the worst; not NaN, +inf, a bool, text or an integer too large for a float)")
+        out.append(value)
     return out
 
 
@@ -184,6 +193,7 @@ def make_verifier(spec: str | Callable | Verifier, *, trust_remote_code: bool = 
         StandError: an unknown spec (one line naming the valid ones), or a reward model that does
             not load.
     """
+    trust_remote_code = check_bool("trust_remote_code", trust_remote_code)
     if hasattr(spec, "score") and hasattr(spec, "name"):
         return spec
     if callable(spec):

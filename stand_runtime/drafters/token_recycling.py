@@ -16,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..draft import Draft
+from ..checks import check_int
 from ..errors import StandError
 from ..feeds import TargetFeed
 from ..sampling import SamplingParams
@@ -42,12 +43,12 @@ class RecyclingMatrix:
             for rows only :meth:`push` wrote).
 
     Raises:
-        StandError: ``vocab`` or ``k`` < 1.
+        StandError: ``vocab`` not an integer >= 1, or ``k`` not an integer in [1, vocab].
     """
 
     def __init__(self, vocab: int, k: int = RECYCLE_TOP_K) -> None:
-        if vocab < 1 or k < 1:
-            raise StandError(f"RecyclingMatrix needs vocab and k >= 1, got {vocab} and {k}")
+        vocab = check_int("RecyclingMatrix vocab", vocab, 1)
+        k = check_int("RecyclingMatrix k (successors per token)", k, 1, vocab)
         self.k = k
         self.successors = np.zeros((vocab, k), dtype=np.int64)
         self.sizes = np.zeros(vocab, dtype=np.int64)

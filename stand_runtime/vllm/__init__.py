@@ -14,11 +14,23 @@ from __future__ import annotations
 import json
 import os
 
+from ..checks import check_int
 from ..errors import StandError
 from .proposer import DEFAULT_OPTIONS, OPTIONS_ENV, read_options
 
 PROPOSER = "stand_runtime.vllm.proposer.StandProposer"
 """The dotted class path vLLM's ``custom_class`` method loads."""
+
+
+def _plain(value):
+    """JSON for option values Python code naturally passes: paths as text, numpy scalars as numbers."""
+    import numpy as np
+
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
+    if isinstance(value, np.generic):
+        return value.item()
+    raise TypeError(f"{value!r} ({type(value).__name__}) is not a JSON value")
 
 
 def speculative_config(k: int = 4, **options) -> dict:
@@ -37,9 +49,11 @@ def speculative_config(k: int = 4, **options) -> dict:
     Raises:
         StandError: ``k`` out of range or a bad option.
     """
-    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= 128:
-        raise StandError(f"k (draft tokens per step) must be an integer in [1, 128], got {k!r}")
-    text = json.dumps(options)
+    k = check_int("k (draft tokens per step)", k, 1, 128)
+    try:
+        text = json.dumps(options, default=_plain)
+    except (TypeError, ValueError) as error:
+        raise StandError(f"STAND vLLM options must be JSON values: {error}") from None
     read_options(text)
     os.environ[OPTIONS_ENV] = text
     return {"method": "custom_class", "model": PROPOSER, "num_speculative_tokens": k}

@@ -65,12 +65,16 @@ def read_options(text: str | None) -> dict:
         StandError: not a JSON object, an unknown option, or a value of the wrong type.
     """
     options = dict(DEFAULT_OPTIONS)
+    if text is not None and not isinstance(text, (str, bytes, bytearray)):
+        raise StandError(f"{OPTIONS_ENV} must be JSON text, got {type(text).__name__}")
     if not text:
         return options
     try:
         given = json.loads(text)
     except json.JSONDecodeError as error:
         raise StandError(f"{OPTIONS_ENV} is not JSON: {error}") from None
+    except RecursionError:
+        raise StandError(f"{OPTIONS_ENV} is nested too deeply to be an object of options") from None
     if not isinstance(given, dict):
         raise StandError(f"{OPTIONS_ENV} must be a JSON object, got {type(given).__name__}")
     for name, value in given.items():
