@@ -688,7 +688,7 @@ def search(
     dtype: str = typer.Option("float32", help=DTYPE_HELP),
 ) -> None:
     """Test-time scaling: best-of-N or DVTS on a dataset, each problem decoded by every method (interleaved)."""
-    from stand_runtime import METHODS, TREE_METHODS, HFBackend, SamplingParams, check_writable, method_tree, vocab_size
+    from stand_runtime import METHODS, HFBackend, SamplingParams, check_writable, method_tree, vocab_size
     from treeopt import load_prompts
     from stand_runtime.checks import MAX_ROWS, check_int
     from stand_runtime.drafters import takes_tree

@@ -13,7 +13,10 @@ Modules, one concept each (``ls`` shows the architecture):
   ``batch_sampling`` (batched plain sampling with recorded p);
 - ``feeds`` (what drafters learn from), ``trace_replay`` (greedy replay of recorded traces, no model);
 - ``backend`` (the decoding-backend protocol and its Hugging Face implementation);
-- ``metrics`` and ``diagnostics`` (statistics), ``files`` (atomic writes), ``errors``.
+- ``metrics`` and ``diagnostics`` (statistics), ``files`` (atomic writes), ``errors``, ``checks`` (one check
+  per kind of parameter, shared by every entry point), ``lazy`` (this face imports its names on first use,
+  so ``import stand_runtime`` costs no torch);
+- ``vllm/`` (STAND as a vLLM proposer, engines, the OpenAI server command).
 
 Everything outside this package (the CLI, ``treeopt``) uses only the names exported here.
 """

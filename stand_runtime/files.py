@@ -74,3 +74,22 @@ def check_writable(path: str | os.PathLike) -> None:
         raise StandError(f"cannot write {path}: it is a folder")
     if not os.access(folder, os.W_OK):
         raise StandError(f"cannot write {path}: folder {folder} is not writable")
+
+
+def parse_json_object(text: str | bytes, where: str, hint: str = "") -> dict:
+    """``text`` parsed as one JSON object.
+
+    Raises:
+        StandError: not JSON, nested too deeply for the parser, or not an object: one line starting
+            with ``where`` (a ``path:line`` or a variable's name) and ending with ``hint`` when given.
+    """
+    more = f" ({hint})" if hint else ""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise StandError(f"{where}: not valid JSON ({error.msg}){more}") from None
+    except RecursionError:
+        raise StandError(f"{where}: JSON nested too deeply{more}") from None
+    if not isinstance(value, dict):
+        raise StandError(f"{where}: must be a JSON object, got {type(value).__name__}{more}")
+    return value

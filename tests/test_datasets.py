@@ -41,7 +41,7 @@ def test_jsonl_field_detection_and_explicit_field(tmp_path):
         ('{"text": "hi"}\n', {}, "has none of the fields"),
         ('{"prompt": "hi"}\n{"other": 1}\n', {}, "record 2 has no text field 'prompt'"),
         ('{"prompt": "hi"}\n', {"field": "nope"}, "has no text field 'nope'"),
-        ('{"prompt": "hi"}\n{oops\n', {}, "line 2"),
+        ('{"prompt": "hi"}\n{oops\n', {}, ":2: not valid JSON"),
         ('{"prompt": "hi"}\n', {"samples": 5}, "5 requested"),
     ],
 )

@@ -447,7 +447,7 @@ def test_vllm_options_and_datasets_take_what_python_code_passes(tmp_path):
         speculative_config(4, copy={"a"})
     with pytest.raises(StandError, match="must be JSON text, got int"):
         read_options(123)
-    with pytest.raises(StandError, match="nested too deeply"):
+    with pytest.raises(StandError, match="STAND_VLLM_OPTIONS: JSON nested too deeply"):
         read_options("[" * 100000 + "]" * 100000)
     for kwargs, message in (({"samples": "3"}, "samples must be an integer"), ({"offset": 1.5}, "offset must be an integer"),
                             ({"samples": True}, "samples must be an integer"), ({"shuffle_seed": -1}, "shuffle_seed")):

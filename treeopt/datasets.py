@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from stand_runtime import StandError
+from stand_runtime.files import parse_json_object
 from stand_runtime.checks import check_int
 
 DEFAULT_FIELDS = ("prompt", "problem", "question")
@@ -113,18 +114,19 @@ def jsonl_lines(path: Path, what: str):
         raise StandError(f"cannot read {what} {path}: {error}") from None
 
 
+def jsonl_records(path: Path, what: str, hint: str = ""):
+    """``(line number, object)`` for every non-blank line of a JSONL file (:func:`jsonl_lines`).
+
+    Raises:
+        StandError: a line that is not JSON or not a JSON object, as ``PATH:LINE: ...`` (+ ``hint``).
+    """
+    for number, line in enumerate(jsonl_lines(path, what), start=1):
+        if line.strip():
+            yield number, parse_json_object(line, f"{path}:{number}", hint)
+
+
 def _read_jsonl(path: Path) -> list[dict]:
-    records = []
-    for number, line in enumerate(jsonl_lines(path, "dataset"), start=1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as error:
-            raise StandError(f"bad JSONL {path} line {number}: {error.msg} ({JSONL_HINT})") from None
-        if not isinstance(record, dict):
-            raise StandError(f"bad JSONL {path} line {number}: not a JSON object ({JSONL_HINT})")
-        records.append(record)
+    records = [record for _, record in jsonl_records(path, "dataset", JSONL_HINT)]
     if not records:
         raise StandError(f"dataset {path} is empty")
     return records

@@ -15,7 +15,7 @@ from pathlib import Path
 from stand_runtime import StandError
 from stand_runtime.checks import check_int
 
-from .datasets import jsonl_lines
+from .datasets import jsonl_records
 
 
 @dataclass
@@ -61,15 +61,7 @@ def load_traces(path: str | Path, *, group_field: str = "sample_group", text_fie
     min_group_size = check_int("min_group_size", min_group_size, 1)
     groups: dict[str, TraceGroup] = {}
     kinds: dict[str, type] = {}
-    for number, line in enumerate(jsonl_lines(path, "traces file"), 1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as error:
-            raise StandError(f"{path}:{number}: not valid JSON ({error.msg})") from None
-        if not isinstance(record, dict):
-            raise StandError(f"{path}:{number}: a line must be a JSON object, got {type(record).__name__}")
+    for number, record in jsonl_records(path, "traces file"):
         values = {}
         for name in (group_field, text_field, prompt_field):
             if name not in record:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 from typing import Callable
 
-from stand_runtime import SamplingParams, StandError
+from stand_runtime import SamplingParams
 
 from .bench import MethodResult
 from .method_lists import split_methods

@@ -17,7 +17,6 @@ import numpy as np
 
 from ..draft import Draft
 from ..checks import check_int
-from ..errors import StandError
 from ..feeds import TargetFeed
 from ..sampling import SamplingParams
 from ..tree import DraftTree

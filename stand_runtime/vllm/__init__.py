@@ -6,7 +6,8 @@ Importing this package does not import vLLM; :func:`speculative_config` builds t
     from stand_runtime.vllm import speculative_config
     llm = LLM(model=folder, speculative_config=speculative_config(k=4))
 
-All of vLLM's private state the proposer touches is in :mod:`stand_runtime.vllm.runner_access`.
+All of vLLM's private state the proposer touches is in :mod:`stand_runtime.vllm.runner_access`;
+:mod:`stand_runtime.vllm.server` builds the OpenAI server's command (``treeopt serve``).
 """
 
 from __future__ import annotations

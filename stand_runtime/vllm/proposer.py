@@ -27,7 +27,6 @@ true; false drafts q's top tokens, verified with a one-hot q), ``q_aware`` (bool
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from collections import OrderedDict
@@ -41,7 +40,7 @@ from ..drafters.stand import STORE_TOP_K, store_params
 from ..drafters.suffix_index import SuffixIndex
 from ..errors import StandError
 from ..feeds import LogitsFeed
-from ..files import check_writable, write_json_atomic
+from ..files import check_writable, parse_json_object, write_json_atomic
 from ..ngram_store import MAX_CONTEXT, NGramStore
 from ..randomness import SEED_LIMIT, RandomStream
 from ..sampling import MIN_TEMPERATURE, SamplingParams
@@ -69,14 +68,7 @@ def read_options(text: str | None) -> dict:
         raise StandError(f"{OPTIONS_ENV} must be JSON text, got {type(text).__name__}")
     if not text:
         return options
-    try:
-        given = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise StandError(f"{OPTIONS_ENV} is not JSON: {error}") from None
-    except RecursionError:
-        raise StandError(f"{OPTIONS_ENV} is nested too deeply to be an object of options") from None
-    if not isinstance(given, dict):
-        raise StandError(f"{OPTIONS_ENV} must be a JSON object, got {type(given).__name__}")
+    given = parse_json_object(text, OPTIONS_ENV)
     for name, value in given.items():
         if name not in DEFAULT_OPTIONS:
             raise StandError(f"unknown STAND vLLM option {name!r} (valid: {', '.join(DEFAULT_OPTIONS)})")
