@@ -920,6 +920,16 @@ _PLACEHOLDERS = {"model": "MODEL", "tokenizer_spec": "MODEL", "tree": "TREE", "m
                  "kv_cache_gib": "GIB"}
 """Help placeholders by parameter name; other options get PATH, N, X or TEXT by type."""
 
+_RANGES = {"max_new_tokens": (1, None), "samples": (1, None), "trajectories": (1, None), "offset": (0, None),
+           "seed": (0, 2**64 - 1), "top_k": (0, None), "temperature": (0.0, None), "top_p": (0.0, 1.0, True),
+           "batch_size": (1, 1024), "max_batch": (1, 1024), "n": (1, 65536), "subtrees": (1, None),
+           "step_tokens": (1, None), "max_rounds": (1, None), "candidate_nodes": (1, None), "max_tokens": (1, None),
+           "min_group_size": (1, None), "copy_tokens": (0, 64), "batch": (1, 1024), "port": (1, 65535),
+           "kv_cache_gib": (1, 1024), "max_model_len": (16, None), "max_prompts": (1, 1_000_000), "k": (1, 128),
+           "max_width": (1, 10), "nodes": (1, None), "base": (0.0, 1.0, True, True), "decay": (0.0, None, True)}
+"""Numeric options' ranges, checked by click as the command line is read: a bad value is refused at once
+(in a fraction of a second, before torch is imported), as click refuses a malformed one."""
+
 
 def _name_placeholders(application: typer.Typer) -> None:
     """Give every option and argument of ``application`` a placeholder that says what it takes
@@ -934,6 +944,10 @@ def _name_placeholders(application: typer.Typer) -> None:
             annotation = str(parameter.annotation)
             if "bool" in annotation:
                 continue
+            if name in _RANGES and ("int" in annotation or "float" in annotation):
+                low, high, *open_ends = _RANGES[name]
+                info.min, info.max = low, high
+                info.min_open, info.max_open = (list(open_ends) + [False, False])[:2]
             if isinstance(info, typer.models.ArgumentInfo):
                 info.metavar = {"files": "FILE"}.get(name, name.upper())
             elif name in _PLACEHOLDERS:

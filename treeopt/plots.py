@@ -69,19 +69,28 @@ def plot_trees(trees: list, path: str | Path) -> Path:
     """
     import networkx as nx
 
+    from matplotlib.lines import Line2D
+
     plt = pyplot()
     check_writable(path)
-    figure, axes = plt.subplots(1, len(trees), figsize=(6.5 * len(trees), 5.5), squeeze=False)
+    graphs = [tree.to_networkx() for _, tree, _ in trees]
+    leaves = [sum(1 for v in g if g.out_degree(v) == 0) for g in graphs]
+    widths = [max(6.5, 0.16 * n) for n in leaves]  # ~0.16 inch a leaf: 80-node trees do not overlap
+    figure, axes = plt.subplots(1, len(trees), figsize=(sum(widths), 6.0), squeeze=False,
+                                gridspec_kw={"width_ratios": widths})
+    figure.subplots_adjust(bottom=0.12)  # room for the legend, before the colour bar takes its share
     scale = plt.get_cmap("viridis")
-    for axis, (name, tree, alpha) in zip(axes[0], trees):
-        graph = tree.to_networkx()
+    known = [np.clip(np.asarray(alpha, dtype=float), 0, 1) for _, _, alpha in trees if alpha is not None]
+    top = max((float(values.max(initial=0.0)) for values in known), default=1.0)
+    top = max(0.05, float(np.ceil(top * 20) / 20))  # the colour scale spans the estimates drawn, not 0-1
+    for axis, graph, (name, tree, alpha) in zip(axes[0], graphs, trees):
         x = _leaf_order_x(graph)
         position = {v: (x[v], -graph.nodes[v]["depth"]) for v in graph}
         drafted = [v for v in graph if v != 0]
         if alpha is not None:
             values = np.clip(np.asarray(alpha, dtype=float), 0, 1)
-            colours = [scale(float(values[v - 1])) for v in drafted]
-            sizes = [20 + 180 * float(values[v - 1]) for v in drafted]
+            colours = [scale(float(values[v - 1]) / top) for v in drafted]
+            sizes = [12 + 150 * float(values[v - 1]) / top for v in drafted]
         else:  # no estimates: grey, so no colour is read off the α̂ scale
             colours, sizes = ["0.6"] * len(drafted), [40] * len(drafted)
         nx.draw_networkx_edges(graph, position, ax=axis, arrows=False, edge_color="0.7", width=0.8)
@@ -100,15 +109,22 @@ def plot_trees(trees: list, path: str | Path) -> Path:
         axis.tick_params(left=True, labelleft=True, bottom=False, labelbottom=False)
         for side in ("top", "right", "bottom"):
             axis.spines[side].set_visible(False)
-    if any(alpha is not None for _, _, alpha in trees):
-        mappable = plt.cm.ScalarMappable(cmap=scale, norm=plt.Normalize(0, 1))
-        figure.colorbar(mappable, ax=axes[0].tolist(), label="α̂: estimated acceptance probability", shrink=0.8)
+    if known:
+        mappable = plt.cm.ScalarMappable(cmap=scale, norm=plt.Normalize(0, top))
+        figure.colorbar(mappable, ax=axes[0].tolist(), label="α̂: estimated acceptance probability (colour and size)",
+                        shrink=0.8)
+    legend = [Line2D([], [], marker="s", color="black", linestyle="", markersize=6,
+                     label="root: the last committed token (not a draft)"),
+              Line2D([], [], marker="o", color=scale(0.8) if known else "0.6", linestyle="", markersize=8,
+                     label="draft node: larger and brighter = higher α̂" if known else "draft node (no α̂)"),
+              Line2D([], [], color="0.7", label="children left to right by rank: q's most likely first")]
+    figure.legend(handles=legend, loc="lower center", ncol=3, fontsize=8, frameon=False)
     return _save(figure, plt, path)
 
 
 def _leaf_order_x(graph) -> dict:
     """x of each node: leaves at 0, 1, 2, ... in depth-first order (children in drawing order), a
-    parent centred over its children."""
+    parent centred between its first and last child."""
     import networkx as nx
 
     x: dict = {}
@@ -116,7 +132,7 @@ def _leaf_order_x(graph) -> dict:
     for node in nx.dfs_postorder_nodes(graph, 0, sort_neighbors=sorted):
         kids = list(graph.successors(node))
         if kids:
-            x[node] = sum(x[kid] for kid in kids) / len(kids)
+            x[node] = (min(x[kid] for kid in kids) + max(x[kid] for kid in kids)) / 2
         else:
             x[node] = float(leaves)
             leaves += 1
