@@ -377,3 +377,12 @@ def test_usage_and_range_errors_come_before_any_import_of_torch():
         assert run.returncode == 2, run.stderr
         lines = [line for line in run.stderr.splitlines() if line.strip()]
         assert len(lines) == 1 and lines[0].startswith("error:") and message in lines[0], run.stderr
+
+
+def test_show_draws_trees_with_their_own_colour_scale(tmp_path):
+    """``show --tree-png``: one panel per tree (80 nodes each), written as a PNG."""
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "trees.png"
+    code, output = run("show", "stand-smollm2-humaneval-80", "heuristic-80", "--tree-png", str(out))
+    assert code == 0, output
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 20000
