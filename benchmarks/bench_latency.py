@@ -1,15 +1,15 @@
 """Forward-latency profile of the target model: one tree forward of n new tokens on a cached prefix.
 
-Prints milliseconds per forward against n (median of 3 after a warm-up run), and each size's cost as
-a multiple of a plain 1-token step. Run: ``python benchmarks/bench_latency.py [--model M] [--prefix 512]``.
+Prints milliseconds per forward against n (median over interleaved rounds after a warm-up round, as
+:func:`stand_runtime.measure_latency` measures the profile behind ``auto`` trees), the spread between
+rounds, and each size's cost as a multiple of a plain 1-token step. Run: ``python benchmarks/bench_latency.py [--model M] [--prefix 512]``.
 """
 
 from __future__ import annotations
 
 import argparse
 
-from stand_runtime import load_model
-from treeopt.latency import measure_latency
+from stand_runtime import load_model, measure_latency
 
 SIZES = (1, 2, 4, 8, 16, 32, 64, 80, 128)
 
@@ -22,9 +22,9 @@ def main() -> None:
     model, _ = load_model(args.model)
     profile = measure_latency(model, SIZES, prefix_len=args.prefix)
     print(f"{args.model}, {args.prefix}-token prefix")
-    print("new tokens | ms/forward | x plain step")
-    for n, seconds in profile.items():
-        print(f"{n:10d} | {seconds * 1e3:10.1f} | {seconds / profile[1]:6.2f}")
+    print("new tokens | ms/forward | spread (IQR) ms | x plain step")
+    for n, seconds, spread in zip(profile.sizes, profile.seconds, profile.spread):
+        print(f"{n:10d} | {seconds * 1e3:10.1f} | {spread * 1e3:15.1f} | {seconds / profile.seconds[0]:6.2f}")
 
 
 if __name__ == "__main__":

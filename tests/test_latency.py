@@ -99,3 +99,14 @@ def test_an_untrustworthy_or_contradicted_profile_is_named():
     assert "spread of 79% between rounds" in first and "delete" in first
     assert "took 76 ms for 1.0 tokens where the cached latency profile says 1135 ms (0.1x)" in second
     assert all("\n" not in line for line in (first, second))
+
+
+def test_every_benchmark_script_imports():
+    """The scripts under benchmarks/ import what they name (a moved module is found here, not by a user)."""
+    import runpy
+    from pathlib import Path
+
+    scripts = sorted((Path(__file__).parents[1] / "benchmarks").rglob("*.py"))
+    assert len(scripts) >= 5
+    for script in scripts:
+        runpy.run_path(str(script), run_name="benchmark_import_check")  # defines, does not run main()
