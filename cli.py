@@ -19,7 +19,7 @@ from rich.console import Console
 from rich.text import Text
 
 import cli_render as render
-from stand_runtime import StandError, __version__
+from stand_runtime import StandError, __version__, limits
 
 app = typer.Typer(
     name="treeopt",
@@ -206,13 +206,9 @@ def _read_prompt(prompt: Optional[str], prompt_file: Optional[Path], keep_newlin
         if len(text) < 256 and "\n" not in text and Path(text).is_file():
             err_console.print(f"note: {text!r} is an existing file but is used as the prompt text; "
                               "use --prompt-file to read it", highlight=False)
-    if not text.strip():
-        raise StandError("empty prompt")
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as error:
-        raise StandError(f"the prompt is not valid UTF-8 text (character {error.start}: {text[error.start]!r})") from None
-    return text
+    from stand_runtime.prompts import check_prompt_text
+
+    return check_prompt_text(text)
 
 
 @app.command()
@@ -458,8 +454,6 @@ def export(
     check_writable(out)
     if fmt not in ("stand", "choices", "family"):
         raise StandError(f"unknown --format {fmt!r} (use stand, choices or family)")
-    if batch < 1:
-        raise StandError(f"--batch must be >= 1, got {batch}")
     if fmt == "family":
         refuse_options(ctx, ["nodes", "batch", "model"], "--format family (it holds the best tree of every size)")
     elif nodes != "auto":
@@ -693,7 +687,6 @@ def search(
     """Test-time scaling: best-of-N or DVTS on a dataset, each problem decoded by every method (interleaved)."""
     from stand_runtime import METHODS, HFBackend, SamplingParams, check_writable, method_tree, vocab_size
     from treeopt import load_prompts
-    from stand_runtime.checks import MAX_ROWS, check_int
     from stand_runtime.drafters import takes_tree
     from treeopt.method_lists import split_methods
     from treeopt.search import SearchSettings, search_problem, summarize
@@ -705,7 +698,6 @@ def search(
         raise StandError(f"--tree {tree} applies to none of {methods!r}")
     for name in names:
         method_tree(name, tree if takes_tree(name, tree) else None)
-    check_int("--max-batch", max_batch, 1, MAX_ROWS)
     if strategy != "dvts":
         refuse_options(ctx, ["subtrees", "verifier", "trust_remote_code", "step_tokens", "max_rounds"],
                        f"--strategy {strategy} (they steer dvts)")
@@ -797,8 +789,6 @@ def _bench_traces(path: Path, methods: Optional[str], tree: Optional[list[str]],
     check_paths({"--json": json_out, "--png": png}, {"--traces": path})
     if tree is not None and len(tree) > 1:
         raise StandError("--traces takes one --tree")
-    if isinstance(copy_tokens, bool) or not 0 <= copy_tokens <= 64:
-        raise StandError(f"--copy-tokens must be in [0, 64], got {copy_tokens}")
     specs = parse_trace_methods(",".join(TRACE_METHODS) if methods is None else methods, tree[0] if tree else None,
                                 copy_tokens)
     for output in (json_out, png):
@@ -924,19 +914,23 @@ _PLACEHOLDERS = {"model": "MODEL", "tokenizer_spec": "MODEL", "tree": "TREE", "m
 """Help placeholders by parameter name; other options get PATH, N, X or TEXT by type."""
 
 _RANGES = {"max_new_tokens": (1, None), "samples": (1, None), "trajectories": (1, None), "offset": (0, None),
-           "seed": (0, 2**64 - 1), "top_k": (0, None), "temperature": (0.0, None), "top_p": (0.0, 1.0, True),
-           "batch_size": (1, 1024), "max_batch": (1, 1024), "n": (1, 65536), "subtrees": (1, None),
-           "step_tokens": (1, None), "max_rounds": (1, None), "candidate_nodes": (1, None), "max_tokens": (1, None),
-           "min_group_size": (1, None), "copy_tokens": (0, 64), "batch": (1, 1024), "port": (1, 65535),
-           "kv_cache_gib": (1, 1024), "max_model_len": (16, None), "max_prompts": (1, 1_000_000), "k": (1, 128),
-           "max_width": (1, 10), "nodes": (1, None), "base": (0.0, 1.0, True, True), "decay": (0.0, None, True)}
-"""Numeric options' ranges, checked by click as the command line is read: a bad value is refused at once
-(in a fraction of a second, before torch is imported), as click refuses a malformed one."""
+           "seed": (0, limits.SEED_LIMIT - 1), "top_k": (0, None), "temperature": (0.0, None),
+           "top_p": (0.0, 1.0, True), "batch_size": (1, limits.MAX_ROWS), "max_batch": (1, limits.MAX_ROWS),
+           "n": (1, limits.MAX_SAMPLES), "subtrees": (1, None), "step_tokens": (1, None), "max_rounds": (1, None),
+           "candidate_nodes": (1, None), "max_tokens": (1, None), "min_group_size": (1, None),
+           "copy_tokens": (0, limits.MAX_COPY_TOKENS), "batch": (1, limits.MAX_ROWS), "port": (1, 65535),
+           "kv_cache_gib": (1, 1024), "max_model_len": (16, None), "max_prompts": (1, limits.MAX_PROMPT_STORES),
+           "k": (1, limits.MAX_CHAIN_TOKENS), "max_width": (1, 10), "nodes": (1, None),
+           "base": (0.0, 1.0, True, True), "decay": (0.0, None, True)}
+"""Numeric options' ranges (the toolkit's bounds from :mod:`stand_runtime.limits`), checked by click as
+the command line is read: a bad value is refused at once (in a fraction of a second, before torch is
+imported), as click refuses a malformed one."""
 
 
-def _name_placeholders(application: typer.Typer) -> None:
+def _describe_parameters(application: typer.Typer) -> None:
     """Give every option and argument of ``application`` a placeholder that says what it takes
-    (``--model MODEL``, ``--out PATH``, ``--samples N``) instead of typer's Python types."""
+    (``--model MODEL``, ``--out PATH``, ``--samples N``) instead of typer's Python types, and every
+    numeric option its range (:data:`_RANGES`)."""
     import inspect
 
     for command in application.registered_commands:
@@ -961,7 +955,7 @@ def _name_placeholders(application: typer.Typer) -> None:
                 info.metavar = "N" if "int" in annotation else "X" if "float" in annotation else "TEXT"
 
 
-_name_placeholders(app)
+_describe_parameters(app)
 
 
 def write_json(path: Path, data, indent: int | None = 1) -> None:

@@ -14,11 +14,14 @@ Modules, one concept each (``ls`` shows the architecture):
 - ``feeds`` (what drafters learn from), ``trace_replay`` (greedy replay of recorded traces, no model);
 - ``backend`` (the decoding-backend protocol and its Hugging Face implementation);
 - ``metrics`` and ``diagnostics`` (statistics), ``files`` (atomic writes), ``errors``, ``checks`` (one check
-  per kind of parameter, shared by every entry point), ``lazy`` (this face imports its names on first use,
-  so ``import stand_runtime`` costs no torch);
+  per kind of parameter, shared by every entry point), ``limits`` (the documented bounds, importing
+  nothing), ``lazy`` (this face imports its names on first use, so
+  ``import stand_runtime`` costs no torch);
 - ``vllm/`` (STAND as a vLLM proposer, engines, the OpenAI server command).
 
-Everything outside this package (the CLI, ``treeopt``) uses only the names exported here.
+Everything outside this package (the CLI, ``treeopt``) uses the names exported here, plus the shared
+parameter checks and bounds (``checks``, ``limits``) and a few modules named by path where a name is not
+exported.
 """
 
 

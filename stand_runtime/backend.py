@@ -25,14 +25,15 @@ from typing import Callable, Protocol, Sequence
 
 from .batch_decode import RowSpec, auto_node_cap, check_max_nodes, decode_rows
 from .batch_sampling import RecordedDistributions, sample_recorded
-from .checks import MAX_ROWS, MAX_SAMPLES, check_bool, check_callable, check_int
+from .checks import check_bool, check_callable, check_int
 from .decode import check_budget, generate
 from .drafters import Memory, check_method, method_tree, new_memory
 from .errors import StandError
+from .limits import MAX_ROWS, MAX_SAMPLES
 from .metrics import DecodeStats, GenerationResult
 from .model_facts import check_model, check_positions, default_eos_ids, vocab_size
 from .prompts import encode_prompt
-from .randomness import SEED_LIMIT, check_seed
+from .randomness import check_seed, check_seed_span
 from .sampling import SamplingParams
 from .stopping import check_stop_strings, text_before_stop
 
@@ -77,9 +78,7 @@ class DecodeRequest:
         check_seed(self.seed)
         if self.seed is not None:
             object.__setattr__(self, "seed", int(self.seed))
-            if self.seed + self.n - 1 >= SEED_LIMIT:
-                raise StandError(f"seed {self.seed} seeds sample i with seed + i: the last of {self.n} samples runs "
-                                 f"past 2**64 - 1; give a seed <= {SEED_LIMIT - self.n}")
+            check_seed_span(self.seed, self.n, "samples")
         if not isinstance(self.sampling, SamplingParams):
             raise StandError(f"sampling must be a SamplingParams, got {type(self.sampling).__name__} {self.sampling!r}")
         if self.group is not None and not isinstance(self.group, str):
@@ -120,6 +119,9 @@ class Completion:
     recorded: RecordedDistributions | None = None
     logprobs: list[float] | None = None
 
+
+RECORD_BATCH = 8
+"""Rows sampled together for ``record_probs`` requests by default (:class:`HFBackend`'s ``batch_size``)."""
 
 MEMORY_GROUPS = 64
 """Drafter memories an :class:`HFBackend` keeps for request groups (least recently used dropped)."""
@@ -167,7 +169,7 @@ class HFBackend:
     """
 
     def __init__(self, model, tokenizer, method: str = "ar", *, tree=None, feed_rejected: bool = False,
-                 diagnose: bool = False, share_memory: bool = False, batch_size: int = 8, max_batch: int = 1,
+                 diagnose: bool = False, share_memory: bool = False, batch_size: int = RECORD_BATCH, max_batch: int = 1,
                  max_nodes: int | str | None = "auto") -> None:
         check_model(model)
         check_method(method, tree=tree, feed_rejected=feed_rejected, diagnose=diagnose)
@@ -187,7 +189,7 @@ class HFBackend:
         max_nodes = check_max_nodes(max_nodes, method)
         if isinstance(max_nodes, int) and max_batch == 1:
             raise StandError("max_nodes caps drafts of batched rows: it applies with max_batch > 1")
-        if batch_size != 8 and method != "ar":
+        if batch_size != RECORD_BATCH and method != "ar":
             raise StandError("batch_size applies to record_probs requests, which need method 'ar'")
         self.max_nodes = auto_node_cap(method, tree, self.tree, max_batch) if max_nodes == "auto" else max_nodes
         self.shared_memory: Memory | None = new_memory(method, vocab_size(model), self.tree) if share_memory else None
@@ -216,22 +218,23 @@ class HFBackend:
             raise StandError(f"generate takes a list of DecodeRequest, got an item {type(bad).__name__}")
         check_callable("on_completion", on_completion)
         check_callable("on_tokens", on_tokens)
+        prompts = []  # each request's prompt ids, encoded once: checked here, decoded below
         for index, request in enumerate(requests):
             try:
-                self.check_request(request)
+                prompts.append(self.check_request(request))
             except StandError as error:
                 raise StandError(f"request {index}: {error}") from None
         recorded = [r for r in requests if r.record_probs]
         out: list[list[Completion]] = [[] for _ in requests]
         if recorded:
-            self._sample_recorded([i for i, r in enumerate(requests) if r.record_probs], requests, out,
+            self._sample_recorded([i for i, r in enumerate(requests) if r.record_probs], requests, prompts, out,
                                   on_completion, on_tokens)
         decoded = [i for i, r in enumerate(requests) if not r.record_probs]
         if self.max_batch > 1:
-            self._decode_batched(decoded, requests, out, on_completion, on_tokens)
+            self._decode_batched(decoded, requests, prompts, out, on_completion, on_tokens)
         else:
             for index in decoded:
-                out[index] = self._decode(index, requests[index], on_completion, on_tokens)
+                out[index] = self._decode(index, requests[index], prompts[index], on_completion, on_tokens)
         return out
 
     def check_request(self, request: DecodeRequest) -> list[int]:
@@ -263,9 +266,9 @@ class HFBackend:
                 text = text_before_stop(text, request.stop)
         return Completion(prompt, result.tokens, text, result.finish_reason, result.stats, logprobs=result.logprobs)
 
-    def _decode(self, index: int, request: DecodeRequest, on_completion, on_tokens) -> list[Completion]:
+    def _decode(self, index: int, request: DecodeRequest, prompt: list[int], on_completion, on_tokens
+                ) -> list[Completion]:
         memory = self.memory_for(request)
-        prompt = encode_prompt(self.tokenizer, request.prompt, vocab_size(self.model))
         stream = None if on_tokens is None else (lambda tokens: on_tokens(len(tokens)))
         completions = []
         for sample in range(request.n):
@@ -281,13 +284,11 @@ class HFBackend:
                 on_completion(index, sample, completion)
         return completions
 
-    def _decode_batched(self, indices: list[int], requests, out, on_completion, on_tokens) -> None:
-        vocab = vocab_size(self.model)
+    def _decode_batched(self, indices: list[int], requests, prompts, out, on_completion, on_tokens) -> None:
         rows: list[tuple[int, int, RowSpec]] = []
         for index in indices:
-            request = requests[index]
+            request, prompt = requests[index], prompts[index]
             memory = self.memory_for(request)
-            prompt = encode_prompt(self.tokenizer, request.prompt, vocab)
             out[index] = [None] * request.n
             for sample in range(request.n):
                 rows.append((index, sample, RowSpec(prompt, request.sampling, request.seed_of(sample),
@@ -307,8 +308,7 @@ class HFBackend:
                         tree=self.tree, feed_rejected=self.feed_rejected, max_nodes=self.max_nodes,
                         on_tokens=on_tokens, on_finish=finished)
 
-    def _sample_recorded(self, indices: list[int], requests, out, on_completion, on_tokens) -> None:
-        vocab = vocab_size(self.model)
+    def _sample_recorded(self, indices: list[int], requests, prompt_ids, out, on_completion, on_tokens) -> None:
         eos = default_eos_ids(self.model, self.tokenizer)
         by_params: dict[tuple, list[tuple[int, int]]] = {}
         for index in indices:  # rows of one batch share sampling parameters, budget and EOS rule
@@ -316,7 +316,7 @@ class HFBackend:
             key = (request.sampling, request.max_new_tokens, request.ignore_eos)
             by_params.setdefault(key, []).extend((index, sample) for sample in range(request.n))
         for (params, budget, ignore_eos), rows in by_params.items():
-            prompts = [encode_prompt(self.tokenizer, requests[i].prompt, vocab) for i, _ in rows]
+            prompts = [prompt_ids[i] for i, _ in rows]
             seeds = [requests[i].seed_of(s) for i, s in rows]
             ends = [] if ignore_eos else eos
             sampled = sample_recorded(self.model, prompts, params, budget, ends, seeds, self.batch_size, on_tokens)

@@ -24,22 +24,22 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
-import numpy as np
 import torch
 
-from .checks import MAX_ROWS, check_bool, check_callable, check_int
+from .checks import check_bool, check_callable, check_int
 from .decode import check_budget, prompt_observer
 from .decode_row import DecodeRow, StepTarget
 from .drafters import (AUTO, COPY_TOKENS, DEFAULT_TREES, TREE_METHODS, Memory, check_method, make_drafter, method_tree,
                        new_memory, sized_family)
 from .errors import StandError
+from .limits import MAX_ROWS
 from .forward import model_device, prefill
 from .batch_kv import BatchedCache
 from .kv_cache import new_cache
 from .metrics import GenerationResult
 from .model_facts import attention_layout, check_model, check_positions, default_eos_ids, vocab_size
 from .prompts import encode_prompt
-from .randomness import SEED_LIMIT, RandomStream, check_seed
+from .randomness import RandomStream, check_seed, check_seed_span
 from .sampling import SamplingParams, resolve_sampling
 from .stopping import StopRule, check_eos_ids, check_stop_strings
 
@@ -174,11 +174,13 @@ def check_max_nodes(max_nodes, method: str | None = None):
     """
     if max_nodes is None or (isinstance(max_nodes, str) and max_nodes == AUTO):
         return max_nodes
-    if isinstance(max_nodes, (bool, np.bool_)) or not isinstance(max_nodes, (int, np.integer)) or max_nodes < 0:
-        raise StandError(f"max_nodes must be an integer >= 0, None or 'auto', got {max_nodes!r}")
+    try:
+        max_nodes = check_int("max_nodes", max_nodes, 0)
+    except StandError:
+        raise StandError(f"max_nodes must be an integer >= 0, None or 'auto', got {max_nodes!r}") from None
     if method == "ar":
         raise StandError("max_nodes caps drafted nodes: method 'ar' drafts none")
-    return int(max_nodes)
+    return max_nodes
 
 
 def auto_node_cap(method: str, spec, static, rows: int) -> int | None:
@@ -421,7 +423,5 @@ def _row_seeds(seed, total: int) -> list[int | None]:
         return [None if value is None else int(value) for value in seed]
     check_seed(seed)
     seed = int(seed)
-    if seed + total - 1 >= SEED_LIMIT:
-        raise StandError(f"seed {seed} seeds rows with seed + r for {total} rows: the last, {seed} + {total - 1}, "
-                         f"is past 2**64 - 1; give a seed <= {SEED_LIMIT - total}")
+    check_seed_span(seed, total, "rows")
     return [seed + r for r in range(total)]

@@ -16,13 +16,6 @@ import numpy as np
 
 from .errors import StandError
 
-MAX_ROWS = 1024
-"""Rows (sequences) decoded together in one batch at most (``generate_batch``'s prompts x n,
-``decode_rows``' rows): each row holds its own KV cache, so the limit bounds memory before any work."""
-
-MAX_SAMPLES = 65536
-"""Samples of one request at most (``DecodeRequest.n``; decoded ``max_batch`` rows at a time)."""
-
 
 def check_bool(name: str, value) -> bool:
     """``value`` if it is True or False (numpy bools too).

@@ -31,7 +31,7 @@ from .model_facts import attention_layout, check_model, check_positions, default
 from .prompts import encode_prompt
 from .randomness import RandomStream, check_seed
 from .sampling import SamplingParams, resolve_sampling
-from .stopping import StopRule, check_eos_ids, check_stop_strings
+from .stopping import StopRule, check_eos_ids
 from .tree import DraftTree
 from .tree_io import TreeFile
 from .verify import Verification
@@ -117,7 +117,6 @@ def generate(
     logprobs = check_bool("logprobs", logprobs)
     check_method(method, tree=tree, memory=store, feed_rejected=feed_rejected, diagnose=diagnose, extend=extend,
                  copy_tokens=copy_tokens)
-    stop = check_stop_strings(stop)
     vocab = vocab_size(model)
     prompt = encode_prompt(tokenizer, prompt_or_ids, vocab)
     check_positions(model, len(prompt), max_new_tokens)

@@ -8,6 +8,22 @@ import torch
 from .errors import StandError
 
 
+def check_prompt_text(text: str) -> str:
+    """``text`` if it can be a prompt: not blank, and valid UTF-8 (no lone surrogate, as a command line
+    of undecodable bytes gives).
+
+    Raises:
+        StandError: an empty prompt, or text that is not valid UTF-8 (naming the character).
+    """
+    if not text.strip():
+        raise StandError("empty prompt")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise StandError(f"the prompt is not valid UTF-8 text (character {error.start}: {text[error.start]!r})") from None
+    return text
+
+
 def encode_prompt(tokenizer, prompt_or_ids, vocab: int | None = None) -> list[int]:
     """Token ids of a prompt: text through the chat template (if any), ids as they are.
 
@@ -24,13 +40,7 @@ def encode_prompt(tokenizer, prompt_or_ids, vocab: int | None = None) -> list[in
             non-negative ints, or an id outside the vocabulary.
     """
     if isinstance(prompt_or_ids, str):
-        if not prompt_or_ids.strip():
-            raise StandError("empty prompt")
-        try:
-            prompt_or_ids.encode("utf-8")
-        except UnicodeEncodeError as error:
-            raise StandError(f"the prompt is not valid UTF-8 text (character {error.start}: "
-                             f"{prompt_or_ids[error.start]!r})") from None
+        check_prompt_text(prompt_or_ids)
         if tokenizer is None:
             raise StandError("a text prompt needs a tokenizer (or pass token ids)")
         if getattr(tokenizer, "chat_template", None):

@@ -14,10 +14,9 @@ import numpy as np
 import torch
 
 from .errors import StandError
+from .limits import SEED_LIMIT
 
 _TINY = np.finfo(np.float64).tiny
-SEED_LIMIT = 2**64
-"""Seeds are ints in [0, 2**64), the range of a ``torch.Generator`` seed."""
 
 
 def check_seed(seed) -> None:
@@ -28,6 +27,14 @@ def check_seed(seed) -> None:
         raise StandError(f"seed must be an integer in [0, 2**64), got {seed!r}")
     if not 0 <= int(seed) < SEED_LIMIT:
         raise StandError(f"seed must be in [0, 2**64), got {seed}")
+
+
+def check_seed_span(seed: int | None, count: int, what: str) -> None:
+    """Raises StandError when ``count`` draws seeded ``seed``, ``seed + 1``, ... (``what`` names them:
+    "rows", "samples", ...) would run past the last seed, 2**64 - 1; naming the largest seed that fits."""
+    if seed is not None and seed + count - 1 >= SEED_LIMIT:
+        raise StandError(f"seed {seed} seeds {count} {what} with seed + i: the last, {seed} + {count - 1}, is past "
+                         f"2**64 - 1; give a seed <= {SEED_LIMIT - count}")
 
 
 class _Pool:

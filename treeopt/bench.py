@@ -80,7 +80,7 @@ def parse_methods(methods: str, trees: list[str] | None) -> list[BenchMethod]:
         StandError: an unknown method name (the message lists the valid ones), or a duplicate.
     """
     valid = [*METHODS, *(method + REJECTED_SUFFIX for method in STORE_METHODS)]
-    names = split_methods(methods, valid, requires={m + REJECTED_SUFFIX: m for m in STORE_METHODS})
+    names = split_methods(methods, valid)
     trees = list(trees or [])
     if len(set(trees)) < len(trees):
         raise StandError(f"a tree is listed twice in {trees!r}")

@@ -23,8 +23,9 @@ from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 from stand_runtime import DecodeRequest, DecodingBackend, SamplingParams, StandError, encode_prompt
-from stand_runtime.checks import MAX_SAMPLES, check_callable, check_int
-from stand_runtime.randomness import SEED_LIMIT, check_seed
+from stand_runtime.checks import check_callable, check_int
+from stand_runtime.limits import MAX_SAMPLES
+from stand_runtime.randomness import check_seed, check_seed_span
 
 from .answers import extract_answer, majority_vote, normalise
 from .datasets import Prompt
@@ -80,14 +81,8 @@ class SearchSettings:
     def check_seeds(self, problems: int) -> None:
         """Raises StandError when a search of ``problems`` problems would seed a sample past 2**64 - 1
         (checked before the first problem, not when the late one is reached)."""
-        if self.seed is None:
-            return
         per_problem = self.n if self.strategy == "best-of-n" else self.max_rounds * self.n
-        last = self.seed + problems * per_problem - 1
-        if last >= SEED_LIMIT:
-            raise StandError(f"seed {self.seed}: {problems} problems x {per_problem} samples each would seed the last "
-                             f"with {self.seed} + {problems * per_problem - 1}, past 2**64 - 1; give a seed <= "
-                             f"{SEED_LIMIT - problems * per_problem}")
+        check_seed_span(self.seed, problems * per_problem, f"samples ({problems} problems x {per_problem})")
 
     @property
     def candidates(self) -> int:

@@ -89,7 +89,7 @@ def parse_trace_methods(methods: str, tree: str | None = None, copy_tokens: int 
     Raises:
         StandError: an unknown or repeated method name.
     """
-    names = split_methods(methods, TRACE_METHODS, requires={"suffix-tuned": "suffix", "stand-static": "stand"})
+    names = split_methods(methods, TRACE_METHODS, requires={"suffix-tuned": "suffix"})
     copy_tokens = check_int("copy_tokens", copy_tokens, 0, MAX_COPY_TOKENS)
     if tree is not None:
         check_tree_spec(tree)

@@ -17,7 +17,6 @@ A verifier scores each candidate continuation of a partial solution; the search 
 from __future__ import annotations
 
 import math
-import numbers
 import os
 from dataclasses import dataclass
 from typing import Callable, Protocol, Sequence
@@ -25,7 +24,7 @@ from typing import Callable, Protocol, Sequence
 import numpy as np
 
 from stand_runtime import StandError
-from stand_runtime.checks import check_bool
+from stand_runtime.checks import check_bool, check_real
 
 VERIFIERS = ("confidence", "prm:PATH")
 """Verifier specs the command line takes."""
@@ -106,16 +105,15 @@ def check_scores(verifier: Verifier, scores, candidates: int) -> list[float]:
         raise StandError(f"verifier {name} returned {len(scores)} scores for {candidates} candidates")
     out = []
     for i, value in enumerate(scores):
-        bad = isinstance(value, (bool, np.bool_)) or not isinstance(value, (numbers.Real, np.floating, np.integer))
-        if not bad:
-            try:
-                value = float(value)
-            except OverflowError:
-                bad = True
-        if bad or math.isnan(value) or value == math.inf:
+        if isinstance(value, (float, np.floating)) and value == -math.inf:
+            out.append(-math.inf)  # the worst score: the one infinity with a meaning
+            continue
+        try:
+            out.append(check_real("score", value))
+        except StandError:
             raise StandError(f"verifier {name} scored candidate {i} {value!r:.40}: a score must be a real number "
-                             f"(-inf for the worst; not NaN, +inf, a bool, text or an integer too large for a float)")
-        out.append(value)
+                             f"(-inf for the worst; not NaN, +inf, a bool, text or an integer too large for a float)"
+                             ) from None
     return out
 
 

@@ -30,8 +30,7 @@ def parse_vllm_methods(text: str) -> list[str]:
     Raises:
         StandError: an empty list, an unknown or repeated method.
     """
-    return split_methods(text, VLLM_BENCH_METHODS, requires={name: "ar" for name in VLLM_BENCH_METHODS if name != "suffix"},
-                         context="for --engine vllm")
+    return split_methods(text, VLLM_BENCH_METHODS, context="for --engine vllm")
 
 
 def spec_counts(sample) -> tuple[int, int]:

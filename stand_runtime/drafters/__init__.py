@@ -20,6 +20,7 @@ import importlib.util
 from ..checks import check_bool, check_int
 from ..diagnostics import DraftQuality
 from ..errors import StandError
+from ..limits import MAX_COPY_TOKENS
 from ..ngram_store import NGramStore
 from ..randomness import RandomStream
 from ..sampling import SamplingParams
@@ -61,9 +62,6 @@ context's suffix, grafted onto the drafted tree (prompt lookup's chain, inside S
 Memory = NGramStore | RecyclingMatrix | SuffixMemory
 """A drafter's memory that several calls may share (best-of-N trajectories of one problem)."""
 
-
-MAX_COPY_TOKENS = 64
-"""Longest copy path STAND grafts onto a draft (tokens)."""
 
 OPTIONAL_PACKAGES = {"suffix": ("arctic_inference", "pip install --no-deps arctic-inference")}
 """Methods that need a package beyond the toolkit's dependencies: the module and how to install it."""

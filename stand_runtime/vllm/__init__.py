@@ -17,6 +17,7 @@ import os
 
 from ..checks import check_int
 from ..errors import StandError
+from ..limits import MAX_CHAIN_TOKENS
 from .proposer import DEFAULT_OPTIONS, OPTIONS_ENV, read_options
 
 PROPOSER = "stand_runtime.vllm.proposer.StandProposer"
@@ -50,7 +51,7 @@ def speculative_config(k: int = 4, **options) -> dict:
     Raises:
         StandError: ``k`` out of range or a bad option.
     """
-    k = check_int("k (draft tokens per step)", k, 1, 128)
+    k = check_int("k (draft tokens per step)", k, 1, MAX_CHAIN_TOKENS)
     try:
         text = json.dumps(options, default=_plain)
     except (TypeError, ValueError) as error:

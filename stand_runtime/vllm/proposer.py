@@ -27,7 +27,6 @@ true; false drafts q's top tokens, verified with a one-hot q), ``q_aware`` (bool
 
 from __future__ import annotations
 
-import logging
 import os
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -35,24 +34,23 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from ..checks import check_int
 from ..drafters.chain import ChainDraft, draft_chain
 from ..drafters.stand import STORE_TOP_K, store_params
 from ..drafters.suffix_index import SuffixIndex
 from ..errors import StandError
 from ..feeds import LogitsFeed
 from ..files import check_writable, parse_json_object, write_json_atomic
+from ..limits import MAX_PROMPT_STORES
 from ..ngram_store import MAX_CONTEXT, NGramStore
 from ..randomness import SEED_LIMIT, RandomStream
 from ..sampling import MIN_TEMPERATURE, SamplingParams
-from .runner_access import BatchRow, RunnerAccess, StepLogits, check_version, find_runner
-
-_LOG = logging.getLogger("vllm.stand_treeopt")
-"""Under vLLM's own ``vllm`` logger, so its lines appear in the server's log with vLLM's."""
+from .runner_access import LOG, BatchRow, RunnerAccess, StepLogits, check_version, find_runner
 
 OPTIONS_ENV = "STAND_VLLM_OPTIONS"
 DEFAULT_OPTIONS = {"stochastic": True, "q_aware": True, "copy": True, "max_prompts": 64, "max_n": 3,
                    "stats_path": None}
-OPTION_LIMITS = {"max_prompts": (1, 1_000_000), "max_n": (1, MAX_CONTEXT)}
+OPTION_LIMITS = {"max_prompts": (1, MAX_PROMPT_STORES), "max_n": (1, MAX_CONTEXT)}
 """Integer options and their ranges (checked when the config is built, before vLLM starts)."""
 _GREEDY_EPS = 1e-5  # vLLM samples greedily below this temperature
 
@@ -73,9 +71,7 @@ def read_options(text: str | None) -> dict:
         if name not in DEFAULT_OPTIONS:
             raise StandError(f"unknown STAND vLLM option {name!r} (valid: {', '.join(DEFAULT_OPTIONS)})")
         if name in OPTION_LIMITS:
-            low, high = OPTION_LIMITS[name]
-            if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-                raise StandError(f"STAND vLLM option {name} must be an integer in [{low}, {high}], got {value!r}")
+            check_int(f"STAND vLLM option {name}", value, *OPTION_LIMITS[name])
         if name in ("stochastic", "q_aware", "copy") and not isinstance(value, bool):
             raise StandError(f"STAND vLLM option {name} must be true or false, got {value!r}")
         if name == "stats_path" and value is not None:
@@ -171,7 +167,7 @@ class StandProposer:
         self._access: RunnerAccess | None = None
         self._probs: torch.Tensor | None = None  # [rows, K, vocab] q buffer, zero outside _written
         self._written: list[tuple[int, int, np.ndarray]] = []
-        _LOG.info("stand-treeopt: STAND proposer loaded: %s", proposer_summary(self.k, self.options))
+        LOG.info("stand-treeopt: STAND proposer loaded: %s", proposer_summary(self.k, self.options))
         self.totals = {"steps": 0, "forwards": 0, "tokens": 0, "drafted": 0, "requests": 0,
                        "requests_without_drafts": 0}
         self._refused: set[str] = set()  # requests decoded without drafts (see _refuse)
@@ -244,7 +240,7 @@ class StandProposer:
         output) and say why once in vLLM's log."""
         self._refused.add(req_id)
         self.totals["requests_without_drafts"] += 1
-        _LOG.warning("STAND drafts nothing for request %s: %s", req_id, " ".join(str(error).split()))
+        LOG.warning("STAND drafts nothing for request %s: %s", req_id, " ".join(str(error).split()))
 
     def _state(self, row: BatchRow) -> _Request:
         state = self._requests.get(row.req_id)

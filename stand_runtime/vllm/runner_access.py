@@ -21,12 +21,17 @@ proposer). :func:`check_runner` verifies every attribute used here and raises on
 
 from __future__ import annotations
 
+import logging
 import sys
 from dataclasses import dataclass
 
 import torch
 
 from ..errors import StandError
+
+LOG = logging.getLogger("vllm.stand_treeopt")
+"""This package's lines in vLLM's log: under vLLM's own ``vllm`` logger, so they reach the server's
+log with vLLM's (a ``stand_runtime.*`` logger has no handler in vLLM's processes)."""
 
 TESTED_VLLM = ("0.32",)
 """vLLM release lines (major.minor) this adapter was written and tested against."""
@@ -261,15 +266,12 @@ def fix_cpu_sampling() -> bool:
         from vllm.v1.sample import rejection_sampler
     except ImportError:
         return False
-    import logging
-
     if not current_platform.is_cpu():
         return False
     if not cpu_expand_is_broken():
-        logging.getLogger("vllm.stand_treeopt").info("stand-treeopt: vLLM's CPU expand kernel is correct here: "
-                                                     "no sampling fix needed")
+        LOG.info("stand-treeopt: vLLM's CPU expand kernel is correct here: no sampling fix needed")
         return False
     rejection_sampler.expand_batch_to_tokens = expand_batch_to_tokens
-    logging.getLogger("vllm.stand_treeopt").info("stand-treeopt: replaced vLLM's faulty CPU expand kernel in speculative sampling "
-                               "(temperature/top-p per draft token) with a torch one")
+    LOG.info("stand-treeopt: replaced vLLM's faulty CPU expand kernel in speculative sampling "
+             "(temperature/top-p per draft token) with a torch one")
     return True

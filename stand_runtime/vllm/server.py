@@ -21,6 +21,7 @@ import json
 import os
 import sys
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from ..checks import check_int
 from ..errors import StandError
@@ -79,9 +80,10 @@ class ServerSettings:
         if not isinstance(self.host, str) or not self.host:
             raise StandError(f"host must be an address, got {self.host!r}")
 
+    @cached_property
     def speculative_config(self) -> dict | None:
-        """vLLM's ``--speculative-config`` (None for plain decoding); for ``stand`` this also puts the
-        proposer's options into ``STAND_VLLM_OPTIONS`` of this process (inherited by the server)."""
+        """vLLM's ``--speculative-config`` (None for plain decoding), made once; for ``stand`` this also
+        puts the proposer's options into ``STAND_VLLM_OPTIONS`` of this process (inherited by the server)."""
         if self.method == "stand":
             return method_config("stand", self.k, **self.stand_options)
         if self.stand_options:
@@ -99,7 +101,7 @@ def server_command(settings: ServerSettings) -> tuple[list[str], dict[str, str]]
     Raises:
         StandError: see :class:`ServerSettings`.
     """
-    config = settings.speculative_config()
+    config = settings.speculative_config
     argv = [sys.executable, "-m", SERVER_MODULE, "--model", str(settings.folder), "--host", settings.host,
             "--port", str(settings.port), "--dtype", settings.dtype, "--enforce-eager",
             "--max-model-len", str(settings.max_model_len),
@@ -119,7 +121,7 @@ def server_command(settings: ServerSettings) -> tuple[list[str], dict[str, str]]
 
 def describe(settings: ServerSettings) -> str:
     """One line saying what the server will run (method, chain length, store settings, address)."""
-    config = settings.speculative_config()
+    config = settings.speculative_config
     where = f"http://{settings.host}:{settings.port}/v1"
     if config is None:
         return f"vLLM plain decoding of {settings.folder} at {where}"

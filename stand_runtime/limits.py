@@ -1,0 +1,22 @@
+"""The toolkit's documented bounds, in one module that imports nothing (so the CLI can hand them to
+its option parser without loading numpy or torch, and every check reads the same number).
+"""
+
+SEED_LIMIT = 2**64
+"""Seeds are ints in [0, 2**64), the range of a ``torch.Generator`` seed."""
+
+MAX_ROWS = 1024
+"""Rows (sequences) decoded together in one batch at most (``generate_batch``'s prompts x n,
+``decode_rows``' rows): each row holds its own KV cache, so the limit bounds memory before any work."""
+
+MAX_SAMPLES = 65536
+"""Samples of one request at most (``DecodeRequest.n``, a search's ``n``; decoded ``max_batch`` rows at a time)."""
+
+MAX_COPY_TOKENS = 64
+"""Longest copy path STAND grafts onto a draft (tokens)."""
+
+MAX_CHAIN_TOKENS = 128
+"""Draft tokens per request and step at most for STAND in vLLM (chain length K)."""
+
+MAX_PROMPT_STORES = 1_000_000
+"""Prompt stores STAND's vLLM proposer keeps at most (``max_prompts``)."""
