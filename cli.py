@@ -124,7 +124,7 @@ def refuse_options(ctx, names, where: str) -> None:
 
 def check_budget_fits(model: str, max_new_tokens: int) -> None:
     """Before the model loads: a budget the model's context cannot hold at all (when its config is on disk)."""
-    from stand_runtime.models import known_context
+    from stand_runtime.target.models import known_context
 
     limit = known_context(model)
     if limit is not None and max_new_tokens >= limit:
@@ -151,7 +151,7 @@ DTYPE_HELP = ("Weights of the target: float32, or bfloat16 (a different target, 
 
 def _load(model: str, dtype: str = "float32"):
     from stand_runtime import load_model
-    from stand_runtime.models import dtype_note, first_load_note
+    from stand_runtime.target.models import dtype_note, first_load_note
 
     for note in (dtype_note(dtype), first_load_note(model)):
         if note:
@@ -161,8 +161,8 @@ def _load(model: str, dtype: str = "float32"):
 
 
 def _warn_latency(profile, **observed) -> None:
-    """Print :func:`stand_runtime.latency.latency_warnings` (an untrustworthy or contradicted profile)."""
-    from stand_runtime.latency import latency_warnings
+    """Print :func:`stand_runtime.target.latency.latency_warnings` (an untrustworthy or contradicted profile)."""
+    from stand_runtime.target.latency import latency_warnings
 
     for line in latency_warnings(profile, **observed):
         err_console.print(f"warning: {line}", style="yellow", highlight=False)
@@ -206,7 +206,7 @@ def _read_prompt(prompt: Optional[str], prompt_file: Optional[Path], keep_newlin
         if len(text) < 256 and "\n" not in text and Path(text).is_file():
             err_console.print(f"note: {text!r} is an existing file but is used as the prompt text; "
                               "use --prompt-file to read it", highlight=False)
-    from stand_runtime.prompts import check_prompt_text
+    from stand_runtime.target.prompts import check_prompt_text
 
     return check_prompt_text(text)
 
@@ -234,7 +234,7 @@ def generate(
     from stand_runtime import (DEFAULT_TREES, SamplingParams, check_budget, check_method, check_seed, check_writable,
                                generate as run_generate, method_tree)
 
-    from stand_runtime.stopping import check_stop_strings
+    from stand_runtime.engine.stopping import check_stop_strings
 
     check_paths({"--json": json_out}, {"--prompt-file": prompt_file, "--tree": tree})
     text = _read_prompt(prompt, prompt_file, keep_newline)
@@ -351,7 +351,7 @@ def calibrate(
     from stand_runtime import check_writable, load_tree
     from treeopt import CalibrationConfig, Progress, calibrate as run_calibration, depth_profile, load_prompts
 
-    from treeopt.calibrate import resumable
+    from treeopt.optimize.calibrate import resumable
 
     config = CalibrationConfig(
         model=model, dataset=dataset, field=field, samples=samples, offset=offset, method=method,
@@ -405,8 +405,8 @@ def _calibrate_traces(path: Path, candidate_file: Optional[Path], candidate_node
     """``treeopt calibrate --traces``: greedy replay calibration from recorded traces."""
     from stand_runtime import check_writable, load_tokenizer, load_tree
     from treeopt import Prior, candidate_tree, depth_profile
-    from treeopt.trace_calibration import calibrate_traces
-    from treeopt.traces import load_traces, tokenize_groups
+    from treeopt.optimize.trace_calibration import calibrate_traces
+    from treeopt.data.traces import load_traces, tokenize_groups
 
     check_paths({"--out": out}, {"--traces": path, "--candidate": candidate_file})
     check_writable(out)
@@ -510,11 +510,11 @@ def show(
     """Show depth profiles side by side: nodes, fan-out and expected accepted tokens per depth."""
     from stand_runtime import check_writable
     from treeopt import depth_profile, load_tree_or_calibration
-    from treeopt.plots import plot_profiles, pyplot
+    from treeopt.evaluate.plots import plot_profiles, pyplot
 
     from rich.columns import Columns
 
-    from treeopt.plots import plot_trees
+    from treeopt.evaluate.plots import plot_trees
 
     check_paths({"--png": png, "--tree-png": tree_png}, {"FILES": files})
     for picture in (png, tree_png):
@@ -594,9 +594,9 @@ def bench(
     from stand_runtime import SamplingParams, check_budget, check_writable, method_tree
     from stand_runtime import cached_latency
     from treeopt import load_prompts, parse_methods, results_json, run_bench, speedups
-    from treeopt.bench import latency_bounds, speedup_intervals
+    from treeopt.evaluate.bench import latency_bounds, speedup_intervals
 
-    from treeopt.bench import check_bench_settings
+    from treeopt.evaluate.bench import check_bench_settings
 
     check_paths({"--json": json_out, "--png": png}, {"--dataset": dataset, "--tree": tree})
     specs = parse_methods(methods, tree)
@@ -610,7 +610,7 @@ def bench(
         if path is not None:
             check_writable(path)
     if png is not None:
-        from treeopt.plots import pyplot
+        from treeopt.evaluate.plots import pyplot
 
         pyplot()  # matplotlib missing: say so before the run, not after it
     if offset is None:
@@ -618,7 +618,7 @@ def bench(
     prompts = load_prompts(dataset, field=field, samples=samples, offset=offset)
     target, tokenizer = _load(model, dtype)
     from stand_runtime import encode_prompt, vocab_size
-    from stand_runtime.model_facts import check_positions
+    from stand_runtime.target.model_facts import check_positions
 
     for prompt in prompts:  # every prompt fits with its budget: say so now, not after the first methods ran
         check_positions(target, len(encode_prompt(tokenizer, prompt.text, vocab_size(target))), max_new_tokens)
@@ -652,7 +652,7 @@ def bench(
     if json_out is not None:
         console.print(f"results written to {json_out}")
     if png is not None:
-        from treeopt.plots import plot_acceptance_by_trajectory
+        from treeopt.evaluate.plots import plot_acceptance_by_trajectory
 
         plot_acceptance_by_trajectory(results, png)
         console.print(f"plot written to {png}")
@@ -688,9 +688,9 @@ def search(
     from stand_runtime import METHODS, HFBackend, SamplingParams, check_writable, method_tree, vocab_size
     from treeopt import load_prompts
     from stand_runtime.drafters import takes_tree
-    from treeopt.method_lists import split_methods
-    from treeopt.search import SearchSettings, search_problem, summarize
-    from treeopt.verifiers import make_verifier
+    from treeopt.evaluate.method_lists import split_methods
+    from treeopt.evaluate.search import SearchSettings, search_problem, summarize
+    from treeopt.evaluate.verifiers import make_verifier
 
     check_paths({"--json": json_out}, {"--dataset": dataset})
     names = split_methods(methods, METHODS)
@@ -781,10 +781,10 @@ def serve(
 def _bench_traces(path: Path, methods: Optional[str], tree: Optional[list[str]], group_field: str, text_field: str,
                   prompt_field: str, max_tokens: int, min_group_size: int, tokenizer_spec: str, copy_tokens: int,
                   json_out: Optional[Path], png: Optional[Path]) -> None:
-    """``treeopt bench --traces``: the trace bench (:mod:`treeopt.trace_bench`)."""
+    """``treeopt bench --traces``: the trace bench (:mod:`treeopt.evaluate.trace_bench`)."""
     from stand_runtime import check_writable, load_tokenizer
-    from treeopt.trace_bench import TRACE_METHODS, parse_trace_methods, run_trace_bench, trace_results_json
-    from treeopt.traces import load_traces, tokenize_groups
+    from treeopt.evaluate.trace_bench import TRACE_METHODS, parse_trace_methods, run_trace_bench, trace_results_json
+    from treeopt.data.traces import load_traces, tokenize_groups
 
     check_paths({"--json": json_out, "--png": png}, {"--traces": path})
     if tree is not None and len(tree) > 1:
@@ -795,7 +795,7 @@ def _bench_traces(path: Path, methods: Optional[str], tree: Optional[list[str]],
         if output is not None:
             check_writable(output)
     if png is not None:
-        from treeopt.plots import pyplot
+        from treeopt.evaluate.plots import pyplot
 
         pyplot()
     groups, skipped = load_traces(path, group_field=group_field, text_field=text_field, prompt_field=prompt_field,
@@ -822,7 +822,7 @@ def _bench_traces(path: Path, methods: Optional[str], tree: Optional[list[str]],
         write_json(json_out, data)
         console.print(f"results written to {json_out}")
     if png is not None:
-        from treeopt.plots import plot_trace_acceptance
+        from treeopt.evaluate.plots import plot_trace_acceptance
 
         plot_trace_acceptance(data, png)
         console.print(f"plot written to {png}")
@@ -831,13 +831,13 @@ def _bench_traces(path: Path, methods: Optional[str], tree: Optional[list[str]],
 def _bench_vllm(model: str, dataset: str, field: Optional[str], samples: int, offset: Optional[int], methods: Optional[str],
                 temperature: float, top_p: float, max_new_tokens: int, seed: int, trajectories: int, ignore_eos: bool,
                 json_out: Optional[Path], dtype: str, k_spec: str) -> None:
-    """``treeopt bench --engine vllm`` (see :mod:`treeopt.vllm_bench`)."""
+    """``treeopt bench --engine vllm`` (see :mod:`treeopt.evaluate.vllm_bench`)."""
     from stand_runtime import DEFAULT_MODEL, SamplingParams, check_budget, check_writable, encode_prompt, load_tokenizer
     from stand_runtime.vllm import (cached_vllm_latency, check_model_folder, check_version, choose_k,
                                     default_model_folder, load_llm)
     from treeopt import load_prompts
-    from treeopt.bench import check_bench_settings, results_json, speedup_intervals, speedups
-    from treeopt.vllm_bench import parse_vllm_methods, run_vllm_bench
+    from treeopt.evaluate.bench import check_bench_settings, results_json, speedup_intervals, speedups
+    from treeopt.evaluate.vllm_bench import parse_vllm_methods, run_vllm_bench
 
     check_paths({"--json": json_out}, {"--dataset": dataset})
     names = parse_vllm_methods("ar,ngram,suffix,stand" if methods is None else methods)

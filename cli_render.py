@@ -200,7 +200,7 @@ def speedup_warnings(results, speedups: dict, intervals: dict) -> list[str]:
 def diagnostics_tables(results, depths: int = 6) -> list[Table]:
     """Why each method's acceptance length is what it is (two narrow tables).
 
-    Acceptance rate per depth (accepted / offered, see :func:`stand_runtime.metrics.acceptance_by_depth`),
+    Acceptance rate per depth (accepted / offered, see :func:`stand_runtime.engine.metrics.acceptance_by_depth`),
     and for STAND the share of step roots answered by each store table (n = 3, 2, 1; miss) with the
     mean single-draft acceptance chances at those roots: sum min(p, q) (a sampled draft) and
     p(argmax q) (the deterministic draft).
@@ -299,7 +299,7 @@ class TextStream:
     The text printed is always a prefix of the result's ``text``: a character still cut mid-way
     (a partial UTF-8 sequence) and, with stop strings, the last ``len(stop) - 1`` characters (which
     may begin a stop string) are held back until the next step shows what they are, and a stop string
-    itself is never printed (the OpenAI convention, :func:`stand_runtime.stopping.text_before_stop`).
+    itself is never printed (the OpenAI convention, :func:`stand_runtime.engine.stopping.text_before_stop`).
     :meth:`end` prints the rest and a newline.
     """
 
@@ -312,7 +312,7 @@ class TextStream:
         self._printed = 0
 
     def _text(self) -> str:
-        from stand_runtime.stopping import text_before_stop
+        from stand_runtime.engine.stopping import text_before_stop
 
         return text_before_stop(self._tokenizer.decode(self._tokens, skip_special_tokens=True), self._stop)
 
@@ -332,7 +332,7 @@ class TextStream:
 
 
 def trace_tables(data: dict, title: str) -> list[Table]:
-    """The trace bench (:func:`treeopt.trace_bench.trace_results_json`) in two narrow tables.
+    """The trace bench (:func:`treeopt.evaluate.trace_bench.trace_results_json`) in two narrow tables.
 
     Acceptance: τ at the first and last trajectory index and pooled, each with its 95% bootstrap
     interval over groups. Work: nodes per step, µs per step drafting and feeding, memory, and τ's

@@ -18,7 +18,7 @@ CHILD = r"""
 import json, resource, sys
 import torch
 from stand_runtime import generate, load_model
-from treeopt.datasets import load_prompts
+from treeopt.data.datasets import load_prompts
 method, tokens = sys.argv[1], int(sys.argv[2])
 model, tokenizer = load_model("smollm2-135m", device="cpu")
 ids = []

@@ -1,7 +1,7 @@
 """Lazy package exports (PEP 562): a package's public names are imported on first use.
 
 ``import stand_runtime`` (and so ``treeopt --help``) must not pay for torch and transformers;
-``from stand_runtime import generate`` imports :mod:`stand_runtime.decode` (and torch) only then.
+``from stand_runtime import generate`` imports :mod:`stand_runtime.engine.decode` (and torch) only then.
 """
 
 from __future__ import annotations

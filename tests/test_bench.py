@@ -4,9 +4,9 @@ import pytest
 
 from conftest import DigitsTokenizer, tiny_model
 from stand_runtime import SamplingParams, StandError
-from treeopt.answers import extract_answer, last_boxed, majority_vote
-from treeopt.bench import parse_methods, results_json, run_bench, speedups
-from treeopt.datasets import Prompt
+from treeopt.evaluate.answers import extract_answer, last_boxed, majority_vote
+from treeopt.evaluate.bench import parse_methods, results_json, run_bench, speedups
+from treeopt.data.datasets import Prompt
 
 
 def test_parse_methods_and_unknown_method():
@@ -130,7 +130,7 @@ def test_bench_json_has_intervals_bounds_and_time_split():
     from rich.console import Console
 
     from cli_render import bench_tables, diagnostics_tables
-    from treeopt.bench import latency_bounds, speedup_intervals, speedups
+    from treeopt.evaluate.bench import latency_bounds, speedup_intervals, speedups
 
     console = Console(record=True, width=80, markup=False)
     ratios = speedups(results)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from stand_runtime import DynamicTree, NGramStore, RandomStream, StandError, check_method, method_tree, new_memory
-from stand_runtime.decode_row import truncate_draft
+from stand_runtime.engine.decode_row import truncate_draft
 from stand_runtime.drafters import best_first_draft, parse_dynamic
 
 

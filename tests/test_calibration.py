@@ -6,13 +6,13 @@ import numpy as np
 import pytest
 from conftest import DigitsTokenizer, tiny_model
 from stand_runtime import NGramStore, RandomStream, SamplingParams, StandError, generate
-from stand_runtime.batch_sampling import sample_recorded
-from treeopt.calibrate import CalibrationConfig, calibrate
-from treeopt.calibration import load_calibration
-from treeopt.replay import replay_trajectory
-from treeopt.candidate import candidate_tree
-from treeopt.datasets import Prompt
-from treeopt.export import export_tree
+from stand_runtime.engine.batch_sampling import sample_recorded
+from treeopt.optimize.calibrate import CalibrationConfig, calibrate
+from treeopt.optimize.calibration import load_calibration
+from treeopt.optimize.replay import replay_trajectory
+from treeopt.optimize.candidate import candidate_tree
+from treeopt.data.datasets import Prompt
+from treeopt.optimize.export import export_tree
 
 PROMPTS = [[3, 1, 4, 1, 5] * 4, [2, 7, 1, 8, 2, 8] * 3, [1, 1, 2, 3, 5, 8, 13] * 3]
 
@@ -96,7 +96,7 @@ def test_resume_skips_finished_prompts_and_rejects_other_settings(tmp_path):
     data["alpha"] = [a / first["steps"] for a in first["alpha_sum"][1:]]
     out.write_text(json.dumps(data))
     seen = []
-    from treeopt.calibrate import Progress
+    from treeopt.optimize.calibrate import Progress
 
     resumed = calibrate(config, model, DigitsTokenizer(), out, resume=True, prompts=prompts,
                         progress=Progress(prompt_done=seen.append))

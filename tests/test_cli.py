@@ -8,8 +8,8 @@ from typer.testing import CliRunner
 
 from cli import app
 from stand_runtime import load_tree
-from treeopt.calibration import Calibration
-from treeopt.candidate import candidate_tree
+from treeopt.optimize.calibration import Calibration
+from treeopt.optimize.candidate import candidate_tree
 
 runner = CliRunner()
 

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from stand_runtime import StandError
-from treeopt.datasets import load_prompts
+from treeopt.data.datasets import load_prompts
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 

@@ -108,8 +108,8 @@ def test_replay_calibration_chooses_the_children_drafting_chooses(stochastic):
     """Replay calibration must estimate what drafting does: with the same store and noise, the
     children it walks at a node are the tokens the engine's drafter puts there, in the same order."""
     from stand_runtime import choose_children
-    from stand_runtime.batch_sampling import RecordedDistributions
-    from treeopt.replay import replay_trajectory
+    from stand_runtime.engine.batch_sampling import RecordedDistributions
+    from treeopt.optimize.replay import replay_trajectory
 
     tree = DraftTree.from_paths([[0], [1], [2], [0, 0]])
     store = NGramStore(max_n=1)

@@ -10,8 +10,8 @@ from scipy import stats
 from conftest import assert_tree_logits_match_paths, full_logits, random_tree_step, tiny_model
 from stand_runtime import (NGramStore, RecyclingMatrix, SamplingParams, StandError, generate, load_model, load_tree,
                            target_probs)
-from stand_runtime.stopping import StopRule
-from stand_runtime.kv_cache import keep_tree_entries
+from stand_runtime.engine.stopping import StopRule
+from stand_runtime.target.kv_cache import keep_tree_entries
 
 needs_arctic = pytest.mark.skipif(importlib.util.find_spec("arctic_inference") is None,
                                   reason="method 'suffix' needs arctic-inference (README Quickstart line 2 installs it)")
@@ -331,7 +331,7 @@ def test_feeding_rejected_nodes_stores_their_contexts(tiny_qwen2):
 def test_chunked_prefill_feeds_the_same_store(tiny_qwen2, monkeypatch):
     """A long prompt's prefill runs (and feeds the store) in chunks, in bounded memory; the store
     it leaves equals the one-chunk prefill's, and decoding continues identically."""
-    import stand_runtime.forward as forward
+    import stand_runtime.target.forward as forward
 
     prompt = (REPEAT_PROMPT * 3)[:77]
     stores, runs = [], []
@@ -367,7 +367,7 @@ def test_tree_attention_packs_grouped_query_heads_exactly(tiny_qwen2):
     own SDPA, and tree logits still equal each path run alone."""
     import copy
 
-    from stand_runtime.tree_attention import use_tree_attention
+    from stand_runtime.target.tree_attention import use_tree_attention
 
     assert tiny_qwen2.config.num_attention_heads // tiny_qwen2.config.num_key_value_heads == 2
     packed = copy.deepcopy(tiny_qwen2)

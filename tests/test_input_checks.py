@@ -12,10 +12,10 @@ import pytest
 from conftest import DigitsTokenizer, tiny_model
 from stand_runtime import (DecodeRequest, HFBackend, NGramStore, RowSpec, SamplingParams, StandError, decode_rows,
                            generate, generate_batch)
-from treeopt.datasets import Prompt, load_prompts
-from treeopt.search import SearchSettings, dvts
-from treeopt.traces import first_tokens, load_traces
-from treeopt.verifiers import CallableVerifier, check_scores
+from treeopt.data.datasets import Prompt, load_prompts
+from treeopt.evaluate.search import SearchSettings, dvts
+from treeopt.data.traces import first_tokens, load_traces
+from treeopt.evaluate.verifiers import CallableVerifier, check_scores
 
 PROMPT = [3, 5, 7, 3, 5, 7, 3, 5]
 GREEDY = SamplingParams(temperature=0)
@@ -294,7 +294,7 @@ def test_dvts_checks_the_whole_budget_against_the_context_up_front():
 def test_messages_name_what_was_given():
     with pytest.raises(StandError, match="give a seed <= 18446744073709551614"):
         DecodeRequest(PROMPT, n=2, seed=2**64 - 1)
-    from treeopt.verifiers import make_verifier
+    from treeopt.evaluate.verifiers import make_verifier
 
     with pytest.raises(StandError, match="no process reward model folder /nope"):
         make_verifier("prm:/nope")
@@ -307,8 +307,8 @@ def test_a_missing_optional_package_is_found_before_the_model_loads(monkeypatch,
     import cli
     from stand_runtime.drafters import OPTIONAL_PACKAGES
     from test_cli import one_line_error, run
-    from treeopt.bench import parse_methods
-    from treeopt.trace_bench import parse_trace_methods
+    from treeopt.evaluate.bench import parse_methods
+    from treeopt.evaluate.trace_bench import parse_trace_methods
 
     monkeypatch.setitem(OPTIONAL_PACKAGES, "suffix", ("no_such_module_for_stand", "pip install no-such-module"))
     monkeypatch.setattr(cli, "_load", lambda *a, **k: pytest.fail("the model loaded before the check"))
@@ -370,7 +370,7 @@ def test_options_that_would_be_ignored_are_refused(tiny_qwen2):
 
 
 def test_search_checks_its_settings_problems_and_seeds_before_the_first_problem(tiny_qwen2):
-    from treeopt.search import run_search
+    from treeopt.evaluate.search import run_search
 
     backend = HFBackend(tiny_qwen2, DigitsTokenizer(), "ar")
     for kwargs, message in (({"seed": True}, "seed must be an integer"), ({"seed": -1}, "seed must be in"),
@@ -394,15 +394,15 @@ def test_search_checks_its_settings_problems_and_seeds_before_the_first_problem(
     for scores, message in (({0: 1.0, 1: 2.0}, "returned dict"), ([10**400, 1.0], "an integer too large for a float")):
         with pytest.raises(StandError, match=message):
             check_scores(judge, scores, 2)
-    from treeopt.verifiers import make_verifier
+    from treeopt.evaluate.verifiers import make_verifier
 
     with pytest.raises(StandError, match="trust_remote_code must be True or False"):
         make_verifier("confidence", trust_remote_code="yes")
 
 
 def test_traces_keys_trees_and_bench_arguments_are_checked(tmp_path):
-    from treeopt.trace_bench import parse_trace_methods, run_trace_bench
-    from treeopt.traces import tokenize_groups
+    from treeopt.evaluate.trace_bench import parse_trace_methods, run_trace_bench
+    from treeopt.data.traces import tokenize_groups
 
     def write(*records):
         path = tmp_path / f"t{len(list(tmp_path.iterdir()))}.jsonl"

@@ -7,7 +7,7 @@ import pytest
 
 from conftest import tiny_model
 from stand_runtime import LatencyProfile, StandError, cached_latency, family_to_json, machine_tree
-from stand_runtime.latency import choose_size, monotone_fit, profile_from_rounds
+from stand_runtime.target.latency import choose_size, monotone_fit, profile_from_rounds
 from treeopt import candidate_tree, export_family
 from test_treeopt import fake_calibration
 
@@ -89,7 +89,7 @@ def test_trees_shrink_as_batches_grow():
 def test_an_untrustworthy_or_contradicted_profile_is_named():
     """A profile measured on a busy machine (rounds far apart) and one that a run's own forward times
     contradict (1135 ms cached for one token where the run took 76 ms) each give a one-line warning."""
-    from stand_runtime.latency import latency_warnings
+    from stand_runtime.target.latency import latency_warnings
 
     quiet = LatencyProfile((1, 8), (0.076, 0.14), (0.076, 0.14), (0.004, 0.006))
     assert latency_warnings(quiet) == []

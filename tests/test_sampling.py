@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from stand_runtime import SamplingParams, StandError, target_probs
-from stand_runtime.sampling import resolve_sampling, top_target_probs
+from stand_runtime.target.sampling import resolve_sampling, top_target_probs
 
 
 def exact_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:

@@ -7,9 +7,9 @@ import pytest
 
 from conftest import DigitsTokenizer
 from stand_runtime import HFBackend, SamplingParams, StandError, generate
-from treeopt.datasets import Prompt
-from treeopt.search import SearchSettings, dvts, run_search, summarize
-from treeopt.verifiers import ConfidenceVerifier, make_verifier
+from treeopt.data.datasets import Prompt
+from treeopt.evaluate.search import SearchSettings, dvts, run_search, summarize
+from treeopt.evaluate.verifiers import ConfidenceVerifier, make_verifier
 from test_cli import one_line_error, run
 
 

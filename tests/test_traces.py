@@ -23,8 +23,8 @@ from stand_runtime import (
     verify_greedy,
 )
 from stand_runtime.drafters.suffix_decoding import suffix_draft
-from treeopt.trace_bench import parse_trace_methods, run_trace_bench, trace_results_json
-from treeopt.traces import load_traces, tokenize_groups
+from treeopt.evaluate.trace_bench import parse_trace_methods, run_trace_bench, trace_results_json
+from treeopt.data.traces import load_traces, tokenize_groups
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 PROMPT = [3, 1, 4, 1, 5] * 6
@@ -219,11 +219,11 @@ def test_trace_calibration_equals_direct_greedy_calibration(tiny_qwen2):
     """Greedy replay calibration of the tiny model's own greedy output (recorded with the rows the
     engine's store records) gives exactly the direct calibration's per-node acceptance counts and
     steps: two trajectories sharing one store, a 40-node candidate tree."""
-    from treeopt.calibrate import CalibrationConfig, direct_prompt
-    from treeopt.candidate import candidate_tree
-    from treeopt.replay import replay_trajectory
+    from treeopt.optimize.calibrate import CalibrationConfig, direct_prompt
+    from treeopt.optimize.candidate import candidate_tree
+    from treeopt.optimize.replay import replay_trajectory
     from stand_runtime import NGramStore
-    from treeopt.trace_calibration import trace_recording
+    from treeopt.optimize.trace_calibration import trace_recording
 
     candidate = candidate_tree(40)
     config = CalibrationConfig(temperature=0.0, trajectories=2, max_new_tokens=50, deterministic_drafts=True)
@@ -241,7 +241,7 @@ def test_trace_calibration_equals_direct_greedy_calibration(tiny_qwen2):
 
 
 def test_calibrate_traces_cli_writes_an_exportable_calibration(tmp_path):
-    from treeopt.calibration import load_calibration
+    from treeopt.optimize.calibration import load_calibration
 
     path = write_traces(tmp_path / "t.jsonl", groups=2, per_group=2)
     out = tmp_path / "cal.json"

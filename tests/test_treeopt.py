@@ -6,14 +6,14 @@ import numpy as np
 import pytest
 
 from stand_runtime import DraftTree, StandError, load_tree, save_tree
-from stand_runtime.tree import validate_paths
-from treeopt.calibrate import CalibrationConfig
-from treeopt.calibration import Calibration, load_calibration
-from treeopt.candidate import Prior, candidate_tree, per_depth_tree
-from treeopt.export import export_tree
+from stand_runtime.trees.tree import validate_paths
+from treeopt.optimize.calibrate import CalibrationConfig
+from treeopt.optimize.calibration import Calibration, load_calibration
+from treeopt.optimize.candidate import Prior, candidate_tree, per_depth_tree
+from treeopt.optimize.export import export_tree
 from stand_runtime import LatencyProfile, choose_size
-from treeopt.profile import depth_profile
-from treeopt.prune import best_sums, prune
+from treeopt.optimize.profile import depth_profile
+from treeopt.optimize.prune import best_sums, prune
 
 
 def test_default_candidate_is_wide_and_deep():

@@ -374,7 +374,7 @@ def _detectable_effect(df: int, samples: int, alpha: float, power: float) -> flo
 def test_vllm_bench_bad_input_one_line():
     from test_cli import one_line_error, run
 
-    from treeopt.vllm_bench import parse_vllm_methods
+    from treeopt.evaluate.vllm_bench import parse_vllm_methods
 
     for text, message in (("", "--methods is empty"), ("ar,eagle", "unknown method 'eagle'"), ("ar,ar", "is listed twice")):
         with pytest.raises(StandError, match=message):
@@ -446,7 +446,7 @@ def test_the_stand_server_answers_a_real_openai_client(vllm_session, stand_serve
     from openai import OpenAI
 
     from stand_runtime import load_tokenizer
-    from stand_runtime.prompts import encode_prompt
+    from stand_runtime.target.prompts import encode_prompt
 
     url, log = stand_server
     client = OpenAI(base_url=url, api_key="unused", timeout=180, max_retries=0)

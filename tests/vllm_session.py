@@ -26,7 +26,7 @@ MAX_PROMPTS = 4
 
 def _counts(outputs) -> dict:
     """Draft tokens and accepted drafts over every sample of ``outputs`` (per-sequence metrics)."""
-    from treeopt.vllm_bench import spec_counts
+    from treeopt.evaluate.vllm_bench import spec_counts
 
     counts = [spec_counts(sample) for output in outputs for sample in output.outputs]
     return {"drafted": sum(c[0] for c in counts), "accepted": sum(c[1] for c in counts)}
@@ -41,7 +41,7 @@ def smollm_scenarios(work: Path) -> dict:
     from vllm import SamplingParams, TokensPrompt
 
     from stand_runtime import load_tokenizer
-    from stand_runtime.prompts import encode_prompt
+    from stand_runtime.target.prompts import encode_prompt
     from stand_runtime.vllm.engine import default_model_folder, load_llm, shutdown_llm
 
     tokenizer = load_tokenizer()

@@ -9,18 +9,18 @@ vote), ``search`` and ``verifiers`` (test-time scaling: best-of-N and DVTS over 
 
 from stand_runtime import __version__
 
-from .answers import extract_answer, majority_vote
-from .bench import BenchMethod, MethodResult, parse_methods, results_json, run_bench, speedups
-from .calibrate import CalibrationConfig, Progress, calibrate, direct_prompt
-from .calibration import CALIBRATION_FORMAT, Calibration, load_calibration
-from .candidate import Prior, candidate_tree, per_depth_tree
-from .datasets import Prompt, load_prompts
-from .export import FAMILY_SIZES, export_family, export_tree
-from .profile import DepthProfile, depth_profile, load_tree_or_calibration
-from .prune import best_sums, prune
-from .replay import replay_trajectory
-from .search import STRATEGIES, ProblemResult, SearchSettings, best_of_n, dvts, run_search, search_problem, summarize
-from .verifiers import Candidate, CallableVerifier, ConfidenceVerifier, PRMVerifier, Verifier, make_verifier
+from .evaluate.answers import extract_answer, majority_vote
+from .evaluate.bench import BenchMethod, MethodResult, parse_methods, results_json, run_bench, speedups
+from .optimize.calibrate import CalibrationConfig, Progress, calibrate, direct_prompt
+from .optimize.calibration import CALIBRATION_FORMAT, Calibration, load_calibration
+from .optimize.candidate import Prior, candidate_tree, per_depth_tree
+from .data.datasets import Prompt, load_prompts
+from .optimize.export import FAMILY_SIZES, export_family, export_tree
+from .optimize.profile import DepthProfile, depth_profile, load_tree_or_calibration
+from .optimize.prune import best_sums, prune
+from .optimize.replay import replay_trajectory
+from .evaluate.search import STRATEGIES, ProblemResult, SearchSettings, best_of_n, dvts, run_search, search_problem, summarize
+from .evaluate.verifiers import Candidate, CallableVerifier, ConfidenceVerifier, PRMVerifier, Verifier, make_verifier
 
 __all__ = [
     "BenchMethod", "CALIBRATION_FORMAT", "FAMILY_SIZES", "export_family", "Calibration", "CalibrationConfig", "DepthProfile", "MethodResult", "Prior",

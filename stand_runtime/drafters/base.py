@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from ..draft import Draft
-from ..feeds import TargetFeed
+from ..trees.draft import Draft
+from .feeds import TargetFeed
 
 
 class Drafter(Protocol):
@@ -13,7 +13,7 @@ class Drafter(Protocol):
 
     The loop calls :meth:`observe_prompt` once after prefill, then per step :meth:`draft` →
     (tree forward, verification) → :meth:`observe_step`. A drafter learns only from what the target
-    computed, read through a :class:`stand_runtime.feeds.TargetFeed` (a model's logits, or a recorded
+    computed, read through a :class:`stand_runtime.drafters.feeds.TargetFeed` (a model's logits, or a recorded
     trace's next tokens); it never changes what verification accepts, so every drafter keeps
     decoding lossless.
     """

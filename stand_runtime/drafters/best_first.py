@@ -1,6 +1,6 @@
 """STAND's dynamic draft tree: the node budget spent best-first on the store's blended q (ours).
 
-A static tree (:mod:`stand_runtime.tree`, calibrated offline, STAND §3.3) fixes which rank paths a
+A static tree (:mod:`stand_runtime.trees.tree`, calibrated offline, STAND §3.3) fixes which rank paths a
 step drafts; where a lookup misses or q is sharp, its subtree is dropped and the budget goes unused
 (on recorded reasoning traces the 80-node tree drafted ~53 nodes a step). A dynamic tree instead
 spends the budget each step where this step's q says acceptance is likely, as EAGLE-2 (Li et al.,
@@ -12,7 +12,7 @@ propose children even where its longest context is new.
 
 Losslessness. Children are still drawn in order from q (Gumbel-Top-K for stochastic drafts, q's
 order for deterministic ones) and verified by recursive rejection sampling
-(:mod:`stand_runtime.verify`), which stays exact when the number of children a node gets depends on
+(:mod:`stand_runtime.engine.verify`), which stays exact when the number of children a node gets depends on
 anything but the draws it has not made yet. So the score of a node's next child uses the q value
 *at that rank of q's sorted order*, not the token the Gumbel draw will give: whether the i-th child
 is added never looks at that child. (Its own children's scores may use its token: that is a draw
@@ -28,12 +28,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..draft import Draft, DraftBuilder
+from ..trees.draft import Draft, DraftBuilder
 from ..errors import StandError
-from ..ngram_store import NGramStore
+from ..store.ngram_store import NGramStore
 from ..randomness import RandomStream
-from ..gumbel import choose_children
-from ..tree import MAX_DEPTH
+from .gumbel import choose_children
+from ..trees.tree import MAX_DEPTH
 from .tree_walk import MAX_CHAIN_DEPTH, graft_chain
 
 DYNAMIC = "dynamic"
@@ -64,7 +64,7 @@ class DynamicTree:
 
     Raises:
         StandError: a budget outside 1..:data:`MAX_DYNAMIC_NODES`, a depth outside
-            1..:data:`stand_runtime.tree.MAX_DEPTH`, or a confidence or beta that is not a finite
+            1..:data:`stand_runtime.trees.tree.MAX_DEPTH`, or a confidence or beta that is not a finite
             number >= 0.
     """
 

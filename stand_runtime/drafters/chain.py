@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..gumbel import choose_children
-from ..ngram_store import NGramStore
+from .gumbel import choose_children
+from ..store.ngram_store import NGramStore
 from ..randomness import RandomStream
 
 

@@ -7,7 +7,7 @@ probabilities, so they are verified with the deterministic-draft rule.
 
 from __future__ import annotations
 
-from ..draft import Draft
+from ..trees.draft import Draft
 from .suffix_index import SuffixIndex
 
 

@@ -13,14 +13,14 @@ import time
 
 import numpy as np
 
-from ..diagnostics import DraftQuality
-from ..draft import Draft
-from ..feeds import TargetFeed
-from ..gumbel import choose_children
-from ..ngram_store import NGramStore
+from ..engine.diagnostics import DraftQuality
+from ..trees.draft import Draft
+from .feeds import TargetFeed
+from .gumbel import choose_children
+from ..store.ngram_store import NGramStore
 from ..randomness import RandomStream
-from ..sampling import SamplingParams
-from ..tree import DraftTree
+from ..target.sampling import SamplingParams
+from ..trees.tree import DraftTree
 from .best_first import DynamicTree, best_first_draft
 from .suffix_index import SuffixIndex
 from .tree_walk import Extension, Proposal, fill_tree

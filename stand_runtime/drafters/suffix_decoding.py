@@ -6,7 +6,7 @@ N trajectories of one problem), and a per-request tree holds the prompt and the 
 step matches the context's longest suffix (up to 64 tokens) in both and drafts a *dynamic*
 speculation tree (parents + estimated probabilities, the paper's §4.2 greedy expansion, with at most
 ``max_spec_factor * match length + max_spec_offset`` tokens, none below ``min_token_prob``); the
-tree of the better-scoring match is drafted. The tree becomes a :class:`stand_runtime.draft.Draft`
+tree of the better-scoring match is drafted. The tree becomes a :class:`stand_runtime.trees.draft.Draft`
 with its own parent array (no static tree), without draft probabilities: the deterministic-draft
 rule verifies it, so decoding stays lossless. SuffixDecoding learns only tokens, never logits.
 
@@ -19,9 +19,9 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
-from ..draft import Draft, DraftBuilder
+from ..trees.draft import Draft, DraftBuilder
 from ..errors import StandError
-from ..feeds import TargetFeed
+from .feeds import TargetFeed
 
 SUFFIX_TREE_DEPTH = 64
 """Deepest suffix kept and matched (tokens; arctic-inference's and the paper's default)."""

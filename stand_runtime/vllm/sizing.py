@@ -6,7 +6,7 @@ the first-child path from the root *is* the chain vLLM drafts, and the calibrate
 probabilities α̂ of its nodes give the chain's expected acceptance length τ̂(K) = 1 + Σ_{d<=K} α̂_d.
 The cost of a step with B requests of K drafts is one forward over B (K + 1) tokens, read from a
 latency profile of the vLLM engine on this machine (:func:`measure_vllm_latency`). K maximises the
-expected throughput B τ̂(K) / t(B (K + 1)) (:func:`stand_runtime.latency.choose_size`).
+expected throughput B τ̂(K) / t(B (K + 1)) (:func:`stand_runtime.target.latency.choose_size`).
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from typing import Callable
 
 import numpy as np
 
-from ..latency import LatencyProfile, choose_size, profile_from_rounds
-from ..tree_choice import DEFAULT_FAMILY
-from ..tree_io import load_family
+from ..target.latency import LatencyProfile, choose_size, profile_from_rounds
+from ..trees.tree_choice import DEFAULT_FAMILY
+from ..trees.tree_io import load_family
 
 VLLM_SIZES = (1, 2, 4, 8, 16, 32, 64, 128)
 """Tokens per engine step measured for vLLM's latency profile."""
@@ -65,7 +65,7 @@ def measure_vllm_latency(llm, prompt_ids: list[int], sizes=VLLM_SIZES, short: in
         rounds: repetitions per size.
 
     Returns:
-        The fitted (non-decreasing) :class:`stand_runtime.latency.LatencyProfile`.
+        The fitted (non-decreasing) :class:`stand_runtime.target.latency.LatencyProfile`.
     """
     from vllm import SamplingParams, TokensPrompt
 
@@ -86,7 +86,7 @@ def choose_k(profile: LatencyProfile, batch: int = 1, family: str = DEFAULT_FAMI
     """The chain length with the most expected tokens per second for ``batch`` concurrent requests.
 
     Returns:
-        ``(K, curve)`` as :func:`stand_runtime.latency.choose_size` (K >= 1).
+        ``(K, curve)`` as :func:`stand_runtime.target.latency.choose_size` (K >= 1).
     """
     sums = chain_acceptance(family)[: max_k + 1].copy()
     sums[0] = -np.inf  # STAND drafts at least one token
@@ -110,7 +110,7 @@ def cached_vllm_latency(llm, folder, dtype: str, prompt_ids: list[int], *, refre
     import torch
 
     from ..files import write_json_atomic
-    from ..models import cache_root
+    from ..target.models import cache_root
 
     threads = torch.get_num_threads()
     cpu = torch.backends.cpu.get_cpu_capability()

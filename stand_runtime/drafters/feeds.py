@@ -1,0 +1,142 @@
+"""What a drafter learns from: the target's rows of one forward, as top-k (ids, probabilities).
+
+Drafters learn only from what the target computed (DESIGN §3.1). Every engine hands them the same
+kind of object, a *feed*, so that a model's forward and a recorded trace (:mod:`stand_runtime.engine.trace_replay`)
+feed a drafter through one method:
+
+- :class:`LogitsFeed`: the target's logits of a forward (prefill chunk or draft tree); every row
+  is observed, and its top-k are those of p (or of any distribution the drafter asks for);
+- a recording (:class:`OneHotFeed`, :class:`stand_runtime.engine.trace_replay.TraceTarget`): only the
+  next token at each observed position is known (a one-hot p, ``one_hot`` True), or the top-k a
+  recording kept.
+
+Rows are never materialised as ``[n, vocab]`` tensors for a recording: a replay of 500k tokens
+feeds its drafters at a few µs per row.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol, Sequence
+
+import numpy as np
+import torch
+
+from ..target.sampling import SamplingParams, TargetRow, top_target_probs
+
+
+class TargetFeed(Protocol):
+    """The target's rows of one forward, as a drafter reads them.
+
+    Attributes:
+        one_hot: True when the rows are a recording's next tokens (a one-hot p) rather than the
+            target's distribution: a drafter that wants the target's top-k (Token Recycling) then
+            learns the observed successor instead.
+    """
+
+    one_hot: bool
+
+    def observed(self, accepted: Sequence[int]) -> list[int]:
+        """The draft positions whose rows this feed holds, given the accepted positions: every
+        forwarded node for a model's forward; the committed path (root + ``accepted``) for a recording."""
+
+    def top(self, positions: Sequence[int], k: int, params: SamplingParams) -> tuple[np.ndarray, np.ndarray]:
+        """Top-k of each observed row: ``([len(positions), k'] int64 ids, [len(positions), k'] float64
+        probs)`` with ``k' <= k``, most likely first, padded with probability 0 (ids distinct per row).
+        ``params`` is the distribution a drafter records (p, or the softmax for greedy decoding); a
+        recording ignores it."""
+
+
+class LogitsFeed:
+    """A feed over the target's logits of one forward.
+
+    Args:
+        logits: ``[n, vocab]`` raw target logits (any float dtype and device); row i predicts the
+            token after position i.
+        params: the target sampling distribution p.
+        rows: p rows already computed (:class:`stand_runtime.target.sampling.TargetRow`, by row), reused
+            when a drafter asks for p itself.
+    """
+
+    one_hot = False
+
+    def __init__(self, logits: torch.Tensor, params: SamplingParams, rows: dict[int, TargetRow] | None = None) -> None:
+        self.logits = logits
+        self.params = params
+        self.rows: dict[int, TargetRow] = {} if rows is None else rows
+
+    def observed(self, accepted: Sequence[int]) -> list[int]:
+        return list(range(self.logits.shape[0]))
+
+    def top(self, positions: Sequence[int], k: int, params: SamplingParams) -> tuple[np.ndarray, np.ndarray]:
+        """See :meth:`TargetFeed.top`: rows verification already computed are reused when ``params``
+        is p (and not greedy); the others come from one batched :func:`top_target_probs`."""
+        positions = list(positions)
+        n, k = len(positions), min(k, self.logits.shape[-1])
+        if params.top_p >= 1.0 and params.top_k == 0 and not params.greedy:  # no nucleus: one partial top-k
+            logits = self.logits[positions].float() / params.temperature
+            values, top_ids = torch.topk(logits, k, dim=-1)
+            top_probs = torch.exp(values - torch.logsumexp(logits, dim=-1, keepdim=True))
+            return top_ids.cpu().numpy(), top_probs.cpu().double().numpy()
+        ids = np.zeros((n, k), dtype=np.int64)
+        probs = np.zeros((n, k), dtype=np.float64)
+        reuse = params == self.params and not params.greedy
+        missing = []
+        for i, position in enumerate(positions):
+            row = self.rows.get(position) if reuse else None
+            if row is None:
+                missing.append(i)
+                continue
+            top_ids, top_probs = row.top(k)
+            ids[i, : len(top_ids)], probs[i, : len(top_probs)] = top_ids, top_probs
+        if missing:
+            chosen = [positions[i] for i in missing]
+            whole = len(chosen) == self.logits.shape[0] and chosen == list(range(len(chosen)))
+            top_ids, top_probs = top_target_probs(self.logits if whole else self.logits[chosen], params, k)
+            ids[missing], probs[missing] = top_ids.cpu().numpy(), top_probs.cpu().double().numpy()
+        return ids, probs
+
+
+class OneHotFeed:
+    """A recording's rows: the token that followed each position, p one-hot on it.
+
+    Args:
+        next_tokens: per row, the token observed next (row i is position i of the feed).
+    """
+
+    one_hot = True
+
+    def __init__(self, next_tokens: Sequence[int]) -> None:
+        self.next_tokens = list(next_tokens)
+
+    def observed(self, accepted: Sequence[int]) -> list[int]:
+        return list(range(len(self.next_tokens)))
+
+    def top(self, positions: Sequence[int], k: int, params: SamplingParams) -> tuple[np.ndarray, np.ndarray]:
+        return one_hot_rows([self.next_tokens[p] for p in positions], k)
+
+
+class RowsFeed:
+    """A recording's top-k rows (e.g. :class:`stand_runtime.RecordedDistributions`' store rows).
+
+    Args:
+        ids: ``[n, k]`` int64 top ids per row.
+        probs: ``[n, k]`` float64 their probabilities (padding at probability 0).
+    """
+
+    one_hot = False
+
+    def __init__(self, ids: np.ndarray, probs: np.ndarray) -> None:
+        self.ids, self.probs = ids, probs
+
+    def observed(self, accepted: Sequence[int]) -> list[int]:
+        return list(range(len(self.ids)))
+
+    def top(self, positions: Sequence[int], k: int, params: SamplingParams) -> tuple[np.ndarray, np.ndarray]:
+        positions = list(positions)
+        return self.ids[positions, :k], self.probs[positions, :k]
+
+
+def one_hot_rows(tokens: Sequence[int], k: int) -> tuple[np.ndarray, np.ndarray]:
+    """``([n, 1] int64, [n, 1] float64)`` rows: ``tokens[i]`` at probability 1 (the only column a
+    one-hot row has, whatever ``k`` >= 1)."""
+    return np.asarray(tokens, dtype=np.int64).reshape(-1, 1), np.ones((len(tokens), 1), dtype=np.float64)

@@ -1,0 +1,335 @@
+"""The decoding-backend seam: one small protocol that benchmarks, calibration and search drive.
+
+A backend continues prompts: "here are requests (a prompt, n samples, sampling parameters, a token
+budget, stop strings, whether to record p); give me the completions with their statistics". The
+decoding method (``stand``, ``pld``, ``ar``, ...) and its drafter memory belong to the backend, so a
+driver never touches an engine's internals. :class:`HFBackend` implements it on the Hugging Face
+engine (:func:`stand_runtime.generate`), the exact reference; a vLLM or batched engine implements the
+same :class:`DecodingBackend` protocol.
+
+Memory sharing follows the STAND paper's best-of-N setting (§3.1): the n samples of one request share
+one drafter memory (the n-gram store, Token Recycling's matrix); requests that name the same
+``group`` share one (every request of one problem in a tree search); ``share_memory=True`` shares one
+across every request the backend ever serves.
+
+With ``max_batch > 1`` the samples of every request are decoded together, ``max_batch`` rows per
+target forward (:func:`stand_runtime.engine.batch_decode.decode_rows`); rows sharing a memory then share it
+online (what one row verified this step, another drafts from next step).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Callable, Protocol, Sequence
+
+from .batch_decode import RowSpec, auto_node_cap, check_max_nodes, decode_rows
+from .batch_sampling import RecordedDistributions, sample_recorded
+from ..checks import check_bool, check_callable, check_int
+from .decode import check_budget, generate
+from ..drafters import Memory, check_method, method_tree, new_memory
+from ..errors import StandError
+from ..limits import MAX_ROWS, MAX_SAMPLES
+from .metrics import DecodeStats, GenerationResult
+from ..target.model_facts import check_model, check_positions, default_eos_ids, vocab_size
+from ..target.prompts import encode_prompt
+from ..randomness import check_seed, check_seed_span
+from ..target.sampling import SamplingParams
+from .stopping import check_stop_strings, text_before_stop
+
+
+@dataclass(frozen=True)
+class DecodeRequest:
+    """One prompt to continue ``n`` times.
+
+    Attributes:
+        prompt: text (through the chat template) or token ids.
+        n: samples (>= 1); sample i is seeded with ``seed + i``.
+        max_new_tokens: token budget per sample.
+        sampling: the target sampling distribution.
+        seed: seed of sample 0 (None = nondeterministic).
+        stop: strings that end a sample once its text contains one.
+        record_probs: also return the target's distributions at every position
+            (:class:`stand_runtime.engine.batch_sampling.RecordedDistributions`).
+        ignore_eos: decode every sample to ``max_new_tokens`` (equal lengths for speed comparisons;
+            ``Completion.text`` then stops at the first EOS).
+        logprobs: also return each generated token's log-probability (``Completion.logprobs``).
+        group: requests naming the same group share one drafter memory (e.g. a problem's id in a
+            tree search); None = the request's own memory (shared by its n samples).
+
+    Raises:
+        StandError: n < 1, a bad budget, seed or stop string.
+    """
+
+    prompt: str | Sequence[int]
+    n: int = 1
+    max_new_tokens: int = 256
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
+    record_probs: bool = False
+    ignore_eos: bool = False
+    logprobs: bool = False
+    group: str | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "n", check_int("n (samples per prompt)", self.n, 1, MAX_SAMPLES))
+        object.__setattr__(self, "max_new_tokens", check_budget(self.max_new_tokens))
+        check_seed(self.seed)
+        if self.seed is not None:
+            object.__setattr__(self, "seed", int(self.seed))
+            check_seed_span(self.seed, self.n, "samples")
+        if not isinstance(self.sampling, SamplingParams):
+            raise StandError(f"sampling must be a SamplingParams, got {type(self.sampling).__name__} {self.sampling!r}")
+        if self.group is not None and not isinstance(self.group, str):
+            raise StandError(f"group must be a string or None, got {self.group!r}")
+        for name in ("record_probs", "ignore_eos", "logprobs"):
+            object.__setattr__(self, name, check_bool(name, getattr(self, name)))
+        object.__setattr__(self, "stop", check_stop_strings(self.stop))
+        if self.record_probs and self.logprobs:
+            raise StandError("record_probs and logprobs cannot be combined: a record_probs request returns the "
+                             "recorded distributions (their log gives each token's log-probability under p)")
+        if self.record_probs and self.stop:
+            raise StandError("record_probs requests take no stop strings")
+
+    def seed_of(self, sample: int) -> int | None:
+        """The seed of sample ``sample`` (None when the request is unseeded)."""
+        return None if self.seed is None else self.seed + sample
+
+
+@dataclass
+class Completion:
+    """One sample of a request.
+
+    Attributes:
+        prompt_ids: the prompt's token ids.
+        tokens: generated token ids (EOS included when it ended the sample).
+        text: ``tokens`` decoded.
+        finish_reason: ``"eos"``, ``"stop"`` or ``"length"``.
+        stats: decoding statistics (acceptance length, time split, drafter memory).
+        recorded: the target's distributions along the sample, when the request asked for them.
+        logprobs: per generated token its log-probability, when the request asked for them.
+    """
+
+    prompt_ids: list[int]
+    tokens: list[int]
+    text: str
+    finish_reason: str | None
+    stats: DecodeStats
+    recorded: RecordedDistributions | None = None
+    logprobs: list[float] | None = None
+
+
+RECORD_BATCH = 8
+"""Rows sampled together for ``record_probs`` requests by default (:class:`HFBackend`'s ``batch_size``)."""
+
+MEMORY_GROUPS = 64
+"""Drafter memories an :class:`HFBackend` keeps for request groups (least recently used dropped)."""
+
+OnCompletion = Callable[[int, int, Completion], None]
+"""Called as ``on_completion(request_index, sample_index, completion)`` when a sample is done."""
+
+OnTokens = Callable[[int], None]
+"""Called with the number of tokens generated since its last call (progress)."""
+
+
+class DecodingBackend(Protocol):
+    """Anything that continues prompts with one decoding method (see the module docstring)."""
+
+    def generate(self, requests: Sequence[DecodeRequest], *, on_completion: OnCompletion | None = None,
+                 on_tokens: OnTokens | None = None) -> list[list[Completion]]:
+        """Continue every request; returns, per request, its n completions in sample order.
+
+        Raises:
+            StandError: a request the backend cannot serve (one line, before decoding it).
+        """
+
+
+class HFBackend:
+    """:class:`DecodingBackend` on the Hugging Face engine.
+
+    Args:
+        model, tokenizer: the target (see :func:`stand_runtime.load_model`).
+        method: the decoding method (:data:`stand_runtime.drafters.METHODS`).
+        tree: the static tree of a tree method (resolved once here); None = the method's default.
+        feed_rejected, diagnose: STAND options (see :func:`stand_runtime.generate`).
+        share_memory: one drafter memory for every request instead of one per request.
+        batch_size: rows sampled together for ``record_probs`` requests (batched plain sampling).
+        max_batch: rows decoded together per target forward (1 = one sample after another through
+            :func:`stand_runtime.generate`; more = :func:`stand_runtime.engine.batch_decode.decode_rows`).
+        max_nodes: with ``max_batch > 1``, cap on drafted nodes per row and step (None = none;
+            ``"auto"`` = the tree's size when it was sized for the batch, see
+            :func:`stand_runtime.engine.batch_decode.auto_node_cap`).
+
+    Requests with ``record_probs`` are sampled by batched plain decoding (method ``ar`` only, no stop
+    strings); the others are decoded by the method, ``max_batch`` rows at a time.
+
+    Raises:
+        StandError: an unknown method, a bad tree, or an option the method does not take.
+    """
+
+    def __init__(self, model, tokenizer, method: str = "ar", *, tree=None, feed_rejected: bool = False,
+                 diagnose: bool = False, share_memory: bool = False, batch_size: int = RECORD_BATCH, max_batch: int = 1,
+                 max_nodes: int | str | None = "auto") -> None:
+        check_model(model)
+        check_method(method, tree=tree, feed_rejected=feed_rejected, diagnose=diagnose)
+        share_memory = check_bool("share_memory", share_memory)
+        batch_size = check_int("batch_size", batch_size, 1, MAX_ROWS)
+        max_batch = check_int("max_batch", max_batch, 1, MAX_ROWS)
+        if diagnose and max_batch > 1:
+            raise StandError("diagnose runs one sample at a time: use max_batch 1")
+        self.model = model
+        self.tokenizer = tokenizer
+        self.method = method
+        self.tree = method_tree(method, tree, model, batch=max_batch)
+        self.feed_rejected = feed_rejected
+        self.diagnose = diagnose
+        self.batch_size = batch_size
+        self.max_batch = max_batch
+        max_nodes = check_max_nodes(max_nodes, method)
+        if isinstance(max_nodes, int) and max_batch == 1:
+            raise StandError("max_nodes caps drafts of batched rows: it applies with max_batch > 1")
+        if batch_size != RECORD_BATCH and method != "ar":
+            raise StandError("batch_size applies to record_probs requests, which need method 'ar'")
+        self.max_nodes = auto_node_cap(method, tree, self.tree, max_batch) if max_nodes == "auto" else max_nodes
+        self.shared_memory: Memory | None = new_memory(method, vocab_size(model), self.tree) if share_memory else None
+        self._groups: OrderedDict[str, Memory | None] = OrderedDict()
+
+    def memory_for(self, request: DecodeRequest) -> Memory | None:
+        """The drafter memory ``request`` decodes with: the backend's shared one, its group's (made
+        on first use, least recently used dropped beyond :data:`MEMORY_GROUPS`), or a fresh one."""
+        if self.shared_memory is not None:
+            return self.shared_memory
+        if request.group is None:
+            return new_memory(self.method, vocab_size(self.model), self.tree)
+        if request.group not in self._groups:
+            self._groups[request.group] = new_memory(self.method, vocab_size(self.model), self.tree)
+            while len(self._groups) > MEMORY_GROUPS:
+                self._groups.popitem(last=False)
+        self._groups.move_to_end(request.group)
+        return self._groups[request.group]
+
+    def generate(self, requests: Sequence[DecodeRequest], *, on_completion: OnCompletion | None = None,
+                 on_tokens: OnTokens | None = None) -> list[list[Completion]]:
+        if isinstance(requests, DecodeRequest) or not isinstance(requests, (list, tuple)):
+            raise StandError("generate takes a list of DecodeRequest")
+        if not all(isinstance(r, DecodeRequest) for r in requests):
+            bad = next(r for r in requests if not isinstance(r, DecodeRequest))
+            raise StandError(f"generate takes a list of DecodeRequest, got an item {type(bad).__name__}")
+        check_callable("on_completion", on_completion)
+        check_callable("on_tokens", on_tokens)
+        prompts = []  # each request's prompt ids, encoded once: checked here, decoded below
+        for index, request in enumerate(requests):
+            try:
+                prompts.append(self.check_request(request))
+            except StandError as error:
+                raise StandError(f"request {index}: {error}") from None
+        recorded = [r for r in requests if r.record_probs]
+        out: list[list[Completion]] = [[] for _ in requests]
+        if recorded:
+            self._sample_recorded([i for i, r in enumerate(requests) if r.record_probs], requests, prompts, out,
+                                  on_completion, on_tokens)
+        decoded = [i for i, r in enumerate(requests) if not r.record_probs]
+        if self.max_batch > 1:
+            self._decode_batched(decoded, requests, prompts, out, on_completion, on_tokens)
+        else:
+            for index in decoded:
+                out[index] = self._decode(index, requests[index], prompts[index], on_completion, on_tokens)
+        return out
+
+    def check_request(self, request: DecodeRequest) -> list[int]:
+        """Check that this backend can serve ``request`` (before any decoding); returns its prompt ids.
+
+        Raises:
+            StandError: not a DecodeRequest, a prompt the tokenizer cannot encode or with ids outside
+                the vocabulary, a prompt plus budget beyond the model's context, or ``record_probs``
+                with a method other than ``ar``.
+        """
+        if not isinstance(request, DecodeRequest):
+            raise StandError(f"a request must be a DecodeRequest, got {type(request).__name__}")
+        if request.record_probs and self.method != "ar":
+            raise StandError(f"record_probs needs method 'ar' (batched plain sampling), not {self.method!r}")
+        prompt = encode_prompt(self.tokenizer, request.prompt, vocab_size(self.model))
+        check_positions(self.model, len(prompt), request.max_new_tokens)
+        return prompt
+
+    def _eos_for(self, request: DecodeRequest) -> list[int]:
+        return [] if request.ignore_eos else default_eos_ids(self.model, self.tokenizer)
+
+    def _completion(self, request: DecodeRequest, prompt: list[int], result) -> Completion:
+        text = result.text
+        if request.ignore_eos and self.tokenizer is not None:
+            eos = default_eos_ids(self.model, self.tokenizer)
+            first = next((i for i, token in enumerate(result.tokens) if token in eos), len(result.tokens))
+            text = self.tokenizer.decode(result.tokens[:first], skip_special_tokens=True)
+            if result.finish_reason == "stop":
+                text = text_before_stop(text, request.stop)
+        return Completion(prompt, result.tokens, text, result.finish_reason, result.stats, logprobs=result.logprobs)
+
+    def _decode(self, index: int, request: DecodeRequest, prompt: list[int], on_completion, on_tokens
+                ) -> list[Completion]:
+        memory = self.memory_for(request)
+        stream = None if on_tokens is None else (lambda tokens: on_tokens(len(tokens)))
+        completions = []
+        for sample in range(request.n):
+            result = generate(
+                self.model, self.tokenizer, prompt, method=self.method, tree=self.tree,
+                sampling=request.sampling, max_new_tokens=request.max_new_tokens, seed=request.seed_of(sample),
+                store=memory, feed_rejected=self.feed_rejected, diagnose=self.diagnose, stop=request.stop,
+                on_tokens=stream, eos_token_ids=self._eos_for(request), logprobs=request.logprobs,
+            )
+            completion = self._completion(request, prompt, result)
+            completions.append(completion)
+            if on_completion is not None:
+                on_completion(index, sample, completion)
+        return completions
+
+    def _decode_batched(self, indices: list[int], requests, prompts, out, on_completion, on_tokens) -> None:
+        rows: list[tuple[int, int, RowSpec]] = []
+        for index in indices:
+            request, prompt = requests[index], prompts[index]
+            memory = self.memory_for(request)
+            out[index] = [None] * request.n
+            for sample in range(request.n):
+                rows.append((index, sample, RowSpec(prompt, request.sampling, request.seed_of(sample),
+                                                    request.max_new_tokens, memory, request.stop,
+                                                    self._eos_for(request), request.logprobs)))
+        for start in range(0, len(rows), self.max_batch):
+            chunk = rows[start: start + self.max_batch]
+
+            def finished(position: int, result, chunk=chunk) -> None:
+                index, sample, spec = chunk[position]
+                completion = self._completion(requests[index], spec.prompt, result)
+                out[index][sample] = completion
+                if on_completion is not None:
+                    on_completion(index, sample, completion)
+
+            decode_rows(self.model, self.tokenizer, [spec for _, _, spec in chunk], method=self.method,
+                        tree=self.tree, feed_rejected=self.feed_rejected, max_nodes=self.max_nodes,
+                        on_tokens=on_tokens, on_finish=finished)
+
+    def _sample_recorded(self, indices: list[int], requests, prompt_ids, out, on_completion, on_tokens) -> None:
+        eos = default_eos_ids(self.model, self.tokenizer)
+        by_params: dict[tuple, list[tuple[int, int]]] = {}
+        for index in indices:  # rows of one batch share sampling parameters, budget and EOS rule
+            request = requests[index]
+            key = (request.sampling, request.max_new_tokens, request.ignore_eos)
+            by_params.setdefault(key, []).extend((index, sample) for sample in range(request.n))
+        for (params, budget, ignore_eos), rows in by_params.items():
+            prompts = [prompt_ids[i] for i, _ in rows]
+            seeds = [requests[i].seed_of(s) for i, s in rows]
+            ends = [] if ignore_eos else eos
+            sampled = sample_recorded(self.model, prompts, params, budget, ends, seeds, self.batch_size, on_tokens)
+            for (index, sample), seq in zip(rows, sampled):
+                stats = DecodeStats(prompt_tokens=len(seq.prompt))
+                for _ in seq.tokens:
+                    stats.record_step(1, 0, 0, True)
+                finish = "eos" if seq.tokens and seq.tokens[-1] in ends else "length"
+                result = GenerationResult(tokens=seq.tokens, text="", stats=stats, finish_reason=finish)
+                if self.tokenizer is not None:
+                    result.text = self.tokenizer.decode(seq.tokens, skip_special_tokens=True)
+                completion = self._completion(requests[index], seq.prompt, result)
+                completion.recorded = seq.recorded
+                out[index].append(completion)
+                if on_completion is not None:
+                    on_completion(index, sample, completion)

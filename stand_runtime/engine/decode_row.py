@@ -1,0 +1,223 @@
+"""One sequence's decoding state, engine-free: propose a draft, then settle it against the target.
+
+Every engine drives the same per-sequence steps (DESIGN §3.4):
+
+1. :meth:`DecodeRow.propose`: the drafter drafts from the committed tokens (or a lone root);
+2. the engine runs the draft through the target (one sequence, a padded batch of rows, or a recorded
+   trace) and wraps what came back as a :class:`StepTarget`;
+3. :meth:`DecodeRow.settle`: verification picks the accepted path plus one token, the stop rule cuts
+   it where plain decoding would stop, statistics are recorded and the drafter learns from the step.
+
+The engine then keeps the KV entries of the root and the accepted nodes (``Settled.keep``). Keeping
+verification, stopping and drafter feeding here means the single-sequence engine, the batched engine
+and trace replay share one lossless path instead of copies.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from ..trees.draft import Draft
+from ..drafters import Drafter
+from ..errors import StandError
+from ..drafters.feeds import LogitsFeed
+from .metrics import DecodeStats
+from ..randomness import RandomStream
+from ..target.sampling import SamplingParams, TargetRow, target_row, target_rows
+from .stopping import StopRule
+from .verify import Verification, verify_greedy, verify_sampling
+
+Lap = Callable[[str | None], None]
+"""Closes a timing lap into a :class:`DecodeStats` bucket (``"verification_s"``, ...)."""
+
+
+class StepTarget(LogitsFeed):
+    """The target's output for one forwarded draft, read lazily by verification and the drafter
+    (a :class:`stand_runtime.drafters.feeds.LogitsFeed`: the drafter reads its rows' top-k).
+
+    Args:
+        logits: ``[n, vocab]`` raw target logits of the draft's nodes (any float dtype and device);
+            row i predicts the token after the path to node i.
+        params: the target sampling distribution.
+
+    On a CPU only the nodes the walk visits get p (or their argmax); on an accelerator every node's in
+    one batch, so that one transfer to the host serves the whole walk.
+
+    Attributes:
+        rows: the p rows computed so far, by draft position (the drafter reuses them).
+    """
+
+    def __init__(self, logits: torch.Tensor, params: SamplingParams) -> None:
+        super().__init__(logits, params)
+        self._batched = logits.device.type != "cpu"
+        self._best: dict[int, int] = {}
+        self._finite: dict[int, bool] = {}
+        if self._batched:
+            if params.greedy:
+                maxima = torch.max(logits, dim=-1)
+                self._best = dict(enumerate(maxima.indices.tolist()))
+                self._finite = dict(enumerate(torch.isfinite(maxima.values).tolist()))
+            else:
+                self.rows.update(enumerate(target_rows(logits, params)))
+
+    def argmax_at(self, position: int) -> int:
+        """The argmax token of the logits at draft ``position``.
+
+        Raises:
+            StandError: the logits there are not finite.
+        """
+        if position not in self._best:
+            value, index = torch.max(self.logits[position], dim=-1)
+            self._best[position], self._finite[position] = int(index), bool(torch.isfinite(value))
+        if not self._finite[position]:
+            raise StandError(f"the target's logits at draft node {position} are not finite (NaN or inf)")
+        return self._best[position]
+
+    def target_at(self, position: int) -> TargetRow:
+        """p at draft ``position`` (:func:`stand_runtime.target.sampling.target_row`), computed once."""
+        if position not in self.rows:
+            self.rows[position] = target_row(self.logits[position], self.params)
+        return self.rows[position]
+
+
+@dataclass(frozen=True)
+class Settled:
+    """What one settled step did.
+
+    Attributes:
+        tokens: the tokens committed (accepted run + one token, cut where plain decoding stops).
+        keep: draft positions whose KV entries belong to the sequence now, root first
+            (``[0, *accepted]``); empty when the row finished (its cache is no longer needed).
+        verification: the verification outcome before the cut.
+    """
+
+    tokens: list[int]
+    keep: list[int]
+    verification: Verification
+
+
+class DecodeRow:
+    """The decoding state of one sequence: committed tokens, drafter, randomness, stop rule, stats.
+
+    Args:
+        prompt: the prompt's token ids (its last token is the first root).
+        drafter: the drafting method, or None for plain decoding (lone roots).
+        params: the target sampling distribution.
+        randomness: the row's own random stream (drafting noise, acceptance tests, samples).
+        stop_rule: EOS ids, token budget and stop strings.
+        on_step: optional ``(draft, verification)`` callback after each verification.
+        lap: optional timing callback (:data:`Lap`); None records no time.
+        stats: the statistics to record into (None = new ones).
+        logprobs: record each generated token's log-probability under the target's raw logits
+            (temperature 1, no truncation) in :attr:`logprobs`.
+
+    Attributes:
+        committed: prompt + generated tokens; ``committed[-1]`` is the next root.
+        generated: the generated tokens.
+        finish_reason: None while running, then ``"eos"``, ``"stop"`` or ``"length"``.
+        stats: the row's :class:`DecodeStats`.
+        logprobs: per generated token its natural-log probability (when asked for), else None.
+    """
+
+    def __init__(self, prompt: list[int], drafter: Drafter | None, params: SamplingParams,
+                 randomness: RandomStream, stop_rule: StopRule, on_step=None, lap: Lap | None = None,
+                 stats: DecodeStats | None = None, logprobs: bool = False) -> None:
+        self.drafter = drafter
+        self.params = params
+        self.randomness = randomness
+        self.stop_rule = stop_rule
+        self.on_step = on_step
+        self.lap = lap or (lambda bucket: None)
+        self.committed: list[int] = list(prompt)
+        self.generated: list[int] = []
+        self.finish_reason: str | None = None
+        self.stats = stats if stats is not None else DecodeStats()
+        self.stats.prompt_tokens = len(prompt)
+        self.logprobs: list[float] | None = [] if logprobs else None
+
+    @property
+    def remaining(self) -> int:
+        """Tokens left in the budget."""
+        return self.stop_rule.max_new_tokens - len(self.generated)
+
+    def propose(self, max_nodes: int | None = None) -> Draft:
+        """This step's draft: the drafter's tree (no deeper than the budget allows), or a lone root.
+
+        Args:
+            max_nodes: optional cap on drafted nodes (root excluded); the draft is cut to its first nodes
+                (a batch shares a token budget per forward). None = the drafter's own size.
+        """
+        if self.drafter is not None and self.remaining > 1 and max_nodes != 0:
+            draft = self.drafter.draft(self.committed, self.remaining - 1)
+            if max_nodes is not None and draft.num_nodes > max_nodes:
+                draft = truncate_draft(draft, max_nodes)
+        else:
+            draft = Draft.root_only(self.committed[-1])
+        self.lap("drafting_s")
+        return draft
+
+    def settle(self, draft: Draft, target: StepTarget) -> Settled:
+        """Verify ``draft`` against ``target``, commit the emitted tokens and feed the drafter.
+
+        ``target`` is a :class:`StepTarget` or any object with its interface: ``argmax_at`` (greedy),
+        ``target_at`` (sampling) and the :class:`stand_runtime.drafters.feeds.TargetFeed` methods (e.g. a
+        recorded trace's :class:`stand_runtime.engine.trace_replay.TraceTarget`).
+
+        Raises:
+            StandError: non-finite target logits at a visited node.
+        """
+        if self.params.greedy:
+            verification = verify_greedy(draft, target.argmax_at)
+        else:
+            verification = verify_sampling(draft, target.target_at, self.randomness)
+        self.lap("verification_s")
+        if self.on_step is not None:
+            self.on_step(draft, verification)
+        proposed = [draft.tokens[p] for p in verification.accepted] + [verification.token]
+        new_tokens, self.finish_reason = self.stop_rule.cut(self.generated, proposed)
+        accepted = verification.accepted[: len(new_tokens)]
+        if self.logprobs is not None:  # token j was predicted at the node before it on the path
+            for position, token in zip([0, *accepted], new_tokens):
+                row = target.logits[position].float()
+                self.logprobs.append(float(row[token] - torch.logsumexp(row, dim=-1)))
+        self.stats.record_step(len(new_tokens), draft.num_nodes, len(verification.accepted), verification.bonus)
+        if self.drafter is not None:
+            self.drafter.observe_step(self.committed, draft, accepted, target)
+        self.committed += new_tokens
+        self.generated += new_tokens
+        keep = [0, *accepted] if self.finish_reason is None else []
+        return Settled(new_tokens, keep, verification)
+
+    def finish_stats(self) -> DecodeStats:
+        """The statistics with the drafter's memory summary (call once, at the end)."""
+        stats = self.stats
+        if self.drafter is not None:
+            stats.store = self.drafter.stats()
+            stats.diagnostics_s = getattr(self.drafter, "diagnostics_s", 0.0)
+            stats.bookkeeping_s -= stats.diagnostics_s
+        return stats
+
+
+def truncate_draft(draft: Draft, max_nodes: int) -> Draft:
+    """The first ``max_nodes`` drafted nodes of ``draft`` (parents and elder siblings come first, so
+    every kept node keeps its parent: breadth-first for a static tree, the best-scoring nodes for a
+    dynamic one), with the same draft distributions: a prefix of each node's children in drawing
+    order, so verification stays lossless (a stochastic node's first children are still a
+    without-replacement draw from q; copied children come after the drawn ones)."""
+    n = max_nodes + 1
+    children = [[c for c in kids if c < n] for kids in draft.children[:n]]
+    return Draft(
+        tokens=draft.tokens[:n],
+        parents=draft.parents[:n],
+        depths=draft.depths[:n],
+        children=children,
+        draft_ids=[ids if children[v] else None for v, ids in enumerate(draft.draft_ids[:n])],
+        draft_probs=[probs if children[v] else None for v, probs in enumerate(draft.draft_probs[:n])],
+        slots=draft.slots[:n],
+        stochastic=draft.stochastic,
+        nodes=None if draft.nodes is None else draft.nodes[:n],
+        copied=frozenset(c for c in draft.copied if c < n),
+    )

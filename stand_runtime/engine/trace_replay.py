@@ -1,0 +1,166 @@
+"""Greedy replay of recorded traces through a drafter, with no model (issue 13).
+
+A recorded trace (a reasoning model's output) is the target's output under greedy decoding: at every
+position the target's argmax is the trace's next token and p is one-hot on it. Replaying it drives
+the engine's own per-sequence steps (:class:`stand_runtime.engine.decode_row.DecodeRow`): the drafter
+drafts from the committed tokens, :func:`stand_runtime.engine.verify.verify_greedy` accepts the longest
+drafted path that matches the trace plus one token, and the drafter is fed exactly as the engine
+feeds it, through :class:`TraceTarget` (a :class:`stand_runtime.drafters.feeds.TargetFeed`). So the replay
+measures the acceptance length τ each drafter would reach on that text, at any model size.
+
+What a recording cannot give: p at rejected nodes (their next token is unknown: only the committed
+path is observed) and the target's top-k at any position (p is one-hot), unless the recording kept
+them (``recorded``: the store's top-10 per position, as :class:`stand_runtime.RecordedDistributions`
+holds; then the replay of a model's own greedy output takes exactly the engine's steps).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from .decode_row import DecodeRow
+from ..drafters import Drafter
+from ..errors import StandError
+from ..drafters.feeds import OneHotFeed, RowsFeed, one_hot_rows
+from .metrics import DecodeStats
+from ..randomness import RandomStream
+from ..target.sampling import SamplingParams
+from .stopping import StopRule
+
+GREEDY = SamplingParams(temperature=0.0)
+
+
+@dataclass(frozen=True)
+class RecordedTop:
+    """Top-k rows a recording kept along prompt + trace.
+
+    Attributes:
+        ids: ``[L - 1, k]`` int64; row i describes the token after ``sequence[: i + 1]``.
+        probs: ``[L - 1, k]`` float64 their probabilities (what the drafter records: for greedy
+            decoding the temperature-1 softmax).
+    """
+
+    ids: np.ndarray
+    probs: np.ndarray
+
+
+class TraceTarget:
+    """The target's output for one drafted step, read from a recorded trace.
+
+    Args:
+        draft: the step's draft.
+        sequence: prompt + trace tokens.
+        committed: tokens committed before the step (the root is ``sequence[committed - 1]``).
+        recorded: top-k rows along ``sequence`` (None: one-hot rows of the next tokens).
+
+    Only nodes on the trace (their path equals the trace's next tokens) have a known target; greedy
+    verification visits no other. ``argmax_at(i)`` is the trace's token after the path to node i.
+    """
+
+    def __init__(self, draft, sequence: Sequence[int], committed: int, recorded: RecordedTop | None = None) -> None:
+        self.draft = draft
+        self.sequence = sequence
+        self.committed = committed
+        self.recorded = recorded
+        self.one_hot = recorded is None
+        self.rows: dict = {}
+
+    def _index(self, position: int) -> int:
+        """Index in ``sequence`` of the token after the path to draft ``position``."""
+        return self.committed + int(self.draft.depths[position])
+
+    def argmax_at(self, position: int) -> int:
+        """The trace's token after the path to draft ``position`` (an on-trace node).
+
+        Raises:
+            StandError: the node lies beyond the trace's end.
+        """
+        index = self._index(position)
+        if index >= len(self.sequence):
+            raise StandError(f"draft node {position} lies beyond the trace's end (token {index})")
+        return int(self.sequence[index])
+
+    def target_at(self, position: int):
+        raise StandError("a recorded trace replays greedy decoding only (p is one-hot on the trace)")
+
+    def observed(self, accepted: Sequence[int]) -> list[int]:
+        """The committed path: root and accepted nodes (their next tokens are the trace's)."""
+        return [0, *accepted]
+
+    def top(self, positions: Sequence[int], k: int, params: SamplingParams) -> tuple[np.ndarray, np.ndarray]:
+        indices = [self._index(p) for p in positions]
+        if self.recorded is not None:
+            rows = [i - 1 for i in indices]
+            return self.recorded.ids[rows, :k], self.recorded.probs[rows, :k]
+        return one_hot_rows([self.sequence[i] for i in indices], k)
+
+
+@dataclass
+class ReplayResult:
+    """One replayed trace.
+
+    Attributes:
+        stats: the run's :class:`DecodeStats` (steps, tokens per step, drafted nodes; drafting in
+            ``drafting_s``, verification, the stop cut and drafter feeding in ``bookkeeping_s``).
+        tokens: the trace's tokens replayed.
+    """
+
+    stats: DecodeStats
+    tokens: int
+
+
+def replay_trace(drafter: Drafter | None, prompt: Sequence[int], tokens: Sequence[int],
+                 recorded: RecordedTop | None = None) -> ReplayResult:
+    """Replay one trace greedily through ``drafter`` on the engine's steps (module docstring).
+
+    Args:
+        drafter: the drafter (its memory may be shared with earlier traces); None = plain decoding.
+        prompt: the prompt's token ids (at least 1); its last token is the first root.
+        tokens: the trace's token ids (at least 1), replayed as the generated output.
+        recorded: optional top-k rows along prompt + tokens (``[len(prompt) + len(tokens) - 1, k]``).
+
+    Returns:
+        The :class:`ReplayResult`; its acceptance length is ``len(tokens) / steps``.
+
+    Raises:
+        StandError: an empty prompt or trace, or recorded rows of the wrong length.
+    """
+    prompt, tokens = [int(t) for t in prompt], [int(t) for t in tokens]
+    if not prompt or not tokens:
+        raise StandError(f"a trace replay needs a prompt and tokens, got {len(prompt)} and {len(tokens)} tokens")
+    sequence = prompt + tokens
+    if recorded is not None and len(recorded.ids) != len(sequence) - 1:
+        raise StandError(f"recorded rows cover {len(recorded.ids)} positions, not {len(sequence) - 1}")
+    stats = DecodeStats()
+    clock = _Laps(stats)
+    row = DecodeRow(prompt, drafter, GREEDY, RandomStream.seeded(0), StopRule((), len(tokens)), lap=clock.lap,
+                    stats=stats)
+    if drafter is not None and len(prompt) > 1:
+        positions = range(len(prompt) - 1)
+        feed = OneHotFeed(prompt[1:]) if recorded is None else RowsFeed(recorded.ids[: len(prompt) - 1],
+                                                                         recorded.probs[: len(prompt) - 1])
+        drafter.observe_prompt(prompt, feed, positions)
+    clock.lap(None)
+    while row.finish_reason is None:
+        draft = row.propose()
+        row.settle(draft, TraceTarget(draft, sequence, len(row.committed), recorded))
+        clock.lap("bookkeeping_s")
+    return ReplayResult(row.finish_stats(), len(tokens))
+
+
+class _Laps:
+    """Wall-clock laps into :class:`DecodeStats` buckets (seconds)."""
+
+    def __init__(self, stats: DecodeStats) -> None:
+        self.stats = stats
+        self.last = time.perf_counter()
+
+    def lap(self, bucket: str | None) -> None:
+        now = time.perf_counter()
+        if bucket is not None:
+            setattr(self.stats, bucket, getattr(self.stats, bucket) + now - self.last)
+        self.last = now

@@ -1,0 +1,231 @@
+"""Lossless verification of a drafted tree against the target distributions.
+
+Vocabulary (as in vLLM's rejection sampler):
+- **accepted tokens**: the drafted nodes on the path the walk descends, root excluded;
+- **recovered token**: after every child of a node is rejected, the token sampled from the
+  remaining *residual distribution*;
+- **bonus token**: after the walk reaches a node with no drafted children (every level accepted),
+  the token sampled from p at that node.
+A step emits the accepted tokens plus exactly one recovered or bonus token.
+
+Rules, walking from the root (DESIGN §3.3), with p the target sampling distribution at the node:
+
+- greedy: descend into the child whose token is argmax p; otherwise emit argmax p.
+- stochastic drafts (children drawn without replacement from q, in order): recursive rejection
+  sampling without replacement (Jeon et al., 2024, "Recursive Speculative Decoding", Alg. 1)::
+
+      p_1 = p, q_1 = q
+      for i = 1..m:  accept c_i with probability min(1, p_i(c_i) / q_i(c_i))
+                     else p_{i+1} = norm(max(p_i - q_i, 0)),  q_{i+1} = norm(q_i without c_i)
+      none accepted: emit a sample of p_{m+1} (recovered token)
+
+  Stage i emits x with probability min(p_i, q_i)(x) + max(p_i - q_i, 0)(x) = p_i(x), so the emitted
+  token is distributed exactly as under plain sampling.
+- deterministic drafts (no probabilities, or q's top-m): the same loop with q_i one-hot on c_i:
+  accept with probability p_i(c_i); on rejection zero c_i in p_i and renormalise.
+- copied children (STAND's copy path: tokens fixed before drafting, placed after the drawn
+  children): after the drawn stages, the deterministic stage on the current residual p_i. Each
+  stage is a valid speculative-sampling step on p_i for a proposal independent of its uniform,
+  so mixing the two rules at one node keeps the output p's.
+
+Verification never calls the model: target distributions come from a callable, so the engine
+computes p only for the nodes the walk visits (as sparse nucleus rows when top-p < 1).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from ..trees.draft import Draft
+from ..errors import StandError
+from ..randomness import RandomStream
+from ..target.sampling import TargetRow, sample_index
+
+TargetAt = Callable[[int], "TargetRow | np.ndarray"]
+"""Maps a draft position (0 = root) to p at that node: a :class:`stand_runtime.target.sampling.TargetRow`
+(sparse or dense) or a dense ``[vocab]`` float64 array."""
+
+ArgmaxAt = Callable[[int], int]
+"""Maps a draft position (0 = root) to the argmax token of the target's logits there."""
+
+
+@dataclass(frozen=True)
+class Verification:
+    """Outcome of verifying one drafted tree.
+
+    Attributes:
+        accepted: draft positions of the accepted nodes, root to leaf (root excluded); may be empty.
+        token: the recovered or bonus token emitted after them.
+        bonus: True when the walk ended at a node with no drafted children (a bonus token).
+    """
+
+    accepted: list[int]
+    token: int
+    bonus: bool
+
+
+def _target_at(target: TargetAt, node: int) -> TargetRow:
+    """p at ``node``, checked: a NaN or infinite p would be silently accepted (``min(1, nan)`` is 1)."""
+    row = target(node)
+    if isinstance(row, np.ndarray):
+        row = TargetRow.dense(row)
+    if not np.isfinite(row.total):
+        raise StandError(f"the target distribution at draft node {node} is not finite (NaN or inf logits)")
+    return row
+
+
+def verify_greedy(draft: Draft, argmax_at: ArgmaxAt) -> Verification:
+    """Greedy verification: follow the children that equal the target's argmax (first index on ties).
+
+    Args:
+        draft: the drafted tree.
+        argmax_at: the argmax token per draft position (the engine checks its logits are finite).
+    """
+    node, accepted = 0, []
+    while True:
+        best = int(argmax_at(node))
+        match = next((child for child in draft.children[node] if draft.tokens[child] == best), None)
+        if match is None:
+            return Verification(accepted, best, not draft.children[node])
+        accepted.append(match)
+        node = match
+
+
+def verify_sampling(draft: Draft, target: TargetAt, randomness: RandomStream) -> Verification:
+    """Lossless sampling verification of a drafted tree.
+
+    Uses recursive rejection sampling without replacement when ``draft.stochastic`` (children drawn
+    from q by Gumbel-Top-K) and the deterministic-draft rule otherwise (see the module docstring).
+    At each node the outcome (child i accepted, or none) is drawn in one shot from the probabilities
+    :func:`acceptance_chain` gives, which is the same law as running the stages one by one; an
+    outcome of probability 0 is never drawn.
+
+    Args:
+        draft: the drafted tree (tokens, q per node with children).
+        target: p per draft position (:data:`TargetAt`), each summing to 1.
+        randomness: fresh uniforms for the outcome at each node and for recovered/bonus samples.
+
+    Returns:
+        The accepted path and the emitted token; the emitted sequence is distributed as plain
+        sampling from p.
+
+    Raises:
+        StandError: p is not finite at a visited node.
+    """
+    node, accepted = 0, []
+    while True:
+        row = _target_at(target, node)
+        kids = draft.children[node]
+        if not kids:
+            return Verification(accepted, row.sample(randomness.uniform()), True)
+        support, q, slots = node_draft(draft, node)
+        on_support = row.at(support)
+        chain = acceptance_chain(on_support.tolist(), q, slots, stochastic=draft.stochastic and q is not None,
+                                 outside=max(0.0, row.total - float(on_support.sum())),
+                                 copied=[kid in draft.copied for kid in kids] if draft.copied else None)
+        outcome = sample_index(np.array([*chain.accept, chain.none]), randomness.uniform())
+        if outcome == len(kids):
+            return Verification(accepted, row.sample_replaced(support, chain.residual, randomness.uniform()), False)
+        accepted.append(kids[outcome])
+        node = kids[outcome]
+
+
+def node_draft(draft: Draft, node: int) -> tuple[np.ndarray, list[float] | None, list[int]]:
+    """The draft distribution at ``node``: support ids ``[k]``, q on it (None when the drafts carry
+    no probabilities) and each child's slot in the support, in drawing order."""
+    kids = draft.children[node]
+    if draft.draft_ids[node] is None:
+        return np.asarray([draft.tokens[c] for c in kids], dtype=np.int64), None, list(range(len(kids)))
+    return draft.draft_ids[node], draft.draft_probs[node].tolist(), [draft.slots[c] for c in kids]
+
+
+EMPTY_RESIDUAL = 1e-6
+"""A residual holding less than this fraction of the stage's mass counts as empty: rejecting then
+has probability 0 up to float32 noise in p, and is treated as impossible (the child is accepted)."""
+
+
+@dataclass(frozen=True)
+class ChainOutcome:
+    """The outcome probabilities at one node (see :func:`acceptance_chain`).
+
+    Attributes:
+        accept: ``[m]`` probability that child i (drawing order) is the accepted one.
+        none: probability that every child is rejected; ``sum(accept) + none`` is 1 up to rounding,
+            and ``none`` is exactly 0 when the final residual is empty.
+        residual: ``[k]`` unnormalised residual weights at the support ids after every child was
+            rejected (the weights elsewhere are p's own).
+        outside: p's mass outside the support (unchanged by every stage).
+    """
+
+    accept: list[float]
+    none: float
+    residual: list[float]
+    outside: float
+
+    @property
+    def residual_mass(self) -> float:
+        """Unnormalised mass of the final residual distribution."""
+        return sum(self.residual) + self.outside
+
+
+def acceptance_chain(
+    target_on_support: list[float], q: list[float] | None, slots: list[int], stochastic: bool,
+    outside: float | None = None, copied: list[bool] | None = None,
+) -> ChainOutcome:
+    """Probability that each child is the accepted one, and the final residual.
+
+    Runs the stages of the verification rule (module docstring) analytically. Only the entries of
+    p on q's support change from stage to stage (q is 0 elsewhere), so p enters as its values on the
+    support plus the mass ``outside`` it, carried explicitly rather than as ``1 - sum``.
+
+    Args:
+        target_on_support: ``[k]`` p at the support ids.
+        q: ``[k]`` the draft distribution the children were drawn from (stochastic rule), or None.
+        slots: support index of each child, in drawing order (``m <= k`` children).
+        stochastic: True for recursive rejection sampling without replacement (Jeon et al. 2024),
+            False for the deterministic-draft rule (q_i one-hot on the i-th child).
+        outside: p's mass off the support; None = ``max(0, 1 - sum(target_on_support))``.
+        copied: per child, True when it was fixed before drafting rather than drawn from q (a
+            copied child, :class:`stand_runtime.trees.draft.Draft`): its stage uses the deterministic-draft
+            rule. Copied children come after every drawn one. None = none copied.
+
+    Returns:
+        The :class:`ChainOutcome`.
+    """
+    weights = [max(0.0, w) for w in target_on_support]
+    outside = max(0.0, 1.0 - sum(weights)) if outside is None else outside
+    total = sum(weights) + outside
+    reach = 1.0  # probability that every earlier child was rejected
+    accept: list[float] = []
+    q = list(q) if q is not None else None
+    for index, slot in enumerate(slots):
+        if reach == 0.0:
+            accept.append(0.0)
+            continue
+        target = weights[slot] / total if total > 0 else 0.0
+        drawn = stochastic and not (copied is not None and copied[index])
+        if drawn:
+            ratio = min(1.0, target / q[slot]) if q[slot] > 0 else 0.0
+            lowered = [max(w - q_x * total, 0.0) for w, q_x in zip(weights, q)]
+        else:
+            ratio = min(1.0, target)
+            lowered = list(weights)
+            lowered[slot] = 0.0
+        remaining = sum(lowered) + outside
+        if remaining <= EMPTY_RESIDUAL * total:  # nothing left to recover: rejection is impossible
+            ratio = 1.0
+        accept.append(reach * ratio)
+        reach *= 1.0 - ratio
+        if reach > 0.0:
+            weights, total = lowered, remaining
+        if drawn:
+            q_total = sum(q) - q[slot]
+            q[slot] = 0.0
+            if q_total <= 0:
+                break
+            q = [q_x / q_total for q_x in q]
+    accept += [0.0] * (len(slots) - len(accept))
+    return ChainOutcome(accept, reach, weights, outside)

@@ -1,0 +1,99 @@
+"""Target forwards: chunked prefill and one tree forward with tree attention (DESIGN §3.3-3.4).
+
+A tree forward runs the root (the last committed token, not yet in the KV cache) and the drafted
+nodes in one pass on top of the cached prefix, with explicit positions ``prefix_len + depth`` and a
+4D mask in which a node sees the prefix, itself and its ancestors (transformers does not validate a
+4D mask, and without explicit positions logits are silently wrong: TRANSFORMERS-NOTES.md). Sliding
+layers get the same mask with their window applied (:mod:`stand_runtime.target.model_facts`).
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import torch
+
+from ..trees.draft import Draft
+from .model_facts import FULL, SLIDING, attention_layout
+from ..trees.tree import tree_attention_mask, tree_position_ids
+
+PREFILL_CHUNK = 512
+"""Prompt tokens per prefill forward: the logits of a chunk (``[chunk, vocab]`` float32, ~100 MB
+for a 49k vocabulary) are handed to the drafter and dropped before the next chunk, so a long
+prompt's peak memory stays bounded."""
+
+
+def model_device(model) -> torch.device:
+    """The device of the model's parameters."""
+    return next(model.parameters()).device
+
+
+def prefill(model, cache, tokens: Sequence[int], *, on_logits: Callable[[torch.Tensor, range], None] | None = None,
+            chunk: int | None = None) -> None:
+    """Run ``tokens`` through the model into ``cache``, ``chunk`` tokens per forward.
+
+    Args:
+        model: the target model.
+        cache: an empty transformers cache; it holds ``len(tokens)`` entries afterwards.
+        tokens: the prompt tokens to cache (the prompt minus its last token, which is the first root).
+        on_logits: called per chunk with its ``[len(positions), vocab]`` logits (model dtype) and the
+            ``positions`` they belong to (row r predicts the token after ``tokens[: positions[r] + 1]``);
+            None computes no logits at all.
+        chunk: tokens per forward (>= 1); None = :data:`PREFILL_CHUNK`.
+    """
+    device = model_device(model)
+    chunk = chunk or PREFILL_CHUNK
+    with torch.inference_mode():
+        for start in range(0, len(tokens), chunk):
+            stop = min(start + chunk, len(tokens))
+            ids = torch.tensor([list(tokens[start:stop])], device=device)
+            positions = torch.arange(start, stop, device=device)[None]
+            out = model(input_ids=ids, position_ids=positions, cache=cache, use_cache=True,
+                        logits_to_keep=0 if on_logits is not None else 1)
+            if on_logits is not None:
+                on_logits(out.logits[0], range(start, stop))
+            del out
+
+
+def tree_forward(model, cache, tokens: Sequence[int], depths, ancestors: torch.Tensor, prefix_len: int) -> torch.Tensor:
+    """One target forward over a token tree on top of the cached prefix (tree attention).
+
+    Args:
+        model: the target model.
+        cache: its KV cache holding ``prefix_len`` tokens; the ``n`` tree entries are appended.
+        tokens: ``[n]`` token ids, root first, parents before children.
+        depths: ``[n]`` depth of each token (root 0); positions are ``prefix_len + depth``.
+        ancestors: ``[n, n]`` bool, ``[i, j]`` True iff j is i or an ancestor of i.
+        prefix_len: tokens already in the cache.
+
+    Returns:
+        ``[n, vocab]`` logits (model dtype): row i predicts the token after the path to node i.
+
+    Raises:
+        StandError: the model has attention layers a tree mask cannot express.
+    """
+    device = model_device(model)
+    layout = attention_layout(model)
+    if len(tokens) == 1 and layout.window is None:
+        mask = None  # a lone root attends to the whole prefix: no mask, and SDPA's fast path
+    else:
+        dtype = next(model.parameters()).dtype
+        ancestors = ancestors.to(device)
+        full = tree_attention_mask(ancestors, prefix_len, dtype)
+        windowed = full if layout.window is None else tree_attention_mask(
+            ancestors, prefix_len, dtype, depths=depths, window=layout.window)
+        if layout.mask_keys is not None:
+            mask = {key: windowed if key == SLIDING else full for key in layout.mask_keys}
+            mask.setdefault(FULL, full)
+        else:
+            mask = windowed if layout.windowed_single_mask else full
+    ids = torch.tensor([list(tokens)], device=device)
+    positions = tree_position_ids(depths, prefix_len).to(device)
+    with torch.inference_mode():
+        out = model(input_ids=ids, position_ids=positions, attention_mask=mask, cache=cache, use_cache=True)
+    return out.logits[0]
+
+
+def draft_forward(model, cache, draft: Draft, prefix_len: int) -> torch.Tensor:
+    """:func:`tree_forward` over a :class:`Draft`: ``[n, vocab]`` logits, row i after the path to node i."""
+    return tree_forward(model, cache, draft.tokens, draft.depths, draft.ancestor_mask(), prefix_len)

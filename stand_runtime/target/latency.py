@@ -1,0 +1,223 @@
+"""The target's forward-latency profile on this machine, and the tree size it makes best.
+
+A step forwards the root and K draft nodes; its cost t(K + 1) grows with K at a rate that depends
+on the hardware (on a 2-core CPU an 80-node step costs ~3-4 plain steps, on a GPU nearly one). The
+tree size that maximises expected tokens per second, ``(1 + best sum alpha over K nodes) / t(K + 1)``
+(DESIGN §4.3), therefore differs per machine: :func:`choose_size` picks it from a
+:class:`LatencyProfile`.
+
+Measuring on a shared, noisy machine (:func:`measure_latency`): sizes are timed in interleaved rounds
+(each round visits every size in a fresh random order, so drift hits all sizes alike), each size's
+time is the median over rounds, and the medians are fitted by a non-decreasing function (isotonic
+regression: a forward over more tokens never costs less), which removes inversions such as
+t(16) > t(32) that noise produces. Profiles are cached as JSON under ``$STAND_CACHE_DIR/latency``,
+keyed by model, dtype, device, thread count, CPU capability and torch version.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+import torch
+
+from ..files import write_json_atomic
+from .forward import model_device, tree_forward
+from .kv_cache import new_cache
+from .models import cache_root
+from ..trees.tree import DraftTree
+
+DEFAULT_SIZES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 80, 96, 128)
+"""Tokens per forward measured by default."""
+
+
+@dataclass(frozen=True)
+class LatencyProfile:
+    """Forward latency against tokens per forward (root included).
+
+    Attributes:
+        sizes: ``[s]`` measured token counts, increasing.
+        seconds: ``[s]`` fitted (non-decreasing) seconds per forward at each size.
+        medians: ``[s]`` raw medians over rounds (seconds).
+        spread: ``[s]`` interquartile range over rounds (seconds): how noisy the machine was.
+    """
+
+    sizes: tuple[int, ...]
+    seconds: tuple[float, ...]
+    medians: tuple[float, ...] = ()
+    spread: tuple[float, ...] = ()
+
+    def at(self, tokens: float) -> float:
+        """Seconds of a forward over ``tokens``: linear between measured sizes, the last slope beyond."""
+        sizes, values = self.sizes, self.seconds
+        if tokens <= sizes[-1] or len(sizes) < 2:
+            return float(np.interp(tokens, sizes, values))
+        slope = (values[-1] - values[-2]) / (sizes[-1] - sizes[-2])
+        return values[-1] + slope * (tokens - sizes[-1])
+
+    def as_dict(self) -> dict:
+        """JSON-ready: ``{"sizes", "seconds", "medians", "spread"}``."""
+        return {"sizes": list(self.sizes), "seconds": list(self.seconds), "medians": list(self.medians),
+                "spread": list(self.spread)}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "LatencyProfile":
+        return cls(tuple(int(s) for s in data["sizes"]), tuple(float(v) for v in data["seconds"]),
+                   tuple(float(v) for v in data.get("medians", ())), tuple(float(v) for v in data.get("spread", ())))
+
+
+def monotone_fit(values: np.ndarray) -> np.ndarray:
+    """The non-decreasing sequence closest to ``values`` in least squares (pool adjacent violators)."""
+    blocks: list[list[float]] = []  # [mean, weight]
+    for value in np.asarray(values, dtype=np.float64):
+        blocks.append([value, 1.0])
+        while len(blocks) > 1 and blocks[-2][0] > blocks[-1][0]:
+            (m2, w2), (m1, w1) = blocks.pop(), blocks.pop()
+            blocks.append([(m1 * w1 + m2 * w2) / (w1 + w2), w1 + w2])
+    return np.concatenate([np.full(int(w), m) for m, w in blocks])
+
+
+def profile_from_rounds(sizes, times: np.ndarray) -> LatencyProfile:
+    """A profile from ``[rounds, sizes]`` seconds: medians per size, then the monotone fit."""
+    medians = np.median(times, axis=0)
+    spread = np.percentile(times, 75, axis=0) - np.percentile(times, 25, axis=0)
+    return LatencyProfile(tuple(int(s) for s in sizes), tuple(float(v) for v in monotone_fit(medians)),
+                          tuple(float(v) for v in medians), tuple(float(v) for v in spread))
+
+
+def measure_latency(model, sizes=DEFAULT_SIZES, prefix_len: int = 512, rounds: int = 7, seed: int = 0) -> LatencyProfile:
+    """Time one tree forward of n new tokens on a ``prefix_len`` cached prefix, for each n in ``sizes``.
+
+    ``rounds`` interleaved rounds after one warm-up round; each round times every size once, in a
+    random order (the tree is a chain: the mask's shape does not change a dense forward's cost).
+    """
+    device = model_device(model)
+    vocab = model.config.vocab_size
+    gen = torch.Generator().manual_seed(seed)
+    order_rng = np.random.default_rng(seed)
+    prefix_len = min(prefix_len, max(1, (getattr(model.config, "max_position_embeddings", None) or 4096) - max(sizes) - 1))
+    cache = new_cache(model)
+    with torch.inference_mode():
+        model(input_ids=torch.randint(0, vocab, (1, prefix_len), generator=gen).to(device), cache=cache)
+    chains = {n: DraftTree.chain(n - 1) for n in sizes}
+    times = np.zeros((rounds, len(sizes)))
+    for round_index in range(rounds + 1):
+        for column in order_rng.permutation(len(sizes)):
+            n = sizes[column]
+            tokens = torch.randint(0, vocab, (n,), generator=gen).tolist()
+            start = time.perf_counter()
+            tree_forward(model, cache, tokens, chains[n].depths, chains[n].ancestor_mask, prefix_len)
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            if round_index > 0:  # round 0 warms caches up
+                times[round_index - 1, column] = time.perf_counter() - start
+            cache.crop(-n)
+    return profile_from_rounds(sizes, times)
+
+
+def profile_key(model, model_name: str) -> str:
+    """What a cached profile depends on: model (the folder it was loaded from, whatever name the
+    user gave it; ``model_name`` for a model built in memory), dtype, device, threads, CPU
+    capability, torch, and whether the linears are prepacked."""
+    first = next(model.parameters())
+    packed = any(type(m).__name__ == "PackedLinear" for m in model.modules())
+    parts = [str(getattr(model.config, "_name_or_path", "") or model_name), str(first.dtype), str(first.device), str(torch.get_num_threads()),
+             torch.backends.cpu.get_cpu_capability(), torch.__version__, f"packed={packed}", str(DEFAULT_SIZES)]
+    return hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
+
+
+def cached_latency(model, model_name: str, *, refresh: bool = False,
+                   on_measure: Callable[[], None] | None = None) -> LatencyProfile:
+    """The latency profile of ``model`` on this machine: measured once (~10-60 s), then cached.
+
+    Args:
+        model: the target model.
+        model_name: its spec (part of the cache key).
+        refresh: measure again even if cached.
+        on_measure: called just before a measurement starts (to tell the user).
+    """
+    path = cache_root() / "latency" / f"{profile_key(model, model_name)}.json"
+    if path.is_file() and not refresh:
+        try:
+            return LatencyProfile.from_dict(json.loads(path.read_text())["profile"])
+        except (OSError, ValueError, KeyError, TypeError):
+            pass  # a corrupt cache entry is measured again
+    if on_measure is not None:
+        on_measure()
+    profile = measure_latency(model)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(path, {"model": model_name, "threads": torch.get_num_threads(),
+                             "cpu": torch.backends.cpu.get_cpu_capability(), "profile": profile.as_dict()})
+    return profile
+
+
+def choose_size(best_sum: np.ndarray, profile: LatencyProfile, batch: int = 1) -> tuple[int, list[dict]]:
+    """K maximising ``batch (1 + best_sum[K]) / t(batch (K + 1))``, and the whole curve.
+
+    Args:
+        best_sum: ``[K_max + 1]`` best expected accepted tokens per tree size (index 0 = root only;
+            ``-inf`` for sizes not available).
+        profile: the machine's latency profile.
+        batch: rows per target forward. A batched step's cost is approximated by one forward over
+            all its tokens, ``t(batch (K + 1))`` (the weights dominate a small model's step; the
+            attention over each row's own cache is not modelled), so trees shrink as batches grow.
+
+    Returns:
+        ``(K, curve)``; curve rows hold ``nodes``, ``expected_acceptance_length``, ``latency_s`` and
+        ``tokens_per_s`` (expected, all rows together).
+    """
+    curve = []
+    for k, total in enumerate(best_sum):
+        if not np.isfinite(total):
+            continue  # no tree of this size
+        latency = profile.at(batch * (k + 1))
+        curve.append({"nodes": k, "expected_acceptance_length": 1.0 + float(total), "latency_s": latency,
+                      "tokens_per_s": batch * (1.0 + float(total)) / latency})
+    best = max(curve, key=lambda row: row["tokens_per_s"])
+    return best["nodes"], curve
+
+
+UNTRUSTED_SPREAD = 0.25
+"""A profile whose interquartile range over rounds exceeds this share of the median at some size
+was measured on a busy machine: its choices (``auto`` trees, ``--nodes auto``) are not to be trusted."""
+
+DISAGREEMENT = 1.5
+"""A run whose forwards took more than this factor longer or shorter than the profile says ran on a
+machine the profile does not describe (measured under load, or since changed)."""
+
+
+def profile_spread(profile: LatencyProfile) -> float:
+    """The largest interquartile range over rounds relative to the median, over the sizes (0 when
+    the profile recorded no spread)."""
+    pairs = [(s, m) for s, m in zip(profile.spread, profile.medians) if m > 0]
+    return max((s / m for s, m in pairs), default=0.0)
+
+
+def latency_warnings(profile: LatencyProfile, *, forward_s: float = 0.0, forwards: int = 0,
+                     tokens_per_forward: float = 1.0) -> list[str]:
+    """Reasons not to trust ``profile``, each one line naming what to do (empty when none).
+
+    Args:
+        profile: the latency profile a choice was made with.
+        forward_s, forwards, tokens_per_forward: what a run observed (seconds in target forwards,
+            their count, mean tokens per forward incl. the root); ``forwards`` 0 = nothing observed.
+    """
+    folder = cache_root() / "latency"
+    out = []
+    spread = profile_spread(profile)
+    if spread > UNTRUSTED_SPREAD:
+        out.append(f"the latency profile was measured with a spread of {100 * spread:.0f}% between rounds (the machine "
+                   f"was busy): sizes chosen from it may be wrong; delete {folder} and run again on a quiet machine")
+    if forwards > 0 and forward_s > 0:
+        observed = forward_s / forwards
+        expected = profile.at(tokens_per_forward)
+        ratio = observed / expected if expected > 0 else float("inf")
+        if not 1 / DISAGREEMENT <= ratio <= DISAGREEMENT:
+            out.append(f"this run's forwards took {1e3 * observed:.0f} ms for {tokens_per_forward:.1f} tokens where the "
+                       f"cached latency profile says {1e3 * expected:.0f} ms ({ratio:.1f}x): the profile or this run was "
+                       f"measured under other load; if the machine is quiet now, delete {folder} to measure again")
+    return out

@@ -1,0 +1,1 @@
+"""Inputs: prompt datasets and recorded reasoning traces."""

@@ -1,0 +1,116 @@
+"""``treeopt bench --engine vllm``: vLLM plain decoding, its built-in proposers and STAND, interleaved.
+
+Every method is one vLLM engine on this machine's CPU, all started before the first prompt; each
+prompt is one request with ``n`` samples (``SamplingParams(n=...)``: vLLM batches them, and STAND's
+samples share the prompt's store), decoded by every method back to back (the order rotated per
+prompt). Throughput is the request's tokens over its wall time; the acceptance length τ (tokens per
+target forward) comes from vLLM's spec-decode counters: every request step emits one token plus its
+accepted drafts, so τ = T / (T - accepted) for T generated tokens. ``hf`` adds this toolkit's Hugging
+Face engine with plain decoding (batched over the n samples) on the same prompts.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+from stand_runtime import SamplingParams
+
+from .bench import MethodResult
+from .method_lists import split_methods
+
+VLLM_BENCH_METHODS = ("ar", "ngram", "suffix", "stand", "hf")
+"""Methods ``--engine vllm`` compares: vLLM plain decoding, ngram, suffix, STAND, and the HF engine's
+plain decoding."""
+
+
+def parse_vllm_methods(text: str) -> list[str]:
+    """Method names from ``"ar,ngram,suffix,stand"``.
+
+    Raises:
+        StandError: an empty list, an unknown or repeated method.
+    """
+    return split_methods(text, VLLM_BENCH_METHODS, context="for --engine vllm")
+
+
+def spec_counts(sample) -> tuple[int, int]:
+    """(draft tokens, accepted draft tokens) of one vLLM sample (``CompletionOutput``), from its
+    per-sequence spec-decode metrics (engines built by :func:`stand_runtime.vllm.load_llm` record
+    them); (0, 0) without speculative decoding."""
+    metrics = getattr(sample, "spec_decode_metrics", None)
+    if metrics is None:
+        return 0, 0
+    accepted = sum(j * count for j, count in enumerate(metrics.histogram))
+    return int(metrics.num_draft_tokens), int(accepted)
+
+
+def run_vllm_bench(engines: dict, prompts: list[list[int]], prompt_ids: list[str], *, n: int, sampling: SamplingParams,
+                   max_new_tokens: int, seed: int, ignore_eos: bool, hf_backend=None,
+                   on_prompt: Callable[[int, list[MethodResult]], None] | None = None) -> list[MethodResult]:
+    """Decode every prompt with every engine (n samples each), interleaved; per-method totals.
+
+    Args:
+        engines: label → (method, vLLM ``LLM``), in table order.
+        prompts: prompt token ids.
+        prompt_ids: a name per prompt (e.g. ``HumanEval/30``).
+        n: samples per prompt (one request).
+        sampling: temperature and top-p.
+        max_new_tokens: tokens per sample at most.
+        seed: prompt i's request is seeded ``seed + 1000 i``.
+        ignore_eos: decode every sample to ``max_new_tokens``.
+        hf_backend: a :class:`stand_runtime.HFBackend` (plain decoding) to time on the same prompts,
+            reported as ``hf``; None = none.
+        on_prompt: called with (prompts done, results) after every prompt.
+
+    Returns:
+        One :class:`treeopt.evaluate.bench.MethodResult` per engine (and ``hf``); each prompt adds one
+        ``per_prompt`` entry whose single "trajectory" pools the n samples (one request).
+    """
+    from vllm import SamplingParams as VLLMSampling
+    from vllm import TokensPrompt
+
+    labels = list(engines) + (["hf"] if hf_backend is not None else [])
+    results = {label: MethodResult(label, engines[label][0] if label in engines else "hf", None, 0)
+               for label in labels}
+    for index, (ids, name) in enumerate(zip(prompts, prompt_ids)):
+        params = VLLMSampling(n=n, temperature=sampling.temperature, top_p=sampling.top_p, max_tokens=max_new_tokens,
+                              ignore_eos=ignore_eos, seed=seed + 1000 * index)
+        order = labels[index % len(labels):] + labels[: index % len(labels)]
+        for label in order:
+            if label == "hf":
+                tokens, steps, seconds = _hf_request(hf_backend, ids, n, sampling, max_new_tokens, seed + 1000 * index,
+                                                     ignore_eos)
+                drafted = 0
+            else:
+                started = time.perf_counter()
+                output = engines[label][1].generate([TokensPrompt(prompt_token_ids=ids)], params, use_tqdm=False)[0]
+                seconds = time.perf_counter() - started
+                tokens = sum(len(sample.token_ids) for sample in output.outputs)
+                counts = [spec_counts(sample) for sample in output.outputs]
+                drafted, accepted = sum(c[0] for c in counts), sum(c[1] for c in counts)
+                steps = max(tokens - accepted, 1)
+            result = results[label]
+            result.tokens += tokens
+            result.steps += steps
+            result.decode_s += seconds
+            result.drafted += drafted
+            result.per_prompt.append({"prompt": name, "trajectories": [
+                {"tokens": tokens, "steps": steps, "decode_s": seconds, "acceptance_length": tokens / steps,
+                 "tokens_per_s": tokens / seconds if seconds else 0.0, "drafted": drafted}]})
+        if on_prompt is not None:
+            on_prompt(index + 1, list(results.values()))
+    return list(results.values())
+
+
+def _hf_request(backend, ids: list[int], n: int, sampling: SamplingParams, max_new_tokens: int, seed: int,
+                ignore_eos: bool) -> tuple[int, int, float]:
+    """(tokens, target forwards, seconds) of one request on the Hugging Face engine."""
+    from stand_runtime import DecodeRequest
+
+    request = DecodeRequest(ids, n=n, max_new_tokens=max_new_tokens, sampling=sampling, seed=seed,
+                            ignore_eos=ignore_eos)
+    started = time.perf_counter()
+    completions = backend.generate([request])[0]
+    seconds = time.perf_counter() - started
+    tokens = sum(len(c.tokens) for c in completions)
+    return tokens, sum(c.stats.target_forwards for c in completions), seconds

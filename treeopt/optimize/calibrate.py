@@ -1,0 +1,274 @@
+"""Calibration: estimate alpha(v), the probability that candidate node v is accepted in a step.
+
+STAND paper §3.3 (data-driven tree optimization); DESIGN §4.2. Two estimators write the same file
+(:mod:`treeopt.optimize.calibration`):
+
+- **direct** (the paper's): decode with STAND using the candidate tree itself and count;
+  ``alpha(v) = steps in which v was accepted / steps`` (:func:`direct_prompt`). Exact, but each step
+  forwards the whole candidate tree (~30x a plain step on a CPU for 625 nodes).
+- **replay** (ours, :mod:`treeopt.optimize.replay`): sample trajectories by batched plain decoding through the
+  decoding backend, recording p, then replay the drafter along them. Cost ~ the sampling.
+
+Prompt i (in dataset order) is seeded with ``seed + 1000 i`` and its trajectories with consecutive
+seeds, so a resumed run samples exactly what an uninterrupted one would.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from stand_runtime import (
+    DecodeRequest,
+    DraftTree,
+    HFBackend,
+    NGramStore,
+    RandomStream,
+    SamplingParams,
+    StandError,
+    __version__,
+    check_seed,
+    check_writable,
+    generate,
+)
+
+from .calibration import Calibration, load_calibration
+from .candidate import Prior, candidate_tree
+from ..data.datasets import Prompt, load_prompts
+from .replay import replay_trajectory
+
+METHODS = ("replay", "direct")
+MAX_TRAJECTORIES = 4096
+"""Trajectories per prompt at most (best-of-N beyond a few thousand is not a calibration setting)."""
+SEED_STRIDE = 1000
+"""Seed distance between consecutive prompts (a prompt's trajectories take consecutive seeds)."""
+
+
+@dataclass(frozen=True)
+class CalibrationConfig:
+    """Settings of a calibration run (validated on construction).
+
+    Raises:
+        StandError: a setting out of range or an unknown method.
+    """
+
+    model: str = "smollm2-135m"
+    dataset: str = "humaneval"
+    field: str | None = None
+    samples: int = 30
+    offset: int = 0
+    method: str = "replay"
+    candidate_nodes: int = 625
+    prior_base: float = 0.9
+    prior_decay: float = 1.0
+    temperature: float = 0.6
+    top_p: float = 0.95
+    top_k: int = 0
+    max_new_tokens: int = 256
+    trajectories: int = 1
+    seed: int = 0
+    batch_size: int = 8
+    deterministic_drafts: bool = False
+
+    def __post_init__(self) -> None:
+        if self.method not in METHODS:
+            raise StandError(f"unknown calibration method {self.method!r} (valid: {', '.join(METHODS)})")
+        for name in ("samples", "candidate_nodes", "max_new_tokens", "trajectories", "batch_size"):
+            if getattr(self, name) < 1:
+                raise StandError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.trajectories > MAX_TRAJECTORIES:
+            raise StandError(f"trajectories must be <= {MAX_TRAJECTORIES}, got {self.trajectories}")
+        check_seed(self.seed)
+        if self.seed + SEED_STRIDE * (self.offset + self.samples) + self.trajectories >= 2**64:
+            raise StandError(f"seed {self.seed} is too large: the prompts' seeds would run past 2**64")
+        SamplingParams(self.temperature, self.top_p, self.top_k)
+        Prior(self.prior_base, self.prior_decay)
+
+    @property
+    def sampling(self) -> SamplingParams:
+        return SamplingParams(self.temperature, self.top_p, self.top_k)
+
+    @property
+    def stochastic_drafts(self) -> bool:
+        """Children drawn by Gumbel-Top-K (STAND) rather than q's top-m (ablation, greedy)."""
+        return not self.deterministic_drafts and not self.sampling.greedy
+
+
+@dataclass
+class Progress:
+    """Callbacks the CLI uses to draw progress (the package never imports rich)."""
+
+    start: Callable[[int, int], None] = lambda prompts, tokens: None
+    tokens: Callable[[int], None] = lambda count: None
+    prompt_done: Callable[[str], None] = lambda prompt_id: None
+    stage: Callable[[str], None] = lambda name: None
+
+
+def calibrate(
+    config: CalibrationConfig,
+    model,
+    tokenizer,
+    out: str | Path,
+    *,
+    resume: bool = False,
+    candidate: DraftTree | None = None,
+    prompts: list[Prompt] | None = None,
+    progress: Progress | None = None,
+) -> Calibration:
+    """Estimate alpha(v) for every candidate node on the configured prompts; save to ``out``.
+
+    Args:
+        config: the settings.
+        model, tokenizer: the target model (see :func:`stand_runtime.load_model`).
+        out: the calibration file, rewritten atomically after every prompt.
+        resume: continue the run saved in ``out`` (same settings), skipping its finished prompts.
+        candidate: the candidate tree; None builds one from the config (nodes and prior).
+        prompts: the prompts; None loads them from the config's dataset.
+        progress: progress callbacks.
+
+    Returns:
+        The :class:`Calibration` (also saved).
+
+    Raises:
+        StandError: bad dataset, unwritable output, or a resume file with other settings.
+    """
+    progress = progress or Progress()
+    if prompts is None:
+        prompts = load_prompts(config.dataset, field=config.field, samples=config.samples, offset=config.offset)
+    if candidate is None:
+        candidate = default_candidate(config)
+    settings = asdict(config)
+    if resume and Path(out).exists():
+        calibration = resumable(config, out, candidate)
+    else:
+        calibration = Calibration(candidate, np.zeros(candidate.num_nodes + 1))
+        check_writable(out)  # fail now, not after an hour
+    done = {p["id"] for p in calibration.per_prompt}
+    todo = [p for p in prompts if p.id not in done]
+    timings = dict(calibration.metadata.get("timings", {"sampling_s": 0.0, "replay_s": 0.0, "direct_s": 0.0}))
+    progress.start(len(todo), len(todo) * config.trajectories * config.max_new_tokens)
+    seeds = {prompt.id: config.seed + SEED_STRIDE * number for number, prompt in enumerate(prompts)}
+    backend = HFBackend(model, tokenizer, "ar", batch_size=config.batch_size)
+    randomness = RandomStream.seeded(config.seed + 1)
+    per_batch = max(1, config.batch_size // config.trajectories)
+    for start in range(0, len(todo), per_batch):
+        batch = todo[start : start + per_batch]
+        if config.method == "replay":
+            _replay_batch(config, backend, batch, seeds, candidate, randomness, calibration, timings, progress,
+                          lambda prompt_id: _finish_prompt(calibration, config, settings, timings, out, progress, prompt_id))
+        else:
+            for prompt in batch:
+                tick = time.perf_counter()
+                alpha_sum, steps, tokens = direct_prompt(config, model, tokenizer, prompt.text, seeds[prompt.id], candidate,
+                                                         progress.tokens)
+                calibration.add_prompt(prompt.id, alpha_sum, steps, tokens)
+                timings["direct_s"] += time.perf_counter() - tick
+                _finish_prompt(calibration, config, settings, timings, out, progress, prompt.id)
+    calibration.metadata = _metadata(config, settings, timings, calibration)
+    calibration.save(out)
+    return calibration
+
+
+def _replay_batch(config, backend, batch, seeds, candidate, randomness, calibration, timings, progress, finish) -> None:
+    """Sample the trajectories of a batch of prompts together, then replay each prompt's."""
+    tick = time.perf_counter()
+    progress.stage("sampling")
+    requests = [DecodeRequest(p.text, n=config.trajectories, max_new_tokens=config.max_new_tokens,
+                              sampling=config.sampling, seed=seeds[p.id], record_probs=True) for p in batch]
+    completions = backend.generate(requests, on_tokens=progress.tokens)
+    timings["sampling_s"] += time.perf_counter() - tick
+    tick = time.perf_counter()
+    progress.stage("replay")
+    for prompt, samples in zip(batch, completions):
+        store = NGramStore()
+        alpha_sum = np.zeros(candidate.num_nodes + 1)
+        steps = tokens = 0
+        for sample in samples:
+            steps += replay_trajectory(sample.prompt_ids, sample.tokens, sample.recorded, candidate, store, randomness,
+                                       alpha_sum, stochastic=config.stochastic_drafts, budget=config.max_new_tokens)
+            tokens += len(sample.tokens)
+        calibration.add_prompt(prompt.id, alpha_sum, steps, tokens)
+        finish(prompt.id)
+    timings["replay_s"] += time.perf_counter() - tick
+
+
+def default_candidate(config: CalibrationConfig) -> DraftTree:
+    """The candidate tree the config builds (its nodes and prior)."""
+    return candidate_tree(config.candidate_nodes, Prior(config.prior_base, config.prior_decay))
+
+
+def resumable(config: CalibrationConfig, out: str | Path, candidate: DraftTree | None = None) -> Calibration:
+    """The interrupted calibration in ``out``, checked to have been made with ``config``'s settings
+    and candidate tree (call it before loading a model: a mismatch fails at once).
+
+    Raises:
+        StandError: a corrupt file, or one made with other settings (naming them).
+    """
+    calibration = load_calibration(out)
+    candidate = candidate if candidate is not None else default_candidate(config)
+    settings, previous = asdict(config), calibration.metadata.get("settings", {})
+    if previous != settings or calibration.candidate.paths != candidate.paths:
+        changed = sorted(k for k in settings if previous.get(k) != settings[k]) or ["candidate tree"]
+        raise StandError(f"cannot resume {out}: it was made with other settings ({', '.join(changed)})")
+    return calibration
+
+
+def direct_prompt(config: CalibrationConfig, model, tokenizer, prompt: str | list[int], seed: int, candidate: DraftTree,
+                  on_tokens=None) -> tuple[np.ndarray, int, int]:
+    """Direct calibration of one prompt (the paper's): decode its trajectories with STAND on the
+    candidate tree itself, sharing one store, and count the steps in which each node was accepted.
+
+    Returns:
+        ``([N + 1] accepted counts per candidate node, steps, tokens)``.
+    """
+    store = NGramStore()
+    alpha_sum = np.zeros(candidate.num_nodes + 1)
+    steps = tokens = 0
+
+    def count(draft, verification):
+        for position in verification.accepted:
+            alpha_sum[draft.nodes[position]] += 1.0
+
+    stream = None if on_tokens is None else (lambda new: on_tokens(len(new)))
+    for trajectory in range(config.trajectories):
+        result = generate(
+            model, tokenizer, prompt, method="stand-det" if config.deterministic_drafts else "stand", tree=candidate,
+            sampling=config.sampling, max_new_tokens=config.max_new_tokens, seed=seed + trajectory, store=store,
+            on_step=count, on_tokens=stream, extend=False, copy_tokens=0,
+        )
+        steps += result.stats.target_forwards
+        tokens += result.stats.new_tokens
+    return alpha_sum, steps, tokens
+
+
+def _finish_prompt(calibration, config, settings, timings, out, progress, prompt_id) -> None:
+    calibration.metadata = _metadata(config, settings, timings, calibration)
+    calibration.save(out)
+    progress.prompt_done(prompt_id)
+
+
+def _metadata(config: CalibrationConfig, settings: dict, timings: dict, calibration: Calibration) -> dict:
+    return {
+        "model": config.model,
+        "dataset": config.dataset,
+        "samples": len(calibration.per_prompt),
+        "temperature": config.temperature,
+        "top_p": config.top_p,
+        "top_k": config.top_k,
+        "method": config.method,
+        "candidate_nodes": calibration.candidate.num_nodes,
+        "trajectories": config.trajectories,
+        "seed": config.seed,
+        "tokens": int(sum(p["tokens"] for p in calibration.per_prompt)),
+        "steps": round(calibration.steps, 3),
+        "expected_acceptance_length": calibration.expected_acceptance_length,
+        "timings": {k: round(v, 3) for k, v in timings.items()},
+        "settings": settings,
+        "version": __version__,
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    }

@@ -1,0 +1,81 @@
+"""Depth profiles of draft trees (DESIGN §4.5): where a tree's nodes and expected acceptance sit."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import numpy as np
+
+from stand_runtime import DraftTree, load_family, load_tree
+from stand_runtime.trees.tree_io import is_family
+
+from .calibration import CALIBRATION_FORMAT, load_calibration, resolve_calibration
+
+
+@dataclass(frozen=True)
+class DepthProfile:
+    """Per-depth shape of a tree and, with alpha-hat, its expected accepted tokens.
+
+    Attributes:
+        nodes_per_depth: nodes at depth 1 .. max_depth.
+        width_per_depth: widest fan-out into each depth.
+        alpha_per_depth: sum of alpha-hat per depth (expected accepted tokens at that depth), or None.
+        max_depth: depth of the deepest node.
+        num_nodes: draft nodes (root excluded).
+        expected_acceptance_length: 1 + sum alpha-hat (tokens per target forward), or None.
+    """
+
+    nodes_per_depth: list[int]
+    width_per_depth: list[int]
+    alpha_per_depth: list[float] | None
+    max_depth: int
+    num_nodes: int
+    expected_acceptance_length: float | None
+
+    def as_dict(self) -> dict:
+        return {
+            "nodes_per_depth": self.nodes_per_depth,
+            "width_per_depth": self.width_per_depth,
+            "alpha_per_depth": self.alpha_per_depth,
+            "max_depth": self.max_depth,
+            "num_nodes": self.num_nodes,
+            "expected_acceptance_length": self.expected_acceptance_length,
+        }
+
+
+def depth_profile(tree: DraftTree, alpha: np.ndarray | None = None) -> DepthProfile:
+    """The depth profile of ``tree``; ``alpha`` is ``[N]`` alpha-hat per node (breadth-first) or None."""
+    alpha_per_depth = None
+    expected = None
+    if alpha is not None:
+        alpha = np.asarray(alpha, dtype=np.float64)
+        sums = np.bincount(tree.depths[1:], weights=alpha, minlength=tree.max_depth + 1)
+        alpha_per_depth = [float(x) for x in sums[1:]]
+        expected = 1.0 + float(alpha.sum())
+    return DepthProfile(tree.nodes_per_depth(), tree.width_per_depth(), alpha_per_depth, tree.max_depth, tree.num_nodes, expected)
+
+
+def load_tree_or_calibration(spec: str) -> tuple[DraftTree, np.ndarray | None]:
+    """A tree and its alpha-hat (or None) from a tree file, a bundled tree name, a calibration file,
+    a shipped calibration's name, or a tree family (its largest member).
+
+    Raises:
+        StandError: unreadable or invalid file, unknown name.
+    """
+    path = resolve_calibration(spec)
+    if path.is_file():
+        try:
+            head = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+            head = None  # not a calibration: load_tree gives the precise error
+        if isinstance(head, dict) and head.get("format") == CALIBRATION_FORMAT:
+            calibration = load_calibration(path)
+            return calibration.candidate, calibration.alpha
+    if is_family(spec):  # its largest member (every smaller one is the best tree of its size)
+        family = load_family(spec)
+        tree_file = family.members[max(family.members)]
+        return tree_file.tree, np.array(tree_file.expected_acceptance)
+    tree_file = load_tree(spec)
+    alpha = None if tree_file.expected_acceptance is None else np.array(tree_file.expected_acceptance)
+    return tree_file.tree, alpha
