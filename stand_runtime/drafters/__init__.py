@@ -1,7 +1,7 @@
 """Drafting methods: what proposes each step's draft, and what each learns from verification.
 
 One interface (:class:`Drafter`) for every method, so all run through the same engine and are
-verified by the same lossless rules (:mod:`stand_runtime.engine.verify`):
+verified by the same lossless rules (:mod:`stand_runtime.verify`):
 
 - ``stand``: STAND, Gumbel-Top-K drafts from the logit n-gram store (:mod:`.stand`) into a static
   tree, or into a dynamic tree spent best-first (:mod:`.best_first`, ``tree="dynamic"``);
@@ -18,7 +18,7 @@ from __future__ import annotations
 import importlib.util
 
 from ..checks import check_bool, check_int
-from ..engine.diagnostics import DraftQuality
+from .diagnostics import DraftQuality
 from ..errors import StandError
 from ..limits import MAX_COPY_TOKENS
 from ..store.ngram_store import NGramStore
@@ -26,7 +26,7 @@ from ..randomness import RandomStream
 from ..target.sampling import SamplingParams
 from ..trees.tree import DraftTree
 from ..target.model_facts import vocab_size
-from ..trees.tree_choice import AUTO, DEFAULT_FAMILY, check_auto_available, machine_tree
+from ..tree_choice import AUTO, DEFAULT_FAMILY, check_auto_available, machine_tree
 from ..trees.tree_io import TreeFile, is_family, resolve_tree
 from .base import Drafter
 from .best_first import DYNAMIC, DYNAMIC_MAX_N, DynamicTree, best_first_draft, parse_dynamic
@@ -52,7 +52,7 @@ DYNAMIC_METHODS = STORE_METHODS
 
 DEFAULT_TREES = {"stand": AUTO, "stand-det": AUTO, "recycle": "heuristic-80"}
 """Each tree method's default tree: for STAND the default model's calibrated tree family sized for
-this machine's latency (``"auto"``, :mod:`stand_runtime.trees.tree_choice`), for Token Recycling its own
+this machine's latency (``"auto"``, :mod:`stand_runtime.tree_choice`), for Token Recycling its own
 static tree (its paper's depth profile 8/21/25/15/8/3)."""
 
 COPY_TOKENS = 10

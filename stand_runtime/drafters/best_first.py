@@ -12,7 +12,7 @@ propose children even where its longest context is new.
 
 Losslessness. Children are still drawn in order from q (Gumbel-Top-K for stochastic drafts, q's
 order for deterministic ones) and verified by recursive rejection sampling
-(:mod:`stand_runtime.engine.verify`), which stays exact when the number of children a node gets depends on
+(:mod:`stand_runtime.verify`), which stays exact when the number of children a node gets depends on
 anything but the draws it has not made yet. So the score of a node's next child uses the q value
 *at that rank of q's sorted order*, not the token the Gumbel draw will give: whether the i-th child
 is added never looks at that child. (Its own children's scores may use its token: that is a draw

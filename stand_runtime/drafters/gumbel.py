@@ -3,9 +3,9 @@
 The top-m indices of ``log q + g`` with g ~ Gumbel(0, 1) i.i.d. are m draws *without replacement*
 from q, in drawing order (Kool et al., 2019, "Stochastic Beams and Where to Find Them", §2; Vieira,
 2014). STAND draws a node's children this way; the drawing order is the child order, which
-recursive rejection sampling (:mod:`stand_runtime.engine.verify`) assumes. The same child-choice rule
+recursive rejection sampling (:mod:`stand_runtime.verify`) assumes. The same child-choice rule
 serves drafting (:mod:`stand_runtime.drafters`), replay calibration (:mod:`treeopt.optimize.replay`) and the
-diagnostics (:mod:`stand_runtime.engine.diagnostics`), so none of them can drift from the others.
+diagnostics (:mod:`stand_runtime.drafters.diagnostics`), so none of them can drift from the others.
 Deterministic drafting (the paper's ablation, and greedy decoding) takes q's m most likely tokens.
 """
 

@@ -13,7 +13,7 @@ import time
 
 import numpy as np
 
-from ..engine.diagnostics import DraftQuality
+from .diagnostics import DraftQuality
 from ..trees.draft import Draft
 from .feeds import TargetFeed
 from .gumbel import choose_children

@@ -2,7 +2,7 @@
 
 One target forward per step over the root (the last committed token, not yet in the KV cache) and
 the drafted nodes, with a 4D tree attention mask and explicit positions ``prefix_len + depth``
-(:mod:`stand_runtime.target.forward`). Verification (:mod:`stand_runtime.engine.verify`) picks the accepted path
+(:mod:`stand_runtime.target.forward`). Verification (:mod:`stand_runtime.verify`) picks the accepted path
 and one more token; commit cuts them where plain decoding would stop (:mod:`stand_runtime.engine.stopping`),
 appends them, compacts the KV cache to the accepted entries (:mod:`stand_runtime.target.kv_cache`), lets the
 drafter learn from the step, and records statistics.
@@ -34,7 +34,7 @@ from ..target.sampling import SamplingParams, resolve_sampling
 from .stopping import StopRule, check_eos_ids
 from ..trees.tree import DraftTree
 from ..trees.tree_io import TreeFile
-from .verify import Verification
+from ..verify import Verification
 
 
 @torch.inference_mode()
@@ -83,7 +83,7 @@ def generate(
         feed_rejected: STAND only: also feed the store with p at rejected tree nodes (their contexts
             are real token sequences and their logits exact), not only at committed ones.
         diagnose: STAND only: measure q against p at every step's root (``stats.store["root"]``,
-            see :class:`stand_runtime.engine.diagnostics.DraftQuality`; its time is kept out of decoding time).
+            see :class:`stand_runtime.drafters.diagnostics.DraftQuality`; its time is kept out of decoding time).
         extend: STAND only: spend the node budget that store misses leave unused on best-first
             chains beyond the static tree (:class:`stand_runtime.drafters.Extension`); False = the
             static tree only (direct calibration measures the static tree).

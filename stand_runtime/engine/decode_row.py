@@ -28,7 +28,7 @@ from .metrics import DecodeStats
 from ..randomness import RandomStream
 from ..target.sampling import SamplingParams, TargetRow, target_row, target_rows
 from .stopping import StopRule
-from .verify import Verification, verify_greedy, verify_sampling
+from ..verify import Verification, verify_greedy, verify_sampling
 
 Lap = Callable[[str | None], None]
 """Closes a timing lap into a :class:`DecodeStats` bucket (``"verification_s"``, ...)."""

@@ -5,7 +5,7 @@ for a static tree, best-first for STAND's dynamic tree). The root is the last co
 (sampled, not yet in the KV cache); every other node is a drafted token whose parent comes before it
 (``parents[i] < i``) and whose elder siblings come before it. A static tree (:class:`stand_runtime.trees.tree.DraftTree`) is one
 way to produce a draft (``nodes`` then records which static node each token fills); a dynamic
-drafter builds the parent array itself. Verification (:mod:`stand_runtime.engine.verify`) and the tree
+drafter builds the parent array itself. Verification (:mod:`stand_runtime.verify`) and the tree
 forward (:mod:`stand_runtime.target.forward`) read only ``tokens``, ``parents``, ``depths``, ``children``
 and the per-node draft distributions, so every drafter goes through the same lossless path.
 

@@ -19,7 +19,7 @@ from typing import Callable
 import numpy as np
 
 from ..target.latency import LatencyProfile, choose_size, profile_from_rounds
-from ..trees.tree_choice import DEFAULT_FAMILY
+from ..tree_choice import DEFAULT_FAMILY
 from ..trees.tree_io import load_family
 
 VLLM_SIZES = (1, 2, 4, 8, 16, 32, 64, 128)

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..drafters.gumbel import gumbel_top_k
-from .verify import acceptance_chain
+from .gumbel import gumbel_top_k
+from ..verify import acceptance_chain
 
 
 class DraftQuality:
@@ -18,7 +18,7 @@ class DraftQuality:
     For each step whose root lookup hit the n-token table, with p the target distribution at the root
     and m the root's children (static children, at most q's support), it sums four chances that the
     step accepts a token at depth 1, under the lossless verification rules of
-    :mod:`stand_runtime.engine.verify`:
+    :mod:`stand_runtime.verify`:
 
     - ``overlap`` = sum_x min(p(x), q(x)): one token sampled from q (Leviathan et al., 2023, §3);
     - ``top1`` = p(argmax q): q's most likely token, verified by the deterministic-draft rule;

@@ -39,10 +39,10 @@ from typing import Callable
 
 import numpy as np
 
-from ..trees.draft import Draft
-from ..errors import StandError
-from ..randomness import RandomStream
-from ..target.sampling import TargetRow, sample_index
+from .trees.draft import Draft
+from .errors import StandError
+from .randomness import RandomStream
+from .target.sampling import TargetRow, sample_index
 
 TargetAt = Callable[[int], "TargetRow | np.ndarray"]
 """Maps a draft position (0 = root) to p at that node: a :class:`stand_runtime.target.sampling.TargetRow`
