@@ -231,8 +231,9 @@ def generate(
     json_out: Optional[Path] = typer.Option(None, "--json", help="Also write the statistics to this JSON file."),
 ) -> None:
     """Decode one prompt, streaming the text, then show the decoding statistics."""
-    from stand_runtime import (DEFAULT_TREES, SamplingParams, check_budget, check_method, check_seed, check_writable,
-                               generate as run_generate, method_tree)
+    from stand_runtime import (DEFAULT_TREES, Method, SamplingParams, check_budget, check_method, check_seed,
+                               check_writable, generate as run_generate)
+    from stand_runtime.method import check_tree_spec
 
     from stand_runtime.engine.stopping import check_stop_strings
 
@@ -243,18 +244,16 @@ def generate(
     check_seed(seed)
     stops = check_stop_strings(tuple(stop or ()))
     sampling = SamplingParams(temperature, top_p, top_k)
-    resolved = method_tree(method, tree)
+    check_tree_spec(method, tree)
     check_budget_fits(model, max_new_tokens)
     if json_out is not None:
         check_writable(json_out)
     target, tokenizer = _load(model, dtype)
     choice = _announce_tree(target, method, tree)
     stream = render.TextStream(tokenizer, console, stops)
-    result = run_generate(
-        target, tokenizer, text, method=method, tree=resolved if resolved is not None else tree, sampling=sampling,
-        max_new_tokens=max_new_tokens,
-        seed=seed, stop=stops, on_tokens=stream, feed_rejected=feed_rejected,
-    )
+    result = run_generate(target, tokenizer, text, method=Method.parse(method, tree, target, feed_rejected=feed_rejected),
+                          sampling=sampling, max_new_tokens=max_new_tokens, seed=seed, stop=stops,
+                          on_step=lambda step: stream(step.tokens))
     stream.end()
     if result.finish_reason == "length":
         console.print(f"(stopped at --max-new-tokens {max_new_tokens})", style="dim")
@@ -591,7 +590,8 @@ def bench(
     if traces is not None:
         return _bench_traces(traces, methods, tree, group_field, text_field, prompt_field, max_tokens, min_group_size,
                              tokenizer_spec or model, copy_tokens, json_out, png)
-    from stand_runtime import SamplingParams, check_budget, check_writable, method_tree
+    from stand_runtime import SamplingParams, check_budget, check_writable
+    from stand_runtime.method import check_tree_spec
     from stand_runtime import cached_latency
     from treeopt import load_prompts, parse_methods, results_json, run_bench, speedups
     from treeopt.evaluate.bench import latency_bounds, speedup_intervals
@@ -601,7 +601,7 @@ def bench(
     check_paths({"--json": json_out, "--png": png}, {"--dataset": dataset, "--tree": tree})
     specs = parse_methods(methods, tree)
     for spec in specs:
-        method_tree(spec.method, spec.tree)
+        check_tree_spec(spec.method, spec.tree)
     sampling = SamplingParams(temperature, top_p, 0)
     check_budget(max_new_tokens)
     check_bench_settings(samples, trajectories, seed)
@@ -685,7 +685,8 @@ def search(
     dtype: str = typer.Option("float32", help=DTYPE_HELP),
 ) -> None:
     """Test-time scaling: best-of-N or DVTS on a dataset, each problem decoded by every method (interleaved)."""
-    from stand_runtime import METHODS, HFBackend, SamplingParams, check_writable, method_tree, vocab_size
+    from stand_runtime import METHODS, HFBackend, Method, SamplingParams, check_writable, vocab_size
+    from stand_runtime.method import check_tree_spec
     from treeopt import load_prompts
     from stand_runtime.drafters import takes_tree
     from treeopt.evaluate.method_lists import split_methods
@@ -697,7 +698,7 @@ def search(
     if tree is not None and not any(takes_tree(name, tree) for name in names):
         raise StandError(f"--tree {tree} applies to none of {methods!r}")
     for name in names:
-        method_tree(name, tree if takes_tree(name, tree) else None)
+        check_tree_spec(name, tree if takes_tree(name, tree) else None)
     if strategy != "dvts":
         refuse_options(ctx, ["subtrees", "verifier", "trust_remote_code", "step_tokens", "max_rounds"],
                        f"--strategy {strategy} (they steer dvts)")
@@ -710,8 +711,8 @@ def search(
     settings.check_seeds(len(problems))
     judge = make_verifier(verifier, trust_remote_code=trust_remote_code) if strategy == "dvts" else None
     target, tokenizer = _load(model, dtype)
-    backends = {name: HFBackend(target, tokenizer, name, tree=tree if takes_tree(name, tree) else None,
-                                max_batch=max_batch) for name in names}
+    backends = {name: HFBackend(target, tokenizer, Method.parse(name, tree if takes_tree(name, tree) else None, target,
+                                                                max_batch), max_batch=max_batch) for name in names}
     results: dict[str, list] = {name: [] for name in names}
     config = {"dataset": dataset, "strategy": strategy, "n": n, "subtrees": subtrees, "max_batch": max_batch,
               "model": model, "dtype": dtype, "samples": samples, "offset": offset, "max_new_tokens": max_new_tokens,

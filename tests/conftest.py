@@ -5,7 +5,7 @@ import os
 import pytest
 import torch
 
-from stand_runtime import new_cache, tree_forward
+from stand_runtime import SamplingParams, new_cache, tree_forward
 
 if os.environ.get("PYTEST_XDIST_WORKER"):
     torch.set_num_threads(1)  # one thread per xdist worker: two workers share the two cores
@@ -28,7 +28,7 @@ def plain_humaneval(default_model):
 
     model, tokenizer = default_model
     problems = list(read_problems().values())[:5]
-    runs = [generate(model, tokenizer, p["prompt"], method="ar", temperature=0, max_new_tokens=64) for p in problems]
+    runs = [generate(model, tokenizer, p["prompt"], sampling=SamplingParams(temperature=0), method="ar", max_new_tokens=64) for p in problems]
     assert all(run.acceptance_length == 1.0 for run in runs)
     return problems, runs
 

@@ -3,7 +3,7 @@
 import pytest
 
 from conftest import DigitsTokenizer
-from stand_runtime import NGramStore, SamplingParams, StandError, generate
+from stand_runtime import Method, NGramStore, SamplingParams, StandError, generate
 from stand_runtime import RowSpec, decode_rows, generate_batch
 from test_engine import REPEAT_PROMPT, chi_square_against, exact_continuations, needs_arctic
 
@@ -17,13 +17,11 @@ TREES = {"stand": "heuristic-80", "stand-det": "heuristic-80", "recycle": "heuri
 @pytest.mark.parametrize("method", ["stand", "stand-det", "stand[dynamic-16]", "pld", "recycle", "ar",
                                     pytest.param("suffix", marks=needs_arctic)])
 def test_batched_greedy_rows_equal_plain_decoding_tiny(tiny_qwen2, method):
-    results = generate_batch(tiny_qwen2, None, PROMPTS, n=2, method=method.removesuffix("[dynamic-16]"),
-                             tree=TREES[method], temperature=0, max_new_tokens=40, eos_token_ids=[])
+    results = generate_batch(tiny_qwen2, None, PROMPTS, method=Method.parse(method.removesuffix("[dynamic-16]"), TREES[method], tiny_qwen2, batch=len(PROMPTS) * 2), sampling=SamplingParams(temperature=0), n=2, max_new_tokens=40, eos_token_ids=[])
     assert len(results) == 2 * len(PROMPTS)
     accepted = 0
     for row, result in enumerate(results):
-        plain = generate(tiny_qwen2, None, PROMPTS[row // 2], method="ar", temperature=0, max_new_tokens=40,
-                         eos_token_ids=[])
+        plain = generate(tiny_qwen2, None, PROMPTS[row // 2], sampling=SamplingParams(temperature=0), method="ar", max_new_tokens=40, eos_token_ids=[])
         assert result.tokens == plain.tokens, (method, row)
         accepted += result.stats.new_tokens - result.stats.target_forwards
     if method != "ar":
@@ -34,13 +32,11 @@ def test_rows_finish_independently_and_leave_the_batch(tiny_qwen2):
     rows = [RowSpec(list(p), SamplingParams(temperature=0), None, budget, None, (), [])
             for p, budget in zip(PROMPTS, (5, 40, 17, 1))]
     order = []
-    results = decode_rows(tiny_qwen2, None, rows, method="stand", tree="heuristic-80",
-                          on_finish=lambda index, result: order.append(index))
+    results = decode_rows(tiny_qwen2, None, rows, method=Method.parse("stand", "heuristic-80", tiny_qwen2, batch=len(rows)), on_finish=lambda index, result: order.append(index))
     assert [len(r.tokens) for r in results] == [5, 40, 17, 1]
     assert order[0] == 3 and sorted(order) == [0, 1, 2, 3]  # the 1-token row leaves after one step
     for spec, result in zip(rows, results):
-        plain = generate(tiny_qwen2, None, spec.prompt, method="ar", temperature=0,
-                         max_new_tokens=spec.max_new_tokens, eos_token_ids=[])
+        plain = generate(tiny_qwen2, None, spec.prompt, sampling=SamplingParams(temperature=0), method="ar", max_new_tokens=spec.max_new_tokens, eos_token_ids=[])
         assert result.tokens == plain.tokens and result.finish_reason == "length"
 
 
@@ -59,9 +55,7 @@ def test_batched_sampling_rows_match_exact_distribution(tiny_qwen2, method):
     accepted = 0
     for call in range(batches):
         seeds = [10_000 * call + r if r % 2 == 0 else None for r in range(2 * len(prompts))]
-        results = generate_batch(model, None, prompts, n=2, method=method, tree=TREES[method],
-                                 sampling=[params[r // 2] for r in range(2 * len(prompts))], max_new_tokens=3,
-                                 seed=seeds, eos_token_ids=[])
+        results = generate_batch(model, None, prompts, method=Method.parse(method, TREES[method], model, batch=len(prompts) * 2), n=2, sampling=[params[r // 2] for r in range(2 * len(prompts))], max_new_tokens=3, seed=seeds, eos_token_ids=[])
         for row, result in enumerate(results):
             assert len(result.tokens) == 3
             key = tuple(result.tokens)
@@ -78,10 +72,8 @@ def test_stop_string_inside_an_accepted_run_truncates_as_plain_decoding(tiny_qwe
     """A stop string completed in the middle of an accepted run ends the row there, in the batched
     and the single-sequence engine alike, exactly where plain decoding stops."""
     tokenizer = DigitsTokenizer()
-    plain = generate(tiny_qwen2, tokenizer, REPEAT_PROMPT, method="ar", temperature=0, max_new_tokens=60,
-                     eos_token_ids=[])
-    fast = generate(tiny_qwen2, tokenizer, REPEAT_PROMPT, method="stand", tree="heuristic-80", temperature=0,
-                    max_new_tokens=60, eos_token_ids=[])
+    plain = generate(tiny_qwen2, tokenizer, REPEAT_PROMPT, sampling=SamplingParams(temperature=0), method="ar", max_new_tokens=60, eos_token_ids=[])
+    fast = generate(tiny_qwen2, tokenizer, REPEAT_PROMPT, method=Method.parse("stand", "heuristic-80", tiny_qwen2), sampling=SamplingParams(temperature=0), max_new_tokens=60, eos_token_ids=[])
     assert fast.tokens == plain.tokens
     start, stop = 0, None
     for size in fast.stats.tokens_per_step:  # a two-token string ending inside a multi-token step
@@ -98,20 +90,16 @@ def test_stop_string_inside_an_accepted_run_truncates_as_plain_decoding(tiny_qwe
     assert stop is not None, "no step accepted three tokens: the test proves nothing"
     text, end = stop
     expected = plain.tokens[: end + 1]
-    single = generate(tiny_qwen2, tokenizer, REPEAT_PROMPT, method="stand", tree="heuristic-80", temperature=0,
-                      max_new_tokens=60, eos_token_ids=[], stop=[text])
-    batched = generate_batch(tiny_qwen2, tokenizer, [REPEAT_PROMPT, PROMPTS[1]], method="stand", tree="heuristic-80",
-                             temperature=0, max_new_tokens=60, eos_token_ids=[], stop=[text])
+    single = generate(tiny_qwen2, tokenizer, REPEAT_PROMPT, method=Method.parse("stand", "heuristic-80", tiny_qwen2), sampling=SamplingParams(temperature=0), max_new_tokens=60, eos_token_ids=[], stop=[text])
+    batched = generate_batch(tiny_qwen2, tokenizer, [REPEAT_PROMPT, PROMPTS[1]], method=Method.parse("stand", "heuristic-80", tiny_qwen2, batch=len([REPEAT_PROMPT, PROMPTS[1]])), sampling=SamplingParams(temperature=0), max_new_tokens=60, eos_token_ids=[], stop=[text])
     assert single.tokens == expected and single.finish_reason == "stop"
     assert batched[0].tokens == expected and batched[0].finish_reason == "stop"
 
 
 def test_rows_of_one_prompt_share_the_store_online(tiny_qwen2):
     store = NGramStore()
-    results = generate_batch(tiny_qwen2, None, [PROMPTS[1]], n=3, method="stand", tree="heuristic-80",
-                             temperature=0.8, max_new_tokens=30, seed=5, store=store, eos_token_ids=[])
-    alone = generate(tiny_qwen2, None, PROMPTS[1], method="stand", tree="heuristic-80", temperature=0.8,
-                     max_new_tokens=30, seed=5, eos_token_ids=[])
+    results = generate_batch(tiny_qwen2, None, [PROMPTS[1]], method=Method.parse("stand", "heuristic-80", tiny_qwen2, batch=len([PROMPTS[1]]) * 3), sampling=SamplingParams(temperature=0.8), n=3, max_new_tokens=30, seed=5, store=store, eos_token_ids=[])
+    alone = generate(tiny_qwen2, None, PROMPTS[1], method=Method.parse("stand", "heuristic-80", tiny_qwen2), sampling=SamplingParams(temperature=0.8), max_new_tokens=30, seed=5, eos_token_ids=[])
     assert len(store) > 0 and all(len(r.tokens) == 30 for r in results)
     # row 0 drafts from what rows 1 and 2 verified in earlier steps: more is accepted than alone
     assert sum(r.stats.acceptance_length for r in results) / 3 > alone.stats.acceptance_length
@@ -122,12 +110,14 @@ def test_rows_of_one_prompt_share_the_store_online(tiny_qwen2):
     ({"prompts": [[1, 2]], "n": 0}, "n (samples per prompt) must be an integer >= 1"),
     ({"prompts": [[1, 2]], "seed": [1, 2]}, "seed has 2 entries for 1 rows"),
     ({"prompts": [[1, 2]], "sampling": [SamplingParams(), SamplingParams()]}, "sampling has 2 entries"),
-    ({"prompts": [[1, 2]], "max_nodes": -1}, "max_nodes must be an integer >= 0"),
+    ({"prompts": [[1, 2]], "method": "MAX_NODES"}, "max_nodes must be an integer >= 0"),
     ({"prompts": [[]]}, "empty"),
     ({"prompts": [[1, 2]], "method": "nope"}, "unknown method"),
 ])
 def test_batch_bad_input_is_one_line(tiny_qwen2, kwargs, message):
     with pytest.raises(StandError, match=message.replace("(", r"\(").replace(")", r"\)")) as error:
+        if kwargs.get("method") == "MAX_NODES":
+            kwargs["method"] = Method.parse("stand", "heuristic-80", tiny_qwen2, max_nodes=-1)
         generate_batch(tiny_qwen2, None, **kwargs)
     assert "\n" not in str(error.value)
 
@@ -149,7 +139,7 @@ def test_batched_greedy_equals_plain_decoding_on_humaneval(default_model, plain_
     model, tokenizer = default_model
     problems, plain_runs = plain_humaneval
     prompts = [p["prompt"] for p in problems]
-    results = generate_batch(model, tokenizer, prompts, method="stand", temperature=0, max_new_tokens=64)
+    results = generate_batch(model, tokenizer, prompts, sampling=SamplingParams(temperature=0), method="stand", max_new_tokens=64)
     accepted = 0
     for problem, plain, result in zip(problems, plain_runs, results):
         assert result.tokens == plain.tokens, problem["task_id"]

@@ -7,7 +7,7 @@ chi-square) and end to end in tests/test_engine.py (greedy identity, sampled dis
 import numpy as np
 import pytest
 
-from stand_runtime import DynamicTree, NGramStore, RandomStream, StandError, check_method, method_tree, new_memory
+from stand_runtime import DynamicTree, NGramStore, RandomStream, StandError, Method, check_method, new_memory
 from stand_runtime.engine.decode_row import truncate_draft
 from stand_runtime.drafters import best_first_draft, parse_dynamic
 
@@ -78,9 +78,9 @@ def test_dynamic_specs_and_which_methods_take_them():
         with pytest.raises(StandError, match="dynamic tree"):
             DynamicTree(**kwargs)
     assert DynamicTree(np.int64(8)).num_nodes == 8 and type(DynamicTree(np.int64(8)).num_nodes) is int
-    assert method_tree("stand-det", "dynamic-40") == DynamicTree(40)
+    assert Method.parse("stand-det", "dynamic-40").tree == DynamicTree(40)
     with pytest.raises(StandError, match="a dynamic tree applies to stand, stand-det"):
-        method_tree("recycle", "dynamic")
+        Method.parse("recycle", "dynamic")
     with pytest.raises(StandError, match="a dynamic tree applies to stand, stand-det"):
         check_method("recycle", tree="dynamic-8")
     assert new_memory("stand", 100, "dynamic").max_n == 8 and new_memory("stand", 100, "heuristic-80").max_n == 3

@@ -5,7 +5,7 @@ import json
 import numpy as np
 import pytest
 from conftest import DigitsTokenizer, tiny_model
-from stand_runtime import NGramStore, RandomStream, SamplingParams, StandError, generate
+from stand_runtime import Method, NGramStore, RandomStream, SamplingParams, StandError, generate
 from stand_runtime.engine.batch_sampling import sample_recorded
 from treeopt.optimize.calibrate import CalibrationConfig, calibrate
 from treeopt.optimize.calibration import load_calibration
@@ -23,12 +23,11 @@ def test_greedy_replay_takes_exactly_the_steps_of_direct_decoding():
     direct = np.zeros(tree.num_nodes + 1)
     direct_steps = 0
     for prompt in PROMPTS:
-        def count(draft, verification):
-            for position in verification.accepted:
-                direct[draft.nodes[position]] += 1
+        def count(step):
+            for position in step.verification.accepted:
+                direct[step.draft.nodes[position]] += 1
 
-        result = generate(model, None, prompt, tree=tree, temperature=0, max_new_tokens=24, eos_token_ids=[], on_step=count,
-                          extend=False, copy_tokens=0)
+        result = generate(model, None, prompt, method=Method.parse("stand", tree, model, extend=False, copy_tokens=0), sampling=SamplingParams(temperature=0), max_new_tokens=24, eos_token_ids=[], on_step=count)
         direct_steps += result.stats.target_forwards
     replayed = np.zeros(tree.num_nodes + 1)
     sampled = sample_recorded(model, PROMPTS, SamplingParams(temperature=0), 24, [], [None] * 3, batch_size=3)

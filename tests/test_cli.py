@@ -7,7 +7,7 @@ import pytest
 from typer.testing import CliRunner
 
 from cli import app
-from stand_runtime import load_tree
+from stand_runtime import Method, load_tree
 from treeopt.optimize.calibration import Calibration
 from treeopt.optimize.candidate import candidate_tree
 
@@ -329,19 +329,17 @@ def test_stop_strings_are_left_out_of_the_text_and_the_stream(tiny_qwen2):
 
     tokenizer = DigitsTokenizer()
     prompt = [3, 5, 7, 3, 5, 7, 3, 5]
-    free = generate(tiny_qwen2, tokenizer, prompt, method="ar", temperature=0, max_new_tokens=12, eos_token_ids=[])
+    free = generate(tiny_qwen2, tokenizer, prompt, sampling=SamplingParams(temperature=0), method="ar", max_new_tokens=12, eos_token_ids=[])
     stop = " ".join(map(str, free.tokens[4:6]))
     buffer = io.StringIO()
     stream = cli_render.TextStream(tokenizer, Console(file=buffer, width=500), [stop])
-    result = generate(tiny_qwen2, tokenizer, prompt, method="stand", tree="heuristic-80", temperature=0,
-                      max_new_tokens=12, eos_token_ids=[], stop=stop, on_tokens=stream)
+    result = generate(tiny_qwen2, tokenizer, prompt, method=Method.parse("stand", "heuristic-80", tiny_qwen2), sampling=SamplingParams(temperature=0), max_new_tokens=12, eos_token_ids=[], stop=stop, on_step=lambda step: (stream)(step.tokens))
     stream.end()
     full = " ".join(map(str, result.tokens))
     assert result.finish_reason == "stop" and full.endswith(stop)
     assert result.text == full[: full.find(stop)] and stop not in result.text
     assert buffer.getvalue() == result.text + "\n"
-    batched = generate_batch(tiny_qwen2, tokenizer, [prompt], method="stand", tree="heuristic-80", temperature=0,
-                             max_new_tokens=12, eos_token_ids=[], stop=stop)[0]
+    batched = generate_batch(tiny_qwen2, tokenizer, [prompt], method=Method.parse("stand", "heuristic-80", tiny_qwen2, batch=len([prompt])), sampling=SamplingParams(temperature=0), max_new_tokens=12, eos_token_ids=[], stop=stop)[0]
     assert (batched.tokens, batched.text) == (result.tokens, result.text)
     backend = HFBackend(tiny_qwen2, tokenizer, "ar")
     greedy = SamplingParams(temperature=0)

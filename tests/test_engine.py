@@ -8,8 +8,7 @@ import torch
 from scipy import stats
 
 from conftest import assert_tree_logits_match_paths, full_logits, random_tree_step, tiny_model
-from stand_runtime import (NGramStore, RecyclingMatrix, SamplingParams, StandError, generate, load_model, load_tree,
-                           target_probs)
+from stand_runtime import (Method, NGramStore, RecyclingMatrix, SamplingParams, StandError, generate, load_model, load_tree, target_probs)
 from stand_runtime.engine.stopping import StopRule
 from stand_runtime.target.kv_cache import keep_tree_entries
 
@@ -66,8 +65,7 @@ def test_greedy_equals_plain_decoding_on_humaneval(default_model, plain_humaneva
     problems, plain_runs = plain_humaneval
     accepted_total = 0
     for problem, plain in zip(problems, plain_runs):
-        fast = generate(model, tokenizer, problem["prompt"], method=method, tree=tree, temperature=0, max_new_tokens=64,
-                        feed_rejected=feed_rejected)
+        fast = generate(model, tokenizer, problem["prompt"], method=Method.parse(method, tree, model, feed_rejected=feed_rejected), sampling=SamplingParams(temperature=0), max_new_tokens=64)
         assert fast.tokens == plain.tokens, (method, problem["task_id"])
         accepted_total += fast.stats.new_tokens - fast.stats.target_forwards
     assert accepted_total >= 20, f"{method}: no drafts were accepted, the comparison proves nothing"
@@ -108,7 +106,7 @@ def chi_square_against(counts: dict, exact: dict, samples: int):
 def loop_prompt(tiny_qwen2):
     """A repetitive prompt followed by the tiny model's own greedy continuation, so that every
     drafter (including prompt lookup) finds matches the model tends to accept."""
-    greedy = generate(tiny_qwen2, None, REPEAT_PROMPT, method="ar", temperature=0, max_new_tokens=30, eos_token_ids=[])
+    greedy = generate(tiny_qwen2, None, REPEAT_PROMPT, sampling=SamplingParams(temperature=0), method="ar", max_new_tokens=30, eos_token_ids=[])
     return REPEAT_PROMPT + greedy.tokens
 
 
@@ -126,8 +124,7 @@ def test_sampling_distribution_of_three_tokens_matches_exact(tiny_qwen2, loop_pr
     params = SamplingParams(temperature=0.8, top_p=0.95)
     minimum = 3000 // 4
     if method == "suffix":  # SuffixDecoding prefers long prompt matches: a longer loop gets ~10% accepted
-        loop_prompt = REPEAT_PROMPT + generate(model, None, REPEAT_PROMPT, method="ar", temperature=0, max_new_tokens=60,
-                                               eos_token_ids=[]).tokens
+        loop_prompt = REPEAT_PROMPT + generate(model, None, REPEAT_PROMPT, sampling=SamplingParams(temperature=0), method="ar", max_new_tokens=60, eos_token_ids=[]).tokens
         minimum = 3000 // 20
     exact = exact_continuations(model, loop_prompt, params, 3)
     samples = 3000
@@ -138,11 +135,7 @@ def test_sampling_distribution_of_three_tokens_matches_exact(tiny_qwen2, loop_pr
     shared = NGramStore() if feed_rejected else NGramStore(max_n=8) if dynamic else None
     tree = None if method in ("pld", "suffix") else "dynamic-6" if dynamic else "heuristic-80"
     for seed in range(1_000_000, 1_000_000 + samples):
-        result = generate(
-            model, None, loop_prompt, method=method.removesuffix("+rejected").removesuffix("[dynamic-6]"),
-            tree=tree, temperature=0.8,
-            top_p=0.95, max_new_tokens=3, seed=seed, eos_token_ids=[], store=shared, feed_rejected=feed_rejected,
-        )
+        result = generate(model, None, loop_prompt, method=Method.parse(method.removesuffix("+rejected").removesuffix("[dynamic-6]"), tree, model, feed_rejected=feed_rejected), sampling=SamplingParams(temperature=0.8, top_p=0.95), max_new_tokens=3, seed=seed, eos_token_ids=[], store=shared)
         assert len(result.tokens) == 3
         key = tuple(result.tokens)
         counts[key] = counts.get(key, 0) + 1
@@ -153,8 +146,10 @@ def test_sampling_distribution_of_three_tokens_matches_exact(tiny_qwen2, loop_pr
 
 
 def greedy_tiny_runs(model, prompt, **kwargs):
-    plain = generate(model, None, prompt, method="ar", temperature=0, eos_token_ids=[], **kwargs)
-    fast = generate(model, None, prompt, method="stand", tree="heuristic-80", temperature=0, eos_token_ids=[], **kwargs)
+    greedy = SamplingParams(temperature=0)
+    plain = generate(model, None, prompt, method="ar", sampling=greedy, eos_token_ids=[], **kwargs)
+    fast = generate(model, None, prompt, method=Method.parse("stand", "heuristic-80", model), sampling=greedy,
+                    eos_token_ids=[], **kwargs)
     return plain, fast
 
 
@@ -162,9 +157,8 @@ def greedy_tiny_runs(model, prompt, **kwargs):
 def test_greedy_tiny_llama_and_one_token_prompt(method):
     model = tiny_model("llama", vocab=16, seed=1)
     for prompt in (REPEAT_PROMPT, [5]):
-        plain = generate(model, None, prompt, method="ar", temperature=0, eos_token_ids=[], max_new_tokens=40)
-        fast = generate(model, None, prompt, method=method, tree=None if method in ("pld", "suffix") else "heuristic-80",
-                        temperature=0, eos_token_ids=[], max_new_tokens=40)
+        plain = generate(model, None, prompt, sampling=SamplingParams(temperature=0), method="ar", eos_token_ids=[], max_new_tokens=40)
+        fast = generate(model, None, prompt, method=Method.parse(method, None if method in ("pld", "suffix") else "heuristic-80", model), sampling=SamplingParams(temperature=0), eos_token_ids=[], max_new_tokens=40)
         assert fast.tokens == plain.tokens and len(fast.tokens) == 40
         assert fast.stats.target_forwards < 40  # drafts were accepted
     assert fast.stats.prompt_tokens == 1
@@ -187,8 +181,7 @@ def test_eos_inside_an_accepted_run_truncates_there(tiny_qwen2):
     assert chosen is not None, "no accepted run held a first occurrence to use as EOS"
     eos = fast.tokens[chosen]
     for method in ("ar", "stand"):
-        result = generate(tiny_qwen2, None, REPEAT_PROMPT, method=method, tree=None if method == "ar" else "heuristic-80",
-                          temperature=0, max_new_tokens=60, eos_token_ids=[eos])
+        result = generate(tiny_qwen2, None, REPEAT_PROMPT, method=Method.parse(method, None if method == "ar" else "heuristic-80", tiny_qwen2), sampling=SamplingParams(temperature=0), max_new_tokens=60, eos_token_ids=[eos])
         assert result.tokens == plain.tokens[: chosen + 1], method
 
 
@@ -196,12 +189,10 @@ def test_store_is_fed_only_at_committed_positions(tiny_qwen2):
     """An EOS that cuts an accepted run: the store gets p at the committed positions only, not at
     the accepted nodes drafted past the EOS."""
     prompt = [1, 1, 2, 3, 5, 8, 13] * 2
-    free = generate(tiny_qwen2, None, prompt, method="stand", tree="heuristic-80", temperature=0, max_new_tokens=60,
-                    eos_token_ids=[])
+    free = generate(tiny_qwen2, None, prompt, method=Method.parse("stand", "heuristic-80", tiny_qwen2), sampling=SamplingParams(temperature=0), max_new_tokens=60, eos_token_ids=[])
     assert free.stats.tokens_per_step[0] >= 3  # the first step accepts 2+ tokens: cut it after its first
     store = NGramStore()
-    result = generate(tiny_qwen2, None, prompt, method="stand", tree="heuristic-80", temperature=0, max_new_tokens=60,
-                      eos_token_ids=[free.tokens[0]], store=store)
+    result = generate(tiny_qwen2, None, prompt, method=Method.parse("stand", "heuristic-80", tiny_qwen2), sampling=SamplingParams(temperature=0), max_new_tokens=60, eos_token_ids=[free.tokens[0]], store=store)
     stats = result.stats
     assert result.tokens == free.tokens[:1] and stats.accepted_per_step[-1] > stats.tokens_per_step[-1]
     committed_rows = sum(1 + min(a, t) for a, t in zip(stats.accepted_per_step, stats.tokens_per_step))
@@ -210,11 +201,10 @@ def test_store_is_fed_only_at_committed_positions(tiny_qwen2):
 
 
 def test_max_new_tokens_reached_mid_run_gives_plain_length_and_content(tiny_qwen2):
-    plain = generate(tiny_qwen2, None, REPEAT_PROMPT, method="ar", temperature=0, max_new_tokens=30, eos_token_ids=[])
+    plain = generate(tiny_qwen2, None, REPEAT_PROMPT, sampling=SamplingParams(temperature=0), method="ar", max_new_tokens=30, eos_token_ids=[])
     multi_token_steps = 0
     for limit in range(1, 31):
-        fast = generate(tiny_qwen2, None, REPEAT_PROMPT, method="stand", tree="heuristic-80", temperature=0,
-                        max_new_tokens=limit, eos_token_ids=[])
+        fast = generate(tiny_qwen2, None, REPEAT_PROMPT, method=Method.parse("stand", "heuristic-80", tiny_qwen2), sampling=SamplingParams(temperature=0), max_new_tokens=limit, eos_token_ids=[])
         assert fast.tokens == plain.tokens[:limit], limit
         multi_token_steps += fast.stats.tokens_per_step[-1] > 1
     assert multi_token_steps > 10  # the limit was often reached inside an accepted run
@@ -225,11 +215,9 @@ def test_max_new_tokens_reached_mid_run_gives_plain_length_and_content(tiny_qwen
 
 def test_shared_store_across_calls_grows(tiny_qwen2):
     store = NGramStore()
-    generate(tiny_qwen2, None, REPEAT_PROMPT, tree="heuristic-80", temperature=0.8, max_new_tokens=10, seed=0, store=store,
-             eos_token_ids=[])
+    generate(tiny_qwen2, None, REPEAT_PROMPT, method=Method.parse("stand", "heuristic-80", tiny_qwen2), sampling=SamplingParams(temperature=0.8), max_new_tokens=10, seed=0, store=store, eos_token_ids=[])
     size = len(store)
-    result = generate(tiny_qwen2, None, [2, 7, 2, 7], tree="heuristic-80", temperature=0.8, max_new_tokens=10, seed=1,
-                      store=store, eos_token_ids=[])
+    result = generate(tiny_qwen2, None, [2, 7, 2, 7], method=Method.parse("stand", "heuristic-80", tiny_qwen2), sampling=SamplingParams(temperature=0.8), max_new_tokens=10, seed=1, store=store, eos_token_ids=[])
     assert len(store) > size and result.stats.store["entries"] == len(store)
 
 
@@ -261,7 +249,6 @@ def test_shared_store_across_calls_grows(tiny_qwen2):
         ({"prompt_or_ids": [1, 2], "method": "ar", "store": "STORE"}, "method 'ar' has no memory to share"),
         ({"prompt_or_ids": [1, 2], "method": "pld", "store": "STORE"}, "method 'pld' has no memory to share"),
         ({"prompt_or_ids": [1, 2], "tree": "EMPTY_TREE"}, "has no draft nodes: use method 'ar'"),
-        ({"prompt_or_ids": [1, 2], "sampling": SamplingParams(), "temperature": 0.5}, "give sampling or temperature, not both"),
         ({"prompt_or_ids": [1, 2], "stop": [""]}, "stop strings must be non-empty"),
         ({"prompt_or_ids": [1, 2], "stop": ["x"]}, "stop strings need a tokenizer"),
     ],
@@ -279,7 +266,13 @@ def test_bad_input_is_a_one_line_error(tiny_qwen2, tmp_path, kwargs, message):
     if kwargs.get("tree") == "EMPTY_TREE":
         kwargs["tree"] = str(tmp_path / "empty.json")
         (tmp_path / "empty.json").write_text('{"format": "stand-tree", "version": 1, "paths": []}')
+    options = {k: kwargs.pop(k) for k in ("tree", "feed_rejected", "extend", "copy_tokens") if k in kwargs}
+    sampling = {k: kwargs.pop(k) for k in ("temperature", "top_p", "top_k") if k in kwargs}
     with pytest.raises(StandError, match=message) as info:
+        if sampling:
+            kwargs["sampling"] = SamplingParams(**sampling)
+        if options:
+            kwargs["method"] = Method.parse(kwargs.pop("method", "stand"), options.pop("tree", None), tiny_qwen2, **options)
         generate(tiny_qwen2, None, **kwargs)
     assert "\n" not in str(info.value)
 
@@ -301,9 +294,7 @@ def test_feeding_rejected_nodes_stores_their_contexts(tiny_qwen2):
     for feed in (False, True):
         store = NGramStore()
         first = []
-        generate(tiny_qwen2, None, prompt, method="stand", tree="heuristic-80", temperature=0.8, top_p=0.95,
-                 max_new_tokens=8, seed=3, eos_token_ids=[], store=store, feed_rejected=feed,
-                 on_step=lambda draft, verification: first.append((draft, verification)))
+        generate(tiny_qwen2, None, prompt, method=Method.parse("stand", "heuristic-80", tiny_qwen2, feed_rejected=feed), sampling=SamplingParams(temperature=0.8, top_p=0.95), max_new_tokens=8, seed=3, eos_token_ids=[], store=store, on_step=lambda step: first.append((step.draft, step.verification)))
         steps.append((store, first[0]))
     # the first step is the same in both runs (same seed, same prompt-only store): check the first run's
     (only_accepted, (draft, verification)), (every_node, _) = steps
@@ -338,9 +329,7 @@ def test_chunked_prefill_feeds_the_same_store(tiny_qwen2, monkeypatch):
     for chunk in (1000, 8):
         monkeypatch.setattr(forward, "PREFILL_CHUNK", chunk)
         store = NGramStore()
-        runs.append(generate(tiny_qwen2, None, prompt, tree="heuristic-80", temperature=0.8, max_new_tokens=12, seed=5,
-                             store=store,
-                             eos_token_ids=[]))
+        runs.append(generate(tiny_qwen2, None, prompt, method=Method.parse("stand", "heuristic-80", tiny_qwen2), sampling=SamplingParams(temperature=0.8), max_new_tokens=12, seed=5, store=store, eos_token_ids=[]))
         stores.append(store)
     whole, chunked = stores
     assert sorted(whole.contexts()) == sorted(chunked.contexts())
@@ -357,8 +346,7 @@ def test_non_finite_logits_are_an_error_not_an_acceptance(temperature):
     with torch.no_grad():
         model.lm_head.weight[5] = float("nan")
     with pytest.raises(StandError, match="not finite") as info:
-        generate(model, None, REPEAT_PROMPT, method="stand", tree="heuristic-80", temperature=temperature, max_new_tokens=8,
-                 eos_token_ids=[], seed=0)
+        generate(model, None, REPEAT_PROMPT, method=Method.parse("stand", "heuristic-80", model), sampling=SamplingParams(temperature=temperature), max_new_tokens=8, eos_token_ids=[], seed=0)
     assert "\n" not in str(info.value)
 
 

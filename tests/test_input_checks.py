@@ -10,8 +10,7 @@ import numpy as np
 import pytest
 
 from conftest import DigitsTokenizer, tiny_model
-from stand_runtime import (DecodeRequest, HFBackend, NGramStore, RowSpec, SamplingParams, StandError, decode_rows,
-                           generate, generate_batch)
+from stand_runtime import (DecodeRequest, HFBackend, Method, NGramStore, RowSpec, SamplingParams, StandError, decode_rows, generate, generate_batch)
 from treeopt.data.datasets import Prompt, load_prompts
 from treeopt.evaluate.search import SearchSettings, dvts
 from treeopt.data.traces import first_tokens, load_traces
@@ -33,17 +32,14 @@ def one_line(error) -> str:
 def test_a_lone_stop_string_is_one_stop_string_on_every_path(tiny_qwen2):
     """generate_batch used to split "5 7" into the characters "5", " ", "7" (stopping after one token)."""
     tokenizer = DigitsTokenizer()
-    free = generate(tiny_qwen2, tokenizer, PROMPT, method="ar", temperature=0, max_new_tokens=12, eos_token_ids=[])
+    free = generate(tiny_qwen2, tokenizer, PROMPT, sampling=SamplingParams(temperature=0), method="ar", max_new_tokens=12, eos_token_ids=[])
     text = lambda tokens: " ".join(map(str, tokens))
     end = next(i for i in range(3, 12) if text(free.tokens[i - 2:i]) not in text(free.tokens[:i - 1]))
     stop = text(free.tokens[end - 2:end])  # two tokens' text that first appears ending at token `end`
-    single = generate(tiny_qwen2, tokenizer, PROMPT, method="stand", tree="heuristic-80", temperature=0,
-                      max_new_tokens=12, eos_token_ids=[], stop=stop)
+    single = generate(tiny_qwen2, tokenizer, PROMPT, method=Method.parse("stand", "heuristic-80", tiny_qwen2), sampling=SamplingParams(temperature=0), max_new_tokens=12, eos_token_ids=[], stop=stop)
     assert single.finish_reason == "stop" and single.tokens == free.tokens[:end]
     for method in ("ar", "stand"):
-        batched = generate_batch(tiny_qwen2, tokenizer, [PROMPT], n=2, method=method,
-                                 tree="heuristic-80" if method == "stand" else None, temperature=0, max_new_tokens=12,
-                                 eos_token_ids=[], stop=stop)
+        batched = generate_batch(tiny_qwen2, tokenizer, [PROMPT], method=Method.parse(method, "heuristic-80" if method == "stand" else None, tiny_qwen2, batch=len([PROMPT]) * 2), sampling=SamplingParams(temperature=0), n=2, max_new_tokens=12, eos_token_ids=[], stop=stop)
         assert [r.tokens for r in batched] == [single.tokens] * 2 and batched[0].finish_reason == "stop"
     assert RowSpec(PROMPT, stop=stop).stop == (stop,)
     assert DecodeRequest(PROMPT, stop=stop).stop == (stop,)
@@ -87,7 +83,7 @@ class EosTokenizer(DigitsTokenizer):
 def test_every_request_option_holds_on_the_recorded_path(tiny_qwen2):
     """record_probs + ignore_eos returned 4 tokens ending at EOS; record_probs + logprobs returned no
     logprobs: ignore_eos now holds there, and logprobs with record_probs is refused."""
-    free = generate(tiny_qwen2, None, PROMPT, method="ar", temperature=0, max_new_tokens=30, eos_token_ids=[])
+    free = generate(tiny_qwen2, None, PROMPT, sampling=SamplingParams(temperature=0), method="ar", max_new_tokens=30, eos_token_ids=[])
     eos = free.tokens[2]  # a token that comes early
     cut = free.tokens.index(eos) + 1
     backend = HFBackend(tiny_qwen2, EosTokenizer(eos), "ar")
@@ -151,44 +147,50 @@ def test_traces_replay_exactly_max_tokens_whatever_the_characters_per_token():
     (dict(feed_rejected="no"), "feed_rejected must be True or False, got 'no'"),
     (dict(extend="no"), "extend must be True or False, got 'no'"),
     (dict(diagnose=1), "diagnose must be True or False, got 1"),
-    (dict(logprobs="yes"), "logprobs must be True or False, got 'yes'"),
     (dict(copy_tokens=-1), "copy_tokens must be an integer in [0, 64], got -1"),
     (dict(copy_tokens=65), "copy_tokens must be an integer in [0, 64], got 65"),
     (dict(copy_tokens=2.0), "copy_tokens must be an integer in [0, 64], got 2.0"),
-    (dict(tree="dynamic-80", store=NGramStore()), "a dynamic tree drafts from contexts of up to 8 tokens but the store given keeps 3"),
+    (dict(method="pld", tree="heuristic-80"), "method 'pld' drafts no static tree"),
+    (dict(method="recycle", tree="dynamic"), "a dynamic tree applies to stand, stand-det"),
 ])
-def test_options_are_checked_alike_on_every_entry_point(tiny_qwen2, call, message):
-    single = dict(method="stand", temperature=0, max_new_tokens=4, eos_token_ids=[]) | call
+def test_method_options_are_checked_once_when_the_method_is_made(tiny_qwen2, call, message):
+    """Every engine, backend and bench takes a Method, so its options have one check: Method.parse."""
+    call = dict(call)
+    name, tree = call.pop("method", "stand"), call.pop("tree", "heuristic-80")
     with pytest.raises(StandError, match=re.escape(message)) as error:
-        generate(tiny_qwen2, None, PROMPT, **single)
+        Method.parse(name, tree, tiny_qwen2, **call)
     one_line(error)
-    batched = dict(single)
-    if batched.pop("diagnose", False) is not False:
-        return  # diagnose is a single-sequence option (the backend refuses it for batches)
-    logprobs = batched.pop("logprobs", None)
-    if logprobs is not None:
-        with pytest.raises(StandError, match=re.escape(message)):
-            RowSpec(PROMPT, GREEDY, logprobs=logprobs)
-        return
+
+
+def test_a_memory_the_method_cannot_use_is_refused_on_every_entry_point(tiny_qwen2):
+    method = Method.parse("stand", "dynamic-80", tiny_qwen2)
+    message = "a dynamic tree drafts from contexts of up to 8 tokens but the store given keeps 3"
+    with pytest.raises(StandError, match=re.escape(message)) as error:
+        generate(tiny_qwen2, None, PROMPT, method=method, sampling=GREEDY, max_new_tokens=4, store=NGramStore())
+    one_line(error)
     with pytest.raises(StandError, match=re.escape(message)):
-        generate_batch(tiny_qwen2, None, [PROMPT], n=2, **batched)
-    store = batched.pop("store", None)
-    batched.pop("temperature"), batched.pop("max_new_tokens"), batched.pop("eos_token_ids")
+        generate_batch(tiny_qwen2, None, [PROMPT], n=2, method=method, sampling=GREEDY, max_new_tokens=4,
+                       store=NGramStore())
     with pytest.raises(StandError, match=re.escape(message)):
-        decode_rows(tiny_qwen2, None, [RowSpec(PROMPT, GREEDY, max_new_tokens=4, memory=store, eos_token_ids=[])],
-                    **batched)
+        decode_rows(tiny_qwen2, None, [RowSpec(PROMPT, GREEDY, max_new_tokens=4, memory=NGramStore())], method=method)
+    with pytest.raises(StandError, match="method 'recycle' shares a RecyclingMatrix, not NGramStore"):
+        generate(tiny_qwen2, None, PROMPT, method=Method.parse("recycle", None, tiny_qwen2), max_new_tokens=4,
+                 store=NGramStore())
+    for call in (lambda: generate(tiny_qwen2, None, PROMPT, method="ar", logprobs="yes"),
+                 lambda: RowSpec(PROMPT, GREEDY, logprobs="yes")):
+        with pytest.raises(StandError, match="logprobs must be True or False, got 'yes'"):
+            call()
 
 
 def test_backend_flags_are_bools_and_a_dynamic_tree_gets_a_long_context_store(tiny_qwen2):
     with pytest.raises(StandError, match="share_memory must be True or False, got 'x'"):
         HFBackend(tiny_qwen2, None, "stand", share_memory="x")
     with pytest.raises(StandError, match="diagnose applies to stand and stand-det, not 'ar'"):
-        HFBackend(tiny_qwen2, None, "ar", diagnose=True)
+        HFBackend(tiny_qwen2, None, method=Method.parse("ar", None, tiny_qwen2, diagnose=True))
     with pytest.raises(StandError, match="ignore_eos must be True or False"):
         DecodeRequest(PROMPT, ignore_eos="no")
     # without a store, a dynamic tree gets one with 8-token contexts (the README's case, done right)
-    result = generate(tiny_qwen2, None, PROMPT, method="stand", tree="dynamic-16", temperature=0, max_new_tokens=6,
-                      eos_token_ids=[], store=NGramStore(max_n=8))
+    result = generate(tiny_qwen2, None, PROMPT, method=Method.parse("stand", "dynamic-16", tiny_qwen2), sampling=SamplingParams(temperature=0), max_new_tokens=6, eos_token_ids=[], store=NGramStore(max_n=8))
     assert len(result.tokens) == 6
 
 
@@ -200,17 +202,16 @@ def test_backend_flags_are_bools_and_a_dynamic_tree_gets_a_long_context_store(ti
     (dict(seed=[1, 2.5]), "seed[1]: seed must be an integer"),
     (dict(eos_token_ids=5), "eos_token_ids must be a list of token ids, got 5"),
     (dict(on_tokens=5), "on_tokens must be a function or None, got 5"),
-    (dict(copy_tokens=2.0), "copy_tokens must be an integer in [0, 64], got 2.0"),
     (dict(n=10**6), "at most 1024"),
     (dict(n=0), "n (samples per prompt) must be an integer >= 1, got 0"),
     (dict(sampling={"temperature": .5}), "sampling must be a SamplingParams or a list of them (one per row), got dict"),
-    (dict(sampling=[GREEDY, {"temperature": 0}]), "sampling[1] must be a SamplingParams, got dict"),
+    (dict(sampling=[GREEDY, {"temperature": 0}]), "sampling[1] must be a SamplingParams (e.g. SamplingParams(temperature=0)), got dict"),
     (dict(seed=2**64 - 1), "the last, 18446744073709551615 + 1, is past 2**64 - 1"),
 ])
 def test_generate_batch_refuses_bad_arguments_before_any_work(tiny_qwen2, call, message):
     with pytest.raises(StandError, match=re.escape(message)) as error:
-        generate_batch(tiny_qwen2, None, [PROMPT], n=call.pop("n", 2), method="stand", tree="heuristic-80",
-                       max_new_tokens=3, **call)
+        generate_batch(tiny_qwen2, None, [PROMPT], n=call.pop("n", 2),
+                       method=Method.parse("stand", "heuristic-80", tiny_qwen2), max_new_tokens=3, **call)
     one_line(error)
 
 
@@ -238,13 +239,10 @@ def test_sampling_takes_numpy_scalars_and_refuses_a_float_top_k(tiny_qwen2):
     assert (params.temperature, params.top_p, params.top_k) == (pytest.approx(0.7), 0.9, 3)
     assert type(params.top_k) is int and type(params.temperature) is float
     with pytest.raises(StandError, match="top_k must be an integer, got 2.0") as error:
-        generate(tiny_qwen2, None, PROMPT, method="stand", tree="heuristic-80", temperature=0.7, top_k=2.0,
-                 max_new_tokens=8, seed=3, eos_token_ids=[])  # was a traceback from torch.topk
+        generate(tiny_qwen2, None, PROMPT, method=Method.parse("stand", "heuristic-80", tiny_qwen2), sampling=SamplingParams(temperature=0.7, top_k=2.0), max_new_tokens=8, seed=3, eos_token_ids=[])  # was a traceback from torch.topk
     one_line(error)
-    as_numpy = generate(tiny_qwen2, None, PROMPT, method="stand", tree="heuristic-80", temperature=0.7, top_k=np.int64(2),
-                        max_new_tokens=np.int64(8), seed=np.int64(3), eos_token_ids=[])
-    as_int = generate(tiny_qwen2, None, PROMPT, method="stand", tree="heuristic-80", temperature=0.7, top_k=2,
-                      max_new_tokens=8, seed=3, eos_token_ids=[])
+    as_numpy = generate(tiny_qwen2, None, PROMPT, method=Method.parse("stand", "heuristic-80", tiny_qwen2), sampling=SamplingParams(temperature=0.7, top_k=np.int64(2)), max_new_tokens=np.int64(8), seed=np.int64(3), eos_token_ids=[])
+    as_int = generate(tiny_qwen2, None, PROMPT, method=Method.parse("stand", "heuristic-80", tiny_qwen2), sampling=SamplingParams(temperature=0.7, top_k=2), max_new_tokens=8, seed=3, eos_token_ids=[])
     assert as_numpy.tokens == as_int.tokens
     for bad, message in (({"top_k": 2.5}, "top_k must be an integer, got 2.5"),
                          ({"temperature": "0.7"}, "temperature must be a number"),
@@ -340,9 +338,7 @@ def test_empty_method_lists_are_refused_everywhere(tmp_path):
 def test_prompts_stops_and_recycling_matrices_are_checked_where_they_are_made(tiny_qwen2):
     from stand_runtime import RecyclingMatrix
 
-    assert generate(tiny_qwen2, None, np.array([PROMPT]), method="ar", temperature=0, max_new_tokens=3,
-                    eos_token_ids=[]).tokens == generate(tiny_qwen2, None, PROMPT, method="ar", temperature=0,
-                                                         max_new_tokens=3, eos_token_ids=[]).tokens  # [1, n] array
+    assert generate(tiny_qwen2, None, np.array([PROMPT]), sampling=SamplingParams(temperature=0), method="ar", max_new_tokens=3, eos_token_ids=[]).tokens == generate(tiny_qwen2, None, PROMPT, sampling=SamplingParams(temperature=0), method="ar", max_new_tokens=3, eos_token_ids=[]).tokens  # [1, n] array
     for stop, message in (({"x": 1}, "stop must be a string or a list of strings"),
                           (["\udcff"], "is not valid UTF-8 text")):
         with pytest.raises(StandError, match=message):
@@ -355,13 +351,12 @@ def test_prompts_stops_and_recycling_matrices_are_checked_where_they_are_made(ti
 
 def test_options_that_would_be_ignored_are_refused(tiny_qwen2):
     with pytest.raises(StandError, match="method 'ar' drafts none"):
-        generate_batch(tiny_qwen2, None, [PROMPT], method="ar", max_nodes=5)
-    assert generate_batch(tiny_qwen2, None, [PROMPT], n=2, method="stand", tree="heuristic-80", temperature=0,
-                          max_new_tokens=4, eos_token_ids=[], max_nodes=np.int64(3))[0].tokens  # numpy cap accepted
+        generate_batch(tiny_qwen2, None, [PROMPT], method=Method.parse("ar", None, tiny_qwen2, batch=len([PROMPT]), max_nodes=5))
+    assert generate_batch(tiny_qwen2, None, [PROMPT], method=Method.parse("stand", "heuristic-80", tiny_qwen2, batch=len([PROMPT]) * 2, max_nodes=np.int64(3)), sampling=SamplingParams(temperature=0), n=2, max_new_tokens=4, eos_token_ids=[])[0].tokens  # numpy cap accepted
     with pytest.raises(StandError, match="it applies with max_batch > 1"):
-        HFBackend(tiny_qwen2, None, "stand", tree="heuristic-80", max_nodes=5)
+        HFBackend(tiny_qwen2, None, method=Method.parse("stand", "heuristic-80", tiny_qwen2, max_nodes=5))
     with pytest.raises(StandError, match="batch_size applies to record_probs requests"):
-        HFBackend(tiny_qwen2, None, "stand", tree="heuristic-80", batch_size=4)
+        HFBackend(tiny_qwen2, None, method=Method.parse("stand", "heuristic-80", tiny_qwen2), batch_size=4)
     row = RowSpec(PROMPT, GREEDY, max_new_tokens=3)
     with pytest.raises(AttributeError):  # frozen: checked once, never changed after (was: logprobs="no" taken as True)
         row.logprobs = "no"

@@ -63,10 +63,10 @@ def test_machine_tree_picks_the_best_member_for_the_profile(tmp_path, monkeypatc
     with pytest.raises(StandError, match="tree family not found"):
         machine_tree(model, str(tmp_path / "missing.json"))
     # a family file given as the tree is sized for the machine, like "auto"
-    from stand_runtime.drafters import method_tree
+    from stand_runtime.method import check_tree_spec, method_tree
 
     assert method_tree("stand", str(path), model).num_nodes == choice.nodes
-    assert method_tree("stand", str(path)) is None  # no model yet: only checked
+    assert check_tree_spec("stand", str(path)) is None  # no model yet: only checked
 
 
 def test_trees_shrink_as_batches_grow():

@@ -7,7 +7,7 @@ from transformers import AutoModelForCausalLM, LlamaConfig, MistralConfig, Qwen2
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
 from conftest import assert_tree_logits_match_paths
-from stand_runtime import StandError, generate, load_tree
+from stand_runtime import Method, SamplingParams, StandError, generate, load_tree
 
 TINY = dict(vocab_size=16, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
             num_key_value_heads=2, initializer_range=0.5, bos_token_id=None, eos_token_id=None, pad_token_id=None)
@@ -40,8 +40,7 @@ def test_sliding_window_models_are_exact(name):
     model = build(SLIDING[name]())
     reference = full_forward_greedy(model, PROMPT, 40)
     for method in ("ar", "pld", "stand", "recycle"):
-        result = generate(model, None, PROMPT, method=method, tree="heuristic-80" if method in ("stand", "recycle") else None,
-                          temperature=0, max_new_tokens=40, eos_token_ids=[])
+        result = generate(model, None, PROMPT, method=Method.parse(method, "heuristic-80" if method in ("stand", "recycle") else None, model), sampling=SamplingParams(temperature=0), max_new_tokens=40, eos_token_ids=[])
         assert result.tokens == reference, method
         if method != "ar":
             assert result.stats.target_forwards < 40, method  # drafts were accepted
@@ -75,24 +74,23 @@ def test_rope_types_are_exact_or_refused(kind):
     model = build(LlamaConfig(**TINY, max_position_embeddings=positions, rope_parameters=ROPE[kind]))
     if kind == "longrope":  # frequencies switch at 16 for the whole forward: a straddling step is inexact
         with pytest.raises(StandError, match="longrope") as info:
-            generate(model, None, PROMPT, method="stand", temperature=0, max_new_tokens=10, eos_token_ids=[])
+            generate(model, None, PROMPT, sampling=SamplingParams(temperature=0), method="stand", max_new_tokens=10, eos_token_ids=[])
         assert "\n" not in str(info.value)
         prompt = PROMPT * 2  # 22 tokens: every step is past the switch, which is exact
     else:
         prompt = PROMPT
     budget = positions - len(prompt)  # >= 13 tokens: room for drafts to be accepted
-    plain = generate(model, None, prompt, method="ar", temperature=0, max_new_tokens=budget, eos_token_ids=[])
+    plain = generate(model, None, prompt, sampling=SamplingParams(temperature=0), method="ar", max_new_tokens=budget, eos_token_ids=[])
     # a fixed tree, not "auto" (sized from this machine's latency, which varies with load): the same
     # drafts every run, so whether they are accepted is no matter of luck
-    fast = generate(model, None, prompt, method="stand", tree="heuristic-80", temperature=0, max_new_tokens=budget,
-                    eos_token_ids=[])
+    fast = generate(model, None, prompt, method=Method.parse("stand", "heuristic-80", model), sampling=SamplingParams(temperature=0), max_new_tokens=budget, eos_token_ids=[])
     assert fast.tokens == plain.tokens and fast.stats.target_forwards < budget
     if kind not in ("dynamic", "longrope"):  # position-only types: also equal to full forwards
         assert plain.tokens == full_forward_greedy(model, prompt, budget)
         tree = load_tree("heuristic-80").tree
         assert_tree_logits_match_paths(model, tree, prompt + [4, 2], range(tree.num_nodes + 1), tol=1e-4)
     with pytest.raises(StandError, match="context too long"):  # the dynamic type would grow past its limit
-        generate(model, None, prompt, method="stand", temperature=0, max_new_tokens=budget + 1, eos_token_ids=[])
+        generate(model, None, prompt, sampling=SamplingParams(temperature=0), method="stand", max_new_tokens=budget + 1, eos_token_ids=[])
 
 
 def test_unsupported_attention_is_refused():
@@ -100,5 +98,5 @@ def test_unsupported_attention_is_refused():
     model = build(config)
     model.config.layer_types = ["full_attention", "linear_attention"]
     with pytest.raises(StandError, match="linear_attention layers") as info:
-        generate(model, None, PROMPT, method="stand", temperature=0, max_new_tokens=4)
+        generate(model, None, PROMPT, sampling=SamplingParams(temperature=0), method="stand", max_new_tokens=4)
     assert "\n" not in str(info.value)

@@ -6,7 +6,7 @@ import re
 import pytest
 
 from conftest import DigitsTokenizer
-from stand_runtime import HFBackend, SamplingParams, StandError, generate
+from stand_runtime import HFBackend, Method, SamplingParams, StandError, generate
 from treeopt.data.datasets import Prompt
 from treeopt.evaluate.search import SearchSettings, dvts, run_search, summarize
 from treeopt.evaluate.verifiers import ConfidenceVerifier, make_verifier
@@ -35,8 +35,7 @@ def test_dvts_candidates_are_exactly_the_backends_samples(tiny_qwen2, method, ma
     step is the verifier's best; and with plain decoding each request, decoded again alone with its
     seed, gives the same samples (so batching changed nothing)."""
     tokenizer = DigitsTokenizer()
-    backend = RecordingBackend(HFBackend(tiny_qwen2, tokenizer, method, tree="heuristic-80" if method == "stand" else None,
-                                         max_batch=max_batch))
+    backend = RecordingBackend(HFBackend(tiny_qwen2, tokenizer, method=Method.parse(method, "heuristic-80" if method == "stand" else None, tiny_qwen2, batch=max_batch), max_batch=max_batch))
     seen = []
 
     class Judge:
@@ -72,7 +71,7 @@ def test_dvts_candidates_are_exactly_the_backends_samples(tiny_qwen2, method, ma
 
 def test_best_of_n_votes_and_grades(tiny_qwen2):
     tokenizer = DigitsTokenizer()
-    backend = HFBackend(tiny_qwen2, tokenizer, "stand", tree="heuristic-80", max_batch=3)
+    backend = HFBackend(tiny_qwen2, tokenizer, method=Method.parse("stand", "heuristic-80", tiny_qwen2, batch=3), max_batch=3)
     settings = SearchSettings("best-of-n", n=3, max_new_tokens=6, sampling=SamplingParams(temperature=1.0), seed=3)
     results = run_search(backend, tokenizer, [PROBLEM, Prompt("p1", "2 7 2 7")], settings)
     first = results[0]

@@ -9,19 +9,7 @@ from typer.testing import CliRunner
 
 from cli import app
 from conftest import full_logits
-from stand_runtime import (
-    RandomStream,
-    RecordedTop,
-    RecyclingMatrix,
-    SamplingParams,
-    StandError,
-    generate,
-    make_drafter,
-    replay_trace,
-    store_params,
-    top_target_probs,
-    verify_greedy,
-)
+from stand_runtime import (Method, RandomStream, RecordedTop, RecyclingMatrix, SamplingParams, StandError, generate, replay_trace, store_params, top_target_probs, verify_greedy)
 from stand_runtime.drafters.suffix_decoding import suffix_draft
 from treeopt.evaluate.trace_bench import parse_trace_methods, run_trace_bench, trace_results_json
 from treeopt.data.traces import load_traces, tokenize_groups
@@ -54,10 +42,9 @@ def test_replay_of_own_greedy_output_takes_the_engines_steps(tiny_qwen2, method)
     # one shared memory each, as best-of-N: the second trajectory drafts from what the first left
     engine_memory, replay_memory = new_memory(method, 16, tree), new_memory(method, 16, tree)
     for trajectory in range(2):
-        engine = generate(tiny_qwen2, None, PROMPT, method=method, tree=tree, temperature=0, max_new_tokens=60,
-                          eos_token_ids=[], store=engine_memory)
+        engine = generate(tiny_qwen2, None, PROMPT, method=Method.parse(method, tree, tiny_qwen2), sampling=SamplingParams(temperature=0), max_new_tokens=60, eos_token_ids=[], store=engine_memory)
         sequence = PROMPT + engine.tokens
-        drafter = make_drafter(method, tree, replay_memory, RandomStream.seeded(0), GREEDY, None, vocab=16)
+        drafter = Method.parse(method, tree).drafter(replay_memory, RandomStream.seeded(0), GREEDY, 16)
         replay = replay_trace(drafter, PROMPT, engine.tokens, recorded_rows(tiny_qwen2, sequence)).stats
         assert replay.tokens_per_step == engine.stats.tokens_per_step, (method, trajectory)
         assert replay.drafted_per_step == engine.stats.drafted_per_step
@@ -69,8 +56,8 @@ def test_replay_of_own_greedy_output_takes_the_engines_steps(tiny_qwen2, method)
 @pytest.mark.parametrize("method", ["pld", pytest.param("suffix", marks=needs_arctic)])
 def test_token_only_drafters_replay_exactly_without_recorded_rows(tiny_qwen2, method):
     """Prompt lookup and SuffixDecoding learn only tokens: a plain one-hot replay equals the engine."""
-    engine = generate(tiny_qwen2, None, PROMPT, method=method, temperature=0, max_new_tokens=50, eos_token_ids=[])
-    drafter = make_drafter(method, None, None, RandomStream.seeded(0), GREEDY, None, vocab=16)
+    engine = generate(tiny_qwen2, None, PROMPT, sampling=SamplingParams(temperature=0), method=method, max_new_tokens=50, eos_token_ids=[])
+    drafter = Method.parse(method, None).drafter(None, RandomStream.seeded(0), GREEDY, 16)
     replay = replay_trace(drafter, PROMPT, engine.tokens).stats
     assert replay.tokens_per_step == engine.stats.tokens_per_step
     assert sum(replay.accepted_per_step) >= 5
@@ -82,7 +69,7 @@ def test_recycling_replay_feeding_puts_the_observed_successor_first():
     assert matrix.successors[1, : matrix.sizes[1]].tolist() == [6, 4, 5]
     assert matrix.successors[2, : matrix.sizes[2]].tolist() == [7]
     assert not matrix.filled[3]
-    drafter = make_drafter("recycle", "heuristic-80", matrix, RandomStream.seeded(0), GREEDY, None, vocab=10)
+    drafter = Method.parse("recycle", "heuristic-80").drafter(matrix, RandomStream.seeded(0), GREEDY, 10)
     draft = drafter.draft([0, 1], 5)
     assert draft.tokens[1:4] == [6, 4, 5]  # the root's children: row 1, most recent first
 
@@ -90,7 +77,7 @@ def test_recycling_replay_feeding_puts_the_observed_successor_first():
 def test_replay_refuses_empty_input_and_sampling():
     with pytest.raises(StandError, match="needs a prompt and tokens"):
         replay_trace(None, [1], [])
-    drafter = make_drafter("pld", None, None, RandomStream.seeded(0), GREEDY, None, vocab=10)
+    drafter = Method.parse("pld", None).drafter(None, RandomStream.seeded(0), GREEDY, 10)
     result = replay_trace(drafter, [1, 2, 3, 1, 2], [3, 1, 2, 3])
     assert result.stats.new_tokens == 4 and result.stats.target_forwards < 4
 
@@ -115,10 +102,10 @@ def test_suffix_drafts_from_earlier_trajectories():
     from stand_runtime import SuffixMemory
 
     memory = SuffixMemory()
-    first = make_drafter("suffix", None, memory, RandomStream.seeded(0), GREEDY, None, vocab=100)
+    first = Method.parse("suffix", None).drafter(memory, RandomStream.seeded(0), GREEDY, 100)
     text = [10, 11, 12, 13, 14, 15, 16, 17, 18, 19] * 2
     replay_trace(first, [1, 2], text)
-    second = make_drafter("suffix", None, memory, RandomStream.seeded(0), GREEDY, None, vocab=100)
+    second = Method.parse("suffix", None).drafter(memory, RandomStream.seeded(0), GREEDY, 100)
     draft = second.draft([1, 2, 10, 11, 12], 20)
     assert draft.tokens[1:4] == [13, 14, 15]
     assert memory.stats()["requests"] == 2 and memory.stats()["approx_bytes"] > 0
@@ -228,7 +215,7 @@ def test_trace_calibration_equals_direct_greedy_calibration(tiny_qwen2):
     candidate = candidate_tree(40)
     config = CalibrationConfig(temperature=0.0, trajectories=2, max_new_tokens=50, deterministic_drafts=True)
     direct, direct_steps, _ = direct_prompt(config, tiny_qwen2, None, PROMPT, 0, candidate)
-    trace = generate(tiny_qwen2, None, PROMPT, method="ar", temperature=0, max_new_tokens=50, eos_token_ids=[]).tokens
+    trace = generate(tiny_qwen2, None, PROMPT, sampling=SamplingParams(temperature=0), method="ar", max_new_tokens=50, eos_token_ids=[]).tokens
     rows = recorded_rows(tiny_qwen2, PROMPT + trace)
     store, replayed, steps = NGramStore(), np.zeros(candidate.num_nodes + 1), 0
     for _ in range(2):

@@ -27,16 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
 
 from conftest import tiny_model  # noqa: E402  (the tests' helpers: one tiny model, one chi-square)
 from test_engine import chi_square_against  # noqa: E402
-from stand_runtime import (  # noqa: E402
-    NGramStore,
-    SamplingParams,
-    generate,
-    load_tree,
-    measure_latency,
-    new_cache,
-    target_probs,
-    tree_forward,
-)
+from stand_runtime import (Method, NGramStore, SamplingParams, generate, load_tree, measure_latency, new_cache, target_probs, tree_forward)
 
 
 def tiny(device):
@@ -47,11 +38,11 @@ def tiny(device):
 def losslessness(device) -> dict:
     model = tiny(device)
     prompt = [3, 1, 4, 1, 5] * 6
-    plain = generate(model, None, prompt, method="ar", temperature=0, max_new_tokens=40, eos_token_ids=[])
+    plain = generate(model, None, prompt, sampling=SamplingParams(temperature=0), method="ar", max_new_tokens=40, eos_token_ids=[])
     out = {"greedy_identity": {}}
     for method in ("stand", "stand-det", "pld", "recycle"):
         tree = None if method == "pld" else "heuristic-80"
-        fast = generate(model, None, prompt, method=method, tree=tree, temperature=0, max_new_tokens=40, eos_token_ids=[])
+        fast = generate(model, None, prompt, method=Method.parse(method, tree, model), sampling=SamplingParams(temperature=0), max_new_tokens=40, eos_token_ids=[])
         out["greedy_identity"][method] = {"equal": fast.tokens == plain.tokens, "steps": fast.stats.target_forwards}
     tree = load_tree("heuristic-80").tree
     gen = torch.Generator().manual_seed(0)
@@ -84,8 +75,7 @@ def losslessness(device) -> dict:
     counts, accepted, samples = {}, 0, 2000
     start = time.perf_counter()
     for seed in range(samples):
-        result = generate(model, None, loop, method="stand", tree="heuristic-80", sampling=params, max_new_tokens=3,
-                          seed=seed, eos_token_ids=[])
+        result = generate(model, None, loop, method=Method.parse("stand", "heuristic-80", model), sampling=params, max_new_tokens=3, seed=seed, eos_token_ids=[])
         counts[tuple(result.tokens)] = counts.get(tuple(result.tokens), 0) + 1
         accepted += result.stats.new_tokens - result.stats.target_forwards
     possible = {k: c for k, c in counts.items() if k in exact}  # impossible samples are reported, not tested
@@ -121,8 +111,7 @@ def speed(device) -> dict:
         for method, tree in (("ar", None), ("stand", "heuristic-80"), ("pld", None), ("recycle", "heuristic-80")):
             for temperature in (0.0, 0.6):
                 store = NGramStore() if method == "stand" else None
-                result = generate(model, None, prompt, method=method, tree=tree, temperature=temperature, top_p=0.95,
-                                  max_new_tokens=128, seed=0, eos_token_ids=[], store=store)
+                result = generate(model, None, prompt, method=Method.parse(method, tree, model), sampling=SamplingParams(temperature=temperature, top_p=0.95), max_new_tokens=128, seed=0, eos_token_ids=[], store=store)
                 s = result.stats
                 steps = max(s.target_forwards, 1)
                 runs[f"{method}@T{temperature}"] = {

@@ -18,16 +18,9 @@ from __future__ import annotations
 import importlib.util
 
 from ..checks import check_bool, check_int
-from .diagnostics import DraftQuality
 from ..errors import StandError
 from ..limits import MAX_COPY_TOKENS
 from ..store.ngram_store import NGramStore
-from ..randomness import RandomStream
-from ..target.sampling import SamplingParams
-from ..trees.tree import DraftTree
-from ..target.model_facts import vocab_size
-from ..tree_choice import AUTO, DEFAULT_FAMILY, check_auto_available, machine_tree
-from ..trees.tree_io import TreeFile, is_family, resolve_tree
 from .base import Drafter
 from .best_first import DYNAMIC, DYNAMIC_MAX_N, DynamicTree, best_first_draft, parse_dynamic
 from .prompt_lookup import PromptLookupDrafter
@@ -49,11 +42,6 @@ TREE_METHODS = ("stand", "stand-det", "recycle")
 
 DYNAMIC_METHODS = STORE_METHODS
 """The methods that can draft a dynamic tree (``tree="dynamic"`` or ``"dynamic-N"``)."""
-
-DEFAULT_TREES = {"stand": AUTO, "stand-det": AUTO, "recycle": "heuristic-80"}
-"""Each tree method's default tree: for STAND the default model's calibrated tree family sized for
-this machine's latency (``"auto"``, :mod:`stand_runtime.tree_choice`), for Token Recycling its own
-static tree (its paper's depth profile 8/21/25/15/8/3)."""
 
 COPY_TOKENS = 10
 """STAND's default copy path: up to 10 tokens that followed the latest earlier occurrence of the
@@ -128,49 +116,6 @@ def takes_tree(method: str, spec) -> bool:
     return method in TREE_METHODS and (method in DYNAMIC_METHODS or parse_dynamic(spec) is None)
 
 
-def sized_family(spec) -> str | None:
-    """The tree family a tree spec asks to size for this machine: the bundled default for
-    ``"auto"``, the family itself for a family file or bundled family name; None for a fixed tree."""
-    if isinstance(spec, str) and spec == AUTO:
-        return DEFAULT_FAMILY
-    return str(spec) if is_family(spec) else None
-
-
-def method_tree(method: str, tree: DraftTree | TreeFile | DynamicTree | str | None, model=None,
-                batch: int = 1) -> DraftTree | DynamicTree | None:
-    """The tree ``method`` drafts into: ``tree`` resolved, or the method's default; None for
-    methods without a tree. ``"dynamic"`` / ``"dynamic-N"`` (STAND) give a :class:`DynamicTree`.
-
-    Args:
-        method: the decoding method.
-        tree: a tree, tree file, path, bundled name, ``"auto"`` or None (the method's default), or
-            a tree family (file or bundled name): its member sized for this machine, like ``"auto"``.
-        model: the target; needed for ``"auto"`` and families (sized from its latency on this machine).
-        batch: rows per target forward the tree is sized for (``"auto"`` and families).
-
-    Raises:
-        StandError: a bad tree, a tree without draft nodes, or ``"auto"`` without a model.
-    """
-    if method not in TREE_METHODS:
-        return None
-    spec = DEFAULT_TREES[method] if tree is None else tree
-    dynamic = parse_dynamic(spec)
-    if dynamic is not None:
-        check_method(method, tree=dynamic)
-        return dynamic
-    family = sized_family(spec)
-    if family is not None:
-        if model is None:
-            check_auto_available(family)
-            return None
-        return machine_tree(model, family, batch=batch).tree
-    resolved = resolve_tree(spec)
-    if resolved.num_nodes == 0:
-        name = f" {tree}" if isinstance(tree, str) else ""
-        raise StandError(f"tree{name} has no draft nodes: use method 'ar' for plain decoding")
-    return resolved
-
-
 def new_memory(method: str, vocab: int, tree=None) -> Memory | None:
     """A fresh drafter memory for ``method`` (None for methods without one); a store for a dynamic
     ``tree`` keeps contexts up to :data:`DYNAMIC_MAX_N` tokens (the paper's store: 3)."""
@@ -183,63 +128,10 @@ def new_memory(method: str, vocab: int, tree=None) -> Memory | None:
     return None
 
 
-def make_drafter(method: str, tree, memory: Memory | None, randomness: RandomStream, params: SamplingParams,
-                 model, feed_rejected: bool = False, diagnose: bool = False, seed: int | None = None,
-                 extend: bool = True, copy_tokens: int = COPY_TOKENS, suffix: SuffixSettings | None = None,
-                 vocab: int | None = None) -> Drafter | None:
-    """The drafter of ``method`` (None for plain decoding).
-
-    Args:
-        method: one of :data:`METHODS`.
-        tree: the static tree (tree methods): a :class:`DraftTree`, :class:`TreeFile`, file or
-            bundled name; None = the method's default (:data:`DEFAULT_TREES`).
-        memory: a shared :data:`Memory` of the method's kind, or None for a fresh one.
-        randomness: the run's random stream (Gumbel noise of stochastic drafts).
-        params: the target sampling distribution.
-        model: the target (its vocabulary; the ``"auto"`` tree is sized from its latency); None when
-            drafting without one (trace replay): then ``vocab`` is given and ``tree`` is not a family.
-        feed_rejected, diagnose, extend, copy_tokens: STAND options (see :func:`stand_runtime.generate`).
-        suffix: SuffixDecoding's settings (None = its defaults).
-        vocab: the vocabulary size when ``model`` is None.
-        seed: seeds the diagnostics' private generator.
-
-    Raises:
-        StandError: see :func:`check_method` and :func:`method_tree`; a memory built for another
-            vocabulary.
-    """
-    check_method(method, tree=tree, memory=memory, feed_rejected=feed_rejected, diagnose=diagnose, extend=extend,
-                 copy_tokens=copy_tokens)
-    static = method_tree(method, tree, model)
-    if method in TREE_METHODS and static is None:
-        raise StandError(f"method {method!r} without a model needs a tree file or bundled tree, not a family")
-    if model is not None:
-        vocab = vocab_size(model)
-    elif vocab is None:
-        raise StandError("make_drafter needs a model or a vocabulary size")
-    if memory is None:
-        memory = new_memory(method, vocab, static)
-    if isinstance(memory, RecyclingMatrix) and memory.vocab != vocab:
-        raise StandError(f"the RecyclingMatrix has {memory.vocab} rows but the model's vocabulary is {vocab}")
-    if isinstance(memory, NGramStore) and memory.max_token_id >= vocab:
-        raise StandError(f"the store holds token id {memory.max_token_id}, outside the model's vocabulary ({vocab})")
-    if method == "ar":
-        return None
-    if method == "pld":
-        return PromptLookupDrafter()
-    if method == "recycle":
-        return TokenRecyclingDrafter(static, memory)
-    if method == "suffix":
-        return SuffixDecodingDrafter(memory, suffix or SuffixSettings())
-    stochastic = method == "stand" and not params.greedy
-    quality = DraftQuality(seed=seed) if diagnose else None
-    extension = Extension(budget=static.num_nodes) if extend and isinstance(static, DraftTree) else None
-    return StandDrafter(static, memory, randomness if stochastic else None, params, feed_rejected, quality, extension,
-                        copy_tokens)
-
-
 __all__ = [
-    "AUTO", "COPY_TOKENS", "MAX_COPY_TOKENS", "check_method_available", "DEFAULT_TREES", "DYNAMIC", "DYNAMIC_MAX_N", "DYNAMIC_METHODS", "DynamicTree", "best_first_draft",
-    "parse_dynamic", "Drafter", "METHODS", "Memory", "PromptLookupDrafter", "RecyclingMatrix", "STORE_METHODS",
-    "STORE_TOP_K", "SUFFIX_TUNED", "StandDrafter", "SuffixDecodingDrafter", "SuffixMemory", "SuffixSettings", "draft_tree", "TREE_METHODS", "TokenRecyclingDrafter", "Extension", "check_method", "make_drafter",
-    "method_tree", "new_memory", "sized_family", "store_params", "takes_tree",
+    "COPY_TOKENS", "MAX_COPY_TOKENS", "DYNAMIC", "DYNAMIC_MAX_N", "DYNAMIC_METHODS", "Drafter", "DynamicTree",
+    "Extension", "METHODS", "Memory", "OPTIONAL_PACKAGES", "PromptLookupDrafter", "RecyclingMatrix", "STORE_METHODS",
+    "STORE_TOP_K", "SUFFIX_TUNED", "StandDrafter", "SuffixDecodingDrafter", "SuffixMemory", "SuffixSettings",
+    "TREE_METHODS", "TokenRecyclingDrafter", "best_first_draft", "check_method", "check_method_available", "draft_tree",
+    "new_memory", "parse_dynamic", "store_params", "takes_tree",
 ]

@@ -118,9 +118,8 @@ def best_first_draft(tree: DynamicTree, store: NGramStore, context: list[int], r
         context: committed tokens, the last one being the root (at least one token).
         randomness: Gumbel noise for stochastic drafts; None = deterministic (q's order).
         max_depth: draft no node deeper than this (e.g. the tokens still allowed); None = no limit.
-        chain: a copy chain continuing ``context``
-            (:func:`stand_runtime.drafters.tree_walk.graft_chain`), grafted after the best-first
-            nodes; its length comes out of the budget.
+        chain: a copy chain continuing ``context`` (:func:`.tree_walk.graft_chain`), grafted after
+            the best-first nodes; its length comes out of the budget.
 
     Returns:
         The :class:`Draft`: parents before children, each node's children in drawing order, the
@@ -129,15 +128,13 @@ def best_first_draft(tree: DynamicTree, store: NGramStore, context: list[int], r
     chain = list(chain or ())[: tree.num_nodes]  # copied nodes count against the budget
     budget = tree.num_nodes - len(chain)
     deepest = tree.max_depth if max_depth is None else min(max_depth, tree.max_depth)
-    max_n = store.max_n
-    builder = DraftBuilder(context[-1])
-    suffixes = [tuple(context[-max_n:])]
-    scores = [1.0]
+    max_n, builder = store.max_n, DraftBuilder(context[-1])
+    suffixes, scores = [tuple(context[-max_n:])], [1.0]
     drawn: dict[int, tuple] = {}  # node → (entry, drawing order of its support, confidence)
     # (-score, tie, node, rank): the node's child at that rank of its drawing order; rank -1 = the
     # node's lookup, not made yet (its children score at most the node's own score: looked up lazily)
     heap: list[tuple] = [(-1.0, 0, 0, -1)]
-    tie = 0
+    tie = 0  # insertion order breaks score ties
 
     def offer(node: int, rank: int) -> None:
         nonlocal tie

@@ -23,11 +23,13 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Callable, Protocol, Sequence
 
-from .batch_decode import RowSpec, auto_node_cap, check_max_nodes, decode_rows
+from .batch_decode import decode_rows
 from .batch_sampling import RecordedDistributions, sample_recorded
 from ..checks import check_bool, check_callable, check_int
-from .decode import check_budget, generate
-from ..drafters import Memory, check_method, method_tree, new_memory
+from .decode import generate
+from ..drafters import Memory
+from ..method import Method, as_method
+from .rows import RowSpec, check_budget
 from ..errors import StandError
 from ..limits import MAX_ROWS, MAX_SAMPLES
 from .metrics import DecodeStats, GenerationResult
@@ -150,49 +152,40 @@ class HFBackend:
 
     Args:
         model, tokenizer: the target (see :func:`stand_runtime.load_model`).
-        method: the decoding method (:data:`stand_runtime.drafters.METHODS`).
-        tree: the static tree of a tree method (resolved once here); None = the method's default.
-        feed_rejected, diagnose: STAND options (see :func:`stand_runtime.generate`).
+        method: a :class:`stand_runtime.Method` (its tree, STAND options and ``max_nodes``), or a
+            method name parsed with its defaults for ``max_batch`` rows.
         share_memory: one drafter memory for every request instead of one per request.
         batch_size: rows sampled together for ``record_probs`` requests (batched plain sampling).
         max_batch: rows decoded together per target forward (1 = one sample after another through
             :func:`stand_runtime.generate`; more = :func:`stand_runtime.engine.batch_decode.decode_rows`).
-        max_nodes: with ``max_batch > 1``, cap on drafted nodes per row and step (None = none;
-            ``"auto"`` = the tree's size when it was sized for the batch, see
-            :func:`stand_runtime.engine.batch_decode.auto_node_cap`).
 
     Requests with ``record_probs`` are sampled by batched plain decoding (method ``ar`` only, no stop
     strings); the others are decoded by the method, ``max_batch`` rows at a time.
 
     Raises:
-        StandError: an unknown method, a bad tree, or an option the method does not take.
+        StandError: an unknown method or bad tree (a name), ``diagnose`` or ``max_nodes`` with a
+            ``max_batch`` they do not apply to, ``batch_size`` without method ``ar``.
     """
 
-    def __init__(self, model, tokenizer, method: str = "ar", *, tree=None, feed_rejected: bool = False,
-                 diagnose: bool = False, share_memory: bool = False, batch_size: int = RECORD_BATCH, max_batch: int = 1,
-                 max_nodes: int | str | None = "auto") -> None:
+    def __init__(self, model, tokenizer, method: Method | str = "ar", *, share_memory: bool = False,
+                 batch_size: int = RECORD_BATCH, max_batch: int = 1) -> None:
         check_model(model)
-        check_method(method, tree=tree, feed_rejected=feed_rejected, diagnose=diagnose)
         share_memory = check_bool("share_memory", share_memory)
         batch_size = check_int("batch_size", batch_size, 1, MAX_ROWS)
         max_batch = check_int("max_batch", max_batch, 1, MAX_ROWS)
-        if diagnose and max_batch > 1:
+        method = as_method(method, model, max_batch)
+        if method.diagnose and max_batch > 1:
             raise StandError("diagnose runs one sample at a time: use max_batch 1")
+        if method.max_nodes is not None and max_batch == 1:
+            raise StandError("max_nodes caps drafts of batched rows: it applies with max_batch > 1")
+        if batch_size != RECORD_BATCH and method.name != "ar":
+            raise StandError("batch_size applies to record_probs requests, which need method 'ar'")
         self.model = model
         self.tokenizer = tokenizer
         self.method = method
-        self.tree = method_tree(method, tree, model, batch=max_batch)
-        self.feed_rejected = feed_rejected
-        self.diagnose = diagnose
         self.batch_size = batch_size
         self.max_batch = max_batch
-        max_nodes = check_max_nodes(max_nodes, method)
-        if isinstance(max_nodes, int) and max_batch == 1:
-            raise StandError("max_nodes caps drafts of batched rows: it applies with max_batch > 1")
-        if batch_size != RECORD_BATCH and method != "ar":
-            raise StandError("batch_size applies to record_probs requests, which need method 'ar'")
-        self.max_nodes = auto_node_cap(method, tree, self.tree, max_batch) if max_nodes == "auto" else max_nodes
-        self.shared_memory: Memory | None = new_memory(method, vocab_size(model), self.tree) if share_memory else None
+        self.shared_memory: Memory | None = method.new_memory(vocab_size(model)) if share_memory else None
         self._groups: OrderedDict[str, Memory | None] = OrderedDict()
 
     def memory_for(self, request: DecodeRequest) -> Memory | None:
@@ -201,9 +194,9 @@ class HFBackend:
         if self.shared_memory is not None:
             return self.shared_memory
         if request.group is None:
-            return new_memory(self.method, vocab_size(self.model), self.tree)
+            return self.method.new_memory(vocab_size(self.model))
         if request.group not in self._groups:
-            self._groups[request.group] = new_memory(self.method, vocab_size(self.model), self.tree)
+            self._groups[request.group] = self.method.new_memory(vocab_size(self.model))
             while len(self._groups) > MEMORY_GROUPS:
                 self._groups.popitem(last=False)
         self._groups.move_to_end(request.group)
@@ -247,8 +240,8 @@ class HFBackend:
         """
         if not isinstance(request, DecodeRequest):
             raise StandError(f"a request must be a DecodeRequest, got {type(request).__name__}")
-        if request.record_probs and self.method != "ar":
-            raise StandError(f"record_probs needs method 'ar' (batched plain sampling), not {self.method!r}")
+        if request.record_probs and self.method.name != "ar":
+            raise StandError(f"record_probs needs method 'ar' (batched plain sampling), not {self.method.name!r}")
         prompt = encode_prompt(self.tokenizer, request.prompt, vocab_size(self.model))
         check_positions(self.model, len(prompt), request.max_new_tokens)
         return prompt
@@ -269,14 +262,13 @@ class HFBackend:
     def _decode(self, index: int, request: DecodeRequest, prompt: list[int], on_completion, on_tokens
                 ) -> list[Completion]:
         memory = self.memory_for(request)
-        stream = None if on_tokens is None else (lambda tokens: on_tokens(len(tokens)))
+        stream = None if on_tokens is None else (lambda step: on_tokens(len(step.tokens)))
         completions = []
         for sample in range(request.n):
             result = generate(
-                self.model, self.tokenizer, prompt, method=self.method, tree=self.tree,
-                sampling=request.sampling, max_new_tokens=request.max_new_tokens, seed=request.seed_of(sample),
-                store=memory, feed_rejected=self.feed_rejected, diagnose=self.diagnose, stop=request.stop,
-                on_tokens=stream, eos_token_ids=self._eos_for(request), logprobs=request.logprobs,
+                self.model, self.tokenizer, prompt, method=self.method, sampling=request.sampling,
+                max_new_tokens=request.max_new_tokens, seed=request.seed_of(sample), store=memory,
+                stop=request.stop, on_step=stream, eos_token_ids=self._eos_for(request), logprobs=request.logprobs,
             )
             completion = self._completion(request, prompt, result)
             completions.append(completion)
@@ -305,7 +297,6 @@ class HFBackend:
                     on_completion(index, sample, completion)
 
             decode_rows(self.model, self.tokenizer, [spec for _, _, spec in chunk], method=self.method,
-                        tree=self.tree, feed_rejected=self.feed_rejected, max_nodes=self.max_nodes,
                         on_tokens=on_tokens, on_finish=finished)
 
     def _sample_recorded(self, indices: list[int], requests, prompt_ids, out, on_completion, on_tokens) -> None:

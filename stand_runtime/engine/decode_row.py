@@ -24,7 +24,7 @@ from ..trees.draft import Draft
 from ..drafters import Drafter
 from ..errors import StandError
 from ..drafters.feeds import LogitsFeed
-from .metrics import DecodeStats
+from .metrics import DecodeStats, GenerationResult
 from ..randomness import RandomStream
 from ..target.sampling import SamplingParams, TargetRow, target_row, target_rows
 from .stopping import StopRule
@@ -92,11 +92,13 @@ class Settled:
         keep: draft positions whose KV entries belong to the sequence now, root first
             (``[0, *accepted]``); empty when the row finished (its cache is no longer needed).
         verification: the verification outcome before the cut.
+        draft: the draft the step verified.
     """
 
     tokens: list[int]
     keep: list[int]
     verification: Verification
+    draft: Draft
 
 
 class DecodeRow:
@@ -108,7 +110,8 @@ class DecodeRow:
         params: the target sampling distribution.
         randomness: the row's own random stream (drafting noise, acceptance tests, samples).
         stop_rule: EOS ids, token budget and stop strings.
-        on_step: optional ``(draft, verification)`` callback after each verification.
+        on_step: optional callback receiving each step's :class:`Settled` (draft, verification,
+            committed tokens) once the step is committed.
         lap: optional timing callback (:data:`Lap`); None records no time.
         stats: the statistics to record into (None = new ones).
         logprobs: record each generated token's log-probability under the target's raw logits
@@ -174,8 +177,6 @@ class DecodeRow:
         else:
             verification = verify_sampling(draft, target.target_at, self.randomness)
         self.lap("verification_s")
-        if self.on_step is not None:
-            self.on_step(draft, verification)
         proposed = [draft.tokens[p] for p in verification.accepted] + [verification.token]
         new_tokens, self.finish_reason = self.stop_rule.cut(self.generated, proposed)
         accepted = verification.accepted[: len(new_tokens)]
@@ -189,7 +190,10 @@ class DecodeRow:
         self.committed += new_tokens
         self.generated += new_tokens
         keep = [0, *accepted] if self.finish_reason is None else []
-        return Settled(new_tokens, keep, verification)
+        settled = Settled(new_tokens, keep, verification, draft)
+        if self.on_step is not None:
+            self.on_step(settled)
+        return settled
 
     def finish_stats(self) -> DecodeStats:
         """The statistics with the drafter's memory summary (call once, at the end)."""
@@ -199,6 +203,13 @@ class DecodeRow:
             stats.diagnostics_s = getattr(self.drafter, "diagnostics_s", 0.0)
             stats.bookkeeping_s -= stats.diagnostics_s
         return stats
+
+
+    def result(self) -> GenerationResult:
+        """The row's tokens, text, finish reason and statistics (call once, when it finished)."""
+        text = self.stop_rule.text(self.generated, self.finish_reason)
+        return GenerationResult(tokens=self.generated, text=text, stats=self.finish_stats(),
+                                finish_reason=self.finish_reason, logprobs=self.logprobs)
 
 
 def truncate_draft(draft: Draft, max_nodes: int) -> Draft:

@@ -16,7 +16,6 @@ holds; then the replay of a model's own greedy output takes exactly the engine's
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -26,6 +25,7 @@ from .decode_row import DecodeRow
 from ..drafters import Drafter
 from ..errors import StandError
 from ..drafters.feeds import OneHotFeed, RowsFeed, one_hot_rows
+from .clock import Clock
 from .metrics import DecodeStats
 from ..randomness import RandomStream
 from ..target.sampling import SamplingParams
@@ -136,7 +136,8 @@ def replay_trace(drafter: Drafter | None, prompt: Sequence[int], tokens: Sequenc
     if recorded is not None and len(recorded.ids) != len(sequence) - 1:
         raise StandError(f"recorded rows cover {len(recorded.ids)} positions, not {len(sequence) - 1}")
     stats = DecodeStats()
-    clock = _Laps(stats)
+    clock = Clock("cpu")
+    clock.rows = [stats]
     row = DecodeRow(prompt, drafter, GREEDY, RandomStream.seeded(0), StopRule((), len(tokens)), lap=clock.lap,
                     stats=stats)
     if drafter is not None and len(prompt) > 1:
@@ -150,17 +151,3 @@ def replay_trace(drafter: Drafter | None, prompt: Sequence[int], tokens: Sequenc
         row.settle(draft, TraceTarget(draft, sequence, len(row.committed), recorded))
         clock.lap("bookkeeping_s")
     return ReplayResult(row.finish_stats(), len(tokens))
-
-
-class _Laps:
-    """Wall-clock laps into :class:`DecodeStats` buckets (seconds)."""
-
-    def __init__(self, stats: DecodeStats) -> None:
-        self.stats = stats
-        self.last = time.perf_counter()
-
-    def lap(self, bucket: str | None) -> None:
-        now = time.perf_counter()
-        if bucket is not None:
-            setattr(self.stats, bucket, getattr(self.stats, bucket) + now - self.last)
-        self.last = now

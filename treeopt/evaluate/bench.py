@@ -24,6 +24,7 @@ from stand_runtime import (
     TREE_METHODS,
     DecodeRequest,
     HFBackend,
+    Method,
     SamplingParams,
     StandError,
     acceptance_by_depth,
@@ -213,9 +214,10 @@ def run_bench(
     check_bench_settings(len(prompts), trajectories, seed)
     backends, results = [], []
     for spec in methods:
-        backend = HFBackend(model, tokenizer, spec.method, tree=spec.tree, feed_rejected=spec.feed_rejected,
-                            diagnose=spec.method in STORE_METHODS, share_memory=share_across_prompts)
-        nodes = {"ar": 0, "pld": 10, "suffix": 64}.get(spec.method) if backend.tree is None else backend.tree.num_nodes
+        method = Method.parse(spec.method, spec.tree, model, feed_rejected=spec.feed_rejected,
+                              diagnose=spec.method in STORE_METHODS)
+        backend = HFBackend(model, tokenizer, method, share_memory=share_across_prompts)
+        nodes = {"ar": 0, "pld": 10, "suffix": 64}.get(spec.method) if method.tree is None else method.tree.num_nodes
         result = MethodResult(spec.label, spec.method, spec.tree_name, nodes, spec.feed_rejected)
         result.by_trajectory = [[0, 0] for _ in range(trajectories)]
         backends.append(backend)

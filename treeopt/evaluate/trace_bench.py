@@ -17,7 +17,7 @@ from typing import Callable
 import numpy as np
 
 from stand_runtime import COPY_TOKENS, STORE_METHODS, TREE_METHODS, SUFFIX_TUNED, RandomStream, SamplingParams, StandError, SuffixSettings
-from stand_runtime import make_drafter, new_memory, replay_trace
+from stand_runtime import Method, replay_trace
 from stand_runtime.checks import check_callable, check_int
 from stand_runtime.drafters import MAX_COPY_TOKENS, takes_tree
 
@@ -217,15 +217,15 @@ def run_trace_bench(groups: list[TraceGroup], methods: list[TraceMethod], vocab:
     greedy = SamplingParams(temperature=0.0)
     results = []
     for spec in methods:
+        method = Method.parse(spec.method, spec.tree, feed_rejected=spec.feed_rejected, extend=spec.extend,
+                              copy_tokens=spec.copy_tokens, suffix=spec.suffix)
         runs = np.full((len(groups), width, 5), np.nan)
         memories = []
         for g, group in enumerate(groups):
-            memory = new_memory(spec.method, vocab, spec.tree)
+            memory = method.new_memory(vocab)
             drafter = None
             for t, trace in enumerate(group.trace_ids):
-                drafter = make_drafter(spec.method, spec.tree, memory, RandomStream.seeded(t), greedy, None,
-                                       feed_rejected=spec.feed_rejected, extend=spec.extend,
-                                       copy_tokens=spec.copy_tokens, suffix=spec.suffix, vocab=vocab)
+                drafter = method.drafter(memory, RandomStream.seeded(t), greedy, vocab)
                 stats = replay_trace(drafter, group.prompt_ids, trace).stats
                 runs[g, t] = (stats.new_tokens, stats.target_forwards, sum(stats.drafted_per_step), stats.drafting_s,
                               stats.verification_s + stats.bookkeeping_s)

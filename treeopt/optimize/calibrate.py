@@ -27,6 +27,7 @@ from stand_runtime import (
     DecodeRequest,
     DraftTree,
     HFBackend,
+    Method,
     NGramStore,
     RandomStream,
     SamplingParams,
@@ -230,17 +231,17 @@ def direct_prompt(config: CalibrationConfig, model, tokenizer, prompt: str | lis
     alpha_sum = np.zeros(candidate.num_nodes + 1)
     steps = tokens = 0
 
-    def count(draft, verification):
-        for position in verification.accepted:
-            alpha_sum[draft.nodes[position]] += 1.0
+    def count(step):
+        for position in step.verification.accepted:
+            alpha_sum[step.draft.nodes[position]] += 1.0
+        if on_tokens is not None:
+            on_tokens(len(step.tokens))
 
-    stream = None if on_tokens is None else (lambda new: on_tokens(len(new)))
+    method = Method.parse("stand-det" if config.deterministic_drafts else "stand", candidate, model, extend=False,
+                          copy_tokens=0)
     for trajectory in range(config.trajectories):
-        result = generate(
-            model, tokenizer, prompt, method="stand-det" if config.deterministic_drafts else "stand", tree=candidate,
-            sampling=config.sampling, max_new_tokens=config.max_new_tokens, seed=seed + trajectory, store=store,
-            on_step=count, on_tokens=stream, extend=False, copy_tokens=0,
-        )
+        result = generate(model, tokenizer, prompt, method=method, sampling=config.sampling,
+                          max_new_tokens=config.max_new_tokens, seed=seed + trajectory, store=store, on_step=count)
         steps += result.stats.target_forwards
         tokens += result.stats.new_tokens
     return alpha_sum, steps, tokens

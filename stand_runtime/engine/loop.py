@@ -1,0 +1,220 @@
+"""The engine loop, one for a single sequence and for a batch: draft → one target forward → verify →
+commit, over the active rows, until each finishes (STAND paper §3; docs/design.md §3).
+
+Per step every active row proposes a draft (:meth:`DecodeRow.propose`), the row caches run all drafts
+through the target in one forward (:class:`RowCaches`: :class:`SequenceCache` for one sequence, with
+any attention layout the model has; :class:`BatchCache` for B rows of different lengths in one
+padded forward), each row settles its draft against its own logits (verification, stop rule, drafter
+feeding: :meth:`DecodeRow.settle`), and the caches keep each row's root and accepted entries. Rows
+finish independently (EOS, stop string, budget) and leave at once. One device-aware
+:class:`stand_runtime.engine.clock.Clock` times every phase into the statistics of the rows it served.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Protocol, Sequence
+
+import torch
+
+from ..drafters import Drafter
+from ..drafters.feeds import LogitsFeed
+from ..errors import StandError
+from ..target.batch_kv import BatchedCache
+from ..target.forward import draft_forward, model_device, prefill
+from ..target.kv_cache import keep_tree_entries, new_cache
+from ..target.sampling import SamplingParams
+from ..trees.draft import Draft
+from .clock import Clock
+from .decode_row import DecodeRow, Settled, StepTarget
+from .metrics import GenerationResult
+
+
+class RowCaches(Protocol):
+    """How the rows' KV caches live and run through the target (one sequence, or a padded batch)."""
+
+    def prefill(self, model, rows: Sequence[DecodeRow], clock: Clock) -> None:
+        """Cache every row's prompt minus its last token (the first root); feed the drafters."""
+
+    def forward(self, model, rows: Sequence[DecodeRow], drafts: Sequence[Draft]) -> list[torch.Tensor]:
+        """One target forward over every row's draft: per row its ``[n_nodes, vocab]`` logits."""
+
+    def keep(self, settled: Sequence[Settled], drafts: Sequence[Draft]) -> None:
+        """Keep each row's root and accepted entries (``Settled.keep``); drop the rest of the step."""
+
+    def drop(self, finished: Sequence[int], active: int) -> None:
+        """Remove the rows at positions ``finished`` of the ``active`` rows (they finished)."""
+
+
+def prompt_observer(drafter: Drafter, prompt: list[int], params: SamplingParams):
+    """The prefill callback that hands a prompt chunk's logits to ``drafter`` as a
+    :class:`stand_runtime.drafters.feeds.LogitsFeed` of p under ``params`` (refusing non-finite logits)."""
+    def observe(logits: torch.Tensor, positions: range) -> None:
+        if not bool(torch.isfinite(logits).all()):
+            raise StandError(f"the target's logits are not finite (NaN or inf) in the prompt's positions "
+                             f"{positions.start}-{positions.stop - 1}")
+        drafter.observe_prompt(prompt, LogitsFeed(logits, params), positions)
+
+    return observe
+
+
+class SequenceCache:
+    """One sequence's cache (a transformers cache, compacted after each step; any attention layout)."""
+
+    def __init__(self, model) -> None:
+        self.cache = new_cache(model)
+        self._prefix = 0
+
+    def prefill(self, model, rows, clock: Clock) -> None:
+        (row,) = rows
+        prompt = row.committed
+        clock.rows = [row.stats]
+        if len(prompt) > 1:
+            prefill(model, self.cache, prompt[:-1], on_logits=None if row.drafter is None else
+                    prompt_observer(row.drafter, prompt, row.params))
+        clock.lap("prefill_s")
+
+    def forward(self, model, rows, drafts) -> list[torch.Tensor]:
+        self._prefix = self.cache.get_seq_length()
+        return [draft_forward(model, self.cache, drafts[0], self._prefix)]
+
+    def keep(self, settled, drafts) -> None:
+        if settled[0].keep:
+            keep_tree_entries(self.cache, self._prefix, settled[0].keep, len(drafts[0].tokens))
+
+    def drop(self, finished, active) -> None:
+        pass
+
+
+class BatchCache:
+    """B rows in one padded forward (:class:`stand_runtime.target.batch_kv.BatchedCache`).
+
+    Drafts are padded to a common node count N (padding nodes attend only to themselves, are never
+    visited by verification and are dropped from the cache); one forward over ``[B, N]`` tokens with
+    positions ``len(row) - 1 + depth`` and one additive ``[B, 1, N, S + N]`` mask of each row's valid
+    cache slots and its tree. Rows of one prompt share its prefill; rows sharing a drafter memory
+    feed it the prompt once.
+    """
+
+    def __init__(self, model, memories: Sequence) -> None:
+        self.memories = list(memories)
+        self.device = model_device(model)
+        self.dtype = next(model.parameters()).dtype
+        self.cache: BatchedCache | None = None
+        self._block = 0
+        self._width = 0
+
+    def prefill(self, model, rows, clock: Clock) -> None:
+        caches, by_prompt = [], {}
+        for row in rows:
+            clock.rows = [row.stats]
+            key = tuple(row.committed)
+            if key not in by_prompt:
+                by_prompt[key] = self._prefill_prompt(model, rows, row.committed)
+            caches.append(by_prompt[key])
+            clock.lap("prefill_s")
+        self.cache = BatchedCache.from_rows(caches, model.config)
+
+    def _prefill_prompt(self, model, rows, prompt: list[int]):
+        cache = new_cache(model)
+        observers, fed = [], set()
+        for other, memory in zip(rows, self.memories):
+            if other.drafter is None or other.committed != prompt:
+                continue
+            if memory is not None and id(memory) in fed:
+                continue  # one memory learns a prompt once, however many of its rows share it
+            fed.add(id(memory))
+            observers.append(prompt_observer(other.drafter, prompt, other.params))
+
+        def observe(logits, positions):
+            for observer in observers:
+                observer(logits, positions)
+
+        if len(prompt) > 1:
+            prefill(model, cache, prompt[:-1], on_logits=observe if observers else None)
+        return cache
+
+    def forward(self, model, rows, drafts) -> list[torch.Tensor]:
+        width = max(len(d.tokens) for d in drafts)
+        batch = len(rows)
+        ids = torch.zeros(batch, width, dtype=torch.long)
+        positions = torch.zeros(batch, width, dtype=torch.long)
+        ancestors = torch.eye(width, dtype=torch.bool).repeat(batch, 1, 1)
+        for b, (row, draft) in enumerate(zip(rows, drafts)):
+            n = len(draft.tokens)
+            ids[b, :n] = torch.as_tensor(draft.tokens)
+            ids[b, n:] = draft.tokens[0]
+            root = len(row.committed) - 1
+            positions[b, :n] = torch.as_tensor(draft.depths) + root
+            positions[b, n:] = root
+            ancestors[b, :n, :n] = draft.ancestor_mask()
+        self._block, self._width = self.cache.length, width
+        mask = self.cache.attention_mask(ancestors, self.dtype, self.device)
+        logits = model(input_ids=ids.to(self.device), position_ids=positions.to(self.device), attention_mask=mask,
+                       cache=self.cache.cache, use_cache=True).logits
+        return [logits[b, : len(d.tokens)] for b, d in enumerate(drafts)]
+
+    def keep(self, settled, drafts) -> None:
+        self.cache.keep(self._block, [s.keep for s in settled], self._width)
+
+    def drop(self, finished, active) -> None:
+        if finished:
+            self.cache.select([b for b in range(active) if b not in finished])
+
+
+class Loop:
+    """Decode ``rows`` to the end (see the module docstring).
+
+    Args:
+        model: the target.
+        rows: one :class:`DecodeRow` per sequence (prompt, drafter, sampling, randomness, stop rule).
+        caches: the row caches (:class:`SequenceCache` for one row, :class:`BatchCache` for a batch).
+        max_nodes: cap on drafted nodes per row and step (None = none).
+        on_tokens: called with the number of tokens each step committed over all rows (progress).
+        on_finish: called as ``on_finish(row_index, result)`` when a row finishes.
+    """
+
+    def __init__(self, model, rows: Sequence[DecodeRow], caches: RowCaches, max_nodes: int | None = None,
+                 on_tokens: Callable[[int], None] | None = None,
+                 on_finish: Callable[[int, GenerationResult], None] | None = None) -> None:
+        self.model = model
+        self.rows = list(rows)
+        self.caches = caches
+        self.max_nodes = max_nodes
+        self.on_tokens = on_tokens
+        self.on_finish = on_finish
+        self.clock = Clock(model_device(model))
+        for row in self.rows:
+            row.lap = self.clock.lap
+        self.active: list[int] = list(range(len(self.rows)))
+        self.results: list[GenerationResult | None] = [None] * len(self.rows)
+
+    def run(self) -> list[GenerationResult]:
+        """Prefill, then step until every row finished; one result per row, in order."""
+        self.caches.prefill(self.model, self.rows, self.clock)
+        while self.active:
+            self.step()
+        return self.results
+
+    def step(self) -> None:
+        """One step over the active rows: draft, one forward, settle, keep; finished rows leave."""
+        rows = [self.rows[i] for i in self.active]
+        self.clock.rows = [row.stats for row in rows]
+        self.clock.lap(None)
+        drafts = [row.propose(self.max_nodes) for row in rows]
+        logits = self.caches.forward(self.model, rows, drafts)
+        self.clock.lap("forward_s")
+        settled = [row.settle(draft, StepTarget(out, row.params)) for row, draft, out in zip(rows, drafts, logits)]
+        self.caches.keep(settled, drafts)
+        finished = [b for b, row in enumerate(rows) if row.finish_reason is not None]
+        self.caches.drop(finished, len(rows))
+        self.clock.lap("bookkeeping_s")
+        if finished:
+            self.clock.settle()
+        for b in finished:
+            index = self.active[b]
+            self.results[index] = self.rows[index].result()
+            if self.on_finish is not None:
+                self.on_finish(index, self.results[index])
+        self.active = [i for b, i in enumerate(self.active) if b not in finished]
+        if self.on_tokens is not None:
+            self.on_tokens(sum(len(s.tokens) for s in settled))

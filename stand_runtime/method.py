@@ -1,0 +1,263 @@
+"""The decoding method as one value: what drafts, into which tree, with which options.
+
+A :class:`Method` is made and checked once (:meth:`Method.parse`: the method name, its tree spec
+resolved, for ``"auto"`` and tree families sized for the target's latency on this machine) and then
+handed whole to every engine, backend, bench and search; it makes its own drafter memory and drafter.
+So no path re-parses a tree spec or accepts an option another refuses.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .checks import check_int
+from .drafters import (COPY_TOKENS, DYNAMIC_METHODS, METHODS, STORE_METHODS, TREE_METHODS, Drafter, Memory,
+                       check_method, new_memory)
+from .drafters.best_first import DynamicTree, parse_dynamic
+from .drafters.diagnostics import DraftQuality
+from .drafters.prompt_lookup import PromptLookupDrafter
+from .drafters.stand import StandDrafter
+from .drafters.suffix_decoding import SuffixDecodingDrafter, SuffixMemory, SuffixSettings
+from .drafters.token_recycling import RecyclingMatrix, TokenRecyclingDrafter
+from .drafters.tree_walk import Extension
+from .errors import StandError
+from .randomness import RandomStream
+from .store.ngram_store import NGramStore
+from .target.sampling import SamplingParams
+from .tree_choice import AUTO, DEFAULT_FAMILY, check_auto_available, machine_tree
+from .trees.tree import DraftTree
+from .trees.tree_io import TreeFile, is_family, resolve_tree
+
+DEFAULT_TREES = {"stand": AUTO, "stand-det": AUTO, "recycle": "heuristic-80"}
+"""Each tree method's default tree: for STAND the default model's calibrated tree family sized for
+this machine's latency (``"auto"``, :mod:`stand_runtime.tree_choice`), for Token Recycling its own
+static tree (its paper's depth profile 8/21/25/15/8/3)."""
+
+
+@dataclass(frozen=True)
+class Method:
+    """A decoding method, resolved: build it with :meth:`parse` (checked once, never changed after).
+
+    Attributes:
+        name: one of :data:`stand_runtime.drafters.METHODS`.
+        tree: the resolved tree: a :class:`DraftTree` (static), a :class:`DynamicTree` (STAND's
+            best-first tree), or None (methods without a tree: pld, suffix, ar).
+        feed_rejected: STAND: also feed the store with p at rejected tree nodes.
+        extend: STAND: spend the node budget that store misses leave on best-first chains beyond
+            the static tree.
+        copy_tokens: STAND: tokens of the prompt-lookup copy path grafted onto the draft (0 = off).
+        diagnose: STAND: measure q against p at every step's root (one row at a time only).
+        max_nodes: cap on drafted nodes per row and step in a batch (None = none).
+        sized: the tree was sized for this machine from a family (``"auto"``).
+        suffix: SuffixDecoding's settings (None = its defaults).
+
+    Raises:
+        StandError: options the method does not take (:func:`stand_runtime.drafters.check_method`),
+            a tree method without a resolved tree, or a bad ``max_nodes``.
+    """
+
+    name: str
+    tree: DraftTree | DynamicTree | None = None
+    feed_rejected: bool = False
+    extend: bool = True
+    copy_tokens: int = COPY_TOKENS
+    diagnose: bool = False
+    max_nodes: int | None = None
+    sized: bool = False
+    suffix: SuffixSettings | None = None
+
+    def __post_init__(self) -> None:
+        check_method(self.name, tree=self.tree, feed_rejected=self.feed_rejected, diagnose=self.diagnose,
+                     extend=self.extend, copy_tokens=self.copy_tokens)
+        object.__setattr__(self, "copy_tokens", int(self.copy_tokens))
+        if self.name in TREE_METHODS and not isinstance(self.tree, (DraftTree, DynamicTree)):
+            raise StandError(f"method {self.name!r} needs a resolved tree: build it with Method.parse")
+        if isinstance(self.tree, DynamicTree) and self.name not in DYNAMIC_METHODS:
+            raise StandError(f"a dynamic tree applies to {', '.join(DYNAMIC_METHODS)}, not {self.name!r}")
+        if self.max_nodes is not None:
+            object.__setattr__(self, "max_nodes", check_max_nodes(self.max_nodes, self.name))
+        if self.suffix is not None and (self.name != "suffix" or not isinstance(self.suffix, SuffixSettings)):
+            raise StandError("suffix settings apply to method 'suffix' (a SuffixSettings)")
+
+    @classmethod
+    def parse(cls, name: str, tree=None, model=None, batch: int = 1, *, feed_rejected: bool = False,
+              extend: bool = True, copy_tokens: int = COPY_TOKENS, diagnose: bool = False, max_nodes=AUTO,
+              suffix: SuffixSettings | None = None) -> "Method":
+        """The method ``name`` with its tree resolved and its options checked.
+
+        Args:
+            name: the decoding method.
+            tree: a :class:`DraftTree`, :class:`TreeFile`, file path, bundled tree name, ``"dynamic"``
+                / ``"dynamic-N"`` (STAND), ``"auto"`` or a tree family (file or bundled name: its
+                member sized for this machine); None = the method's default (:data:`DEFAULT_TREES`).
+            model: the target; needed to size ``"auto"`` and families (from its latency here).
+            batch: rows per target forward the tree is sized for (an int >= 1).
+            feed_rejected, extend, copy_tokens, diagnose: STAND's options (see :class:`Method`).
+            max_nodes: cap on drafted nodes per row and step in a batch: an int >= 0, None (none) or
+                ``"auto"`` (:func:`auto_node_cap`).
+            suffix: SuffixDecoding's settings.
+
+        Raises:
+            StandError: unknown method, a missing optional package, an option the method does not
+                take, a bad tree (or one without draft nodes), a family to size without a model.
+        """
+        if isinstance(name, Method):
+            raise StandError("Method.parse takes a method name; this is already a Method")
+        batch = check_int("batch", batch, 1)
+        check_method(name, tree=tree, feed_rejected=feed_rejected, diagnose=diagnose, extend=extend,
+                     copy_tokens=copy_tokens)
+        max_nodes = check_max_nodes(max_nodes, name)
+        spec = DEFAULT_TREES.get(name) if tree is None else tree
+        resolved = method_tree(name, spec, model, batch)
+        sized = name in TREE_METHODS and sized_family(spec) is not None
+        if max_nodes == AUTO:
+            max_nodes = auto_node_cap(resolved, sized, batch)
+        return cls(name, resolved, feed_rejected, extend, copy_tokens, diagnose, max_nodes, sized, suffix)
+
+    @property
+    def label(self) -> str:
+        """The method and its tree as tables show them (``stand [dynamic-80]``, ``recycle [12 nodes]``)."""
+        if isinstance(self.tree, DynamicTree):
+            return f"{self.name} [dynamic-{self.tree.num_nodes}]"
+        if isinstance(self.tree, DraftTree):
+            return f"{self.name} [{self.tree.num_nodes} nodes]"
+        return self.name
+
+    def new_memory(self, vocab: int) -> Memory | None:
+        """A fresh drafter memory of this method's kind (None for methods without one)."""
+        return new_memory(self.name, vocab, self.tree)
+
+    def check_memory(self, memory: Memory | None, vocab: int) -> None:
+        """Raises StandError when ``memory`` is of the wrong kind, keeps contexts shorter than this
+        method's tree drafts from, or was built for another vocabulary."""
+        if memory is None:
+            return
+        check_method(self.name, tree=self.tree, memory=memory)
+        if isinstance(memory, RecyclingMatrix) and memory.vocab != vocab:
+            raise StandError(f"the RecyclingMatrix has {memory.vocab} rows but the model's vocabulary is {vocab}")
+        if isinstance(memory, NGramStore) and memory.max_token_id >= vocab:
+            raise StandError(f"the store holds token id {memory.max_token_id}, outside the model's vocabulary ({vocab})")
+
+    def drafter(self, memory: Memory | None, randomness: RandomStream, params: SamplingParams, vocab: int,
+                seed: int | None = None) -> Drafter | None:
+        """This method's drafter for one sequence (None for plain decoding).
+
+        Args:
+            memory: the drafter memory (shared by the calls given the same object); None = a fresh one.
+            randomness: the sequence's random stream (Gumbel noise of stochastic drafts).
+            params: the target sampling distribution.
+            vocab: the target's vocabulary size.
+            seed: seeds the diagnostics' private generator.
+
+        Raises:
+            StandError: see :meth:`check_memory`.
+        """
+        self.check_memory(memory, vocab)
+        if memory is None:
+            memory = self.new_memory(vocab)
+        if self.name == "ar":
+            return None
+        if self.name == "pld":
+            return PromptLookupDrafter()
+        if self.name == "recycle":
+            return TokenRecyclingDrafter(self.tree, memory)
+        if self.name == "suffix":
+            return SuffixDecodingDrafter(memory, self.suffix or SuffixSettings())
+        stochastic = self.name == "stand" and not params.greedy
+        quality = DraftQuality(seed=seed) if self.diagnose else None
+        extension = Extension(budget=self.tree.num_nodes) if self.extend and isinstance(self.tree, DraftTree) else None
+        return StandDrafter(self.tree, memory, randomness if stochastic else None, params, self.feed_rejected, quality,
+                            extension, self.copy_tokens)
+
+
+def as_method(method: "Method | str", model=None, batch: int = 1) -> Method:
+    """``method`` itself, or a method name parsed with its defaults (:meth:`Method.parse`)."""
+    if isinstance(method, Method):
+        return method
+    return Method.parse(method, None, model, batch)
+
+
+def check_max_nodes(max_nodes, method: str | None = None):
+    """``max_nodes`` if it is an int >= 0 (numpy integers accepted), None or ``"auto"``.
+
+    Raises:
+        StandError: anything else, or a cap given to a method that drafts nothing (``ar``).
+    """
+    if max_nodes is None or (isinstance(max_nodes, str) and max_nodes == AUTO):
+        return max_nodes
+    try:
+        max_nodes = check_int("max_nodes", max_nodes, 0)
+    except StandError:
+        raise StandError(f"max_nodes must be an integer >= 0, None or 'auto', got {max_nodes!r}") from None
+    if method == "ar":
+        raise StandError("max_nodes caps drafted nodes: method 'ar' drafts none")
+    return max_nodes
+
+
+def auto_node_cap(tree, sized: bool, batch: int) -> int | None:
+    """The default cap on drafted nodes per row in a batch of ``batch`` rows.
+
+    A batched forward costs the padded width times the rows, so one wide row (STAND's copied
+    tokens beyond its tree) widens every row. When the tree was sized for this batch from the
+    latency profile (``"auto"`` or a family), rows are capped at the tree's size; an explicit tree
+    (or a batch of one) is not capped.
+    """
+    if batch < 2 or not sized or tree is None:
+        return None
+    return tree.num_nodes
+
+
+def sized_family(spec) -> str | None:
+    """The tree family a tree spec asks to size for this machine: the bundled default for
+    ``"auto"``, the family itself for a family file or bundled family name; None for a fixed tree."""
+    if isinstance(spec, str) and spec == AUTO:
+        return DEFAULT_FAMILY
+    return str(spec) if is_family(spec) else None
+
+
+def method_tree(method: str, spec, model=None, batch: int = 1) -> DraftTree | DynamicTree | None:
+    """The tree ``method`` drafts into, resolved from ``spec`` (see :meth:`Method.parse`); None for
+    methods without a tree.
+
+    Raises:
+        StandError: a bad tree, a tree without draft nodes, or a family to size without a model.
+    """
+    if method not in TREE_METHODS:
+        return None
+    dynamic = parse_dynamic(spec)
+    if dynamic is not None:
+        return dynamic
+    family = sized_family(spec)
+    if family is not None:
+        check_auto_available(family)
+        if model is None:
+            raise StandError(f"the tree {spec!r} is sized from the target's latency on this machine: "
+                             f"parse the method with the model")
+        return machine_tree(model, family, batch=batch).tree
+    resolved = resolve_tree(spec)
+    if resolved.num_nodes == 0:
+        name = f" {spec}" if isinstance(spec, str) else ""
+        raise StandError(f"tree{name} has no draft nodes: use method 'ar' for plain decoding")
+    return resolved
+
+
+def check_tree_spec(method: str, spec) -> None:
+    """Check ``spec`` for ``method`` before the model loads: a dynamic tree or a fixed tree resolved,
+    a family (``"auto"``) found and valid.
+
+    Raises:
+        StandError: what :func:`method_tree` would raise, except the missing model.
+    """
+    check_method(method, tree=spec)
+    if method not in TREE_METHODS:
+        return
+    spec = DEFAULT_TREES[method] if spec is None else spec
+    family = sized_family(spec)
+    if family is not None:
+        check_auto_available(family)
+    else:
+        method_tree(method, spec)
+
+
+__all__ = ["DEFAULT_TREES", "Method", "as_method", "auto_node_cap", "check_max_nodes", "check_tree_spec",
+           "method_tree", "sized_family", "METHODS", "STORE_METHODS", "TREE_METHODS", "SuffixMemory", "TreeFile"]

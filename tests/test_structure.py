@@ -1,0 +1,115 @@
+"""The structure stays easy to see: package layers without cycles, small modules and functions.
+
+Pure source reading (no imports of the packages), so it runs in well under a second.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import networkx as nx
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("stand_runtime", "treeopt", "treeopt_cli")
+MAX_MODULE_LINES = 400
+MAX_FUNCTION_LINES = 60
+LONG_FUNCTIONS: dict[str, str] = {}
+"""``path:function`` → why it may be longer than :data:`MAX_FUNCTION_LINES` lines (none today)."""
+
+
+def source_files():
+    files = [ROOT / "cli.py"]
+    for package in PACKAGES:
+        if (ROOT / package).is_dir():
+            files += sorted((ROOT / package).rglob("*.py"))
+    return files
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imported_modules(path: Path) -> set[str]:
+    """Absolute names of the modules ``path`` imports (relative imports resolved)."""
+    name = module_name(path)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module
+            found.add(target)
+            found |= {f"{target}.{alias.name}" for alias in node.names}
+    return found
+
+
+def unit_of(module: str) -> str | None:
+    """The architectural unit of a module: a subpackage of stand_runtime/treeopt, or a top-level module."""
+    parts = module.split(".")
+    if parts[0] not in ("stand_runtime", "treeopt"):
+        return None
+    if len(parts) == 1:
+        return parts[0]
+    candidate = ROOT / parts[0] / parts[1]
+    return ".".join(parts[:2]) if candidate.is_dir() or candidate.with_suffix(".py").exists() else parts[0]
+
+
+def test_units_import_each_other_without_cycles():
+    """stand_runtime's parts (target, trees, store, drafters, engine, vllm and the top-level modules)
+    and treeopt's (optimize, evaluate, data) form layers: no unit imports one that imports it back.
+    The lazy package faces (``__init__``) only re-export and are left out."""
+    graph = nx.DiGraph()
+    for path in source_files():
+        if path.name == "__init__.py" and path.parent.name in ("stand_runtime", "treeopt"):
+            continue
+        source = unit_of(module_name(path))
+        if source is None:
+            continue
+        for target in map(unit_of, imported_modules(path)):
+            if target is not None and target != source and target not in ("stand_runtime", "treeopt"):
+                graph.add_edge(source, target)
+    cycles = list(nx.simple_cycles(graph))
+    assert not cycles, f"units import each other in a cycle: {cycles}"
+    assert not any(t.startswith("treeopt") for s, t in graph.edges if s.startswith("stand_runtime")), \
+        "stand_runtime must not import treeopt"
+
+
+def test_only_the_cli_imports_rich_and_typer():
+    for path in source_files():
+        if path.name == "cli.py" or path.relative_to(ROOT).parts[0] == "treeopt_cli":
+            continue
+        heavy = {m.split(".")[0] for m in imported_modules(path)} & {"rich", "typer", "click"}
+        assert not heavy, f"{path.relative_to(ROOT)} imports {heavy}"
+
+
+def test_modules_and_functions_stay_small():
+    too_long = []
+    for path in source_files():
+        text = path.read_text()
+        relative = path.relative_to(ROOT)
+        if text.count("\n") > MAX_MODULE_LINES:
+            too_long.append(f"{relative}: {text.count(chr(10))} lines")
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                length = node.end_lineno - node.lineno + 1
+                if length > MAX_FUNCTION_LINES and f"{relative}:{node.name}" not in LONG_FUNCTIONS:
+                    too_long.append(f"{relative}:{node.lineno} {node.name}: {length} lines")
+    assert not too_long, "over the size rules:\n" + "\n".join(too_long)
+
+
+def test_the_decoding_entry_points_take_about_a_dozen_parameters():
+    for relative, name in (("stand_runtime/engine/decode.py", "generate"),
+                           ("stand_runtime/engine/batch_decode.py", "generate_batch"),
+                           ("stand_runtime/engine/batch_decode.py", "decode_rows")):
+        tree = ast.parse((ROOT / relative).read_text())
+        function = next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == name)
+        arguments = function.args
+        count = len(arguments.posonlyargs) + len(arguments.args) + len(arguments.kwonlyargs)
+        assert count <= 12, f"{name} takes {count} parameters"
