@@ -113,3 +113,16 @@ def test_the_decoding_entry_points_take_about_a_dozen_parameters():
         arguments = function.args
         count = len(arguments.posonlyargs) + len(arguments.args) + len(arguments.kwonlyargs)
         assert count <= 12, f"{name} takes {count} parameters"
+
+
+def test_drafting_imports_no_tree_sizing_latency_or_model_loading():
+    """The vLLM engine process imports the drafters (its proposer drafts chains): they must not pull
+    the machine's tree sizing, latency measurement, model loading or transformers in."""
+    import subprocess
+    import sys
+
+    code = ("import sys, stand_runtime.drafters, stand_runtime.vllm.proposer; "
+            "print(sorted(m for m in sys.modules if m in {'transformers', 'stand_runtime.tree_choice', "
+            "'stand_runtime.target.latency', 'stand_runtime.target.models', 'stand_runtime.method'}))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    assert out.stdout.strip() == "[]", out.stdout

@@ -6,9 +6,14 @@ engine feeds it) and (b) p itself, kept sparse as the most likely ids covering >
 Plain sampling of many rows in one batch (left-padded, one KV cache) is the cheapest lossless way to
 get them: on a CPU a batch of 16 gives ~5.8x the tokens/s of batch 1.
 
-Every row draws from its own :class:`stand_runtime.randomness.RandomStream`, one uniform per token
-through :func:`stand_runtime.target.sampling.sample_index`, exactly as ``generate(method="ar", seed=s)``
-does: a row's samples do not depend on the other rows of the batch.
+It is a loop of its own beside the engine's (:class:`stand_runtime.engine.loop.Loop`), because it
+needs what the engine never computes: p dense at every position of every row, for recording. What it
+shares with the engine: p itself (:mod:`stand_runtime.target.sampling`), one
+:class:`stand_runtime.randomness.RandomStream` per row with one uniform per token through
+:func:`stand_runtime.target.sampling.sample_index`, and the store observation (``store_params``). So
+every row is distributed exactly as ``generate(method="ar")`` and independent of the other rows; per
+seed the draws match the engine's only up to rounding (p over the full vocabulary here, over the
+nucleus's candidates there: under top-p a uniform at a boundary can pick a neighbouring token).
 """
 
 from __future__ import annotations

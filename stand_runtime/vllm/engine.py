@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 
 from ..errors import StandError
-from . import speculative_config
+from .config import speculative_config
 
 VLLM_METHODS = ("ar", "ngram", "suffix", "stand")
 """Methods a vLLM engine runs: plain decoding, vLLM's n-gram (prompt lookup) and suffix proposers,
