@@ -1,4 +1,4 @@
-"""Lossless verification (DESIGN §3.3): emitted tokens are distributed exactly as plain sampling.
+"""Lossless verification (docs/design.md §4.3, §9): emitted tokens are distributed exactly as plain sampling.
 
 Each case simulates >= 100k verifications and compares the first emitted token's frequencies with p
 by a chi-square test (p-value > 0.001). Tokens with p = 0 must never be emitted.

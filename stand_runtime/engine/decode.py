@@ -1,4 +1,4 @@
-"""Decoding one sequence: draft → tree forward → verify → commit (STAND paper §3; DESIGN §3.4).
+"""Decoding one sequence: draft → tree forward → verify → commit (STAND paper §3; docs/design.md §1.4).
 
 One target forward per step over the root (the last committed token, not yet in the KV cache) and
 the drafted nodes, with a 4D tree attention mask and explicit positions ``prefix_len + depth``

@@ -1,6 +1,6 @@
 """One sequence's decoding state, engine-free: propose a draft, then settle it against the target.
 
-Every engine drives the same per-sequence steps (DESIGN §3.4):
+Every engine drives the same per-sequence steps (docs/design.md §1.4):
 
 1. :meth:`DecodeRow.propose`: the drafter drafts from the committed tokens (or a lone root);
 2. the engine runs the draft through the target (one sequence, a padded batch of rows, or a recorded

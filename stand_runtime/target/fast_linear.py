@@ -1,7 +1,7 @@
 """A faithful faster CPU forward: ``nn.Linear`` weights prepacked once for oneDNN.
 
 On a CPU, a transformer forward of a few tokens is dominated by its linear layers, and stock fp32
-GEMM is slow for 2-16 rows (the shapes of a draft-tree step: TRANSFORMERS-NOTES.md). oneDNN with
+GEMM is slow for 2-16 rows (the shapes of a draft-tree step: docs/design.md §5.3). oneDNN with
 the weight reordered once into its blocked layout (``torch.ops.mkldnn._reorder_linear_weight``,
 then ``_linear_pointwise`` per call: the private ops torch.compile's inductor emits for CPU linears)
 computes the same product in the same dtype, flatter in the number of rows. The target model is
@@ -22,7 +22,7 @@ _CHECK_TOLERANCE = 1e-4
 
 def native_bf16() -> bool:
     """True when this CPU computes bfloat16 natively (AVX512-BF16 or AMX); without it a bfloat16
-    forward of more than one token is slower than float32 (TRANSFORMERS-NOTES.md)."""
+    forward of more than one token is slower than float32 (docs/design.md §5.3)."""
     cpu = torch.cpu
     checks = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
     return any(getattr(cpu, name, lambda: False)() for name in checks)

@@ -66,7 +66,7 @@ class BenchMethod:
 
 
 REJECTED_SUFFIX = "+rejected"
-"""Appended to a STAND method name: feed the store at rejected tree nodes too (DESIGN §3.1 option)."""
+"""Appended to a STAND method name: feed the store at rejected tree nodes too (docs/design.md §2.4 option)."""
 
 
 def parse_methods(methods: str, trees: list[str] | None) -> list[BenchMethod]:
