@@ -1,5 +1,5 @@
 """The engine loop, one for a single sequence and for a batch: draft → one target forward → verify →
-commit, over the active rows, until each finishes (STAND paper §3; docs/design.md §3).
+commit, over the active rows, until each finishes (STAND paper §3; docs/design.md §1.4, §1.5).
 
 Per step every active row proposes a draft (:meth:`DecodeRow.propose`), the row caches run all drafts
 through the target in one forward (:class:`RowCaches`: :class:`SequenceCache` for one sequence, with
