@@ -152,7 +152,7 @@ def bench_tables(results, speedups: dict, title: str, intervals: dict | None = N
 
 
 def vllm_bench_table(results, speedups: dict, intervals: dict, title: str) -> Table:
-    """``treeopt bench --engine vllm``: per method τ, throughput and speedup over vLLM plain decoding."""
+    """``treeopt bench-vllm``: per method τ, throughput and speedup over vLLM plain decoding."""
     table = Table(title=title)
     for name in ("method", "tokens", "τ (tokens/forward)", "draft tokens/step", "tokens/s", "vs vLLM plain [95%]"):
         table.add_column(name, justify="left" if name == "method" else "right")
@@ -282,6 +282,14 @@ class ProgressLines:
         where = f"{done}/{int(total)}" if total else f"{done}"
         self.console.print(f"{task['description']} {where} {extra}".rstrip(), highlight=False)
         task["printed"] = task["completed"]
+
+
+def calibration_columns() -> list:
+    """Progress columns of ``calibrate``: a bar, done/total, a rate field, elapsed and remaining time."""
+    from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+    return [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[rate]}"),
+            TimeElapsedColumn(), TimeRemainingColumn()]
 
 
 def progress(console, *columns):
