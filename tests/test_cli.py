@@ -440,3 +440,23 @@ def test_only_the_cli_imports_rich_and_typer():
     offenders = [str(path.relative_to(root)) for package in ("stand_runtime", "treeopt")
                  for path in sorted((root / package).rglob("*.py")) if pattern.search(path.read_text())]
     assert not offenders, offenders
+
+
+def test_export_nodes_auto_sizes_the_tree_from_the_latency_profile(tmp_path, monkeypatch, calibration_file):
+    """``export --nodes auto``: the CLI loads the model and reads its latency profile; the size comes
+    from :func:`treeopt.optimize.export.choose_export_size` and lands in the tree's metadata."""
+    from stand_runtime.target.latency import LatencyProfile
+
+    flat = LatencyProfile((1, 16, 32, 64), (0.010, 0.0101, 0.0102, 0.0103))
+    steep = LatencyProfile((1, 16, 32, 64), (0.010, 0.2, 0.4, 0.8))
+    monkeypatch.setattr(loading, "load_model", lambda *a, **k: (None, None))
+    for profile, expected in ((flat, None), (steep, "no tree beats plain decoding")):
+        monkeypatch.setattr(loading, "cached_profile", lambda *a, profile=profile, **k: profile)
+        out = tmp_path / "auto.json"
+        code, output = run("export", str(calibration_file), "--nodes", "auto", "--batch", "2", "--out", str(out))
+        if expected is None:
+            assert code == 0, output
+            chosen = json.loads(out.read_text())["metadata"]["nodes_auto"]
+            assert chosen["batch"] == 2 and chosen["chosen"] == load_tree(out).tree.num_nodes >= 1
+        else:
+            assert code == 2 and expected in output, output
