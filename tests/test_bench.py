@@ -87,7 +87,7 @@ def test_bench_diagnostics_add_up():
     assert sum(diag["lookup_hit_rate_by_n"].values()) <= 1.0 and diag["lookups"] > 0
     from rich.console import Console
 
-    from cli_render import diagnostics_tables
+    from treeopt_cli.render import diagnostics_tables
 
     console = Console(record=True, width=200, markup=False)  # as the CLI: tree names look like markup
     for table in diagnostics_tables(results):
@@ -129,7 +129,7 @@ def test_bench_json_has_intervals_bounds_and_time_split():
     # the tables a terminal of 80 columns shows: nothing folded, every method and figure on its row
     from rich.console import Console
 
-    from cli_render import bench_tables, diagnostics_tables
+    from treeopt_cli.render import bench_tables, diagnostics_tables
     from treeopt.evaluate.bench import latency_bounds, speedup_intervals, speedups
 
     console = Console(record=True, width=80, markup=False)

@@ -7,6 +7,7 @@ import pytest
 from typer.testing import CliRunner
 
 from cli import app
+from treeopt_cli import loading
 from stand_runtime import Method, load_tree
 from treeopt.optimize.calibration import Calibration
 from treeopt.optimize.candidate import candidate_tree
@@ -21,7 +22,7 @@ def run(*args):
 
 def one_line_error(output: str, message: str) -> None:
     lines = [line for line in output.strip().splitlines() if line.strip()]
-    if len(lines) > 1 and message.startswith("Invalid value for"):  # click's usage error: typer's test runner
+    if len(lines) > 1 and message.startswith(("Invalid value for", "No such option")):  # click's usage error: typer's test runner
         assert "Error: " + message in output, output  # prints it with the usage; `treeopt` as one line (tested)
         return
     assert len(lines) == 1 and lines[0].startswith("error:") and message in lines[0], output
@@ -149,10 +150,9 @@ def test_generate_feed_rejected_needs_a_store_method():
 @pytest.fixture()
 def tiny_cli(monkeypatch):
     """The CLI on the tiny model with the digits tokenizer (no model loading)."""
-    import cli
     from conftest import DigitsTokenizer, tiny_model
 
-    monkeypatch.setattr(cli, "_load", lambda *args: (tiny_model(), DigitsTokenizer()))
+    monkeypatch.setattr(loading, "load_model", lambda *args: (tiny_model(), DigitsTokenizer()))
 
 
 @pytest.mark.parametrize(
@@ -167,12 +167,10 @@ def tiny_cli(monkeypatch):
     ],
 )
 def test_generate_bad_options_fail_before_the_model_loads(monkeypatch, args, message):
-    import cli
-
     def no_loading(*args):
         raise AssertionError("the model was loaded before the options were checked")
 
-    monkeypatch.setattr(cli, "_load", no_loading)
+    monkeypatch.setattr(loading, "load_model", no_loading)
     code, output = run("generate", *args)
     assert code == 2
     one_line_error(output, message)
@@ -207,7 +205,7 @@ def test_progress_in_a_file_prints_a_few_lines(monkeypatch):
 
     from rich.console import Console
 
-    import cli_render
+    from treeopt_cli import render as cli_render
 
     monkeypatch.setenv("FORCE_COLOR", "1")
     buffer = io.StringIO()
@@ -226,7 +224,7 @@ def test_stream_ending_inside_a_multibyte_character_keeps_the_text(default_model
 
     from rich.console import Console
 
-    import cli_render
+    from treeopt_cli import render as cli_render
 
     _, tokenizer = default_model
     ids = tokenizer("ok 😀")["input_ids"]
@@ -264,9 +262,7 @@ def test_usage_errors_are_one_line_too(monkeypatch, capsys, argv, message):
 
 
 def test_outputs_never_overwrite_inputs(tmp_path, monkeypatch, calibration_file):
-    import cli
-
-    monkeypatch.setattr(cli, "_load", lambda *a, **k: (_ for _ in ()).throw(AssertionError("model loaded")))
+    monkeypatch.setattr(loading, "load_model", lambda *a, **k: (_ for _ in ()).throw(AssertionError("model loaded")))
     tree = tmp_path / "t.json"
     tree.write_text(load_tree("heuristic-80").tree and '[[0], [1], [0, 0]]')
     prompt = tmp_path / "p.txt"
@@ -282,6 +278,8 @@ def test_outputs_never_overwrite_inputs(tmp_path, monkeypatch, calibration_file)
         (["calibrate", "--dataset", str(data), "--out", str(data), "--samples", "1"], "is the --dataset file itself"),
         (["bench", "--dataset", str(data), "--json", str(data), "--samples", "1", "--offset", "0"], "is the --dataset file itself"),
         (["bench", "--json", str(tmp_path / "b.out"), "--png", str(tmp_path / "b.out")], "are the same file"),
+        (["bench-traces", str(data), "--json", str(data)], "is the TRACES file itself"),
+        (["bench-vllm", "--dataset", str(data), "--json", str(data)], "is the --dataset file itself"),
         (["export", str(calibration_file), "--out", str(calibration_file)], "is the CALIBRATION file itself"),
     ]
     for args, message in cases:
@@ -323,7 +321,7 @@ def test_stop_strings_are_left_out_of_the_text_and_the_stream(tiny_qwen2):
 
     from rich.console import Console
 
-    import cli_render
+    from treeopt_cli import render as cli_render
     from conftest import DigitsTokenizer
     from stand_runtime import DecodeRequest, HFBackend, SamplingParams, generate, generate_batch
 
@@ -349,13 +347,13 @@ def test_stop_strings_are_left_out_of_the_text_and_the_stream(tiny_qwen2):
 
 
 def test_a_prompt_file_loses_its_trailing_newline_unless_asked(tmp_path):
-    import cli
+    from treeopt_cli.options import read_prompt
 
     path = tmp_path / "prompt.txt"
     path.write_text("Say hi\n\n")
-    assert cli._read_prompt(None, path) == "Say hi"
-    assert cli._read_prompt(None, path, keep_newline=True) == "Say hi\n\n"
-    assert cli._read_prompt("Say hi", None) == "Say hi"
+    assert read_prompt(None, path) == "Say hi"
+    assert read_prompt(None, path, keep_newline=True) == "Say hi\n\n"
+    assert read_prompt("Say hi", None) == "Say hi"
 
 
 def test_usage_and_range_errors_come_before_any_import_of_torch():
@@ -370,6 +368,9 @@ def test_usage_and_range_errors_come_before_any_import_of_torch():
     for args, message in ((["generate", "--max-new-tokens", "0", "hi"], "Invalid value for '--max-new-tokens'"),
                           (["search", "--dataset", "x", "--max-batch", "2000"], "Invalid value for '--max-batch'"),
                           (["bench", "--seed", "-1"], "Invalid value for '--seed'"),
+                          (["bench", "--traces", "t.jsonl"], "treeopt bench-traces FILE"),
+                          (["bench-traces", "t.jsonl", "--copy-tokens", "99"], "Invalid value for '--copy-tokens'"),
+                          (["bench-vllm", "--samples", "0"], "Invalid value for '--samples'"),
                           (["serve", "--port", "0"], "Invalid value for '--port'")):
         run = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, cwd=root)
         assert run.returncode == 2, run.stderr
@@ -384,3 +385,76 @@ def test_show_draws_trees_with_their_own_colour_scale(tmp_path):
     code, output = run("show", "stand-smollm2-humaneval-80", "heuristic-80", "--tree-png", str(out))
     assert code == 0, output
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 20000
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["bench", "--traces", "t.jsonl"], "bench --traces is now its own command: treeopt bench-traces FILE"),
+    (["bench", "--samples", "2", "--traces=t.jsonl", "--min-group-size", "1"], "treeopt bench-traces FILE"),
+    (["bench", "--engine", "vllm", "--k", "4"], "bench --engine vllm is now its own command: treeopt bench-vllm"),
+    (["bench", "--engine", "hf"], "bench has no --engine: it runs this toolkit's engine; vLLM's is treeopt bench-vllm"),
+    (["bench", "--k", "4"], "--k is an option of treeopt bench-vllm"),
+    (["bench", "--copy-tokens", "5"], "--copy-tokens is an option of treeopt bench-traces"),
+])
+def test_the_old_bench_spellings_name_the_new_commands(monkeypatch, capsys, argv, message):
+    """``bench --traces FILE`` and ``bench --engine vllm`` (and their options) are one-line errors
+    naming ``bench-traces`` and ``bench-vllm``, in the test runner and from the console script."""
+    monkeypatch.setattr(loading, "load_model", lambda *a, **k: pytest.fail("the model loaded"))
+    code, output = run(*argv)
+    assert code == 2
+    one_line_error(output, message)
+    monkeypatch.setattr("sys.argv", ["treeopt", *argv])
+    with pytest.raises(SystemExit) as exit_info:
+        __import__("cli").run()
+    assert exit_info.value.code == 2
+    one_line_error(capsys.readouterr().err, message)
+
+
+def _options(command: str) -> set[str]:
+    code, output = run(command, "--help")
+    assert code == 0, output
+    return {word.rstrip(",") for word in output.split() if word.startswith("--")} - {"--help"}
+
+
+def test_each_bench_command_lists_only_its_own_options():
+    shared = {"--methods", "--json"}
+    decoding = {"--model", "--dataset", "--field", "--samples", "--offset", "--temperature", "--top-p",
+                "--max-new-tokens", "--seed", "--trajectories", "--ignore-eos", "--dtype"}
+    trace = {"--tree", "--group-field", "--text-field", "--prompt-field", "--max-tokens", "--min-group-size",
+             "--tokenizer", "--copy-tokens", "--png"}
+    assert _options("bench") == shared | decoding | {"--tree", "--share-store", "--png"}
+    assert _options("bench-traces") == shared | trace
+    assert _options("bench-vllm") == shared | decoding | {"--k"}
+    code, output = run("--help")
+    assert all(name in output for name in ("bench-traces", "bench-vllm"))
+
+
+def test_only_the_cli_imports_rich_and_typer():
+    """The packages return data; presentation (rich) and the command line (typer) stay in the CLI."""
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).parents[1]
+    pattern = re.compile(r"^\s*(import|from)\s+(rich|typer|click)\b", re.MULTILINE)
+    offenders = [str(path.relative_to(root)) for package in ("stand_runtime", "treeopt")
+                 for path in sorted((root / package).rglob("*.py")) if pattern.search(path.read_text())]
+    assert not offenders, offenders
+
+
+def test_export_nodes_auto_sizes_the_tree_from_the_latency_profile(tmp_path, monkeypatch, calibration_file):
+    """``export --nodes auto``: the CLI loads the model and reads its latency profile; the size comes
+    from :func:`treeopt.optimize.export.choose_export_size` and lands in the tree's metadata."""
+    from stand_runtime.target.latency import LatencyProfile
+
+    flat = LatencyProfile((1, 16, 32, 64), (0.010, 0.0101, 0.0102, 0.0103))
+    steep = LatencyProfile((1, 16, 32, 64), (0.010, 0.2, 0.4, 0.8))
+    monkeypatch.setattr(loading, "load_model", lambda *a, **k: (None, None))
+    for profile, expected in ((flat, None), (steep, "no tree beats plain decoding")):
+        monkeypatch.setattr(loading, "cached_profile", lambda *a, profile=profile, **k: profile)
+        out = tmp_path / "auto.json"
+        code, output = run("export", str(calibration_file), "--nodes", "auto", "--batch", "2", "--out", str(out))
+        if expected is None:
+            assert code == 0, output
+            chosen = json.loads(out.read_text())["metadata"]["nodes_auto"]
+            assert chosen["batch"] == 2 and chosen["chosen"] == load_tree(out).tree.num_nodes >= 1
+        else:
+            assert code == 2 and expected in output, output

@@ -325,7 +325,7 @@ def test_empty_method_lists_are_refused_everywhere(tmp_path):
 
     traces = tmp_path / "t.jsonl"
     traces.write_text("\n".join(json.dumps({"sample_group": 1, "trace": "a b", "problem": "p"}) for _ in range(2)))
-    for args in (["bench", "--traces", str(traces), "--methods", ""], ["bench", "--methods", " , "],
+    for args in (["bench-traces", str(traces), "--methods", ""], ["bench", "--methods", " , "],
                  ["search", "--dataset", str(traces), "--methods", ""]):
         code, output = run(*args)
         assert code == 2, args
@@ -458,13 +458,13 @@ def test_vllm_options_and_datasets_take_what_python_code_passes(tmp_path):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["bench", "--traces", "T", "--trajectories", "4"], "--trajectories does not apply to bench --traces"),
-    (["bench", "--traces", "T", "--temperature", "0.9", "--share-store"], "--temperature, --share-store do not apply"),
-    (["bench", "--engine", "vllm", "--traces", "T"], "--traces does not apply to bench --engine vllm"),
-    (["bench", "--engine", "vllm", "--png", "x.png"], "--png does not apply to bench --engine vllm"),
-    (["bench", "--engine", "vllm", "--k", "²"], "--k must be auto or an integer in [1, 64], got '²'"),
-    (["bench", "--engine", "vllm", "--k", "4", "--methods", "ar"], "--k sizes the drafts of stand, ngram and suffix"),
-    (["bench", "--copy-tokens", "5"], "--copy-tokens does not apply to bench without --traces"),
+    (["bench-traces", "T", "--trajectories", "4"], "No such option: --trajectories"),
+    (["bench-traces", "T", "--temperature", "0.9"], "No such option: --temperature"),
+    (["bench-vllm", "--traces", "T"], "No such option: --traces"),
+    (["bench-vllm", "--png", "x.png"], "No such option: --png"),
+    (["bench-vllm", "--k", "²"], "--k must be auto or an integer in [1, 64], got '²'"),
+    (["bench-vllm", "--k", "4", "--methods", "ar"], "--k sizes the drafts of stand, ngram and suffix"),
+    (["bench", "--copy-tokens", "5"], "--copy-tokens is an option of treeopt bench-traces"),
     (["bench", "--methods", "recycle", "--tree", "dynamic-16"], "tree 'dynamic-16' applies to none of 'recycle'"),
     (["bench", "--max-new-tokens", "1000000000"], "context too long"),
     (["calibrate", "--traces", "T", "--temperature", "0.9"], "--temperature does not apply to calibrate --traces"),

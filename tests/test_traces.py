@@ -166,7 +166,7 @@ def test_bad_traces_files_are_one_line_errors(tmp_path, content, message):
     path.write_text(content)
     with pytest.raises(StandError, match=message):
         load_traces(path, min_group_size=1)
-    result = CliRunner().invoke(app, ["bench", "--traces", str(path), "--min-group-size", "1"])
+    result = CliRunner().invoke(app, ["bench-traces", str(path), "--min-group-size", "1"])
     lines = [line for line in result.output.strip().splitlines() if line.strip()]
     assert result.exit_code == 2 and len(lines) == 1 and lines[0].startswith("error:") and message in lines[0], result.output
 
@@ -174,14 +174,14 @@ def test_bad_traces_files_are_one_line_errors(tmp_path, content, message):
 def test_bench_traces_cli_writes_table_json_and_png(tmp_path):
     pytest.importorskip("matplotlib")
     path = write_traces(tmp_path / "t.jsonl", groups=2, per_group=2)
-    result = CliRunner().invoke(app, ["bench", "--traces", str(path), "--methods", "stand,pld,recycle", "--max-tokens", "40",
+    result = CliRunner().invoke(app, ["bench-traces", str(path), "--methods", "stand,pld,recycle", "--max-tokens", "40",
                                       "--json", str(tmp_path / "r.json"), "--png", str(tmp_path / "r.png")])
     assert result.exit_code == 0, result.output
     assert "pooled" in result.output and "observed successor" in " ".join(result.output.split())
     data = json.loads((tmp_path / "r.json").read_text())
     assert [r["label"] for r in data["results"]] == ["stand", "pld", "recycle"]
     assert data["settings"]["groups"] == 2 and (tmp_path / "r.png").stat().st_size > 0
-    result = CliRunner().invoke(app, ["bench", "--traces", str(path), "--group-field", "nope"])
+    result = CliRunner().invoke(app, ["bench-traces", str(path), "--group-field", "nope"])
     assert result.exit_code == 2 and "no field 'nope'" in result.output
 
 

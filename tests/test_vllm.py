@@ -379,11 +379,12 @@ def test_vllm_bench_bad_input_one_line():
     for text, message in (("", "--methods is empty"), ("ar,eagle", "unknown method 'eagle'"), ("ar,ar", "is listed twice")):
         with pytest.raises(StandError, match=message):
             parse_vllm_methods(text)
-    for args, message in ((["--engine", "tpu"], "unknown --engine 'tpu'"),
-                          (["--engine", "vllm", "--methods", "ar,eagle"], "unknown method 'eagle' for --engine vllm"),
-                          (["--engine", "vllm", "--k", "zero"], "--k must be auto or an integer"),
-                          (["--engine", "vllm", "--methods", "stand"], "add ar to --methods")):
-        code, output = run("bench", *args)
+    for args, message in ((["bench", "--engine", "tpu"], "bench has no --engine"),
+                          (["bench", "--engine", "vllm"], "bench --engine vllm is now its own command: treeopt bench-vllm"),
+                          (["bench-vllm", "--methods", "ar,eagle"], "unknown method 'eagle' for bench-vllm"),
+                          (["bench-vllm", "--k", "zero"], "--k must be auto or an integer"),
+                          (["bench-vllm", "--methods", "stand"], "add ar to --methods")):
+        code, output = run(*args)
         assert code == 2
         one_line_error(output, message)
 

@@ -21,7 +21,7 @@ and STAND."""
 DEFAULT_K = {"ngram": 5, "suffix": 16, "stand": 4}
 """Draft tokens per step when none is given: vLLM's examples for ngram, its suffix default depth
 cap (its trees are sized per step by the spec factor), and a chain length for STAND when none is
-chosen (``treeopt bench --engine vllm --k auto`` sizes it from the calibration and vLLM's latency
+chosen (``treeopt bench-vllm --k auto`` sizes it from the calibration and vLLM's latency
 here: :func:`stand_runtime.vllm.choose_k`)."""
 
 

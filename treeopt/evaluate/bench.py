@@ -193,6 +193,28 @@ def check_bench_settings(prompts: int, trajectories: int, seed: int) -> None:
         raise StandError(f"seed {seed} is too large: the trajectories' seeds would run past 2**64")
 
 
+def default_offset(dataset: str, offset: int | None = None) -> int:
+    """``--offset`` as given, else its default: 30 for humaneval (past the 30 calibration prompts), 0 for
+    any other dataset."""
+    if offset is not None:
+        return offset
+    return 30 if dataset == "humaneval" else 0
+
+
+def check_prompts_fit(model, tokenizer, prompts: list[Prompt], max_new_tokens: int) -> None:
+    """Every prompt fits in the model's positions with its budget: said before the first method runs,
+    not after some have.
+
+    Raises:
+        StandError: naming the context and the budget.
+    """
+    from stand_runtime import encode_prompt, vocab_size
+    from stand_runtime.target.model_facts import check_positions
+
+    for prompt in prompts:
+        check_positions(model, len(encode_prompt(tokenizer, prompt.text, vocab_size(model))), max_new_tokens)
+
+
 def run_bench(
     model, tokenizer, prompts: list[Prompt], methods: list[BenchMethod], *, sampling: SamplingParams,
     max_new_tokens: int, seed: int, trajectories: int = 1, on_run: Callable[[str, str, object], None] | None = None,

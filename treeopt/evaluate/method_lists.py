@@ -1,6 +1,6 @@
 """Method lists as the benches and the search take them (``"ar,pld,stand"``): one parser for all.
 
-Every bench (``bench``, ``bench --traces``, ``bench --engine vllm``) and ``search`` splits its
+Every bench (``bench``, ``bench-traces``, ``bench-vllm``) and ``search`` splits its
 ``--methods`` here, so an empty list, an empty name, an unknown or repeated method, and a method
 whose optional package is missing are refused the same way everywhere, before any model loads.
 """
@@ -23,7 +23,7 @@ def split_methods(text, valid: Sequence[str], *, requires: dict[str, str] | None
         requires: name → the engine method whose optional package it needs (e.g. a trace-bench
             ``suffix-tuned`` → ``suffix``); a name missing from it is checked as itself.
         option: the option's name, for messages.
-        context: words naming where the list applies (e.g. ``"for --engine vllm"``), for messages.
+        context: words naming where the list applies (e.g. ``"for bench-vllm"``), for messages.
 
     Raises:
         StandError: not text, an empty list, an empty name, an unknown name (listing the valid

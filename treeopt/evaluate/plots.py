@@ -67,8 +67,6 @@ def plot_trees(trees: list, path: str | Path) -> Path:
     Raises:
         StandError: matplotlib is missing or the path is unwritable.
     """
-    import networkx as nx
-
     from matplotlib.lines import Line2D
 
     plt = pyplot()
@@ -84,31 +82,7 @@ def plot_trees(trees: list, path: str | Path) -> Path:
     top = max((float(values.max(initial=0.0)) for values in known), default=1.0)
     top = max(0.05, float(np.ceil(top * 20) / 20))  # the colour scale spans the estimates drawn, not 0-1
     for axis, graph, (name, tree, alpha) in zip(axes[0], graphs, trees):
-        x = _leaf_order_x(graph)
-        position = {v: (x[v], -graph.nodes[v]["depth"]) for v in graph}
-        drafted = [v for v in graph if v != 0]
-        if alpha is not None:
-            values = np.clip(np.asarray(alpha, dtype=float), 0, 1)
-            colours = [scale(float(values[v - 1]) / top) for v in drafted]
-            sizes = [12 + 150 * float(values[v - 1]) / top for v in drafted]
-        else:  # no estimates: grey, so no colour is read off the α̂ scale
-            colours, sizes = ["0.6"] * len(drafted), [40] * len(drafted)
-        nx.draw_networkx_edges(graph, position, ax=axis, arrows=False, edge_color="0.7", width=0.8)
-        nx.draw_networkx_nodes(graph, position, ax=axis, nodelist=drafted, node_color=colours, node_size=sizes,
-                               linewidths=0)
-        nx.draw_networkx_nodes(graph, position, ax=axis, nodelist=[0], node_color="black", node_shape="s",
-                               node_size=50)  # the root: the last committed token, not a draft
-        subtitle = f"{tree.num_nodes} nodes, depth {tree.max_depth}"
-        if alpha is not None:
-            subtitle += f", τ̂ = {1 + float(np.sum(alpha)):.2f}"
-        else:
-            subtitle += ", not calibrated (no α̂)"
-        axis.set_title(f"{name}\n{subtitle}", fontsize=9)
-        axis.set_yticks(range(0, -tree.max_depth - 1, -1), [str(d) for d in range(tree.max_depth + 1)])
-        axis.set_ylabel("depth")
-        axis.tick_params(left=True, labelleft=True, bottom=False, labelbottom=False)
-        for side in ("top", "right", "bottom"):
-            axis.spines[side].set_visible(False)
+        _draw_tree(axis, graph, tree, alpha, name, scale, top)
     if known:
         mappable = plt.cm.ScalarMappable(cmap=scale, norm=plt.Normalize(0, top))
         figure.colorbar(mappable, ax=axes[0].tolist(), label="α̂: estimated acceptance probability (colour and size)",
@@ -120,6 +94,37 @@ def plot_trees(trees: list, path: str | Path) -> Path:
               Line2D([], [], color="0.7", label="children left to right by rank: q's most likely first")]
     figure.legend(handles=legend, loc="lower center", ncol=3, fontsize=8, frameon=False)
     return _save(figure, plt, path)
+
+
+def _draw_tree(axis, graph, tree, alpha, name: str, scale, top: float) -> None:
+    """One panel of :func:`plot_trees`: the tree's nodes at their depth, coloured and sized by α̂ / ``top``."""
+    import networkx as nx
+
+    x = _leaf_order_x(graph)
+    position = {v: (x[v], -graph.nodes[v]["depth"]) for v in graph}
+    drafted = [v for v in graph if v != 0]
+    if alpha is not None:
+        values = np.clip(np.asarray(alpha, dtype=float), 0, 1)
+        colours = [scale(float(values[v - 1]) / top) for v in drafted]
+        sizes = [12 + 150 * float(values[v - 1]) / top for v in drafted]
+    else:  # no estimates: grey, so no colour is read off the α̂ scale
+        colours, sizes = ["0.6"] * len(drafted), [40] * len(drafted)
+    nx.draw_networkx_edges(graph, position, ax=axis, arrows=False, edge_color="0.7", width=0.8)
+    nx.draw_networkx_nodes(graph, position, ax=axis, nodelist=drafted, node_color=colours, node_size=sizes,
+                           linewidths=0)
+    nx.draw_networkx_nodes(graph, position, ax=axis, nodelist=[0], node_color="black", node_shape="s",
+                           node_size=50)  # the root: the last committed token, not a draft
+    subtitle = f"{tree.num_nodes} nodes, depth {tree.max_depth}"
+    if alpha is not None:
+        subtitle += f", τ̂ = {1 + float(np.sum(alpha)):.2f}"
+    else:
+        subtitle += ", not calibrated (no α̂)"
+    axis.set_title(f"{name}\n{subtitle}", fontsize=9)
+    axis.set_yticks(range(0, -tree.max_depth - 1, -1), [str(d) for d in range(tree.max_depth + 1)])
+    axis.set_ylabel("depth")
+    axis.tick_params(left=True, labelleft=True, bottom=False, labelbottom=False)
+    for side in ("top", "right", "bottom"):
+        axis.spines[side].set_visible(False)
 
 
 def _leaf_order_x(graph) -> dict:

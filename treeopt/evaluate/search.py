@@ -267,3 +267,65 @@ def summarize(results: Sequence[ProblemResult]) -> dict:
         "seconds": seconds,
         "tokens_per_s": tokens / seconds if seconds > 0 else 0.0,
     }
+
+
+def parse_search_methods(methods: str, tree: str | None = None) -> list[str]:
+    """Method names of ``search --methods``, with ``tree`` checked against the methods that take it.
+
+    Raises:
+        StandError: an empty list, an unknown or repeated method, or a tree no listed method takes
+            (or a bad tree spec).
+    """
+    from stand_runtime import METHODS
+    from stand_runtime.drafters import takes_tree
+    from stand_runtime.method import check_tree_spec
+
+    from .method_lists import split_methods
+
+    names = split_methods(methods, METHODS)
+    if tree is not None and not any(takes_tree(name, tree) for name in names):
+        raise StandError(f"--tree {tree} applies to none of {methods!r}")
+    for name in names:
+        check_tree_spec(name, tree if takes_tree(name, tree) else None)
+    return names
+
+
+def method_backends(target, tokenizer, names: Sequence[str], tree: str | None, max_batch: int) -> dict:
+    """One :class:`stand_runtime.HFBackend` per method (``tree`` only for the methods that take it)."""
+    from stand_runtime import HFBackend, Method
+    from stand_runtime.drafters import takes_tree
+
+    return {name: HFBackend(target, tokenizer, Method.parse(name, tree if takes_tree(name, tree) else None, target,
+                                                            max_batch), max_batch=max_batch)
+            for name in names}
+
+
+def compare_methods(backends: dict, tokenizer, problems: Sequence[Prompt], settings: SearchSettings,
+                    verifier: Verifier | None, vocab: int | None,
+                    on_search: Callable[[str], None] | None = None,
+                    on_problem: Callable[[dict], None] | None = None) -> dict[str, list[ProblemResult]]:
+    """Every problem searched by every backend (label → backend), interleaved problem by problem so
+    machine drift hits all methods alike.
+
+    Args:
+        on_search: called with the label after each (problem, method) search.
+        on_problem: called with the results so far (label → results) after each problem.
+
+    Returns:
+        label → one :class:`ProblemResult` per problem.
+    """
+    results: dict[str, list[ProblemResult]] = {name: [] for name in backends}
+    for index, problem in enumerate(problems):
+        for name, backend in backends.items():
+            results[name].append(search_problem(backend, tokenizer, problem, settings, verifier, vocab, index))
+            if on_search is not None:
+                on_search(name)
+        if on_problem is not None:
+            on_problem(results)
+    return results
+
+
+def search_report(settings: dict, results: dict[str, list[ProblemResult]]) -> dict:
+    """The ``search --json`` document: the settings, a summary per method, and every problem's result."""
+    return {"settings": settings, "summary": {name: summarize(rows) for name, rows in results.items() if rows},
+            "problems": {name: [r.as_dict() for r in rows] for name, rows in results.items()}}

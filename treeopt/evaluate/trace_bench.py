@@ -265,3 +265,20 @@ def trace_results_json(results: list[TraceResult], settings: dict, reference: st
         notes.append(RECYCLE_NOTE)
     return {"settings": settings, "results": out, "notes": notes,
             "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+
+
+def load_replay_groups(path, tokenizer, *, group_field: str = "sample_group", text_field: str = "trace",
+                       prompt_field: str = "problem", max_tokens: int = 3000,
+                       min_group_size: int = 2) -> tuple[list[TraceGroup], int]:
+    """The trace groups of a JSONL file, tokenized (at most ``max_tokens`` per trace) for
+    :func:`run_trace_bench`; (groups, groups left out for having fewer than ``min_group_size`` traces).
+
+    Raises:
+        StandError: an unreadable file, missing fields, or no group left.
+    """
+    from ..data.traces import load_traces, tokenize_groups
+
+    groups, skipped = load_traces(path, group_field=group_field, text_field=text_field, prompt_field=prompt_field,
+                                  min_group_size=min_group_size)
+    tokenize_groups(groups, tokenizer, max_tokens)
+    return groups, skipped

@@ -1,4 +1,4 @@
-"""``treeopt bench --engine vllm``: vLLM plain decoding, its built-in proposers and STAND, interleaved.
+"""``treeopt bench-vllm``: vLLM plain decoding, its built-in proposers and STAND, interleaved.
 
 Every method is one vLLM engine on this machine's CPU, all started before the first prompt; each
 prompt is one request with ``n`` samples (``SamplingParams(n=...)``: vLLM batches them, and STAND's
@@ -20,7 +20,7 @@ from .bench import MethodResult
 from .method_lists import split_methods
 
 VLLM_BENCH_METHODS = ("ar", "ngram", "suffix", "stand", "hf")
-"""Methods ``--engine vllm`` compares: vLLM plain decoding, ngram, suffix, STAND, and the HF engine's
+"""Methods ``bench-vllm`` compares: vLLM plain decoding, ngram, suffix, STAND, and the HF engine's
 plain decoding."""
 
 
@@ -30,7 +30,78 @@ def parse_vllm_methods(text: str) -> list[str]:
     Raises:
         StandError: an empty list, an unknown or repeated method.
     """
-    return split_methods(text, VLLM_BENCH_METHODS, context="for --engine vllm")
+    return split_methods(text, VLLM_BENCH_METHODS, context="for bench-vllm")
+
+
+DRAFTING_METHODS = ("stand", "ngram", "suffix")
+"""The methods whose drafts ``--k`` sizes."""
+
+
+def parse_k(k_spec: str, names: list[str]) -> int | None:
+    """``--k``: draft tokens per step for the drafting methods, or None for ``auto`` (STAND's from
+    vLLM's latency, ngram/suffix their defaults).
+
+    Raises:
+        StandError: neither auto nor an integer in [1, 64]; an integer with no drafting method listed;
+            ``auto`` for stand without ar (whose engine measures the latency).
+    """
+    from stand_runtime import StandError
+    from stand_runtime.checks import parse_count
+
+    if k_spec == "auto":
+        if "stand" in names and "ar" not in names:
+            raise StandError("--k auto sizes STAND's chain from vLLM's latency, measured with the ar engine: "
+                             "add ar to --methods")
+        return None
+    try:
+        k = parse_count("--k", k_spec, 1, 64)
+    except StandError:
+        raise StandError(f"--k must be auto or an integer in [1, 64], got {k_spec!r}") from None
+    if not set(names) & set(DRAFTING_METHODS):
+        raise StandError(f"--k sizes the drafts of stand, ngram and suffix; none of {', '.join(names)} drafts")
+    return k
+
+
+def start_engines(names: list[str], k: int | None, folder, dtype: str, probe_ids: list[int], batch: int, *,
+                  max_model_len: int = 2048, on_measure: Callable[[], None] | None = None,
+                  on_curve: Callable[[list, int], None] | None = None) -> tuple[dict, dict]:
+    """One vLLM engine per method of ``names`` (``hf`` excepted), ar first.
+
+    Args:
+        names: the methods (:data:`VLLM_BENCH_METHODS`).
+        k: draft tokens per step; None = auto: STAND's k chosen from the ar engine's step latency on
+            this machine (measured once on ``probe_ids`` and cached) for ``batch`` samples per request,
+            ngram/suffix their defaults.
+        folder: the model folder; dtype: its weights' type.
+        on_measure: called before the latency is measured; on_curve: with (the size curve, the k
+            chosen) when STAND's k is chosen.
+
+    Returns:
+        (label → (method, vLLM ``LLM``), in table order; method → its k, None for its default).
+    """
+    from stand_runtime.vllm import cached_vllm_latency, choose_k, load_llm
+
+    engines, ks = {}, {}
+    for name in [n for n in ("ar", *names) if n in names and n != "hf"]:
+        if name in engines:
+            continue
+        chosen = None if name == "ar" else k
+        if name == "stand" and k is None:
+            profile = cached_vllm_latency(engines["ar"][1], folder, dtype, probe_ids, on_measure=on_measure)
+            chosen, curve = choose_k(profile, batch=batch)
+            if on_curve is not None:
+                on_curve(curve, chosen)
+        ks[name] = chosen
+        engines[name] = (name, load_llm(folder, name, k=chosen, dtype=dtype, max_model_len=max_model_len))
+    labels = {name: name if ks[name] is None else f"{name} (k {ks[name]})" for name in engines}
+    return {labels[name]: pair for name, pair in engines.items()}, ks
+
+
+def hf_reference(target, tokenizer, batch: int):
+    """The Hugging Face engine's plain decoding (batched over ``batch`` samples), timed beside vLLM as ``hf``."""
+    from stand_runtime import HFBackend
+
+    return HFBackend(target, tokenizer, "ar", max_batch=batch)
 
 
 def spec_counts(sample) -> tuple[int, int]:

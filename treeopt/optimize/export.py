@@ -1,7 +1,12 @@
-"""Export: prune a calibration to K nodes and describe the result as a versioned tree file."""
+"""Export: prune a calibration to K nodes and describe the result as a versioned tree file.
+
+``--nodes auto`` (:func:`choose_export_size`) picks K from the machine's latency profile: the size
+whose calibrated accepted tokens per second of forward time is highest.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime, timezone
 
 import numpy as np
@@ -9,7 +14,7 @@ import numpy as np
 from stand_runtime import StandError, TreeFamily, TreeFile, __version__
 
 from .calibration import Calibration
-from .prune import KnapsackSolution, prune, subtree
+from .prune import KnapsackSolution, best_sums, prune, subtree
 
 FAMILY_SIZES = tuple(range(1, 17)) + tuple(range(20, 65, 4)) + (72, 80, 96, 112, 128)
 """Sizes of an exported tree family: every size up to 16 (CPUs), then coarser (GPUs)."""
@@ -72,3 +77,57 @@ def _metadata(calibration: Calibration, nodes: int | None, alpha_sum: float | No
         "version": __version__,
         **(extra or {}),
     }
+
+
+def parse_nodes(text: str) -> int | None:
+    """``--nodes``: a count of draft nodes, or None for ``auto``.
+
+    Raises:
+        StandError: neither ``auto`` nor an integer >= 1 in digits 0-9.
+    """
+    from stand_runtime.checks import parse_count
+
+    if text == "auto":
+        return None
+    try:
+        return parse_count("--nodes", text)
+    except StandError:
+        raise StandError(f"--nodes must be an integer or 'auto', got {text!r}") from None
+
+
+def latency_model(calibration: Calibration, model: str | None = None) -> str:
+    """The model whose latency sizes ``--nodes auto``: ``model``, else the calibration's, else the default."""
+    return model or calibration.metadata.get("model") or "smollm2-135m"
+
+
+@dataclass(frozen=True)
+class SizeChoice:
+    """The tree size ``--nodes auto`` chose.
+
+    Attributes:
+        nodes: the chosen K (0: no tree beats plain decoding).
+        curve: one row per size considered (:func:`stand_runtime.choose_size`'s curve).
+        metadata: provenance for the exported tree file (``nodes_auto``: the profile, K and the batch).
+    """
+
+    nodes: int
+    curve: list
+    metadata: dict
+
+    def check(self) -> None:
+        """Raises StandError when no tree pays on this hardware (K = 0)."""
+        if self.nodes == 0:
+            raise StandError("--nodes auto: no tree beats plain decoding on this hardware (K = 0); "
+                             "export a fixed size instead")
+
+
+def choose_export_size(calibration: Calibration, profile, batch: int = 1) -> SizeChoice:
+    """The tree size that maximises calibrated accepted tokens per second under ``profile`` (a
+    :class:`stand_runtime.LatencyProfile`) for ``batch`` rows per forward."""
+    from stand_runtime import choose_size
+
+    _check_exportable(calibration)
+    sums = best_sums(calibration.candidate, calibration.alpha,
+                     min(calibration.candidate.num_nodes, profile.sizes[-1] - 1))
+    count, curve = choose_size(sums, profile, batch)
+    return SizeChoice(count, curve, {"nodes_auto": {"latency": profile.as_dict(), "chosen": count, "batch": batch}})

@@ -152,7 +152,7 @@ def bench_tables(results, speedups: dict, title: str, intervals: dict | None = N
 
 
 def vllm_bench_table(results, speedups: dict, intervals: dict, title: str) -> Table:
-    """``treeopt bench --engine vllm``: per method τ, throughput and speedup over vLLM plain decoding."""
+    """``treeopt bench-vllm``: per method τ, throughput and speedup over vLLM plain decoding."""
     table = Table(title=title)
     for name in ("method", "tokens", "τ (tokens/forward)", "draft tokens/step", "tokens/s", "vs vLLM plain [95%]"):
         table.add_column(name, justify="left" if name == "method" else "right")
@@ -284,6 +284,14 @@ class ProgressLines:
         task["printed"] = task["completed"]
 
 
+def calibration_columns() -> list:
+    """Progress columns of ``calibrate``: a bar, done/total, a rate field, elapsed and remaining time."""
+    from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+    return [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[rate]}"),
+            TimeElapsedColumn(), TimeRemainingColumn()]
+
+
 def progress(console, *columns):
     """A rich live progress bar on a terminal, :class:`ProgressLines` anywhere else."""
     if console.file.isatty():
@@ -294,7 +302,7 @@ def progress(console, *columns):
 
 
 class TextStream:
-    """A ``generate(on_tokens=...)`` callback that prints decoded text as steps commit tokens.
+    """A streaming callback (``generate(on_step=lambda step: stream(step.tokens))``) that prints decoded text as steps commit tokens.
 
     The text printed is always a prefix of the result's ``text``: a character still cut mid-way
     (a partial UTF-8 sequence) and, with stop strings, the last ``len(stop) - 1`` characters (which

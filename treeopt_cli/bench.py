@@ -1,0 +1,133 @@
+"""``treeopt bench``: decoding methods side by side on this toolkit's engine, interleaved per prompt.
+
+The trace replay and the vLLM bench are their own commands (:mod:`.bench_traces`, :mod:`.bench_vllm`);
+their old spellings, ``bench --traces FILE`` and ``bench --engine vllm``, say so in one line.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from . import loading, render
+from .app import app, console, one_line_errors
+from .options import (BASE_SEED_HELP, DATASET_HELP, DTYPE_HELP, FIELD_HELP, MODEL_HELP, OFFSET_HELP, PLOT_HELP,
+                      TEMPERATURE_HELP, TOP_P_HELP, check_budget_fits, check_outputs, moved_options, write_json)
+
+TRACE_OPTIONS = ("--group-field", "--text-field", "--prompt-field", "--max-tokens", "--min-group-size", "--tokenizer",
+                 "--copy-tokens")
+"""Options of ``bench --traces`` that are now ``bench-traces``'s."""
+
+
+def _engine_moved(value: Optional[str]) -> str:
+    if value == "vllm":
+        return "bench --engine vllm is now its own command: treeopt bench-vllm (see treeopt bench-vllm --help)"
+    return ("bench has no --engine: it runs this toolkit's engine; vLLM's is treeopt bench-vllm "
+            "(see treeopt bench-vllm --help)")
+
+
+MOVES = {"--traces": lambda _: "bench --traces is now its own command: treeopt bench-traces FILE "
+                               "(see treeopt bench-traces --help)",
+         "--engine": _engine_moved,
+         "--k": lambda _: "--k is an option of treeopt bench-vllm (bench --engine vllm is now bench-vllm)",
+         **{option: (lambda _, option=option: f"{option} is an option of treeopt bench-traces "
+                                              "(bench --traces is now bench-traces)") for option in TRACE_OPTIONS}}
+"""Options of the old three-in-one ``bench`` and the one-line error each gives now."""
+
+
+@app.command(cls=moved_options(MOVES))
+@one_line_errors
+def bench(
+    model: str = typer.Option("smollm2-135m", help=MODEL_HELP),
+    dataset: str = typer.Option("humaneval", help=DATASET_HELP),
+    field: Optional[str] = typer.Option(None, help=FIELD_HELP),
+    samples: int = typer.Option(5, help="Prompts."),
+    offset: Optional[int] = typer.Option(None, help=OFFSET_HELP),
+    methods: str = typer.Option("ar,stand", help="Comma-separated: ar, pld, recycle, suffix, stand-det, stand; "
+                                "stand+rejected (or stand-det+rejected) also feeds the store at rejected tree nodes."),
+    tree: Optional[list[str]] = typer.Option(None, metavar="TEXT", help="Tree file, bundled name, auto, or dynamic[-N] (STAND: N nodes spent best-first each step) for every tree method (repeat to compare trees); default: each method's own."),
+    temperature: float = typer.Option(0.6, help=TEMPERATURE_HELP),
+    top_p: float = typer.Option(0.95, help=TOP_P_HELP),
+    max_new_tokens: int = typer.Option(256, help="Tokens per trajectory at most."),
+    seed: int = typer.Option(0, help=BASE_SEED_HELP),
+    trajectories: int = typer.Option(1, help="Trajectories per prompt, sharing one drafter memory (best-of-N)."),
+    share_store: bool = typer.Option(False, "--share-store", metavar="", help="One drafter memory per method for all prompts (default: per prompt)."),
+    ignore_eos: bool = typer.Option(False, "--ignore-eos", metavar="", help="Decode every trajectory to --max-new-tokens (equal token counts for speed; answers are read before the first EOS)."),
+    json_out: Optional[Path] = typer.Option(None, "--json", help="Write the results as JSON (after every prompt)."),
+    dtype: str = typer.Option("float32", help=DTYPE_HELP),
+    png: Optional[Path] = typer.Option(None, help=f"Plot acceptance length against trajectory index ({PLOT_HELP})."),
+) -> None:
+    """Decode the same prompts with several methods, interleaved, and compare them (recorded traces:
+    bench-traces; vLLM: bench-vllm)."""
+    from stand_runtime import SamplingParams, check_budget
+    from stand_runtime.method import check_tree_spec
+    from treeopt import load_prompts, parse_methods
+    from treeopt.evaluate.bench import check_bench_settings, default_offset
+
+    check_outputs({"--json": json_out, "--png": png}, {"--dataset": dataset, "--tree": tree}, plot=png)
+    specs = parse_methods(methods, tree)
+    for spec in specs:
+        check_tree_spec(spec.method, spec.tree)
+    sampling = SamplingParams(temperature, top_p, 0)
+    check_budget(max_new_tokens)
+    check_bench_settings(samples, trajectories, seed)
+    check_budget_fits(model, max_new_tokens)
+    offset = default_offset(dataset, offset)
+    prompts = load_prompts(dataset, field=field, samples=samples, offset=offset)
+    settings = {"model": model, "dtype": dtype, "dataset": dataset, "samples": samples, "offset": offset,
+                "temperature": temperature, "top_p": top_p, "max_new_tokens": max_new_tokens, "seed": seed,
+                "trajectories": trajectories, "share_store": share_store, "ignore_eos": ignore_eos}
+    results, profile = _decode(prompts, specs, sampling, settings, json_out)
+    title = (f"{len(prompts)} prompts from {dataset} (offset {offset}) x {trajectories} trajectories, "
+             f"{max_new_tokens} tokens, T={temperature}, top-p={top_p}")
+    _report(results, profile, title, json_out, png)
+
+
+def _decode(prompts: list, specs: list, sampling, settings: dict, json_out: Optional[Path]):
+    """Load the model, decode every prompt with every configuration (saving after each prompt);
+    (results, the machine's latency profile)."""
+    from treeopt import results_json, run_bench
+    from treeopt.evaluate.bench import check_prompts_fit
+
+    model, trajectories = settings["model"], settings["trajectories"]
+    target, tokenizer = loading.load_model(model, settings["dtype"])
+    check_prompts_fit(target, tokenizer, prompts, settings["max_new_tokens"])
+    any(loading.announce_tree(target, spec.method, spec.tree) is not None for spec in specs)  # once: STAND methods share it
+    profile = loading.cached_profile(target, model)
+
+    def save(done: int, partial: list) -> None:  # after every prompt: an interrupted run keeps what it measured
+        if json_out is not None:
+            write_json(json_out, results_json(partial, {**settings, "prompts_done": done}, profile))
+
+    with render.progress(console) as bar:
+        task = bar.add_task("decoding", total=len(prompts) * len(specs) * trajectories)
+        results = run_bench(target, tokenizer, prompts, specs, sampling=sampling,
+                            max_new_tokens=settings["max_new_tokens"], seed=settings["seed"], trajectories=trajectories,
+                            on_run=lambda *_: bar.advance(task), on_prompt=save,
+                            share_across_prompts=settings["share_store"], ignore_eos=settings["ignore_eos"])
+    return results, profile
+
+
+def _report(results: list, profile, title: str, json_out: Optional[Path], png: Optional[Path]) -> None:
+    """The bench's tables, warnings and plot."""
+    from treeopt import speedups
+    from treeopt.evaluate.bench import latency_bounds, speedup_intervals
+
+    ratios, intervals = speedups(results), speedup_intervals(results)
+    plain = next((r for r in results if r.method == "ar"), None)
+    loading.warn_latency(profile, **({} if plain is None else {"forward_s": plain.forward_s, "forwards": plain.steps}))
+    for table in render.bench_tables(results, ratios, title, intervals, latency_bounds(results, profile)):
+        console.print(table)
+    for line in render.speedup_warnings(results, ratios, intervals):
+        console.print(line, style="yellow")
+    for table in render.diagnostics_tables(results):
+        console.print(table)
+    if json_out is not None:
+        console.print(f"results written to {json_out}")
+    if png is not None:
+        from treeopt.evaluate.plots import plot_acceptance_by_trajectory
+
+        plot_acceptance_by_trajectory(results, png)
+        console.print(f"plot written to {png}")

@@ -1,0 +1,71 @@
+"""``treeopt bench-traces``: recorded traces replayed through the drafters (greedy, no model)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from . import render
+from .app import app, console, one_line_errors
+from .options import PLOT_HELP, check_outputs, write_json
+
+
+@app.command("bench-traces")
+@one_line_errors
+def bench_traces(
+    traces: Path = typer.Argument(..., help="JSONL file of recorded traces (one per line: a group, the trace's text, the problem)."),
+    methods: Optional[str] = typer.Option(None, help="Comma-separated: stand, stand-det (on dynamic-80), stand-static (the static "
+                                          "80-node tree), pld, recycle, suffix, suffix-tuned (default: all)."),
+    tree: Optional[str] = typer.Option(None, help="Tree of the tree methods: a tree file, a bundled name or dynamic[-N] (default: each method's own; stand-static keeps its own)."),
+    group_field: str = typer.Option("sample_group", help="The field grouping traces of one problem (trajectories 1..N)."),
+    text_field: str = typer.Option("trace", help="The field holding a trace's text."),
+    prompt_field: str = typer.Option("problem", help="The field holding the problem text (the prompt)."),
+    max_tokens: int = typer.Option(3000, help="Tokens replayed per trace at most."),
+    min_group_size: int = typer.Option(2, help="Replay only groups with at least this many traces."),
+    tokenizer_spec: str = typer.Option("smollm2-135m", "--tokenizer", help="Tokenizer (a model spec)."),
+    copy_tokens: int = typer.Option(10, help="STAND's copy path length (tokens, 0-64)."),
+    json_out: Optional[Path] = typer.Option(None, "--json", help="Write the results as JSON."),
+    png: Optional[Path] = typer.Option(None, help=f"Plot acceptance length against trajectory index ({PLOT_HELP})."),
+) -> None:
+    """Replay recorded traces through the drafters (greedy verification, no model) and compare them."""
+    from stand_runtime import load_tokenizer
+    from treeopt.evaluate.trace_bench import (TRACE_METHODS, load_replay_groups, parse_trace_methods, run_trace_bench,
+                                              trace_results_json)
+
+    check_outputs({"--json": json_out, "--png": png}, {"TRACES": traces}, plot=png)
+    specs = parse_trace_methods(",".join(TRACE_METHODS) if methods is None else methods, tree, copy_tokens)
+    tokenizer = load_tokenizer(tokenizer_spec)
+    groups, skipped = load_replay_groups(traces, tokenizer, group_field=group_field, text_field=text_field,
+                                         prompt_field=prompt_field, max_tokens=max_tokens, min_group_size=min_group_size)
+    count = sum(len(g.trace_ids) for g in groups)
+    if skipped:
+        console.print(f"{skipped} groups with fewer than {min_group_size} traces left out (--min-group-size)")
+    with render.progress(console) as bar:
+        task = bar.add_task("replaying", total=count * len(specs))
+        results = run_trace_bench(groups, specs, len(tokenizer), on_trace=lambda _: bar.advance(task))
+    settings = {"traces": str(traces), "group_field": group_field, "text_field": text_field,
+                "prompt_field": prompt_field, "max_tokens": max_tokens, "min_group_size": min_group_size,
+                "tokenizer": tokenizer_spec, "groups": len(groups), "traces_replayed": count, "groups_left_out": skipped,
+                "copy_tokens": copy_tokens}
+    data = trace_results_json(results, settings)
+    title = (f"{len(groups)} groups x up to {max(len(g.trace_ids) for g in groups)} traces from {traces.name}, "
+             f"{max_tokens} tokens, greedy replay")
+    _report(data, title, json_out, png)
+
+
+def _report(data: dict, title: str, json_out: Optional[Path], png: Optional[Path]) -> None:
+    """The trace bench's tables and notes; its JSON and plot when asked for."""
+    for table in render.trace_tables(data, title):
+        console.print(table)
+    for note in data["notes"]:
+        console.print(note, style="yellow")
+    if json_out is not None:
+        write_json(json_out, data)
+        console.print(f"results written to {json_out}")
+    if png is not None:
+        from treeopt.evaluate.plots import plot_trace_acceptance
+
+        plot_trace_acceptance(data, png)
+        console.print(f"plot written to {png}")

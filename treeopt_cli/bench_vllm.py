@@ -1,0 +1,103 @@
+"""``treeopt bench-vllm``: vLLM plain decoding, its proposers and STAND on this machine, interleaved."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from . import loading, render
+from .app import app, console, one_line_errors
+from .options import (DATASET_HELP, DTYPE_HELP, FIELD_HELP, MODEL_HELP, OFFSET_HELP, TEMPERATURE_HELP, TOP_P_HELP,
+                      check_outputs, write_json)
+
+
+@app.command("bench-vllm")
+@one_line_errors
+def bench_vllm(
+    model: str = typer.Option("smollm2-135m", help=MODEL_HELP),
+    dataset: str = typer.Option("humaneval", help=DATASET_HELP),
+    field: Optional[str] = typer.Option(None, help=FIELD_HELP),
+    samples: int = typer.Option(5, help="Prompts."),
+    offset: Optional[int] = typer.Option(None, help=OFFSET_HELP),
+    methods: str = typer.Option("ar,ngram,suffix,stand", help="Comma-separated: ar (vLLM's plain decoding), ngram, suffix, "
+                                "stand, hf (this toolkit's engine, plain decoding)."),
+    temperature: float = typer.Option(0.6, help=TEMPERATURE_HELP),
+    top_p: float = typer.Option(0.95, help=TOP_P_HELP),
+    max_new_tokens: int = typer.Option(256, help="Tokens per sample at most."),
+    seed: int = typer.Option(0, help="Base seed, an integer in [0, 2**64): prompt i's request uses seed + 1000 i."),
+    trajectories: int = typer.Option(1, help="Samples per prompt, in one request (n): STAND's share the prompt's store."),
+    ignore_eos: bool = typer.Option(False, "--ignore-eos", metavar="", help="Decode every sample to --max-new-tokens (equal token counts for speed)."),
+    json_out: Optional[Path] = typer.Option(None, "--json", help="Write the results as JSON (after every prompt)."),
+    dtype: str = typer.Option("float32", help=DTYPE_HELP),
+    k: str = typer.Option("auto", help="Draft tokens per step for stand (auto: from the calibrated tree and vLLM's "
+                          "latency here) and ngram/suffix (auto: their defaults 5/16), or an integer."),
+) -> None:
+    """Compare vLLM's plain decoding, its ngram and suffix proposers and STAND's (needs the vllm extra)."""
+    from stand_runtime import DEFAULT_MODEL, SamplingParams, check_budget, encode_prompt, load_tokenizer
+    from stand_runtime.vllm import check_model_folder, check_version, default_model_folder
+    from treeopt import load_prompts
+    from treeopt.evaluate.bench import check_bench_settings, default_offset
+    from treeopt.evaluate.vllm_bench import parse_k, parse_vllm_methods
+
+    check_outputs({"--json": json_out}, {"--dataset": dataset})
+    names = parse_vllm_methods(methods)
+    chain = parse_k(k, names)
+    check_version()
+    sampling = SamplingParams(temperature, top_p, 0)
+    check_budget(max_new_tokens)
+    check_bench_settings(samples, trajectories, seed)
+    offset = default_offset(dataset, offset)
+    prompts = load_prompts(dataset, field=field, samples=samples, offset=offset)
+    folder = default_model_folder() if model == DEFAULT_MODEL else check_model_folder(model)
+    tokenizer = load_tokenizer(model)
+    ids = [encode_prompt(tokenizer, prompt.text) for prompt in prompts]
+    engines, ks, hf_backend = _start(names, chain, folder, model, dtype, ids[0], trajectories)
+    settings = {"engine": "vllm", "model": model, "dtype": dtype, "dataset": dataset, "samples": samples, "offset": offset,
+                "temperature": temperature, "top_p": top_p, "max_new_tokens": max_new_tokens, "seed": seed,
+                "n": trajectories, "ignore_eos": ignore_eos, "k": {name: ks.get(name) for name in names}}
+    results = _decode(engines, hf_backend, ids, prompts, sampling, settings, json_out)
+    title = (f"vLLM on this CPU: {len(prompts)} prompts from {dataset} (offset {offset}) x n={trajectories}, "
+             f"{max_new_tokens} tokens, T={temperature}, top-p={top_p}")
+    _report(results, title, json_out)
+
+
+def _start(names: list, chain: Optional[int], folder, model: str, dtype: str, probe_ids: list, trajectories: int):
+    """Start the vLLM engines (and the HF reference for ``hf``), saying what they chose; (engines, ks, hf backend)."""
+    from treeopt.evaluate.vllm_bench import hf_reference, start_engines
+
+    with console.status("starting vLLM engines (~1 minute each) ..."):
+        engines, ks = start_engines(
+            names, chain, folder, dtype, probe_ids, trajectories,
+            on_measure=lambda: console.print("measuring vLLM's step latency on this machine (once, cached) ..."),
+            on_curve=lambda curve, chosen: console.print(render.curve_table(curve, chosen, every=1)))
+    hf_backend = None
+    if "hf" in names:
+        hf_backend = hf_reference(*loading.load_model(model, dtype), trajectories)
+    return engines, ks, hf_backend
+
+
+def _decode(engines: dict, hf_backend, ids: list, prompts: list, sampling, settings: dict, json_out: Optional[Path]) -> list:
+    """Every prompt on every engine, saving after each prompt."""
+    from treeopt.evaluate.bench import results_json
+    from treeopt.evaluate.vllm_bench import run_vllm_bench
+
+    def save(done: int, partial: list) -> None:
+        if json_out is not None:
+            write_json(json_out, results_json(partial, {**settings, "prompts_done": done}))
+
+    with render.progress(console) as bar:
+        task = bar.add_task("decoding", total=len(prompts))
+        return run_vllm_bench(engines, ids, [p.id for p in prompts], n=settings["n"], sampling=sampling,
+                              max_new_tokens=settings["max_new_tokens"], seed=settings["seed"],
+                              ignore_eos=settings["ignore_eos"], hf_backend=hf_backend,
+                              on_prompt=lambda done, partial: (save(done, partial), bar.advance(task)))
+
+
+def _report(results: list, title: str, json_out: Optional[Path]) -> None:
+    from treeopt.evaluate.bench import speedup_intervals, speedups
+
+    console.print(render.vllm_bench_table(results, speedups(results), speedup_intervals(results), title))
+    if json_out is not None:
+        console.print(f"results written to {json_out}")

