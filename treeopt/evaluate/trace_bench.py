@@ -50,19 +50,14 @@ class TraceMethod:
 
     Attributes:
         label: its name in the output.
-        method: the engine's method.
-        tree: tree file or bundled name (tree methods).
-        suffix: SuffixDecoding's settings (suffix).
-        copy_tokens, extend, feed_rejected: STAND options.
+        method: the decoding method, resolved (the trace bench drafts without a model, so only fixed
+            and dynamic trees).
+        tree: the tree spec as given (tree methods), for the output.
     """
 
     label: str
-    method: str
+    method: Method
     tree: str | None = None
-    suffix: SuffixSettings | None = None
-    copy_tokens: int = COPY_TOKENS
-    extend: bool = True
-    feed_rejected: bool = False
 
 
 def check_tree_spec(spec) -> None:
@@ -102,19 +97,21 @@ def parse_trace_methods(methods: str, tree: str | None = None, copy_tokens: int 
     out = []
     for name in names:
         if name == "suffix":
-            out.append(TraceMethod(name, "suffix", suffix=SuffixSettings(max_spec_tokens=NODE_BUDGET)))
+            settings = SuffixSettings(max_spec_tokens=NODE_BUDGET)
+            out.append(TraceMethod(name, Method.parse("suffix", suffix=settings)))
         elif name == "suffix-tuned":
-            out.append(TraceMethod(name, "suffix", suffix=SuffixSettings(
-                max_spec_tokens=NODE_BUDGET, max_spec_factor=SUFFIX_TUNED.max_spec_factor,
-                min_token_prob=SUFFIX_TUNED.min_token_prob)))
+            settings = SuffixSettings(max_spec_tokens=NODE_BUDGET, max_spec_factor=SUFFIX_TUNED.max_spec_factor,
+                                      min_token_prob=SUFFIX_TUNED.min_token_prob)
+            out.append(TraceMethod(name, Method.parse("suffix", suffix=settings)))
         elif name == "stand-static":
-            out.append(TraceMethod(name, "stand", DEFAULT_TRACE_TREES[name], copy_tokens=copy_tokens))
+            spec = DEFAULT_TRACE_TREES[name]
+            out.append(TraceMethod(name, Method.parse("stand", spec, copy_tokens=copy_tokens), spec))
         elif name in TREE_METHODS:
-            given = tree if takes_tree(name, tree) else None  # recycle: static trees only
+            spec = (tree if takes_tree(name, tree) else None) or DEFAULT_TRACE_TREES[name]  # recycle: static only
             copy = copy_tokens if name in STORE_METHODS else COPY_TOKENS  # Token Recycling has no copy path
-            out.append(TraceMethod(name, name, given or DEFAULT_TRACE_TREES[name], copy_tokens=copy))
+            out.append(TraceMethod(name, Method.parse(name, spec, copy_tokens=copy), spec))
         else:  # pld: no tree, no copy path of STAND's (its chain is its own)
-            out.append(TraceMethod(name, name))
+            out.append(TraceMethod(name, Method.parse(name)))
     return out
 
 
@@ -217,8 +214,7 @@ def run_trace_bench(groups: list[TraceGroup], methods: list[TraceMethod], vocab:
     greedy = SamplingParams(temperature=0.0)
     results = []
     for spec in methods:
-        method = Method.parse(spec.method, spec.tree, feed_rejected=spec.feed_rejected, extend=spec.extend,
-                              copy_tokens=spec.copy_tokens, suffix=spec.suffix)
+        method = spec.method
         runs = np.full((len(groups), width, 5), np.nan)
         memories = []
         for g, group in enumerate(groups):
@@ -245,9 +241,9 @@ def trace_results_json(results: list[TraceResult], settings: dict, reference: st
     out = []
     for r in results:
         entry = {
-            "label": r.spec.label, "method": r.spec.method, "tree": r.spec.tree,
-            "suffix": None if r.spec.suffix is None else vars(r.spec.suffix),
-            "copy_tokens": r.spec.copy_tokens if r.spec.method in STORE_METHODS else None,
+            "label": r.spec.label, "method": r.spec.method.name, "tree": r.spec.tree,
+            "suffix": None if r.spec.method.suffix is None else vars(r.spec.method.suffix),
+            "copy_tokens": r.spec.method.copy_tokens if r.spec.method.name in STORE_METHODS else None,
             "acceptance_by_trajectory": [r.acceptance(t) for t in range(width)],
             "interval_by_trajectory_95": [r.interval(t) for t in range(width)],
             "acceptance_pooled": r.acceptance(), "interval_pooled_95": r.interval(),
@@ -261,7 +257,7 @@ def trace_results_json(results: list[TraceResult], settings: dict, reference: st
                 for key, index in (("t1", 0), (f"t{width}", width - 1), ("pooled", None))}
         out.append(entry)
     notes = [IDENTICAL_NOTE] if {"stand", "stand-det"} <= {r.spec.label for r in results} else []
-    if any(r.spec.method == "recycle" for r in results):
+    if any(r.spec.method.name == "recycle" for r in results):
         notes.append(RECYCLE_NOTE)
     return {"settings": settings, "results": out, "notes": notes,
             "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
