@@ -27,7 +27,8 @@ from ..target.sampling import SamplingParams
 from ..trees.tree import DraftTree
 from ..target.model_facts import vocab_size
 from ..trees.tree_choice import AUTO, DEFAULT_FAMILY, check_auto_available, machine_tree
-from ..trees.tree_io import TreeFile, is_family, resolve_tree
+from ..trees.families import is_family
+from ..trees.tree_io import TreeFile, resolve_tree
 from .base import Drafter
 from .best_first import DYNAMIC, DYNAMIC_MAX_N, DynamicTree, best_first_draft, parse_dynamic
 from .prompt_lookup import PromptLookupDrafter
