@@ -5,7 +5,8 @@ Modules, one concept each (``ls`` shows the architecture):
 - ``sampling`` (the target distribution p), ``randomness`` (noise pools), ``gumbel`` (Gumbel-Top-K);
 - ``ngram_store`` (the draft distributions q), ``draft`` (a step's token tree), ``drafters/`` (STAND,
   prompt lookup, Token Recycling, and the static-tree walk they share);
-- ``tree`` and ``tree_io`` (static draft trees and their files), ``verify`` (lossless verification);
+- ``tree``, ``tree_io`` and ``families`` (static draft trees, their files and families), ``verify`` (lossless
+  verification);
 - the Hugging Face engine: ``models`` (loading), ``model_facts`` (EOS, context, attention layout,
   positions), ``prompts``, ``forward`` (prefill and tree forward), ``kv_cache`` (compaction),
   ``stopping``, ``decode_row`` (one sequence's propose/settle steps), ``decode`` (the loop),
@@ -112,13 +113,13 @@ _EXPORTS = {
     "DEFAULT_FAMILY": ".tree_choice",
     "TreeChoice": ".tree_choice",
     "machine_tree": ".tree_choice",
-    "TreeFamily": ".trees.tree_io",
+    "TreeFamily": ".trees.families",
     "TreeFile": ".trees.tree_io",
     "bundled_calibrations": ".trees.tree_io",
-    "bundled_families": ".trees.tree_io",
+    "bundled_families": ".trees.families",
     "bundled_trees": ".trees.tree_io",
-    "family_to_json": ".trees.tree_io",
-    "load_family": ".trees.tree_io",
+    "family_to_json": ".trees.families",
+    "load_family": ".trees.families",
     "load_tree": ".trees.tree_io",
     "parse_tree": ".trees.tree_io",
     "resolve_tree": ".trees.tree_io",

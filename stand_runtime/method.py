@@ -26,7 +26,8 @@ from .store.ngram_store import NGramStore
 from .target.sampling import SamplingParams
 from .tree_choice import AUTO, DEFAULT_FAMILY, check_auto_available, machine_tree
 from .trees.tree import DraftTree
-from .trees.tree_io import TreeFile, is_family, resolve_tree
+from .trees.families import is_family
+from .trees.tree_io import TreeFile, resolve_tree
 
 DEFAULT_TREES = {"stand": AUTO, "stand-det": AUTO, "recycle": "heuristic-80"}
 """Each tree method's default tree: for STAND the default model's calibrated tree family sized for

@@ -6,9 +6,15 @@ feed a drafter through one method:
 
 - :class:`LogitsFeed`: the target's logits of a forward (prefill chunk or draft tree); every row
   is observed, and its top-k are those of p (or of any distribution the drafter asks for);
+- :class:`ProbsFeed`: p already computed for every row (plain sampling's), its top-k by one ``torch.topk``;
 - a recording (:class:`OneHotFeed`, :class:`stand_runtime.engine.trace_replay.TraceTarget`): only the
   next token at each observed position is known (a one-hot p, ``one_hot`` True), or the top-k a
   recording kept.
+
+What STAND's n-gram store records of a feed is defined once, here: :func:`store_observation` (the top
+:data:`STORE_TOP_K` of p; for greedy decoding of the softmax), and :func:`feed_store` merges it into a
+store at positions of a token sequence. The HF drafter, the vLLM proposer and the recording of
+trajectories for calibration all go through it.
 
 Rows are never materialised as ``[n, vocab]`` tensors for a recording: a replay of 500k tokens
 feeds its drafters at a few µs per row.
@@ -16,12 +22,27 @@ feeds its drafters at a few µs per row.
 
 from __future__ import annotations
 
-from typing import Protocol, Sequence
+from typing import TYPE_CHECKING, Protocol, Sequence
 
 import numpy as np
 import torch
 
-from ..target.sampling import SamplingParams, TargetRow, top_target_probs
+from ..target.sampling import SamplingParams, TargetRow, target_probs, top_target_probs
+
+if TYPE_CHECKING:
+    from ..store.ngram_store import NGramStore
+
+STORE_TOP_K = 10
+"""Ids the store keeps per context (the paper's k)."""
+
+# Greedy decoding has a one-hot p, which would leave one token per context in the store; the store
+# then records the softmax of the logits instead (any q keeps verification lossless).
+_GREEDY_STORE_PARAMS = SamplingParams(temperature=1.0, top_p=1.0, top_k=0)
+
+
+def store_params(params: SamplingParams) -> SamplingParams:
+    """The distribution the n-gram store records: p itself, or for greedy decoding the softmax."""
+    return _GREEDY_STORE_PARAMS if params.greedy else params
 
 
 class TargetFeed(Protocol):
@@ -96,6 +117,34 @@ class LogitsFeed:
         return ids, probs
 
 
+class ProbsFeed:
+    """A feed over p already computed for every row of a forward (plain sampling computes it anyway).
+
+    Args:
+        logits: ``[n, vocab]`` float CPU logits; row i predicts the token after position i.
+        params: the target sampling distribution p.
+        probs: ``[n, vocab]`` p of every row (``target_probs(logits, params)``), reused when a drafter
+            asks for p itself.
+    """
+
+    one_hot = False
+
+    def __init__(self, logits: torch.Tensor, params: SamplingParams, probs: torch.Tensor) -> None:
+        self.logits, self.params, self.probs = logits, params, probs
+
+    def observed(self, accepted: Sequence[int]) -> list[int]:
+        return list(range(self.logits.shape[0]))
+
+    def top(self, positions: Sequence[int], k: int, params: SamplingParams) -> tuple[np.ndarray, np.ndarray]:
+        """See :meth:`TargetFeed.top`: one ``torch.topk`` of p (or of the distribution asked for) over the rows."""
+        positions = list(positions)
+        source = self.probs if params == self.params else target_probs(self.logits, params)
+        if positions != list(range(source.shape[0])):
+            source = source[positions]
+        top = torch.topk(source, k, dim=-1)
+        return top.indices.numpy(), top.values.double().numpy()
+
+
 class OneHotFeed:
     """A recording's rows: the token that followed each position, p one-hot on it.
 
@@ -140,3 +189,19 @@ def one_hot_rows(tokens: Sequence[int], k: int) -> tuple[np.ndarray, np.ndarray]
     """``([n, 1] int64, [n, 1] float64)`` rows: ``tokens[i]`` at probability 1 (the only column a
     one-hot row has, whatever ``k`` >= 1)."""
     return np.asarray(tokens, dtype=np.int64).reshape(-1, 1), np.ones((len(tokens), 1), dtype=np.float64)
+
+
+def store_observation(feed: TargetFeed, rows: Sequence[int], params: SamplingParams) -> tuple[np.ndarray, np.ndarray]:
+    """What the n-gram store records of ``rows`` of ``feed`` for a request sampled with ``params``:
+    the top :data:`STORE_TOP_K` of p (for greedy decoding of the softmax, :func:`store_params`), as
+    ``([len(rows), k'] int64 ids, [len(rows), k'] float64 probs)`` (:meth:`TargetFeed.top`)."""
+    return feed.top(rows, STORE_TOP_K, store_params(params))
+
+
+def feed_store(store: NGramStore, tokens: Sequence[int], positions: Sequence[int], feed: TargetFeed,
+               rows: Sequence[int], params: SamplingParams) -> None:
+    """Merge the store's observation (:func:`store_observation`) of ``rows`` of ``feed`` into ``store``:
+    row ``rows[r]`` is p of the token after ``tokens[: positions[r] + 1]``, fed in that order
+    (:meth:`stand_runtime.store.ngram_store.NGramStore.update_sequence`)."""
+    ids, probs = store_observation(feed, rows, params)
+    store.update_sequence(tokens, positions, ids, probs)

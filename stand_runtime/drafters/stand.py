@@ -15,7 +15,7 @@ import numpy as np
 
 from .diagnostics import DraftQuality
 from ..trees.draft import Draft
-from .feeds import TargetFeed
+from .feeds import STORE_TOP_K, TargetFeed, feed_store, store_observation, store_params
 from .gumbel import choose_children
 from ..store.ngram_store import NGramStore
 from ..randomness import RandomStream
@@ -25,17 +25,7 @@ from .best_first import DynamicTree, best_first_draft
 from .suffix_index import SuffixIndex
 from .tree_walk import Extension, Proposal, fill_tree
 
-STORE_TOP_K = 10
-"""Ids the store keeps per context (the paper's k)."""
-
-# Greedy decoding has a one-hot p, which would leave one token per context in the store; the store
-# then records the softmax of the logits instead (any q keeps verification lossless).
-_GREEDY_STORE_PARAMS = SamplingParams(temperature=1.0, top_p=1.0, top_k=0)
-
-
-def store_params(params: SamplingParams) -> SamplingParams:
-    """The distribution the n-gram store records: p itself, or for greedy decoding the softmax."""
-    return _GREEDY_STORE_PARAMS if params.greedy else params
+__all__ = ["STORE_TOP_K", "StandDrafter", "draft_tree", "store_params", "store_proposer"]
 
 
 def store_proposer(store: NGramStore, randomness: RandomStream | None):
@@ -121,8 +111,7 @@ class StandDrafter:
 
     def observe_prompt(self, prompt: list[int], feed: TargetFeed, positions: range) -> None:
         if len(positions):
-            self.store.update_sequence(prompt, list(positions), *feed.top(range(len(positions)), STORE_TOP_K,
-                                                                          store_params(self.params)))
+            feed_store(self.store, prompt, list(positions), feed, range(len(positions)), self.params)
 
     def draft(self, committed: list[int], max_depth: int) -> Draft:
         if self.quality is not None:
@@ -145,14 +134,13 @@ class StandDrafter:
         keep = [0, *accepted]
         path_tokens = committed + [draft.tokens[p] for p in accepted]
         positions = list(range(len(committed) - 1, len(committed) - 1 + len(keep)))
-        ids, probs = feed.top(keep, STORE_TOP_K, store_params(self.params))
-        self.store.update_sequence(path_tokens, positions, ids, probs)
+        feed_store(self.store, path_tokens, positions, feed, keep, self.params)
 
     def _feed_tree(self, committed: list[int], draft: Draft, observed: list[int], feed: TargetFeed) -> None:
         """Record p (top-10; for greedy decoding the softmax) at every observed forwarded node,
         rejected ones included: each node's context (committed tokens + the drafted path to it) is a
         real token sequence and its row is exact for it."""
-        ids, probs = feed.top(observed, STORE_TOP_K, store_params(self.params))
+        ids, probs = store_observation(feed, observed, self.params)
         max_n = self.store.max_n
         suffixes = [tuple(committed[-max_n:])]
         for position in range(1, len(draft.tokens)):

@@ -24,7 +24,7 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
-from ..drafters import STORE_TOP_K, store_params
+from ..drafters.feeds import ProbsFeed, store_observation
 from ..target.forward import model_device
 from ..randomness import RandomStream
 from ..target.sampling import SamplingParams, sample_index, target_probs
@@ -103,15 +103,14 @@ def sample_recorded(
 def _observe(logits: torch.Tensor, params: SamplingParams):
     """Store observation (top-10), sparse p and p for each row of ``[n, vocab]`` logits."""
     probs = target_probs(logits, params)
-    store_source = probs if not params.greedy else target_probs(logits, store_params(params))
-    store_top = torch.topk(store_source, STORE_TOP_K, dim=-1)
+    store_ids, store_probs = store_observation(ProbsFeed(logits, params, probs), range(len(logits)), params)
     probe = torch.topk(probs, min(_SPARSE_PROBE, probs.shape[-1]), dim=-1)
     cumulative = probe.values.double().cumsum(-1)
     sizes = ((cumulative < SPARSE_MASS).sum(-1) + 1).clamp(max=probe.values.shape[-1]).tolist()
     ids = probe.indices.numpy()
     values = probe.values.double().numpy()
     sparse = [(ids[r, :n].copy(), values[r, :n].copy()) for r, n in enumerate(sizes)]
-    return store_top.indices.numpy(), store_top.values.double().numpy(), sparse, probs
+    return store_ids, store_probs, sparse, probs
 
 
 def _sample_batch(model, prompts, params, max_new_tokens, eos, streams, on_tokens):

@@ -36,10 +36,9 @@ import torch
 
 from ..checks import check_int
 from ..drafters.chain import ChainDraft, draft_chain
-from ..drafters.stand import STORE_TOP_K, store_params
 from ..drafters.suffix_index import SuffixIndex
 from ..errors import StandError
-from ..drafters.feeds import LogitsFeed
+from ..drafters.feeds import STORE_TOP_K, LogitsFeed, feed_store
 from ..files import check_writable, parse_json_object, write_json_atomic
 from ..limits import MAX_PROMPT_STORES
 from ..store.ngram_store import MAX_CONTEXT, NGramStore
@@ -260,9 +259,8 @@ class StandProposer:
         """Record p at the ``committed`` verified positions: rows ``first_row ..`` of the step predict
         the tokens after ``context[: len(context) - committed + r]``."""
         feed = LogitsFeed(step.logits[first_row: first_row + committed], state.params)
-        ids, probs = feed.top(range(committed), STORE_TOP_K, store_params(state.params))
         start = len(context) - committed - 1
-        state.store.update_sequence(context, range(start, start + committed), ids, probs)
+        feed_store(state.store, context, range(start, start + committed), feed, range(committed), state.params)
 
     def _draft(self, state: _Request, context: list[int], length: int) -> ChainDraft:
         room = min(self.k, self.max_model_len - length - 1)

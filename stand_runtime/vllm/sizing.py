@@ -20,7 +20,7 @@ import numpy as np
 
 from ..target.latency import LatencyProfile, choose_size, profile_from_rounds
 from ..tree_choice import DEFAULT_FAMILY
-from ..trees.tree_io import load_family
+from ..trees.families import load_family
 
 VLLM_SIZES = (1, 2, 4, 8, 16, 32, 64, 128)
 """Tokens per engine step measured for vLLM's latency profile."""

@@ -144,11 +144,7 @@ def calibrate(
     if candidate is None:
         candidate = default_candidate(config)
     settings = asdict(config)
-    if resume and Path(out).exists():
-        calibration = resumable(config, out, candidate)
-    else:
-        calibration = Calibration(candidate, np.zeros(candidate.num_nodes + 1))
-        check_writable(out)  # fail now, not after an hour
+    calibration = _open_calibration(config, out, candidate, resume)
     done = {p["id"] for p in calibration.per_prompt}
     todo = [p for p in prompts if p.id not in done]
     timings = dict(calibration.metadata.get("timings", {"sampling_s": 0.0, "replay_s": 0.0, "direct_s": 0.0}))
@@ -156,23 +152,41 @@ def calibrate(
     seeds = {prompt.id: config.seed + SEED_STRIDE * number for number, prompt in enumerate(prompts)}
     backend = HFBackend(model, tokenizer, "ar", batch_size=config.batch_size)
     randomness = RandomStream.seeded(config.seed + 1)
+
+    def finish(prompt_id: str) -> None:
+        _finish_prompt(calibration, config, settings, timings, out, progress, prompt_id)
+
     per_batch = max(1, config.batch_size // config.trajectories)
     for start in range(0, len(todo), per_batch):
         batch = todo[start : start + per_batch]
         if config.method == "replay":
-            _replay_batch(config, backend, batch, seeds, candidate, randomness, calibration, timings, progress,
-                          lambda prompt_id: _finish_prompt(calibration, config, settings, timings, out, progress, prompt_id))
+            _replay_batch(config, backend, batch, seeds, candidate, randomness, calibration, timings, progress, finish)
         else:
-            for prompt in batch:
-                tick = time.perf_counter()
-                alpha_sum, steps, tokens = direct_prompt(config, model, tokenizer, prompt.text, seeds[prompt.id], candidate,
-                                                         progress.tokens)
-                calibration.add_prompt(prompt.id, alpha_sum, steps, tokens)
-                timings["direct_s"] += time.perf_counter() - tick
-                _finish_prompt(calibration, config, settings, timings, out, progress, prompt.id)
+            _direct_batch(config, model, tokenizer, batch, seeds, candidate, calibration, timings, progress, finish)
     calibration.metadata = _metadata(config, settings, timings, calibration)
     calibration.save(out)
     return calibration
+
+
+def _open_calibration(config: CalibrationConfig, out: str | Path, candidate: DraftTree, resume: bool) -> Calibration:
+    """The run to continue: the one saved in ``out`` when resuming (checked against the settings), else
+    an empty one (``out`` checked writable first: fail now, not after an hour)."""
+    if resume and Path(out).exists():
+        return resumable(config, out, candidate)
+    calibration = Calibration(candidate, np.zeros(candidate.num_nodes + 1))
+    check_writable(out)
+    return calibration
+
+
+def _direct_batch(config, model, tokenizer, batch, seeds, candidate, calibration, timings, progress, finish) -> None:
+    """Direct calibration of a batch of prompts, one after the other (:func:`direct_prompt`)."""
+    for prompt in batch:
+        tick = time.perf_counter()
+        alpha_sum, steps, tokens = direct_prompt(config, model, tokenizer, prompt.text, seeds[prompt.id], candidate,
+                                                 progress.tokens)
+        calibration.add_prompt(prompt.id, alpha_sum, steps, tokens)
+        timings["direct_s"] += time.perf_counter() - tick
+        finish(prompt.id)
 
 
 def _replay_batch(config, backend, batch, seeds, candidate, randomness, calibration, timings, progress, finish) -> None:
