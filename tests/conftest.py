@@ -1,7 +1,9 @@
 """Shared fixtures: the real default model (loaded once) and tiny random models built from configs."""
 
 import os
+from unittest.mock import patch
 
+import numpy as np
 import pytest
 import torch
 
@@ -107,3 +109,43 @@ def assert_tree_logits_match_paths(model, tree, prefix, nodes, tol=1e-4):
         alone = full_logits(model, prefix + path_tokens(tree, tokens, node))[-1]
         worst = max(worst, (logits[node] - alone).abs().max().item())
     assert worst <= tol, worst
+
+
+def draw_law(run) -> dict:
+    """The exact law of ``run()`` (a hashable result) when all its randomness goes through
+    :func:`stand_runtime.target.sampling.sample_index` (verification outcomes, residual and bonus
+    tokens, plain sampling): every index of positive weight is taken in turn, depth first, by the
+    real ``sample_index`` at the midpoint of that index's CDF interval, and weighted by its share.
+
+    Returns:
+        ``{result: probability}``; the probabilities sum to 1 up to float64 rounding.
+    """
+    import stand_runtime.engine.verify as verify_module
+    import stand_runtime.target.sampling as sampling_module
+
+    real = sampling_module.sample_index
+    law: dict = {}
+    pending = [()]
+    while pending:
+        script = list(pending.pop())
+        state = {"at": 0, "prob": 1.0}
+
+        def choose(probs, uniform):
+            weights = np.asarray(probs, dtype=np.float64)
+            at = state["at"]
+            state["at"] += 1
+            if at == len(script):  # a new draw: this run takes the first index, later runs the others
+                options = np.flatnonzero(weights > 0).tolist()
+                pending.extend(tuple(script) + (o,) for o in options[1:])
+                script.append(options[0])
+            index = script[at]
+            cdf = np.cumsum(weights)
+            low = cdf[index - 1] if index else 0.0
+            assert real(probs, (low + cdf[index]) / 2 / cdf[-1]) == index
+            state["prob"] *= weights[index] / cdf[-1]
+            return index
+
+        with patch.object(verify_module, "sample_index", choose), patch.object(sampling_module, "sample_index", choose):
+            key = run()
+        law[key] = law.get(key, 0.0) + state["prob"]
+    return law
