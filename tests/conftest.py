@@ -1,7 +1,9 @@
 """Shared fixtures: the real default model (loaded once) and tiny random models built from configs."""
 
 import os
+from unittest.mock import patch
 
+import numpy as np
 import pytest
 import torch
 
@@ -9,6 +11,24 @@ from stand_runtime import SamplingParams, new_cache, tree_forward
 
 if os.environ.get("PYTEST_XDIST_WORKER"):
     torch.set_num_threads(1)  # one thread per xdist worker: two workers share the two cores
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config, items):
+    """``--dist loadgroup`` under pytest 9: pytest-xdist 3.8 marks a group by suffixing
+    ``item._nodeid`` with ``@group``, which pytest 9 no longer reads (``Node.nodeid`` is
+    ``str(item._id)``), so the scheduler spread a group over both workers (the vLLM session then
+    ran on one while the other waited ~200 s on its lock). Put the suffix where pytest 9 reads it."""
+    if not getattr(config.option, "loadgroup", False):
+        return
+    from _pytest.nodes import NodeId
+
+    for item in items:
+        names = sorted({str(m.args[0] if m.args else m.kwargs.get("name", "default"))
+                        for m in item.iter_markers("xdist_group")})
+        suffix = "@" + "_".join(names)
+        if names and hasattr(item, "_id") and not item.nodeid.endswith(suffix):
+            item._id = NodeId.parse(item.nodeid + suffix)
 
 
 @pytest.fixture(scope="session")
@@ -107,3 +127,43 @@ def assert_tree_logits_match_paths(model, tree, prefix, nodes, tol=1e-4):
         alone = full_logits(model, prefix + path_tokens(tree, tokens, node))[-1]
         worst = max(worst, (logits[node] - alone).abs().max().item())
     assert worst <= tol, worst
+
+
+def draw_law(run) -> dict:
+    """The exact law of ``run()`` (a hashable result) when all its randomness goes through
+    :func:`stand_runtime.target.sampling.sample_index` (verification outcomes, residual and bonus
+    tokens, plain sampling): every index of positive weight is taken in turn, depth first, by the
+    real ``sample_index`` at the midpoint of that index's CDF interval, and weighted by its share.
+
+    Returns:
+        ``{result: probability}``; the probabilities sum to 1 up to float64 rounding.
+    """
+    import stand_runtime.engine.verify as verify_module
+    import stand_runtime.target.sampling as sampling_module
+
+    real = sampling_module.sample_index
+    law: dict = {}
+    pending = [()]
+    while pending:
+        script = list(pending.pop())
+        state = {"at": 0, "prob": 1.0}
+
+        def choose(probs, uniform):
+            weights = np.asarray(probs, dtype=np.float64)
+            at = state["at"]
+            state["at"] += 1
+            if at == len(script):  # a new draw: this run takes the first index, later runs the others
+                options = np.flatnonzero(weights > 0).tolist()
+                pending.extend(tuple(script) + (o,) for o in options[1:])
+                script.append(options[0])
+            index = script[at]
+            cdf = np.cumsum(weights)
+            low = cdf[index - 1] if index else 0.0
+            assert real(probs, (low + cdf[index]) / 2 / cdf[-1]) == index
+            state["prob"] *= weights[index] / cdf[-1]
+            return index
+
+        with patch.object(verify_module, "sample_index", choose), patch.object(sampling_module, "sample_index", choose):
+            key = run()
+        law[key] = law.get(key, 0.0) + state["prob"]
+    return law

@@ -40,7 +40,7 @@ def test_rows_finish_independently_and_leave_the_batch(tiny_qwen2):
         assert result.tokens == plain.tokens and result.finish_reason == "length"
 
 
-@pytest.mark.parametrize("method", ["stand", "recycle", pytest.param("suffix", marks=needs_arctic)])
+@pytest.mark.parametrize("method", ["stand"])
 def test_batched_sampling_rows_match_exact_distribution(tiny_qwen2, method):
     """Rows of one batch with different prompt lengths, temperatures and top-p, seeded and unseeded
     rows, rows sharing a store online (2 per prompt) and rows with nothing to draft beside rows with
@@ -66,6 +66,35 @@ def test_batched_sampling_rows_match_exact_distribution(tiny_qwen2, method):
         exact = exact_continuations(model, prompt, param, 3)
         outcome = chi_square_against(count, exact, 2 * batches)
         assert outcome.pvalue > 1e-4, (prompt, param, outcome)
+
+
+@pytest.mark.parametrize("method", ["recycle", pytest.param("suffix", marks=needs_arctic)])
+def test_batched_rows_with_deterministic_drafts_sample_the_exact_law(tiny_qwen2, method):
+    """Deterministic drafts in a batch of 6 rows (3 prompts of different lengths, 2 rows each sharing
+    a store online): one row samples (temperature, top-p, top-k differ per prompt), the others decode
+    greedily, so the sampled row's verification draws are the batch's only randomness; enumerating
+    them (conftest.draw_law) gives that row's exact 3-token law, which must be the target's."""
+    from conftest import draw_law
+
+    params = [SamplingParams(temperature=0.8, top_p=0.95), SamplingParams(temperature=1.0, top_p=1.0, top_k=3),
+              SamplingParams(temperature=0.6, top_p=0.9)]
+    for prompt, param in enumerate(params):
+        sampling = [SamplingParams(temperature=0)] * 6
+        sampling[2 * prompt] = param
+
+        def run():
+            results = generate_batch(tiny_qwen2, None, PROMPTS[:3], method=Method.parse(method, TREES[method], tiny_qwen2, batch=len(PROMPTS[:3]) * 2), n=2, sampling=sampling, max_new_tokens=3, seed=[7] * 6, eos_token_ids=[])
+            return tuple(results[2 * prompt].tokens), sum(r.stats.new_tokens - r.stats.target_forwards for r in results)
+
+        law = draw_law(run)
+        tokens: dict = {}
+        for (key, _), prob in law.items():
+            tokens[key] = tokens.get(key, 0.0) + prob
+        exact = exact_continuations(tiny_qwen2, PROMPTS[prompt], param, 3)
+        assert set(tokens) == set(exact), (prompt, param)
+        worst = max(abs(tokens[key] - exact[key]) for key in exact)
+        assert worst < 1e-5, (prompt, param, worst)
+        assert sum(prob * accepted for (_, accepted), prob in law.items()) >= 1.0, "drafts were rarely accepted"
 
 
 def test_stop_string_inside_an_accepted_run_truncates_as_plain_decoding(tiny_qwen2):

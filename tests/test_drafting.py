@@ -51,10 +51,18 @@ def test_same_seed_same_draws_and_consecutive_calls_never_share_noise():
 
 
 def test_generator_passed_in_drives_everything():
+    """Gumbel noise and uniforms are blocks drawn in turn from the generator given: exactly the
+    values a copy of it yields, and nothing more is drawn."""
     gen = torch.Generator().manual_seed(3)
-    stream = RandomStream(gen)
-    stream.gumbel(10)
-    assert not torch.equal(gen.get_state(), torch.Generator().manual_seed(3).get_state())
+    stream = RandomStream(gen, block=16)
+    gumbels = stream.gumbel(10).copy()
+    uniforms = [stream.uniform() for _ in range(3)]
+    copy = torch.Generator().manual_seed(3)
+    first = torch.rand(16, generator=copy, dtype=torch.float64).numpy()
+    second = torch.rand(16, generator=copy, dtype=torch.float64).numpy()
+    assert np.array_equal(gumbels, -np.log(-np.log(np.maximum(first, np.finfo(np.float64).tiny)))[:10])
+    assert uniforms == second[:3].tolist()
+    assert torch.equal(gen.get_state(), copy.get_state())
 
 
 def _store_with(context_to_dist, max_n=1):

@@ -1,6 +1,7 @@
 """Static draft trees: validation errors name the path; masks and positions of a hand-checked tree."""
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -121,6 +122,26 @@ def test_save_is_atomic_and_reports_unwritable(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+BUNDLED = {  # name: (nodes per depth, widest node per depth, calibrated)
+    "heuristic-80": ([8, 21, 25, 15, 8, 3], [8, 9, 6, 4, 3, 2], False),
+    "stand-smollm2-humaneval-80": ([9, 9, 10, 8, 7, 7, 8, 7, 4, 2] + [1] * 9, [9, 4, 3, 3, 2, 2, 2] + [1] * 12, True),
+}
+
+
 def test_bundled_trees_load():
-    for name, path in bundled_trees().items():
-        assert load_tree(name).tree.num_nodes > 0, path
+    """Each bundled tree loads as its file's paths, with the shape it was shipped with."""
+    trees = bundled_trees()
+    assert set(trees) == set(BUNDLED)
+    for name, (per_depth, widths, calibrated) in BUNDLED.items():
+        loaded = load_tree(name)
+        raw = json.loads(Path(trees[name]).read_text())
+        assert sorted(loaded.tree.paths) == sorted(tuple(p) for p in raw["paths"]), name
+        assert loaded.tree.num_nodes == 80 and loaded.tree.nodes_per_depth() == per_depth, name
+        assert loaded.tree.width_per_depth() == widths, name
+        assert loaded.tree.paths[:2] == ((0,), (1,)) and (loaded.expected_acceptance is not None) == calibrated, name
+        if calibrated:  # the calibrated acceptance of each node, as stored; a child never above its parent
+            alpha = loaded.expected_acceptance
+            assert alpha == pytest.approx(tuple(raw["expected_acceptance"][raw["paths"].index(list(p))]
+                                                for p in loaded.tree.paths))
+            parents = loaded.tree.parents
+            assert all(alpha[i - 1] <= alpha[parents[i] - 1] + 1e-12 for i in range(1, 81) if parents[i] > 0)

@@ -27,11 +27,10 @@ import torch
 from ..drafters.feeds import ProbsFeed, store_observation
 from ..target.forward import model_device
 from ..randomness import RandomStream
-from ..target.sampling import SamplingParams, sample_index, target_probs
+from ..target.sampling import SamplingParams, nucleus, sample_index, target_probs
 
 SPARSE_MASS = 0.999
 """Mass of p kept per position in :attr:`RecordedDistributions.target_probs`."""
-_SPARSE_PROBE = 512
 
 
 @dataclass
@@ -104,12 +103,10 @@ def _observe(logits: torch.Tensor, params: SamplingParams):
     """Store observation (top-10), sparse p and p for each row of ``[n, vocab]`` logits."""
     probs = target_probs(logits, params)
     store_ids, store_probs = store_observation(ProbsFeed(logits, params, probs), range(len(logits)), params)
-    probe = torch.topk(probs, min(_SPARSE_PROBE, probs.shape[-1]), dim=-1)
-    cumulative = probe.values.double().cumsum(-1)
-    sizes = ((cumulative < SPARSE_MASS).sum(-1) + 1).clamp(max=probe.values.shape[-1]).tolist()
-    ids = probe.indices.numpy()
-    values = probe.values.double().numpy()
-    sparse = [(ids[r, :n].copy(), values[r, :n].copy()) for r, n in enumerate(sizes)]
+    sparse = []  # the smallest prefix of p's most likely tokens holding SPARSE_MASS (float64 sums)
+    for values, ids in nucleus(probs, SPARSE_MASS, probs_of=torch.Tensor.double).host_rows():
+        size = max(1, int((values > 0).sum()))
+        sparse.append((ids[:size].copy(), values[:size].copy()))
     return store_ids, store_probs, sparse, probs
 
 

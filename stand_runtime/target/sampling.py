@@ -9,6 +9,7 @@ distribution that speculative sampling preserves is exactly the one plain decodi
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable, NamedTuple
 
 import numpy as np
 import torch
@@ -19,10 +20,10 @@ from ..errors import StandError
 MIN_TEMPERATURE = 1e-6
 """Smallest positive temperature: below it logits / temperature overflow float32."""
 
-# A full sort of a 49k vocabulary row is slow on a CPU; the nucleus almost always lies inside the
-# top few hundred tokens, so top-p first tries a partial top-k of this size and falls back to a
-# full sort only when the nucleus is larger.
-_NUCLEUS_PROBE = 512
+NUCLEUS_PROBE = 512
+"""Tokens :func:`nucleus` sorts first. A full sort of a 49k vocabulary row is slow on a CPU and the
+nucleus almost always lies inside the top few hundred tokens, so a partial top-k of this size comes
+first and a full sort only for the rows whose nucleus is larger."""
 
 
 @dataclass(frozen=True)
@@ -109,8 +110,87 @@ def target_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
         return probs
     probs = _tempered(logits, params)
     if params.top_p < 1.0:
-        probs = _nucleus(probs, params.top_p)
+        cut = nucleus(probs, params.top_p)
+        kept = torch.zeros_like(probs).scatter_(-1, cut.ids, cut.values)
+        if cut.wide is not None:
+            kept[cut.wide] = torch.zeros_like(cut.full[0]).scatter_(-1, cut.full[1], cut.full[0])
+        probs = kept / kept.sum(dim=-1, keepdim=True)
     return probs
+
+
+class Nucleus(NamedTuple):
+    """The nucleus of every row, most likely token first (what :func:`nucleus` returns).
+
+    Attributes:
+        values: ``[..., w]`` p before top-p at the ``w`` probed tokens, zero past the nucleus (not
+            renormalised); w = min(vocab, max(:data:`NUCLEUS_PROBE`, at_least)).
+        ids: ``[..., w]`` int64 token ids of ``values``.
+        wide: ``[...]`` bool, the rows whose nucleus is larger than the probe (their ``values`` miss
+            part of it), or None when there is none.
+        full: ``([r, vocab] values, [r, vocab] ids)``: the same for the r wide rows from a full sort
+            (None without wide rows or when ``full_sort`` was False).
+    """
+
+    values: torch.Tensor
+    ids: torch.Tensor
+    wide: torch.Tensor | None = None
+    full: tuple[torch.Tensor, torch.Tensor] | None = None
+
+    def host_rows(self) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Per row of a ``[n, vocab]`` input: ``(values, ids)`` on the host (float64, int64, sorted, the
+        full sort for wide rows), in one transfer per tensor."""
+        values, ids = self.values.to("cpu", torch.float64).numpy(), self.ids.cpu().numpy()
+        rows = list(zip(values, ids))
+        if self.full is not None:
+            full_values, full_ids = self.full[0].to("cpu", torch.float64).numpy(), self.full[1].cpu().numpy()
+            for j, r in enumerate(self.wide.nonzero().flatten().tolist()):
+                rows[r] = (full_values[j], full_ids[j])
+        return rows
+
+
+def _cut(values: torch.Tensor, top_p: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Zero the sorted ``values`` past the nucleus: a token stays when the mass strictly before it is
+    below ``top_p`` (so the first always stays). Returns the cut values and their cumulative sums."""
+    cumulative = values.cumsum(dim=-1)
+    return values * ((cumulative - values) < top_p), cumulative
+
+
+def nucleus(scores: torch.Tensor, top_p: float, at_least: int = 0,
+            probs_of: Callable[[torch.Tensor], torch.Tensor] | None = None, full_sort: bool = True) -> Nucleus:
+    """The top-p nucleus of each row: the one implementation of p's sort and cut (every function of
+    this module and the recorded distributions of batched sampling call it).
+
+    A partial top-k of :data:`NUCLEUS_PROBE` (or ``at_least``) tokens, the cumulative cut, and a full
+    sort of only the rows whose nucleus is larger than that probe.
+
+    Args:
+        scores: ``[..., vocab]`` p before top-p, or any scores in the same order (logits).
+        top_p: nucleus mass; >= 1 keeps every token of positive p.
+        at_least: probe at least this many tokens (a top-k, the k tokens a caller wants).
+        probs_of: maps sorted scores to p before top-p elementwise or row by row (applied to the
+            probe and to the full sorts of wide rows); None when ``scores`` are p.
+        full_sort: False: leave the wide rows (``wide``) to the caller, ``full`` is None.
+
+    Returns:
+        The :class:`Nucleus`.
+    """
+    vocab = scores.shape[-1]
+    top, ids = torch.topk(scores, min(max(NUCLEUS_PROBE, at_least), vocab), dim=-1)
+    values = top if probs_of is None else probs_of(top)
+    if top_p >= 1.0:  # tokens past the probe have mass when the last probed one has (ties at a top-k)
+        wide = values[..., -1] > 0
+    else:
+        values, cumulative = _cut(values, top_p)
+        wide = cumulative[..., -1] < top_p
+    if top.shape[-1] == vocab or not bool(wide.any()):
+        return Nucleus(values, ids)
+    if not full_sort:
+        return Nucleus(values, ids, wide)
+    rows, row_ids = torch.sort(scores[wide], dim=-1, descending=True)
+    rows = rows if probs_of is None else probs_of(rows)
+    if top_p < 1.0:
+        rows = _cut(rows, top_p)[0]
+    return Nucleus(values, ids, wide, (rows, row_ids))
 
 
 @dataclass(frozen=True, eq=False)
@@ -193,19 +273,13 @@ def target_rows(logits: torch.Tensor, params: SamplingParams) -> list[TargetRow]
     probs = _tempered(logits, params)
     if params.top_p >= 1.0 and not 0 < params.top_k < probs.shape[-1]:
         return [TargetRow(row) for row in probs.to("cpu", torch.float64).numpy()]
-    probe = min(max(_NUCLEUS_PROBE, params.top_k), probs.shape[-1])
-    values, ids = torch.topk(probs, probe, dim=-1)
-    wide = (values.sum(dim=-1) < params.top_p).tolist() if params.top_p < 1.0 and probe < probs.shape[-1] else []
-    if params.top_p < 1.0:
-        values = values * ((values.cumsum(dim=-1) - values) < params.top_p)
-    values, ids = values.to("cpu", torch.float64).numpy(), ids.cpu().numpy()
     rows = []
-    for r in range(len(values)):
-        if (wide and wide[r]) or not np.isfinite(values[r, 0]):  # the nucleus is wider than the probe
-            rows.append(target_row(logits[r], params))  # (or the row is not finite): this row alone
+    for values, ids in nucleus(probs, params.top_p, params.top_k).host_rows():
+        if not np.isfinite(values[0]):  # NaN or inf logits make the whole row NaN
+            rows.append(_NOT_FINITE)
             continue
-        size = int((values[r] > 0).sum())
-        rows.append(TargetRow(values[r, :size] / values[r, :size].sum(), ids[r, :size]))
+        size = int((values > 0).sum())
+        rows.append(TargetRow(values[:size] / values[:size].sum(), ids[:size]))
     return rows
 
 
@@ -221,22 +295,7 @@ def target_row(logits: torch.Tensor, params: SamplingParams) -> TargetRow:
         The row on the host; its probabilities are those :func:`target_probs` gives, up to the
         order of summation.
     """
-    probs = _tempered(logits[None], params)
-    if params.top_p >= 1.0 and not 0 < params.top_k < probs.shape[-1]:
-        return TargetRow(probs[0].to("cpu", torch.float64).numpy())
-    probe = min(max(_NUCLEUS_PROBE, params.top_k), probs.shape[-1])
-    values, ids = torch.topk(probs, probe, dim=-1)
-    reach = float(values[0].sum())
-    if not np.isfinite(reach):
-        return _NOT_FINITE
-    if params.top_p < 1.0 and probe < probs.shape[-1] and reach < params.top_p:
-        values, ids = torch.sort(probs, dim=-1, descending=True)  # the nucleus is wider than the probe
-    values, ids = values[0], ids[0]
-    if params.top_p < 1.0:
-        values = values * ((values.cumsum(dim=-1) - values) < params.top_p)
-    size = int((values > 0).sum())
-    kept = values[:size].to("cpu", torch.float64).numpy()
-    return TargetRow(kept / kept.sum(), ids[:size].cpu().numpy())
+    return target_rows(logits[None], params)[0]
 
 
 def top_target_probs(logits: torch.Tensor, params: SamplingParams, k: int, rows_per_batch: int = 128
@@ -258,51 +317,34 @@ def top_target_probs(logits: torch.Tensor, params: SamplingParams, k: int, rows_
         ``([n, k] int64 ids, [n, k] float32 probabilities)``, most likely first; probabilities of
         tokens outside the nucleus are 0.
     """
-    vocab = logits.shape[-1]
-    probe = min(max(_NUCLEUS_PROBE, k, params.top_k), vocab)
     out_ids, out_probs = [], []
     for start in range(0, logits.shape[0], rows_per_batch):
         chunk = logits[start : start + rows_per_batch].float() / params.temperature
-        top, ids = torch.topk(chunk, probe, dim=-1)
-        if 0 < params.top_k < vocab:
-            probs = torch.zeros_like(top)
-            probs[:, : params.top_k] = torch.softmax(top[:, : params.top_k], dim=-1)
-        else:
-            probs = torch.exp(top - torch.logsumexp(chunk, dim=-1, keepdim=True))
+        cut = nucleus(chunk, params.top_p, max(k, params.top_k), _probs_of_sorted_logits(chunk, params), full_sort=False)
+        probs, ids = cut.values, cut.ids
         if params.top_p < 1.0:
-            cumulative = probs.cumsum(dim=-1)
-            probs = probs * ((cumulative - probs) < params.top_p)
             probs = probs / probs.sum(dim=-1, keepdim=True)
-            wide = (cumulative[:, -1] < params.top_p).nonzero().flatten()
-            if len(wide) and probs.shape[-1] < vocab:  # nucleus beyond the probe: exact, row by row
-                full = torch.topk(target_probs(logits[start + wide], params), probs.shape[-1], dim=-1)
-                probs[wide], ids[wide] = full.values, full.indices
+        if cut.wide is not None and params.top_p < 1.0:  # nucleus beyond the probe: exact, row by row
+            wide = cut.wide.nonzero().flatten()
+            full = torch.topk(target_probs(logits[start + wide], params), probs.shape[-1], dim=-1)
+            probs[wide], ids[wide] = full.values, full.indices
         out_ids.append(ids[:, :k])
         out_probs.append(probs[:, :k])
     return torch.cat(out_ids), torch.cat(out_probs)
 
 
-def _nucleus(probs: torch.Tensor, top_p: float) -> torch.Tensor:
-    """Keep the smallest set of most likely tokens whose mass reaches ``top_p``; renormalise.
-
-    ``probs``: ``[..., vocab]`` float32 rows summing to 1. A token is kept when the mass of the
-    tokens strictly more likely than it (in sorted order) is below ``top_p``; the first is always kept.
-    """
-    vocab = probs.shape[-1]
-    probe = min(_NUCLEUS_PROBE, vocab)
-    sorted_probs, sorted_ids = torch.topk(probs, probe, dim=-1)
-    cumulative = sorted_probs.cumsum(dim=-1)
-    kept = torch.zeros_like(probs)
-    kept.scatter_(-1, sorted_ids, sorted_probs * ((cumulative - sorted_probs) < top_p))
-    wide = cumulative[..., -1] < top_p  # rows whose nucleus is larger than the probe: a full sort
-    if probe < vocab and bool(wide.any()):
-        rows = probs[wide]
-        sorted_probs, sorted_ids = torch.sort(rows, dim=-1, descending=True)
-        cumulative = sorted_probs.cumsum(dim=-1)
-        full = torch.zeros_like(rows)
-        full.scatter_(-1, sorted_ids, sorted_probs * ((cumulative - sorted_probs) < top_p))
-        kept[wide] = full
-    return kept / kept.sum(dim=-1, keepdim=True)
+def _probs_of_sorted_logits(scaled: torch.Tensor, params: SamplingParams) -> Callable[[torch.Tensor], torch.Tensor]:
+    """p before top-p at the probed tokens of ``scaled`` (``[n, vocab]`` logits / temperature) from
+    their sorted values alone: a softmax over the first top-k, else ``exp(x - logsumexp(row))``."""
+    top_k = params.top_k
+    if 0 < top_k < scaled.shape[-1]:
+        def probs_of(top: torch.Tensor) -> torch.Tensor:
+            probs = torch.zeros_like(top)
+            probs[:, :top_k] = torch.softmax(top[:, :top_k], dim=-1)
+            return probs
+        return probs_of
+    log_total = torch.logsumexp(scaled, dim=-1, keepdim=True)
+    return lambda top: torch.exp(top - log_total)
 
 
 def sample_index(probs: np.ndarray, uniform: float) -> int:
