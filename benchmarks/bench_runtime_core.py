@@ -12,7 +12,9 @@ import time
 
 import numpy as np
 
-from stand_runtime import NGramStore, RandomStream, draft_tree, load_tree
+from stand_runtime import NGramStore, load_tree
+from stand_runtime.drafters import draft_tree
+from stand_runtime.randomness import RandomStream
 
 VOCAB = 49_152
 STREAM = 20_000

@@ -7,7 +7,9 @@ import numpy as np
 import pytest
 import torch
 
-from stand_runtime import SamplingParams, new_cache, tree_forward
+from stand_runtime import SamplingParams
+from stand_runtime.target.forward import tree_forward
+from stand_runtime.target.kv_cache import new_cache
 
 if os.environ.get("PYTEST_XDIST_WORKER"):
     torch.set_num_threads(1)  # one thread per xdist worker: two workers share the two cores

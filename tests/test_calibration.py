@@ -5,7 +5,8 @@ import json
 import numpy as np
 import pytest
 from conftest import DigitsTokenizer, tiny_model
-from stand_runtime import Method, NGramStore, RandomStream, SamplingParams, StandError, generate
+from stand_runtime import Method, NGramStore, SamplingParams, StandError, generate
+from stand_runtime.randomness import RandomStream
 from stand_runtime.engine.batch_sampling import sample_recorded
 from treeopt.optimize.calibrate import CalibrationConfig, calibrate
 from treeopt.optimize.calibration import load_calibration

@@ -7,7 +7,10 @@ import pytest
 import torch
 from scipy import stats
 
-from stand_runtime import DraftTree, NGramStore, RandomStream, draft_tree, gumbel_top_k
+from stand_runtime import DraftTree, NGramStore
+from stand_runtime.drafters import draft_tree
+from stand_runtime.drafters.gumbel import gumbel_top_k
+from stand_runtime.randomness import RandomStream
 
 
 def test_gumbel_top_k_pairs_match_sequential_sampling_without_replacement():
@@ -115,7 +118,7 @@ def test_stochastic_draft_children_are_distinct_and_follow_q():
 def test_replay_calibration_chooses_the_children_drafting_chooses(stochastic):
     """Replay calibration must estimate what drafting does: with the same store and noise, the
     children it walks at a node are the tokens the engine's drafter puts there, in the same order."""
-    from stand_runtime import choose_children
+    from stand_runtime.drafters.gumbel import choose_children
     from stand_runtime.engine.batch_sampling import RecordedDistributions
     from treeopt.optimize.replay import replay_trajectory
 
@@ -135,7 +138,7 @@ def test_replay_calibration_chooses_the_children_drafting_chooses(stochastic):
     alpha = np.zeros(tree.num_nodes + 1)
     replay_trajectory([1, 4], [second, 5], recorded, tree, store, RandomStream.seeded(3), alpha,
                       stochastic=stochastic, segmentations=1)
-    from stand_runtime import acceptance_chain
+    from stand_runtime.verify import acceptance_chain
 
     target = {3: 0.5, 7: 0.2, 8: 0.2, 9: 0.1}
     chain = acceptance_chain([target.get(t, 0.0) for t in entry.id_list], entry.q.tolist() if stochastic else None,

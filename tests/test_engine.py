@@ -8,8 +8,17 @@ import torch
 from scipy import stats
 
 from conftest import assert_tree_logits_match_paths, draw_law, full_logits, random_tree_step, tiny_model
-from stand_runtime import (Method, NGramStore, RecyclingMatrix, SamplingParams, StandError, generate, load_model,
-                           load_tree, target_probs)
+from stand_runtime import (
+    Method,
+    NGramStore,
+    RecyclingMatrix,
+    SamplingParams,
+    StandError,
+    generate,
+    load_model,
+    load_tree,
+)
+from stand_runtime.target.sampling import target_probs
 from stand_runtime.engine.stopping import StopRule
 from stand_runtime.target.kv_cache import keep_tree_entries
 

@@ -6,7 +6,10 @@ import numpy as np
 import pytest
 
 from conftest import tiny_model
-from stand_runtime import LatencyProfile, StandError, cached_latency, family_to_json, machine_tree
+from stand_runtime import LatencyProfile, StandError
+from stand_runtime.target.latency import cached_latency
+from stand_runtime.tree_choice import machine_tree
+from stand_runtime.trees.families import family_to_json
 from stand_runtime.target.latency import choose_size, monotone_fit, profile_from_rounds
 from treeopt import candidate_tree, export_family
 from test_treeopt import fake_calibration

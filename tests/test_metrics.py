@@ -3,7 +3,9 @@
 import numpy as np
 import pytest
 
-from stand_runtime import DraftQuality, acceptance_by_depth, acceptance_chain, summarise_draft_quality
+from stand_runtime.drafters.diagnostics import DraftQuality, summarise_draft_quality
+from stand_runtime.engine.metrics import acceptance_by_depth
+from stand_runtime.verify import acceptance_chain
 
 
 def test_acceptance_by_depth_by_hand():

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from stand_runtime import SamplingParams, StandError, target_probs
+from stand_runtime import SamplingParams, StandError
+from stand_runtime.target.sampling import target_probs
 from stand_runtime.target.sampling import NUCLEUS_PROBE, nucleus, resolve_sampling, target_row, target_rows, top_target_probs
 
 

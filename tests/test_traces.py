@@ -9,7 +9,11 @@ from typer.testing import CliRunner
 
 from cli import app
 from conftest import full_logits
-from stand_runtime import (Method, RandomStream, RecordedTop, RecyclingMatrix, SamplingParams, StandError, generate, replay_trace, store_params, top_target_probs, verify_greedy)
+from stand_runtime import Method, RecyclingMatrix, SamplingParams, StandError, generate, replay_trace, verify_greedy
+from stand_runtime.drafters import store_params
+from stand_runtime.engine.trace_replay import RecordedTop
+from stand_runtime.randomness import RandomStream
+from stand_runtime.target.sampling import top_target_probs
 from stand_runtime.drafters.suffix_decoding import suffix_draft
 from treeopt.evaluate.trace_bench import parse_trace_methods, run_trace_bench, trace_results_json
 from treeopt.data.traces import load_traces, tokenize_groups
@@ -35,7 +39,7 @@ def test_replay_of_own_greedy_output_takes_the_engines_steps(tiny_qwen2, method)
     the same drafter gives exactly the engine's steps: tokens, drafted nodes and accepted drafts per
     step. Token Recycling is left out: the engine also feeds it rows of rejected nodes, which no
     recording holds."""
-    from stand_runtime import new_memory
+    from stand_runtime.drafters import new_memory
 
     tree = "dynamic-80" if method.endswith("[dynamic-80]") else "heuristic-80" if method.startswith("stand") else None
     method = method.removesuffix("[dynamic-80]")

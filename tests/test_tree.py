@@ -6,7 +6,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from stand_runtime import DraftTree, StandError, load_tree, parse_tree, save_tree, tree_attention_mask, tree_position_ids
+from stand_runtime import DraftTree, StandError, load_tree, save_tree
+from stand_runtime.trees.tree import tree_attention_mask, tree_position_ids
+from stand_runtime.trees.tree_io import parse_tree
 from stand_runtime import TreeFile, bundled_trees
 
 FIVE = [[0], [1], [0, 0], [0, 1], [1, 0]]

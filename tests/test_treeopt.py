@@ -11,7 +11,8 @@ from treeopt.optimize.calibrate import CalibrationConfig
 from treeopt.optimize.calibration import Calibration, load_calibration
 from treeopt.optimize.candidate import Prior, candidate_tree, per_depth_tree
 from treeopt.optimize.export import export_tree
-from stand_runtime import LatencyProfile, choose_size
+from stand_runtime import LatencyProfile
+from stand_runtime.target.latency import choose_size
 from treeopt.optimize.profile import depth_profile
 from treeopt.optimize.prune import best_sums, prune
 

@@ -16,17 +16,11 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from stand_runtime import (
-    Draft,
-    DraftTree,
-    DynamicTree,
-    NGramStore,
-    RandomStream,
-    draft_tree,
-    gumbel_top_k,
-    verify_greedy,
-    verify_sampling,
-)
+from stand_runtime import DraftTree, DynamicTree, NGramStore, verify_greedy, verify_sampling
+from stand_runtime.drafters import draft_tree
+from stand_runtime.drafters.gumbel import gumbel_top_k
+from stand_runtime.randomness import RandomStream
+from stand_runtime.trees.draft import Draft
 from conftest import draw_law
 from stand_runtime.drafters import best_first_draft
 
@@ -386,7 +380,7 @@ def test_nucleus_fully_drafted_never_draws_an_empty_residual(order):
     q = np.array([0.4, 0.3, 0.2, 0.1])
     p = np.zeros(vocab)
     p[ids] = (q * (1 - 3e-8)).astype(np.float32)  # a float32 row summing to 1 - 6e-8: p < q on every id
-    from stand_runtime import acceptance_chain
+    from stand_runtime.verify import acceptance_chain
 
     for stochastic in (True, False):
         outside = max(0.0, p.sum() - p[ids].sum())
@@ -413,7 +407,8 @@ def test_nan_target_is_an_error_not_an_acceptance():
 
 
 def test_duplicate_siblings_are_refused_where_drafts_are_built():
-    from stand_runtime import DraftBuilder, StandError
+    from stand_runtime import StandError
+    from stand_runtime.trees.draft import DraftBuilder
 
     builder = DraftBuilder(7)
     builder.add(0, 3)

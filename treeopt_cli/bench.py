@@ -61,7 +61,8 @@ def bench(
 ) -> None:
     """Decode the same prompts with several methods, interleaved, and compare them (recorded traces:
     bench-traces; vLLM: bench-vllm)."""
-    from stand_runtime import SamplingParams, check_budget
+    from stand_runtime import SamplingParams
+    from stand_runtime.engine.rows import check_budget
     from stand_runtime.method import check_tree_spec
     from treeopt import load_prompts, parse_methods
     from treeopt.evaluate.bench import check_bench_settings, default_offset

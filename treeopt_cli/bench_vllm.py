@@ -35,7 +35,9 @@ def bench_vllm(
                           "latency here) and ngram/suffix (auto: their defaults 5/16), or an integer."),
 ) -> None:
     """Compare vLLM's plain decoding, its ngram and suffix proposers and STAND's (needs the vllm extra)."""
-    from stand_runtime import DEFAULT_MODEL, SamplingParams, check_budget, encode_prompt, load_tokenizer
+    from stand_runtime import DEFAULT_MODEL, SamplingParams, load_tokenizer
+    from stand_runtime.engine.rows import check_budget
+    from stand_runtime.target.prompts import encode_prompt
     from stand_runtime.vllm import check_model_folder, check_version, default_model_folder
     from treeopt import load_prompts
     from treeopt.evaluate.bench import check_bench_settings, default_offset

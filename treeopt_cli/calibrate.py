@@ -68,7 +68,8 @@ def calibrate(
 
 def _calibrate_decoding(config, candidate_file: Optional[Path], out: Path, resume: bool) -> None:
     """``treeopt calibrate``: decode the prompts (:func:`treeopt.calibrate`), with progress bars."""
-    from stand_runtime import check_writable, load_tree
+    from stand_runtime import load_tree
+    from stand_runtime.files import check_writable
     from treeopt import calibrate as run_calibration, depth_profile, load_prompts
     from treeopt.optimize.calibrate import resumable
 
@@ -122,7 +123,8 @@ def _calibration_hooks(bar, prompts: int):
 def _calibrate_traces(path: Path, candidate_file: Optional[Path], candidate_nodes: int, group_field: str, text_field: str,
                       prompt_field: str, max_tokens: int, tokenizer_spec: str, out: Path) -> None:
     """``treeopt calibrate --traces``: greedy replay calibration from recorded traces."""
-    from stand_runtime import check_writable, load_tokenizer, load_tree
+    from stand_runtime import load_tokenizer, load_tree
+    from stand_runtime.files import check_writable
     from treeopt import Prior, candidate_tree, depth_profile
     from treeopt.data.traces import load_traces, tokenize_groups
     from treeopt.optimize.trace_calibration import calibrate_traces

@@ -37,7 +37,12 @@ def generate_command(
     json_out: Optional[Path] = typer.Option(None, "--json", help="Also write the statistics to this JSON file."),
 ) -> None:
     """Decode one prompt, streaming the text, then show the decoding statistics."""
-    from stand_runtime import DEFAULT_TREES, SamplingParams, check_budget, check_method, check_seed, check_writable
+    from stand_runtime import SamplingParams
+    from stand_runtime.drafters import check_method
+    from stand_runtime.engine.rows import check_budget
+    from stand_runtime.files import check_writable
+    from stand_runtime.method import DEFAULT_TREES
+    from stand_runtime.randomness import check_seed
     from stand_runtime.engine.stopping import check_stop_strings
     from stand_runtime.method import check_tree_spec
 

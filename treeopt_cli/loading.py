@@ -36,7 +36,9 @@ def announce_tree(target, method: str, tree: Optional[str]):
     """Say which tree ``auto`` chose for this machine (measuring the latency profile once if needed,
     and warning when it looks untrustworthy); returns the :class:`stand_runtime.TreeChoice`, or None
     when the method does not use ``auto``."""
-    from stand_runtime import COPY_TOKENS, DEFAULT_TREES, TREE_METHODS, machine_tree, sized_family
+    from stand_runtime.drafters import COPY_TOKENS, TREE_METHODS
+    from stand_runtime.method import DEFAULT_TREES, sized_family
+    from stand_runtime.tree_choice import machine_tree
 
     spec = tree or DEFAULT_TREES.get(method)
     family = sized_family(spec) if method in TREE_METHODS else None
@@ -54,6 +56,6 @@ def announce_tree(target, method: str, tree: Optional[str]):
 
 def cached_profile(target, model: str, what: str = "this machine's forward latency (once per model, cached)"):
     """The target's latency profile (:func:`stand_runtime.cached_latency`), saying so when it is measured."""
-    from stand_runtime import cached_latency
+    from stand_runtime.target.latency import cached_latency
 
     return cached_latency(target, model, on_measure=lambda: console.print(f"measuring {what} ..."))

@@ -64,7 +64,7 @@ def check_paths(outputs: dict[str, Optional[Path]], inputs: dict[str, object]) -
 def check_outputs(outputs: dict[str, Optional[Path]], inputs: dict[str, object], plot: Optional[Path] = None) -> None:
     """:func:`check_paths`, then every given output writable, and matplotlib importable when a
     ``plot`` is asked for (said before the run, not after it)."""
-    from stand_runtime import check_writable
+    from stand_runtime.files import check_writable
 
     check_paths(outputs, inputs)
     for path in outputs.values():
@@ -129,7 +129,7 @@ def read_prompt(prompt: Optional[str], prompt_file: Optional[Path], keep_newline
 
 def write_json(path: Path, data, indent: int | None = 1) -> None:
     """Write JSON atomically (one-line error when the folder is missing or unwritable)."""
-    from stand_runtime import write_json_atomic
+    from stand_runtime.files import write_json_atomic
 
     write_json_atomic(path, data, indent)
 

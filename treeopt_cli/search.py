@@ -71,7 +71,7 @@ def search(
 def _search(model: str, dtype: str, names: list, tree: Optional[str], max_batch: int, problems: list, settings, judge,
             config: dict, json_out: Optional[Path]) -> dict:
     """Load the model, search every problem with every method (saving after each problem); the report."""
-    from stand_runtime import vocab_size
+    from stand_runtime.target.model_facts import vocab_size
     from treeopt.evaluate.search import compare_methods, method_backends, search_report
 
     target, tokenizer = loading.load_model(model, dtype)

@@ -26,7 +26,8 @@ def candidate(
     out: Path = typer.Option(..., help="Where to write the tree JSON."),
 ) -> None:
     """Build a candidate tree (top paths under a rank-product prior) and write it."""
-    from stand_runtime import TreeFile, check_writable, save_tree
+    from stand_runtime import TreeFile, save_tree
+    from stand_runtime.files import check_writable
     from treeopt import Prior, candidate_tree, depth_profile, per_depth_tree
 
     check_writable(out)
@@ -89,7 +90,7 @@ def export(
 
 def _export_family(result, out: Path) -> None:
     """``export --format family``: the best tree of every size, in one file."""
-    from stand_runtime import family_to_json
+    from stand_runtime.trees.families import family_to_json
     from treeopt import export_family
 
     family = export_family(result)

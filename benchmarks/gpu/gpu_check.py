@@ -27,7 +27,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
 
 from conftest import tiny_model  # noqa: E402  (the tests' helpers: one tiny model, one chi-square)
 from test_engine import chi_square_against  # noqa: E402
-from stand_runtime import (Method, NGramStore, SamplingParams, generate, load_tree, measure_latency, new_cache, target_probs, tree_forward)
+from stand_runtime import Method, NGramStore, SamplingParams, generate, load_tree, measure_latency
+from stand_runtime.target.forward import tree_forward
+from stand_runtime.target.kv_cache import new_cache
+from stand_runtime.target.sampling import target_probs
 
 
 def tiny(device):

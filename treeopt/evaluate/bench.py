@@ -17,20 +17,12 @@ from typing import Callable
 
 import numpy as np
 
-from stand_runtime import (
-    DEFAULT_TREES,
-    METHODS,
-    STORE_METHODS,
-    TREE_METHODS,
-    DecodeRequest,
-    HFBackend,
-    Method,
-    SamplingParams,
-    StandError,
-    acceptance_by_depth,
-    check_seed,
-    summarise_draft_quality,
-)
+from stand_runtime import DecodeRequest, HFBackend, METHODS, Method, SamplingParams, StandError
+from stand_runtime.drafters import STORE_METHODS, TREE_METHODS
+from stand_runtime.drafters.diagnostics import summarise_draft_quality
+from stand_runtime.engine.metrics import acceptance_by_depth
+from stand_runtime.method import DEFAULT_TREES
+from stand_runtime.randomness import check_seed
 from stand_runtime.drafters import takes_tree
 
 from .answers import extract_answer, majority_vote, normalise
@@ -208,7 +200,8 @@ def check_prompts_fit(model, tokenizer, prompts: list[Prompt], max_new_tokens: i
     Raises:
         StandError: naming the context and the budget.
     """
-    from stand_runtime import encode_prompt, vocab_size
+    from stand_runtime.target.model_facts import vocab_size
+    from stand_runtime.target.prompts import encode_prompt
     from stand_runtime.target.model_facts import check_positions
 
     for prompt in prompts:

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import numpy as np
 
-from stand_runtime import StandError, check_writable
+from stand_runtime import StandError
+from stand_runtime.files import check_writable
 
 
 def plot_profiles(profiles: list, path: str | Path) -> Path:

@@ -22,7 +22,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
-from stand_runtime import DecodeRequest, DecodingBackend, SamplingParams, StandError, encode_prompt
+from stand_runtime import DecodeRequest, DecodingBackend, SamplingParams, StandError
+from stand_runtime.target.prompts import encode_prompt
 from stand_runtime.checks import check_callable, check_int
 from stand_runtime.limits import MAX_SAMPLES
 from stand_runtime.randomness import check_seed, check_seed_span

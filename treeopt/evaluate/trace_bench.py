@@ -16,7 +16,9 @@ from typing import Callable
 
 import numpy as np
 
-from stand_runtime import COPY_TOKENS, STORE_METHODS, TREE_METHODS, SUFFIX_TUNED, RandomStream, SamplingParams, StandError, SuffixSettings
+from stand_runtime import SamplingParams, StandError, SuffixSettings
+from stand_runtime.drafters import COPY_TOKENS, STORE_METHODS, SUFFIX_TUNED, TREE_METHODS
+from stand_runtime.randomness import RandomStream
 from stand_runtime import Method, replay_trace
 from stand_runtime.checks import check_callable, check_int
 from stand_runtime.drafters import MAX_COPY_TOKENS, takes_tree
@@ -63,7 +65,9 @@ class TraceMethod:
 def check_tree_spec(spec) -> None:
     """Raises StandError unless ``spec`` names a tree the trace bench can draft into without a model:
     a tree file, a bundled tree, or ``dynamic[-N]`` (``auto`` and families need a model's latency)."""
-    from stand_runtime import AUTO, resolve_tree, sized_family
+    from stand_runtime.method import sized_family
+    from stand_runtime.tree_choice import AUTO
+    from stand_runtime.trees.tree_io import resolve_tree
     from stand_runtime.drafters import parse_dynamic
 
     if not isinstance(spec, str) or not spec:

@@ -29,14 +29,13 @@ from stand_runtime import (
     HFBackend,
     Method,
     NGramStore,
-    RandomStream,
     SamplingParams,
     StandError,
     __version__,
-    check_seed,
-    check_writable,
     generate,
 )
+from stand_runtime.files import check_writable
+from stand_runtime.randomness import RandomStream, check_seed
 
 from .calibration import Calibration, load_calibration
 from .candidate import Prior, candidate_tree

@@ -14,7 +14,9 @@ from pathlib import Path
 
 import numpy as np
 
-from stand_runtime import DraftTree, StandError, bundled_calibrations, write_text_atomic
+from stand_runtime import DraftTree, StandError
+from stand_runtime.files import write_text_atomic
+from stand_runtime.trees.tree_io import bundled_calibrations
 
 CALIBRATION_FORMAT = "stand-calibration"
 CALIBRATION_VERSION = 1

@@ -15,7 +15,8 @@ from __future__ import annotations
 import heapq
 from dataclasses import dataclass
 
-from stand_runtime import MAX_RANK, DraftTree, StandError
+from stand_runtime import DraftTree, StandError
+from stand_runtime.trees.tree import MAX_RANK
 
 
 MAX_CANDIDATE_NODES = 4096

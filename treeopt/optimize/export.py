@@ -11,7 +11,8 @@ from datetime import datetime, timezone
 
 import numpy as np
 
-from stand_runtime import StandError, TreeFamily, TreeFile, __version__
+from stand_runtime import StandError, TreeFile, __version__
+from stand_runtime.trees.families import TreeFamily
 
 from .calibration import Calibration
 from .prune import KnapsackSolution, best_sums, prune, subtree
@@ -124,7 +125,7 @@ class SizeChoice:
 def choose_export_size(calibration: Calibration, profile, batch: int = 1) -> SizeChoice:
     """The tree size that maximises calibrated accepted tokens per second under ``profile`` (a
     :class:`stand_runtime.LatencyProfile`) for ``batch`` rows per forward."""
-    from stand_runtime import choose_size
+    from stand_runtime.target.latency import choose_size
 
     _check_exportable(calibration)
     sums = best_sums(calibration.candidate, calibration.alpha,

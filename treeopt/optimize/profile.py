@@ -7,7 +7,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from stand_runtime import DraftTree, load_family, load_tree
+from stand_runtime import DraftTree, load_tree
+from stand_runtime.trees.families import load_family
 from stand_runtime.trees.families import is_family
 
 from .calibration import CALIBRATION_FORMAT, load_calibration, resolve_calibration

@@ -27,15 +27,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from stand_runtime import (
-    DraftTree,
-    NGramStore,
-    RandomStream,
-    RecordedDistributions,
-    acceptance_chain,
-    choose_children,
-    sample_index,
-)
+from stand_runtime import DraftTree, NGramStore, RecordedDistributions
+from stand_runtime.drafters.gumbel import choose_children
+from stand_runtime.randomness import RandomStream
+from stand_runtime.target.sampling import sample_index
+from stand_runtime.verify import acceptance_chain
 
 
 def replay_trajectory(

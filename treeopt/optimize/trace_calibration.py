@@ -19,7 +19,8 @@ from typing import Callable
 
 import numpy as np
 
-from stand_runtime import DraftTree, NGramStore, RandomStream, RecordedDistributions, StandError, __version__
+from stand_runtime import DraftTree, NGramStore, RecordedDistributions, StandError, __version__
+from stand_runtime.randomness import RandomStream
 
 from .calibration import Calibration
 from .replay import replay_trajectory
