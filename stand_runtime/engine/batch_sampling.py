@@ -110,23 +110,25 @@ def _observe(logits: torch.Tensor, params: SamplingParams):
     return store_ids, store_probs, sparse, probs
 
 
+def _left_padded(prompts, width: int):
+    """``[B, width]`` ids and attention mask of left-padded prompts, and their positions."""
+    ids = torch.zeros(len(prompts), width, dtype=torch.long)
+    mask = torch.zeros(len(prompts), width, dtype=torch.long)
+    for row, prompt in enumerate(prompts):
+        ids[row, width - len(prompt) :] = torch.tensor(prompt)
+        mask[row, width - len(prompt) :] = 1
+    return ids, mask, (mask.cumsum(-1) - 1).clamp(min=0)
+
+
 def _sample_batch(model, prompts, params, max_new_tokens, eos, streams, on_tokens):
     from transformers import DynamicCache
 
     device = model_device(model)
-    batch = len(prompts)
-    width = max(len(p) for p in prompts)
-    ids = torch.zeros(batch, width, dtype=torch.long)
-    mask = torch.zeros(batch, width, dtype=torch.long)
-    for row, prompt in enumerate(prompts):
-        ids[row, width - len(prompt) :] = torch.tensor(prompt)
-        mask[row, width - len(prompt) :] = 1
-    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    batch, width = len(prompts), max(len(p) for p in prompts)
+    ids, mask, positions = _left_padded(prompts, width)
     cache = DynamicCache(config=model.config)
-    store_ids = [[] for _ in prompts]
-    store_probs = [[] for _ in prompts]
-    target_ids = [[] for _ in prompts]
-    target_vals = [[] for _ in prompts]
+    store_ids, store_probs = [[] for _ in prompts], [[] for _ in prompts]
+    target_ids, target_vals = [[] for _ in prompts], [[] for _ in prompts]
     generated = [[] for _ in prompts]
     with torch.inference_mode():
         logits = model(input_ids=ids.to(device), attention_mask=mask.to(device), position_ids=positions.to(device), cache=cache).logits
