@@ -140,7 +140,7 @@ def draw_law(run) -> dict:
     Returns:
         ``{result: probability}``; the probabilities sum to 1 up to float64 rounding.
     """
-    import stand_runtime.engine.verify as verify_module
+    import stand_runtime.verify as verify_module
     import stand_runtime.target.sampling as sampling_module
 
     real = sampling_module.sample_index
