@@ -34,7 +34,7 @@ def warn_latency(profile, **observed) -> None:
 
 def announce_tree(target, method: str, tree: Optional[str]):
     """Say which tree ``auto`` chose for this machine (measuring the latency profile once if needed,
-    and warning when it looks untrustworthy); returns the :class:`stand_runtime.TreeChoice`, or None
+    and warning when it looks untrustworthy); returns the :class:`stand_runtime.tree_choice.TreeChoice`, or None
     when the method does not use ``auto``."""
     from stand_runtime.drafters import COPY_TOKENS, TREE_METHODS
     from stand_runtime.method import DEFAULT_TREES, sized_family
@@ -55,7 +55,7 @@ def announce_tree(target, method: str, tree: Optional[str]):
 
 
 def cached_profile(target, model: str, what: str = "this machine's forward latency (once per model, cached)"):
-    """The target's latency profile (:func:`stand_runtime.cached_latency`), saying so when it is measured."""
+    """The target's latency profile (:func:`stand_runtime.target.latency.cached_latency`), saying so when it is measured."""
     from stand_runtime.target.latency import cached_latency
 
     return cached_latency(target, model, on_measure=lambda: console.print(f"measuring {what} ..."))

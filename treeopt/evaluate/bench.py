@@ -65,7 +65,7 @@ def parse_methods(methods: str, trees: list[str] | None) -> list[BenchMethod]:
     """``"ar,stand,stand+rejected"`` and tree specs → configurations (each tree method once per tree).
 
     Every tree method (stand, stand-det, recycle) runs on each tree given, or on its own default
-    tree (:data:`stand_runtime.DEFAULT_TREES`) when none is; a dynamic tree (``dynamic-N``) is given
+    tree (:data:`stand_runtime.method.DEFAULT_TREES`) when none is; a dynamic tree (``dynamic-N``) is given
     to the STAND methods only (Token Recycling then runs on the static trees given, or its own). A STAND method name with the
     ``+rejected`` suffix feeds its store at rejected tree nodes too.
 

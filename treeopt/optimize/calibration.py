@@ -104,7 +104,7 @@ class Calibration:
 
 def resolve_calibration(spec: str | Path) -> Path:
     """The file of a calibration: ``spec`` itself, or the shipped calibration of that name when no
-    such file exists (see :func:`stand_runtime.bundled_calibrations`)."""
+    such file exists (see :func:`stand_runtime.trees.tree_io.bundled_calibrations`)."""
     path = Path(spec)
     if not path.exists():
         return bundled_calibrations().get(str(spec), path)

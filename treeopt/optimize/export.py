@@ -36,7 +36,7 @@ def export_tree(calibration: Calibration, num_nodes: int, extra_metadata: dict |
 def export_family(calibration: Calibration, sizes=FAMILY_SIZES) -> TreeFamily:
     """The best tree of a calibration for each size in ``sizes`` (up to the candidate's size), from
     one knapsack solve: the file a machine sizes its default tree from
-    (:func:`stand_runtime.machine_tree`).
+    (:func:`stand_runtime.tree_choice.machine_tree`).
 
     Raises:
         StandError: a calibration with no steps, or alpha-hat that are not probabilities.
@@ -107,7 +107,7 @@ class SizeChoice:
 
     Attributes:
         nodes: the chosen K (0: no tree beats plain decoding).
-        curve: one row per size considered (:func:`stand_runtime.choose_size`'s curve).
+        curve: one row per size considered (:func:`stand_runtime.target.latency.choose_size`'s curve).
         metadata: provenance for the exported tree file (``nodes_auto``: the profile, K and the batch).
     """
 

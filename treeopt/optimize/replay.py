@@ -4,8 +4,8 @@ Sample trajectories by batched plain decoding, recording p at every position (a 
 request to a :class:`stand_runtime.DecodingBackend`), then replay the drafter along each trajectory
 (:func:`replay_trajectory`). From a step start, with the n-gram store as it was there, walk the
 candidate tree: at a node reached with weight w, draft its children c_1..c_m by the same child-choice
-rule the engine uses (:func:`stand_runtime.choose_children`), compute each child's acceptance
-probability a_i under the verification rule (:func:`stand_runtime.acceptance_chain`), add
+rule the engine uses (:func:`stand_runtime.drafters.gumbel.choose_children`), compute each child's acceptance
+probability a_i under the verification rule (:func:`stand_runtime.verify.acceptance_chain`), add
 ``w * a_i`` to alpha(child_i); if some c_j is the trajectory's next token y, descend into it with
 weight ``w * a_j / p(y)``, else stop (``E_y[1{c_j = y} a_j / p(y)] = a_j`` level by level). Its
 cost grows with the trajectory length, not with the candidate's size.
