@@ -126,3 +126,28 @@ def test_drafting_imports_no_tree_sizing_latency_or_model_loading():
             "'stand_runtime.target.latency', 'stand_runtime.target.models', 'stand_runtime.method'}))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
     assert out.stdout.strip() == "[]", out.stdout
+
+
+def test_every_dotted_reference_to_our_modules_resolves():
+    """Docstrings, docs and monkeypatch targets name our modules by dotted path: after a move each must still
+    name a module or an attribute that exists (no stale references)."""
+    import importlib
+    import re
+
+    pattern = re.compile(r"\b((?:stand_runtime|treeopt|treeopt_cli)(?:\.\w+)+)")
+    texts = [p for p in source_files() + sorted((ROOT / "tests").glob("*.py")) + sorted(ROOT.glob("docs/*.md"))]
+    stale = set()
+    for path in texts + [ROOT / "README.md"]:
+        for name in set(pattern.findall(path.read_text(encoding="utf-8"))):
+            parts = name.split(".")
+            target = importlib.import_module(parts[0])
+            for depth, part in enumerate(parts[1:], 2):
+                found = getattr(target, part, None)  # an attribute first (a function named like a module)
+                if found is None:
+                    try:
+                        found = importlib.import_module(".".join(parts[:depth]))
+                    except ModuleNotFoundError:
+                        stale.add(f"{path.relative_to(ROOT)}: {name}")
+                        break
+                target = found
+    assert not stale, "references to names that do not exist:\n" + "\n".join(sorted(stale))
