@@ -2,8 +2,10 @@
 
 p is what plain sampling draws from: ``softmax(logits / temperature)``, then top-k, then top-p
 (nucleus), renormalised. Temperature 0 means greedy decoding: p is one-hot on the argmax.
-Plain decoding, tree verification and the n-gram store all call :func:`target_probs`, so the
-distribution that speculative sampling preserves is exactly the one plain decoding samples from.
+Plain decoding (:func:`target_probs`), tree verification (:func:`target_row`, :func:`target_rows`),
+the n-gram store (:func:`top_target_probs`) and recorded trajectories all sort and cut p with one
+function, :func:`nucleus`, so the distribution that speculative sampling preserves is exactly the
+one plain decoding samples from.
 """
 
 from __future__ import annotations
