@@ -20,9 +20,11 @@ from .drafters.stand import StandDrafter
 from .drafters.suffix_decoding import SuffixDecodingDrafter, SuffixMemory, SuffixSettings
 from .drafters.token_recycling import RecyclingMatrix, TokenRecyclingDrafter
 from .drafters.tree_walk import Extension
+from .drafters.value import LatencyModel, ValueRule
 from .errors import StandError
 from .randomness import RandomStream
 from .store.ngram_store import NGramStore
+from .target.latency import cached_latency
 from .target.sampling import SamplingParams
 from .tree_choice import AUTO, DEFAULT_FAMILY, check_auto_available, machine_tree
 from .trees.tree import DraftTree
@@ -51,6 +53,9 @@ class Method:
         max_nodes: cap on drafted nodes per row and step in a batch (None = none).
         sized: the tree was sized for this machine from a family (``"auto"``).
         suffix: SuffixDecoding's settings (None = its defaults).
+        value: the expected-value rule of a value-sized dynamic tree (``dynamic-auto``), shared by every
+            sequence this method decodes (its acceptance map and latency corrections are learned
+            online from all of them); None otherwise.
 
     Raises:
         StandError: options the method does not take (:func:`stand_runtime.drafters.check_method`),
@@ -66,6 +71,7 @@ class Method:
     max_nodes: int | None = None
     sized: bool = False
     suffix: SuffixSettings | None = None
+    value: ValueRule | None = None
 
     def __post_init__(self) -> None:
         check_method(self.name, tree=self.tree, feed_rejected=self.feed_rejected, diagnose=self.diagnose,
@@ -79,6 +85,8 @@ class Method:
             object.__setattr__(self, "max_nodes", check_max_nodes(self.max_nodes, self.name))
         if self.suffix is not None and (self.name != "suffix" or not isinstance(self.suffix, SuffixSettings)):
             raise StandError("suffix settings apply to method 'suffix' (a SuffixSettings)")
+        if (self.value is not None) != (isinstance(self.tree, DynamicTree) and self.tree.sized):
+            raise StandError("a value rule goes with a value-sized dynamic tree (dynamic-auto): build it with Method.parse")
 
     @classmethod
     def parse(cls, name: str, tree=None, model=None, batch: int = 1, *, feed_rejected: bool = False,
@@ -113,7 +121,8 @@ class Method:
         sized = name in TREE_METHODS and sized_family(spec) is not None
         if max_nodes == AUTO:
             max_nodes = auto_node_cap(resolved, sized, batch)
-        return cls(name, resolved, feed_rejected, extend, copy_tokens, diagnose, max_nodes, sized, suffix)
+        value = value_rule(resolved, model, batch)
+        return cls(name, resolved, feed_rejected, extend, copy_tokens, diagnose, max_nodes, sized, suffix, value)
 
     @property
     def label(self) -> str:
@@ -168,7 +177,24 @@ class Method:
         quality = DraftQuality(seed=seed) if self.diagnose else None
         extension = Extension(budget=self.tree.num_nodes) if self.extend and isinstance(self.tree, DraftTree) else None
         return StandDrafter(self.tree, memory, randomness if stochastic else None, params, self.feed_rejected, quality,
-                            extension, self.copy_tokens)
+                            extension, self.copy_tokens, self.value)
+
+
+def value_rule(tree, model, batch: int) -> ValueRule | None:
+    """The expected-value rule of a value-sized dynamic tree: this machine's latency profile of
+    ``model`` (measured once, cached) at ``batch`` rows per forward, corrected online; None for other trees.
+
+    Raises:
+        StandError: a value-sized tree without a model (its cost is the target's latency).
+    """
+    if not (isinstance(tree, DynamicTree) and tree.sized):
+        return None
+    if model is None:
+        raise StandError(f"the tree {tree.name!r} is sized from the target's latency on this machine: "
+                         f"parse the method with the model")
+    name = str(getattr(model.config, "_name_or_path", "") or getattr(model.config, "model_type", "model"))
+    profile = cached_latency(model, name)
+    return ValueRule(LatencyModel(profile.at, profile.sizes, rows=batch))
 
 
 def as_method(method: "Method | str", model=None, batch: int = 1) -> Method:

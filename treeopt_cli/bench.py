@@ -47,7 +47,7 @@ def bench(
     offset: Optional[int] = typer.Option(None, help=OFFSET_HELP),
     methods: str = typer.Option("ar,stand", help="Comma-separated: ar, pld, recycle, suffix, stand-det, stand; "
                                 "stand+rejected (or stand-det+rejected) also feeds the store at rejected tree nodes."),
-    tree: Optional[list[str]] = typer.Option(None, metavar="TEXT", help="Tree file, bundled name, auto, or dynamic[-N] (STAND: N nodes spent best-first each step) for every tree method (repeat to compare trees); default: each method's own."),
+    tree: Optional[list[str]] = typer.Option(None, metavar="TEXT", help="Tree file, bundled name, auto, dynamic[-N] (STAND: N nodes spent best-first each step) or dynamic-auto[-N] (as many as pay for themselves, N at most) for every tree method (repeat to compare trees); default: each method's own."),
     temperature: float = typer.Option(0.6, help=TEMPERATURE_HELP),
     top_p: float = typer.Option(0.95, help=TOP_P_HELP),
     max_new_tokens: int = typer.Option(256, help="Tokens per trajectory at most."),

@@ -40,6 +40,9 @@ DYNAMIC = "dynamic"
 """The tree spec of STAND's dynamic tree (``dynamic`` = :data:`DYNAMIC_BUDGET` nodes, or
 ``dynamic-N`` for N nodes)."""
 
+AUTO_SIZE = "auto"
+"""``dynamic-auto[-N]``: the dynamic tree sized each step by the expected-value rule (:mod:`.value`)."""
+
 DYNAMIC_BUDGET = 80
 """Default node budget of a dynamic tree (the paper's static tree size)."""
 
@@ -61,6 +64,8 @@ class DynamicTree:
         confidence: pseudo-count in a node's confidence ``c / (c + confidence)``.
         beta: the blend's weight of distinct ids (:meth:`NGramStore.blend`).
         max_depth: deepest node when the step sets no depth limit of its own.
+        sized: value-sized: each step drafts the prefix of the best-first order with the most
+            expected tokens per second (:mod:`.value`), ``num_nodes`` at most (spec ``dynamic-auto[-N]``).
 
     Raises:
         StandError: a budget outside 1..:data:`MAX_DYNAMIC_NODES`, a depth outside
@@ -72,6 +77,7 @@ class DynamicTree:
     confidence: float = 1.0
     beta: float = 1.0
     max_depth: int = MAX_CHAIN_DEPTH
+    sized: bool = False
 
     def __post_init__(self) -> None:
         for name, value, top in (("node budget", self.num_nodes, MAX_DYNAMIC_NODES), ("max_depth", self.max_depth, MAX_DEPTH)):
@@ -86,26 +92,27 @@ class DynamicTree:
 
     @property
     def name(self) -> str:
-        return f"{DYNAMIC}-{self.num_nodes}"
+        return f"{DYNAMIC}-{AUTO_SIZE + '-' if self.sized else ''}{self.num_nodes}"
 
 
 def parse_dynamic(spec) -> DynamicTree | None:
-    """``"dynamic"`` / ``"dynamic-N"`` → a :class:`DynamicTree`; a DynamicTree passes through; any
-    other spec → None (a static tree spec).
+    """``"dynamic"`` / ``"dynamic-N"`` (a fixed budget of N nodes) or ``"dynamic-auto"`` /
+    ``"dynamic-auto-N"`` (value-sized, N nodes at most) → a :class:`DynamicTree`; a DynamicTree passes
+    through; any other spec → None (a static tree spec).
 
     Raises:
-        StandError: ``dynamic-`` followed by anything but a node count >= 1.
+        StandError: ``dynamic-`` followed by anything but ``auto``, a node count >= 1, or both.
     """
     if isinstance(spec, DynamicTree):
         return spec
     if not isinstance(spec, str) or not (spec == DYNAMIC or spec.startswith(DYNAMIC + "-")):
         return None
-    if spec == DYNAMIC:
-        return DynamicTree()
-    match = re.fullmatch(rf"{DYNAMIC}-([1-9][0-9]*)", spec)
-    if match is None or int(match.group(1)) > MAX_DYNAMIC_NODES:
-        raise StandError(f"bad dynamic tree {spec!r}: write dynamic or dynamic-N with N from 1 to {MAX_DYNAMIC_NODES} nodes")
-    return DynamicTree(int(match.group(1)))
+    match = re.fullmatch(rf"{DYNAMIC}(-{AUTO_SIZE})?(?:-([1-9][0-9]*))?", spec)
+    if match is None or (match.group(2) is not None and int(match.group(2)) > MAX_DYNAMIC_NODES):
+        raise StandError(f"bad dynamic tree {spec!r}: write dynamic[-N] or dynamic-auto[-N] with N from 1 to "
+                         f"{MAX_DYNAMIC_NODES} nodes")
+    budget = DYNAMIC_BUDGET if match.group(2) is None else int(match.group(2))
+    return DynamicTree(budget, sized=match.group(1) is not None)
 
 
 def best_first_draft(tree: DynamicTree, store: NGramStore, context: list[int], randomness: RandomStream | None,
@@ -166,4 +173,4 @@ def best_first_draft(tree: DynamicTree, store: NGramStore, context: list[int], r
             tie += 1
             heapq.heappush(heap, (-scores[child], tie, child, -1))
     graft_chain(builder, suffixes, scores, chain, max_n, deepest)
-    return builder.build(randomness is not None)
+    return builder.build(randomness is not None, scores)

@@ -14,7 +14,7 @@ import time
 import numpy as np
 
 from .diagnostics import DraftQuality
-from ..trees.draft import Draft
+from ..trees.draft import Draft, truncate_draft
 from .feeds import STORE_TOP_K, TargetFeed, feed_store, store_observation, store_params
 from .gumbel import choose_children
 from ..store.ngram_store import NGramStore
@@ -24,6 +24,7 @@ from ..trees.tree import DraftTree
 from .best_first import DynamicTree, best_first_draft
 from .suffix_index import SuffixIndex
 from .tree_walk import Extension, Proposal, fill_tree
+from .value import ValueRule
 
 __all__ = ["STORE_TOP_K", "StandDrafter", "draft_tree", "store_params", "store_proposer"]
 
@@ -85,7 +86,8 @@ class StandDrafter:
 
     def __init__(self, tree: DraftTree | DynamicTree, store: NGramStore, randomness: RandomStream | None, params: SamplingParams,
                  feed_rejected: bool = False, quality: DraftQuality | None = None, extend: Extension | None = None,
-                 copy: int = 0) -> None:
+                 copy: int = 0, value: ValueRule | None = None) -> None:
+        self.value = value
         self.tree = tree
         self.store = store
         self.randomness = randomness
@@ -119,11 +121,16 @@ class StandDrafter:
             self._root_n = 0 if match is None else match[0]
         chain = self._index.continuation(committed, min(self.copy, max_depth)) if self._index is not None else None
         if self.dynamic:
-            return best_first_draft(self.tree, self.store, committed, self.randomness, max_depth, chain)
+            draft = best_first_draft(self.tree, self.store, committed, self.randomness, max_depth, chain)
+            if self.value is not None:
+                draft = truncate_draft(draft, self.value.size(draft.scores[1:], _copied_mask(draft)))
+            return draft
         return fill_tree(self.tree, committed, self.store.max_n, self._propose, self.randomness is not None, max_depth,
                          self.extend, chain)
 
     def observe_step(self, committed, draft, accepted, feed: TargetFeed) -> None:
+        if self.value is not None and draft.scores is not None:
+            self.value.observe(draft.scores[1:], _copied_mask(draft), accepted)
         if self.quality is not None:
             start = time.perf_counter()
             self._measure_root(draft, getattr(feed, "rows", {}).get(0))
@@ -164,3 +171,10 @@ class StandDrafter:
         if self.quality is not None:
             stats["root"] = self.quality.as_dict()
         return stats
+
+
+def _copied_mask(draft: Draft) -> np.ndarray:
+    """``[n]`` bool: which drafted nodes (root excluded) are copied."""
+    mask = np.zeros(draft.num_nodes, dtype=bool)
+    mask[[c - 1 for c in draft.copied]] = True
+    return mask

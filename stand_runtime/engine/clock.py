@@ -22,19 +22,22 @@ class Clock:
 
     Args:
         device: the model's device (``cuda`` → event timing).
+
+    Attributes:
+        cuda: laps are CUDA events (their times are known at :meth:`settle`).
     """
 
     def __init__(self, device) -> None:
         self.rows: Sequence[DecodeStats] = ()
-        self._cuda = torch.device(device).type == "cuda"
+        self.cuda = torch.device(device).type == "cuda"
         self._last = time.perf_counter()
         self._events: list[tuple[object, str | None, tuple[DecodeStats, ...]]] = []
-        if self._cuda:
+        if self.cuda:
             self.lap(None)
 
     def lap(self, bucket: str | None) -> None:
         """Close the current lap into ``<bucket>`` of every served row's stats (None: discard it)."""
-        if self._cuda:
+        if self.cuda:
             event = torch.cuda.Event(enable_timing=True)
             event.record()
             self._events.append((event, bucket, tuple(self.rows)))

@@ -20,7 +20,7 @@ from typing import Callable
 
 import torch
 
-from ..trees.draft import Draft
+from ..trees.draft import Draft, truncate_draft
 from ..drafters import Drafter
 from ..errors import StandError
 from ..drafters.feeds import LogitsFeed
@@ -210,25 +210,3 @@ class DecodeRow:
         text = self.stop_rule.text(self.generated, self.finish_reason)
         return GenerationResult(tokens=self.generated, text=text, stats=self.finish_stats(),
                                 finish_reason=self.finish_reason, logprobs=self.logprobs)
-
-
-def truncate_draft(draft: Draft, max_nodes: int) -> Draft:
-    """The first ``max_nodes`` drafted nodes of ``draft`` (parents and elder siblings come first, so
-    every kept node keeps its parent: breadth-first for a static tree, the best-scoring nodes for a
-    dynamic one), with the same draft distributions: a prefix of each node's children in drawing
-    order, so verification stays lossless (a stochastic node's first children are still a
-    without-replacement draw from q; copied children come after the drawn ones)."""
-    n = max_nodes + 1
-    children = [[c for c in kids if c < n] for kids in draft.children[:n]]
-    return Draft(
-        tokens=draft.tokens[:n],
-        parents=draft.parents[:n],
-        depths=draft.depths[:n],
-        children=children,
-        draft_ids=[ids if children[v] else None for v, ids in enumerate(draft.draft_ids[:n])],
-        draft_probs=[probs if children[v] else None for v, probs in enumerate(draft.draft_probs[:n])],
-        slots=draft.slots[:n],
-        stochastic=draft.stochastic,
-        nodes=None if draft.nodes is None else draft.nodes[:n],
-        copied=frozenset(c for c in draft.copied if c < n),
-    )

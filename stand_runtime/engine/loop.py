@@ -12,6 +12,7 @@ finish independently (EOS, stop string, budget) and leave at once. One device-aw
 
 from __future__ import annotations
 
+import time
 from typing import Callable, Protocol, Sequence
 
 import torch
@@ -43,6 +44,9 @@ class RowCaches(Protocol):
 
     def drop(self, finished: Sequence[int], active: int) -> None:
         """Remove the rows at positions ``finished`` of the ``active`` rows (they finished)."""
+
+    def forwarded(self, drafts: Sequence[Draft]) -> int:
+        """Tokens the last forward ran (padding included)."""
 
 
 def prompt_observer(drafter: Drafter, prompt: list[int], params: SamplingParams):
@@ -83,6 +87,9 @@ class SequenceCache:
 
     def drop(self, finished, active) -> None:
         pass
+
+    def forwarded(self, drafts) -> int:
+        return len(drafts[0].tokens)
 
 
 class BatchCache:
@@ -160,6 +167,9 @@ class BatchCache:
         if finished:
             self.cache.select([b for b in range(active) if b not in finished])
 
+    def forwarded(self, drafts) -> int:
+        return len(drafts) * max(len(d.tokens) for d in drafts)
+
 
 class Loop:
     """Decode ``rows`` to the end (see the module docstring).
@@ -188,6 +198,18 @@ class Loop:
         self.active: list[int] = list(range(len(self.rows)))
         self.results: list[GenerationResult | None] = [None] * len(self.rows)
 
+    def _observe_forward(self, rows, tokens: int, seconds: float) -> None:
+        """Hand the forward's measured time to the value rules of the rows' drafters (each once), so
+        their latency model corrects itself (on a CPU; on CUDA the time is only known at a sync)."""
+        if self.clock.cuda:
+            return
+        seen = set()
+        for row in rows:
+            value = getattr(row.drafter, "value", None)
+            if value is not None and id(value) not in seen:
+                seen.add(id(value))
+                value.latency.observe(tokens, seconds)
+
     def run(self) -> list[GenerationResult]:
         """Prefill, then step until every row finished; one result per row, in order."""
         self.caches.prefill(self.model, self.rows, self.clock)
@@ -201,8 +223,10 @@ class Loop:
         self.clock.rows = [row.stats for row in rows]
         self.clock.lap(None)
         drafts = [row.propose(self.max_nodes) for row in rows]
+        start = time.perf_counter()
         logits = self.caches.forward(self.model, rows, drafts)
         self.clock.lap("forward_s")
+        self._observe_forward(rows, self.caches.forwarded(drafts), time.perf_counter() - start)
         settled = [row.settle(draft, StepTarget(out, row.params)) for row, draft, out in zip(rows, drafts, logits)]
         self.caches.keep(settled, drafts)
         finished = [b for b, row in enumerate(rows) if row.finish_reason is not None]

@@ -50,6 +50,8 @@ class Draft:
             draft built without a static tree.
         copied: positions of copied children: tokens fixed before drafting (not drawn from the
             parent's q), placed after their drawn siblings and verified by the deterministic-draft rule.
+        scores: ``[n]`` float64 the drafter's estimate that the path to each node is accepted (the
+            dynamic tree's best-first score; ``scores[0] = 1``), or None.
     """
 
     tokens: list[int]
@@ -62,6 +64,7 @@ class Draft:
     stochastic: bool
     nodes: np.ndarray | None = None
     copied: frozenset = frozenset()
+    scores: np.ndarray | None = None
     _mask: list = field(default_factory=list, repr=False)
 
     @property
@@ -174,7 +177,7 @@ class DraftBuilder:
         self.copied.add(position)
         return position
 
-    def build(self, stochastic: bool) -> Draft:
+    def build(self, stochastic: bool, scores=None) -> Draft:
         """The finished draft.
 
         Raises:
@@ -195,4 +198,28 @@ class DraftBuilder:
             stochastic=stochastic,
             nodes=None if self.nodes is None else np.asarray(self.nodes, dtype=np.int64),
             copied=frozenset(self.copied),
+            scores=None if scores is None else np.asarray(scores, dtype=np.float64),
         )
+
+
+def truncate_draft(draft: Draft, max_nodes: int) -> Draft:
+    """The first ``max_nodes`` drafted nodes of ``draft`` (parents and elder siblings come first, so
+    every kept node keeps its parent: breadth-first for a static tree, the best-scoring nodes for a
+    dynamic one), with the same draft distributions: a prefix of each node's children in drawing
+    order, so verification stays lossless (a stochastic node's first children are still a
+    without-replacement draw from q; copied children come after the drawn ones)."""
+    n = max_nodes + 1
+    children = [[c for c in kids if c < n] for kids in draft.children[:n]]
+    return Draft(
+        tokens=draft.tokens[:n],
+        parents=draft.parents[:n],
+        depths=draft.depths[:n],
+        children=children,
+        draft_ids=[ids if children[v] else None for v, ids in enumerate(draft.draft_ids[:n])],
+        draft_probs=[probs if children[v] else None for v, probs in enumerate(draft.draft_probs[:n])],
+        slots=draft.slots[:n],
+        stochastic=draft.stochastic,
+        nodes=None if draft.nodes is None else draft.nodes[:n],
+        copied=frozenset(c for c in draft.copied if c < n),
+        scores=None if draft.scores is None else draft.scores[:n],
+    )

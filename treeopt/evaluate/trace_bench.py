@@ -72,7 +72,11 @@ def check_tree_spec(spec) -> None:
 
     if not isinstance(spec, str) or not spec:
         raise StandError(f"tree must be a tree file, a bundled tree name or dynamic[-N], got {spec!r}")
-    if parse_dynamic(spec) is not None:
+    dynamic = parse_dynamic(spec)
+    if dynamic is not None and dynamic.sized:
+        raise StandError(f"tree {spec!r} is sized from a model's latency: the trace bench replays without a model; "
+                         "give dynamic[-N], a tree file or a bundled tree")
+    if dynamic is not None:
         return
     if spec == AUTO or sized_family(spec) is not None:
         raise StandError(f"tree {spec!r} is sized from a model's latency: the trace bench replays without a model; "

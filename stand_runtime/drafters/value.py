@@ -1,0 +1,170 @@
+"""Drafts sized by what they are worth: the expected-value rule of a value-sized dynamic tree (ours).
+
+A step that forwards the root and n drafted nodes emits ``1 + sum_i P_i`` tokens in expectation
+(``P_i``: the chance that the whole path to node i is accepted; Sequoia, Chen et al., 2024, §3) and
+costs ``t(1 + n)`` seconds of target forward. The rule drafts the prefix of the best-first order
+(:mod:`.best_first`) that maximises expected tokens per second,
+
+    n* = argmax_n (1 + sum_{i <= n} P_i) / t(1 + n),    n = 0 .. budget,
+
+so zero nodes is an answer where nothing the store knows pays for the tokens it adds to the forward.
+
+Two estimates steer it, both learned online from this run and both lossless to use:
+
+- :class:`AcceptanceMap`: ``P_i`` from the node's best-first score (the path's product of q at rank and
+  the store's confidence), binned on a log scale, drawn and copied nodes apart, seeded with the score
+  itself (8 pseudo-observations per bin) and kept monotone in the score; each verified step adds, per
+  drafted node, whether its path was accepted.
+- :class:`LatencyModel`: ``t(n)`` from a latency profile, corrected by the run's own forward times: per
+  profile size the median ratio observed / profile over its last 16 forwards, elsewhere the median of
+  all recent ratios, so a profile measured under load or on another machine stops steering the rule
+  within a few steps.
+
+Losslessness: the size is chosen from scores that read q at rank (never the token a draw gave at the
+node the size decides on) and from outcomes of earlier steps; a prefix of the best-first order is a
+lossless draft (:func:`stand_runtime.trees.draft.truncate_draft`). See docs/design.md §3.7.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Callable, Sequence
+
+import numpy as np
+
+EDGES = np.logspace(-4, 0, 17)
+"""Bin edges of :class:`AcceptanceMap` over a node's score (16 bins from 1e-4 to 1; below: the first)."""
+
+PRIOR_WEIGHT = 8.0
+"""Pseudo-observations per bin at the score itself (the seed before any step was verified)."""
+
+WINDOW = 16
+"""Recent forwards per profile size that :class:`LatencyModel` keeps."""
+
+MIN_OBSERVED = 2
+"""Forwards a profile size needs before its observed ratio counts."""
+
+EXPLORE_EVERY = 4
+"""While the root-only forward is unobserved, every 4th step drafts nothing (to observe it)."""
+
+
+class AcceptanceMap:
+    """P(path accepted) from a node's best-first score, learned online (module docstring)."""
+
+    def __init__(self) -> None:
+        centres = np.sqrt(EDGES[:-1] * EDGES[1:])
+        self._prior = np.stack([centres, centres])  # [drawn, copied] x bins
+        self._drafted = np.zeros((2, len(centres)))
+        self._accepted = np.zeros((2, len(centres)))
+
+    @staticmethod
+    def _bins(scores: np.ndarray) -> np.ndarray:
+        return np.clip(np.searchsorted(EDGES, scores, side="right") - 1, 0, len(EDGES) - 2)
+
+    def table(self) -> np.ndarray:
+        """``[2, bins]`` the current estimate per bin (drawn, copied), non-decreasing in the score
+        (isotonic: pool-adjacent-violators weighted by each bin's observations)."""
+        weights = self._drafted + PRIOR_WEIGHT
+        estimate = (self._accepted + PRIOR_WEIGHT * self._prior) / weights
+        return np.stack([_isotonic(row, w) for row, w in zip(estimate, weights)])
+
+    def estimate(self, scores: np.ndarray, copied: np.ndarray) -> np.ndarray:
+        """``[n]`` P(path accepted) of nodes with these ``[n]`` scores (``copied``: ``[n]`` bool)."""
+        return self.table()[copied.astype(np.int64), self._bins(scores)]
+
+    def observe(self, scores: np.ndarray, copied: np.ndarray, accepted: np.ndarray) -> None:
+        """Add one verified step: per drafted node its score, kind and whether its path was accepted."""
+        kinds, bins = copied.astype(np.int64), self._bins(scores)
+        np.add.at(self._drafted, (kinds, bins), 1.0)
+        np.add.at(self._accepted, (kinds, bins), accepted.astype(np.float64))
+
+
+def _isotonic(values: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """The weighted least-squares non-decreasing fit of ``values`` (pool adjacent violators)."""
+    blocks: list[list[float]] = []  # [mean, weight, count]
+    for value, weight in zip(values, weights):
+        blocks.append([float(value), float(weight), 1])
+        while len(blocks) > 1 and blocks[-2][0] > blocks[-1][0]:
+            (m1, w1, c1), (m2, w2, c2) = blocks.pop(-2), blocks.pop()
+            blocks.append([(m1 * w1 + m2 * w2) / (w1 + w2), w1 + w2, c1 + c2])
+    return np.concatenate([np.full(count, mean) for mean, _, count in blocks])
+
+
+class LatencyModel:
+    """Seconds of a target forward over n tokens: a profile corrected by observed forwards.
+
+    The correction is a ratio observed / profile per profile size (the median of its last
+    :data:`WINDOW` forwards, once it has :data:`MIN_OBSERVED`), interpolated linearly in tokens between
+    the sizes observed and held constant beyond them; before any observation the profile stands. Shape
+    matters, not scale (the rule's argmax ignores a constant factor), so the smallest forward (the
+    root alone) must be observed too: :meth:`explore` asks for it while it is missing.
+
+    Args:
+        profile: seconds of a forward over ``tokens`` (e.g. :meth:`stand_runtime.LatencyProfile.at`).
+        sizes: the profile's measured sizes (tokens), the buckets observations are kept in.
+        rows: rows per forward (a batch of B rows forwards B times the tokens).
+    """
+
+    def __init__(self, profile: Callable[[float], float], sizes: Sequence[int], rows: int = 1) -> None:
+        self.profile = profile
+        self.sizes = np.asarray(sorted(sizes), dtype=np.float64)
+        self.rows = rows
+        self._ratios = [deque(maxlen=WINDOW) for _ in self.sizes]
+
+    def _bucket(self, tokens: float) -> int:
+        return int(np.argmin(np.abs(np.log(self.sizes) - np.log(max(tokens, 1.0)))))
+
+    def ratio(self, tokens: float) -> float:
+        """Observed / profile seconds at ``tokens`` (all rows; 1 before any observation)."""
+        known = [np.median(np.asarray(r), axis=0) for r in self._ratios if len(r) >= MIN_OBSERVED]
+        if not known:
+            return 1.0
+        where, ratios = zip(*sorted(map(tuple, known)))
+        return float(np.interp(tokens, where, ratios))
+
+    def at(self, tokens: float) -> float:
+        """Seconds of one forward over ``tokens`` tokens per row."""
+        total = tokens * self.rows
+        return self.profile(total) * self.ratio(total)
+
+    def observe(self, tokens: int, seconds: float) -> None:
+        """Add one forward: ``tokens`` in it (all rows) and its measured ``seconds``."""
+        expected = self.profile(tokens)
+        if expected > 0 and seconds > 0:
+            self._ratios[self._bucket(tokens)].append((tokens, seconds / expected))
+
+    def explore(self) -> bool:
+        """True while the root-only forward has fewer than :data:`MIN_OBSERVED` observations."""
+        return len(self._ratios[self._bucket(self.rows)]) < MIN_OBSERVED
+
+
+class ValueRule:
+    """How many best-first nodes a step drafts (module docstring).
+
+    Args:
+        latency: the forward's cost model.
+        acceptance: the calibrated acceptance map (None = a fresh one).
+    """
+
+    def __init__(self, latency: LatencyModel, acceptance: AcceptanceMap | None = None) -> None:
+        self.latency = latency
+        self.acceptance = acceptance or AcceptanceMap()
+        self.sizes: list[int] = []  # chosen sizes, step by step (diagnostics)
+
+    def size(self, scores: np.ndarray, copied: np.ndarray) -> int:
+        """The n in 0 .. len(scores) with the most expected tokens per second for the first n nodes
+        (0 on every :data:`EXPLORE_EVERY`-th step while the latency model explores)."""
+        if len(scores) == 0 or (self.latency.explore() and len(self.sizes) % EXPLORE_EVERY == 0):
+            self.sizes.append(0)
+            return 0
+        gains = 1.0 + np.concatenate([[0.0], np.cumsum(self.acceptance.estimate(scores, copied))])
+        costs = np.array([self.latency.at(1 + n) for n in range(len(scores) + 1)])
+        best = int(np.argmax(gains / costs))
+        self.sizes.append(best)
+        return best
+
+    def observe(self, scores: np.ndarray, copied: np.ndarray, accepted: Sequence[int]) -> None:
+        """Add a verified step's outcome: nodes 1..n of the draft, ``accepted`` their accepted positions."""
+        outcome = np.zeros(len(scores), dtype=bool)
+        outcome[[a - 1 for a in accepted if 0 < a <= len(scores)]] = True
+        self.acceptance.observe(scores, copied, outcome)
