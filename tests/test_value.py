@@ -127,3 +127,22 @@ def test_value_sized_sampling_keeps_the_exact_three_token_law(tiny_qwen2, monkey
         assert len(set(method.value.sizes)) >= 3  # sizes varied with what the store knew
     else:
         assert set(method.value.sizes) == {0}  # nothing pays for itself when each token doubles the cost
+
+
+def test_value_sized_rows_of_a_batch_equal_plain_decoding(tiny_qwen2, monkeypatch):
+    """In a batch each row sizes its own draft (t at B rows per forward); greedy rows stay plain decoding's."""
+    from stand_runtime import generate_batch
+    from stand_runtime.target import latency
+
+    sizes = (1, 2, 4, 8, 16, 32, 64, 128)
+    monkeypatch.setattr("stand_runtime.method.cached_latency",
+                        lambda model, name: latency.LatencyProfile(sizes, tuple(1 + 0.02 * s for s in sizes)))
+    prompts = [[3, 1, 4, 1, 5, 9, 2, 6] * 3, [2, 7, 1, 8, 2, 8] * 4]
+    greedy = SamplingParams(temperature=0)
+    plain = [generate(tiny_qwen2, None, p, method="ar", sampling=greedy, max_new_tokens=30, eos_token_ids=[]).tokens
+             for p in prompts]
+    method = Method.parse("stand", "dynamic-auto-12", tiny_qwen2, batch=4)
+    rows = generate_batch(tiny_qwen2, None, prompts, n=2, method=method, sampling=greedy, max_new_tokens=30,
+                          eos_token_ids=[])
+    assert [r.tokens for r in rows] == [plain[0], plain[0], plain[1], plain[1]]
+    assert method.value.latency.rows == 4 and sum(sum(r.stats.drafted_per_step) for r in rows) > 0
