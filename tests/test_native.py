@@ -205,6 +205,8 @@ def test_stand_native_selects_the_native_store(monkeypatch):
     monkeypatch.setenv(NATIVE_ENV, "1")
     store = new_memory("stand", 100, "dynamic-80")
     assert type(store) is NativeNGramStore and store.max_n == 8 and isinstance(store, NGramStore)
+    assert type(new_memory("stand", 100)) is NGramStore  # a static tree keeps the Python store (store_class)
+    assert type(Method.parse("stand-det", "dynamic-20").new_memory(100)) is NativeNGramStore
     assert new_memory("recycle", 100) is not None
     with pytest.raises(StandError, match="top_k"):
         NativeNGramStore(top_k=0)

@@ -120,9 +120,10 @@ def takes_tree(method: str, spec) -> bool:
 def new_memory(method: str, vocab: int, tree=None) -> Memory | None:
     """A fresh drafter memory for ``method`` (None for methods without one); a store for a dynamic
     ``tree`` keeps contexts up to :data:`DYNAMIC_MAX_N` tokens (the paper's store: 3); under
-    ``STAND_NATIVE=1`` the store is the native one (:mod:`stand_runtime.store.native_store`)."""
+    ``STAND_NATIVE=1`` a dynamic tree's store is the native one (:mod:`stand_runtime.store.native_store`)."""
     if method in STORE_METHODS:
-        return store_class()(top_k=STORE_TOP_K, max_n=DYNAMIC_MAX_N if parse_dynamic(tree) is not None else 3)
+        dynamic = parse_dynamic(tree) is not None
+        return store_class(dynamic)(top_k=STORE_TOP_K, max_n=DYNAMIC_MAX_N if dynamic else 3)
     if method == "recycle":
         return RecyclingMatrix(vocab)
     if method == "suffix":
