@@ -136,6 +136,7 @@ def test_bad_observations_raise_the_same_errors_and_leave_the_same_store():
     ids32, probs32 = np.array([[1, 2]], dtype=np.int32), np.array([[0.7, 0.2]], dtype=np.float32)
     for store in stores:
         store.update_sequence([7, 8, 9, 10], [3], ids32, probs32)
+        store.update_sequence((7, 8, 9, 10), [1, 2], [[1, 2], [3, 4]], [[0.5, 0.5], [0.9, 0.1]])  # lists: Python checks
     assert_same_store(*stores)
 
 

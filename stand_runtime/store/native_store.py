@@ -118,10 +118,10 @@ class NativeNGramStore(NGramStore):
         positions = [int(p) for p in positions]
         if not positions:
             return
-        ids_array, probs_array = np.asarray(ids), np.asarray(probs)
-        fast = (ids_array.ndim == 2 and ids_array.shape == probs_array.shape and len(ids_array) == len(positions)
-                and ids_array.dtype.kind in "iu" and ids_array.dtype.itemsize <= (8 if ids_array.dtype.kind == "i" else 4)
-                and probs_array.dtype.kind == "f" and -1 <= min(positions) and max(positions) < len(tokens))
+        fast = (isinstance(ids, np.ndarray) and isinstance(probs, np.ndarray) and ids.ndim == 2
+                and ids.shape == probs.shape and len(ids) == len(positions) and ids.dtype.kind in "iu"
+                and ids.dtype.itemsize <= (8 if ids.dtype.kind == "i" else 4) and probs.dtype.kind == "f"
+                and -1 <= min(positions) and max(positions) < len(tokens))  # else: the Python checks, row by row
         if not fast:
             for row, pos in enumerate(positions):
                 start = max(0, pos + 1 - self.max_n)
@@ -132,7 +132,7 @@ class NativeNGramStore(NGramStore):
         local = np.asarray(positions, dtype=np.int64) - low
         first = 0
         while first < len(positions):
-            bad = self.core.update_rows(window, local, ids_array, probs_array, first)
+            bad = self.core.update_rows(window, local, ids, probs, first)
             if bad < 0:
                 return
             pos = positions[bad]
