@@ -20,6 +20,7 @@ import importlib.util
 from ..checks import check_bool, check_int
 from ..errors import StandError
 from ..limits import MAX_COPY_TOKENS
+from ..store.native_store import store_class
 from ..store.ngram_store import NGramStore
 from .base import Drafter
 from .best_first import DYNAMIC, DYNAMIC_MAX_N, DynamicTree, best_first_draft, parse_dynamic
@@ -118,9 +119,11 @@ def takes_tree(method: str, spec) -> bool:
 
 def new_memory(method: str, vocab: int, tree=None) -> Memory | None:
     """A fresh drafter memory for ``method`` (None for methods without one); a store for a dynamic
-    ``tree`` keeps contexts up to :data:`DYNAMIC_MAX_N` tokens (the paper's store: 3)."""
+    ``tree`` keeps contexts up to :data:`DYNAMIC_MAX_N` tokens (the paper's store: 3); under
+    ``STAND_NATIVE=1`` a dynamic tree's store is the native one (:mod:`stand_runtime.store.native_store`)."""
     if method in STORE_METHODS:
-        return NGramStore(top_k=STORE_TOP_K, max_n=DYNAMIC_MAX_N if parse_dynamic(tree) is not None else 3)
+        dynamic = parse_dynamic(tree) is not None
+        return store_class(dynamic)(top_k=STORE_TOP_K, max_n=DYNAMIC_MAX_N if dynamic else 3)
     if method == "recycle":
         return RecyclingMatrix(vocab)
     if method == "suffix":

@@ -31,9 +31,11 @@ import numpy as np
 from ..trees.draft import Draft, DraftBuilder
 from ..errors import StandError
 from ..store.ngram_store import NGramStore
+from ..store.native_store import NativeNGramStore
 from ..randomness import RandomStream
 from .gumbel import choose_children
 from ..trees.tree import MAX_DEPTH
+from .native_draft import native_best_first_draft
 from .tree_walk import MAX_CHAIN_DEPTH, graft_chain
 
 DYNAMIC = "dynamic"
@@ -121,17 +123,18 @@ def best_first_draft(tree: DynamicTree, store: NGramStore, context: list[int], r
 
     Args:
         tree: the budget and scoring settings.
-        store: the n-gram store (its blended q drafts every node).
+        store: the n-gram store (its blended q drafts every node; a native one drafts in C++).
         context: committed tokens, the last one being the root (at least one token).
         randomness: Gumbel noise for stochastic drafts; None = deterministic (q's order).
         max_depth: draft no node deeper than this (e.g. the tokens still allowed); None = no limit.
-        chain: a copy chain continuing ``context`` (:func:`.tree_walk.graft_chain`), grafted after
-            the best-first nodes; its length comes out of the budget.
+        chain: a copy chain continuing ``context``, grafted last (:func:`.tree_walk.graft_chain`), in the budget.
 
     Returns:
         The :class:`Draft`: parents before children, each node's children in drawing order, the
         best-scoring nodes first (so a prefix of it is still a lossless draft), copied nodes last.
     """
+    if isinstance(store, NativeNGramStore):  # the same draft (:mod:`.native_draft`)
+        return native_best_first_draft(tree, store, context, randomness, max_depth, chain)
     chain = list(chain or ())[: tree.num_nodes]  # copied nodes count against the budget
     budget = tree.num_nodes - len(chain)
     deepest = tree.max_depth if max_depth is None else min(max_depth, tree.max_depth)

@@ -1,0 +1,158 @@
+// stand_runtime._native: the thin Python face of the native store and the native dynamic tree.
+// The Python side (stand_runtime/store/native_store.py, stand_runtime/drafters/native_draft.py)
+// checks arguments and builds the Python objects the rest of the runtime reads.
+#include <algorithm>
+
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include "draft.hpp"
+#include "store.hpp"
+
+namespace py = pybind11;
+using stand::Token;
+
+namespace {
+
+using IntArray = py::array_t<int64_t, py::array::c_style | py::array::forcecast>;
+using FloatArray = py::array_t<double, py::array::c_style | py::array::forcecast>;
+
+py::tuple entry_tuple(int n, const stand::Entry& e) {
+    py::object reserve;
+    if (e.reserve_ids.empty()) {
+        reserve = py::make_tuple(py::tuple(), py::tuple());
+    } else {
+        reserve = py::make_tuple(py::cast(e.reserve_ids), py::cast(e.reserve_probs));
+    }
+    return py::make_tuple(n, py::cast(e.ids), py::cast(e.probs), e.count, reserve);
+}
+
+// Gumbel noise from the Python pool: a buffer of the values still unused, and a callback
+// more(used, n) that consumes `used` of them and returns a buffer whose first n values are the next
+// draws (refilling the pool exactly when RandomStream.gumbel(n) would).
+class PoolNoise : public stand::NoiseSource {
+public:
+    PoolNoise(FloatArray buffer, py::object more) : buffer_(std::move(buffer)), more_(std::move(more)) {}
+    const double* take(size_t n) override {
+        if (used_ + n > static_cast<size_t>(buffer_.size())) {
+            buffer_ = more_(used_, n).cast<FloatArray>();
+            used_ = 0;
+        }
+        const double* out = buffer_.data() + used_;
+        used_ += n;
+        return out;
+    }
+    size_t used() const { return used_; }
+
+private:
+    FloatArray buffer_;
+    py::object more_;
+    size_t used_ = 0;
+};
+
+template <typename T>
+py::array_t<T> to_array(const std::vector<T>& values) {
+    py::array_t<T> out(values.size());
+    std::copy(values.begin(), values.end(), out.mutable_data());
+    return out;
+}
+
+py::tuple draft_objects(const stand::DraftOut& out, size_t used) {
+    size_t n = out.tokens.size();
+    py::array_t<int64_t> flat_ids = to_array(out.flat_ids);
+    py::array_t<double> flat_q = to_array(out.flat_q);
+    py::list children(n), draft_ids(n), draft_probs(n), copied;
+    for (size_t i = 0; i < n; ++i) {
+        children[i] = py::cast(out.children[i]);
+        if (out.dist_start[i] < 0) {
+            draft_ids[i] = py::none();
+            draft_probs[i] = py::none();
+        } else {
+            py::ssize_t start = out.dist_start[i], length = out.dist_len[i];
+            draft_ids[i] = py::array_t<int64_t>({length}, {static_cast<py::ssize_t>(sizeof(int64_t))},
+                                                flat_ids.data() + start, flat_ids);
+            draft_probs[i] = py::array_t<double>({length}, {static_cast<py::ssize_t>(sizeof(double))},
+                                                 flat_q.data() + start, flat_q);
+        }
+        if (out.copied[i]) copied.append(i);
+    }
+    return py::make_tuple(py::cast(out.tokens), to_array(out.parents), to_array(out.depths), children, draft_ids,
+                          draft_probs, py::cast(out.slots), copied, used);
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_native, m) {
+    m.doc() = "STAND's native drafting core: the n-gram store and the dynamic draft tree (docs/design.md §2.7, §3.7)";
+    py::class_<stand::Store>(m, "Store")
+        .def(py::init<int, int, int64_t, int, bool>())
+        .def_property_readonly("max_token_id", &stand::Store::max_token_id)
+        .def("update", [](stand::Store& s, const std::vector<Token>& context, const std::vector<Token>& ids,
+                          const std::vector<double>& probs) {
+            s.update_clean(context.data(), context.size(), ids.data(), probs.data(), ids.size());
+        })
+        .def("update_rows", [](stand::Store& s, IntArray tokens, IntArray positions, IntArray ids, FloatArray probs,
+                               py::ssize_t first) -> py::ssize_t {
+            // rows first.. of one sequence; returns the first row that fails the checks (-1: none)
+            py::ssize_t rows = positions.size(), k = ids.ndim() == 2 ? ids.shape(1) : 0;
+            const Token* seq = tokens.data();
+            stand::Observation clean;
+            int max_n = s.max_n();
+            for (py::ssize_t r = first; r < rows; ++r) {
+                if (!s.clean_row(ids.data() + r * k, probs.data() + r * k, k, clean)) return r;
+                int64_t pos = positions.data()[r];
+                int64_t start = std::max<int64_t>(0, pos + 1 - max_n);
+                s.update_clean(seq + start, static_cast<size_t>(pos + 1 - start), clean.ids.data(), clean.probs.data(),
+                               clean.ids.size());
+            }
+            return -1;
+        })
+        .def("match", [](const stand::Store& s, const std::vector<Token>& context) -> py::object {
+            auto found = s.match(context.data(), context.size());
+            if (!found.first) return py::none();
+            return entry_tuple(found.first, *found.second);
+        })
+        .def("lookup", [](stand::Store& s, const std::vector<Token>& context) -> py::object {
+            ++s.stats().lookups;
+            auto found = s.match(context.data(), context.size());
+            if (!found.first) return py::none();
+            ++s.stats().hits[found.first];
+            return entry_tuple(found.first, *found.second);
+        })
+        .def("blend", [](stand::Store& s, const std::vector<Token>& context, double beta, size_t width) -> py::object {
+            stand::Blended out;
+            if (!s.blend(context.data(), context.size(), beta, width, out)) return py::none();
+            return py::make_tuple(py::cast(out.ids), py::cast(out.probs), out.count, out.matched);
+        })
+        .def("stats", [](const stand::Store& s) {
+            std::vector<int64_t> entries(s.max_n() + 1, 0);
+            for (int n = 1; n <= s.max_n(); ++n) entries[n] = static_cast<int64_t>(s.table(n).size());
+            const stand::Stats& st = s.stats();
+            return py::make_tuple(entries, st.lookups, st.hits, st.merges, st.dropped_mass, st.evictions, st.reserve_ids);
+        })
+        .def("entries", [](const stand::Store& s, int n) {
+            // (key, ids, probs, count, reserve) of the n-token table, least recently updated first
+            py::list out;
+            const stand::Table& table = s.table(n);
+            for (int32_t slot = table.oldest(); slot >= 0; slot = table.next(slot)) {
+                py::tuple key(n);
+                for (int i = 0; i < n; ++i) key[i] = table.key(slot)[i];
+                py::tuple e = entry_tuple(n, table.entry(slot));
+                out.append(py::make_tuple(key, e[1], e[2], e[3], e[4]));
+            }
+            return out;
+        });
+    m.def("best_first", [](stand::Store& store, IntArray context, IntArray chain, int num_nodes, double confidence,
+                           double beta, int deepest, size_t width, py::object buffer, py::object more) {
+        stand::DraftParams params{num_nodes, confidence, beta, deepest, width};
+        stand::DraftOut out;
+        if (buffer.is_none()) {
+            stand::best_first(store, context.data(), context.size(), chain.data(), chain.size(), params, nullptr, out);
+            return draft_objects(out, 0);
+        }
+        PoolNoise noise(buffer.cast<FloatArray>(), more);
+        stand::best_first(store, context.data(), context.size(), chain.data(), chain.size(), params, &noise, out);
+        return draft_objects(out, noise.used());
+    });
+}

@@ -1,0 +1,41 @@
+// STAND's dynamic draft tree in C++: stand_runtime/drafters/best_first.py's best_first_draft over the
+// native store, with the copy chain grafted as tree_walk.graft_chain does (docs/design.md §3.7).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "store.hpp"
+
+namespace stand {
+
+// Gumbel noise handed out in order, as RandomStream.gumbel(n) would (the Python side supplies it).
+class NoiseSource {
+public:
+    virtual ~NoiseSource() = default;
+    virtual const double* take(size_t n) = 0;
+};
+
+struct DraftParams {
+    int num_nodes = 80;
+    double confidence = 1.0;
+    double beta = 1.0;
+    int deepest = 64;
+    size_t width = 16;
+};
+
+struct DraftOut {
+    std::vector<Token> tokens;
+    std::vector<int64_t> parents, depths, slots;
+    std::vector<std::vector<int32_t>> children;
+    std::vector<uint8_t> copied;
+    std::vector<int64_t> dist_start, dist_len;  // per node: its q in flat_ids / flat_q; -1 without one
+    std::vector<Token> flat_ids;
+    std::vector<double> flat_q;
+};
+
+// noise == nullptr: deterministic drafts (q's order).
+void best_first(Store& store, const Token* context, size_t length, const Token* chain, size_t chain_len,
+                const DraftParams& params, NoiseSource* noise, DraftOut& out);
+
+}  // namespace stand

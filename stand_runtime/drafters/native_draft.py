@@ -1,0 +1,71 @@
+"""STAND's dynamic tree drafted in C++ over a native store (docs/design.md §3.8).
+
+:func:`native_best_first_draft` is :func:`stand_runtime.drafters.best_first.best_first_draft` (the
+reference, which calls it for a :class:`stand_runtime.store.native_store.NativeNGramStore`) in one
+call into ``stand_runtime._native``: the same blended lookups (counted in the store's statistics),
+heap keys and tie order, the same drawing orders and the copy chain grafted as
+:func:`stand_runtime.drafters.tree_walk.graft_chain` does, so the :class:`Draft` is the Python one.
+
+The Gumbel noise is the stream's own: C++ reads the values the stream's Gumbel pool has not handed
+out yet, asks for a refill exactly where ``RandomStream.gumbel(n)`` would refill it (same n, so the
+generator is drawn at the same points), and the values it used are then consumed from the pool. So
+a seeded run draws the same noise whichever store drafts it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ..randomness import RandomStream
+from ..store.blend import BLEND_WIDTH
+from ..store.native_store import _native
+from ..trees.draft import Draft
+
+if TYPE_CHECKING:
+    from ..store.native_store import NativeNGramStore
+    from .best_first import DynamicTree
+
+_NO_CHAIN = np.zeros(0, dtype=np.int64)
+
+
+class _PoolNoise:
+    """The unused values of a stream's Gumbel pool, lent to C++ and consumed afterwards."""
+
+    def __init__(self, randomness: RandomStream) -> None:
+        self.pool = randomness._gumbels
+
+    def buffer(self) -> np.ndarray:
+        return self.pool._values[self.pool._next :]
+
+    def more(self, used: int, n: int) -> np.ndarray:
+        """Consume ``used`` values, then refill as ``take(n)`` would; the new buffer starts at the
+        next draw."""
+        pool = self.pool
+        pool._next += used
+        pool.take(n)
+        pool._next -= n
+        return pool._values[pool._next :]
+
+    def consume(self, used: int) -> None:
+        self.pool._next += used
+
+
+def native_best_first_draft(tree: DynamicTree, store: NativeNGramStore, context: list[int],
+                            randomness: RandomStream | None, max_depth: int | None = None,
+                            chain: list[int] | None = None) -> Draft:
+    """:func:`stand_runtime.drafters.best_first.best_first_draft` in C++ (same arguments, same
+    :class:`Draft`, same noise consumed, same store statistics)."""
+    deepest = tree.max_depth if max_depth is None else min(max_depth, tree.max_depth)
+    suffix = np.asarray(context[-store.max_n :], dtype=np.int64)
+    chain_array = np.asarray(chain, dtype=np.int64) if chain else _NO_CHAIN
+    noise = None if randomness is None else _PoolNoise(randomness)
+    tokens, parents, depths, children, draft_ids, draft_probs, slots, copied, used = _native.best_first(
+        store.core, suffix, chain_array, tree.num_nodes, float(tree.confidence), float(tree.beta), int(deepest),
+        BLEND_WIDTH, None if noise is None else noise.buffer(), None if noise is None else noise.more)
+    if noise is not None:
+        noise.consume(used)
+    return Draft(tokens=tokens, parents=parents, depths=depths, children=children, draft_ids=draft_ids,
+                 draft_probs=draft_probs, slots=slots, stochastic=randomness is not None, nodes=None,
+                 copied=frozenset(copied))
