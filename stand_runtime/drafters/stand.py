@@ -14,6 +14,7 @@ import time
 import numpy as np
 
 from .diagnostics import DraftQuality
+from ..errors import StandError
 from ..trees.draft import Draft, truncate_draft
 from .feeds import STORE_TOP_K, TargetFeed, feed_store, store_observation, store_params
 from .gumbel import choose_children
@@ -123,6 +124,9 @@ class StandDrafter:
         if self.dynamic:
             draft = best_first_draft(self.tree, self.store, committed, self.randomness, max_depth, chain)
             if self.value is not None:
+                if draft.scores is None:
+                    raise StandError("a value-sized dynamic tree drafts on the Python store (NGramStore), which "
+                                     "scores its nodes; the native store does not yet")
                 draft = truncate_draft(draft, self.value.size(draft.scores[1:], _copied_mask(draft)))
             return draft
         return fill_tree(self.tree, committed, self.store.max_n, self._propose, self.randomness is not None, max_depth,
