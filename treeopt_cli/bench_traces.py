@@ -28,13 +28,18 @@ def bench_traces(
     copy_tokens: int = typer.Option(10, help="STAND's copy path length (tokens, 0-64)."),
     json_out: Optional[Path] = typer.Option(None, "--json", help="Write the results as JSON."),
     png: Optional[Path] = typer.Option(None, help=f"Plot acceptance length against trajectory index ({PLOT_HELP})."),
+    latency: Optional[Path] = typer.Option(None, help="Latency profile JSON of the hardware to project onto (a cached "
+                                           "~/.cache/stand/latency/*.json or benchmarks/results/gpu-check-h200.json): "
+                                           "adds each method's projected speedup over plain decoding."),
 ) -> None:
     """Replay recorded traces through the drafters (greedy verification, no model) and compare them."""
     from stand_runtime import load_tokenizer
     from treeopt.evaluate.trace_bench import (TRACE_METHODS, load_replay_groups, parse_trace_methods, run_trace_bench,
                                               trace_results_json)
+    from treeopt.evaluate.projection import load_latency_file, projection_block
 
-    check_outputs({"--json": json_out, "--png": png}, {"TRACES": traces}, plot=png)
+    check_outputs({"--json": json_out, "--png": png}, {"TRACES": traces, "--latency": latency}, plot=png)
+    profile = None if latency is None else load_latency_file(latency)  # a bad file fails before the replay
     specs = parse_trace_methods(",".join(TRACE_METHODS) if methods is None else methods, tree, copy_tokens)
     tokenizer = load_tokenizer(tokenizer_spec)
     groups, skipped = load_replay_groups(traces, tokenizer, group_field=group_field, text_field=text_field,
@@ -50,6 +55,8 @@ def bench_traces(
                 "tokenizer": tokenizer_spec, "groups": len(groups), "traces_replayed": count, "groups_left_out": skipped,
                 "copy_tokens": copy_tokens}
     data = trace_results_json(results, settings)
+    if profile is not None:
+        data["projection"] = projection_block(data["results"], profile[0], {"path": str(latency), "format": profile[1]})
     title = (f"{len(groups)} groups x up to {max(len(g.trace_ids) for g in groups)} traces from {traces.name}, "
              f"{max_tokens} tokens, greedy replay")
     _report(data, title, json_out, png)
@@ -59,6 +66,8 @@ def _report(data: dict, title: str, json_out: Optional[Path], png: Optional[Path
     """The trace bench's tables and notes; its JSON and plot when asked for."""
     for table in render.trace_tables(data, title):
         console.print(table)
+    if "projection" in data:
+        console.print(render.projection_table(data["projection"]))
     for note in data["notes"]:
         console.print(note, style="yellow")
     if json_out is not None:

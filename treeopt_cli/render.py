@@ -376,3 +376,21 @@ def trace_tables(data: dict, title: str) -> list[Table]:
                        f"{ratio['interval_95'][1]:.2f}]")
         work.add_row(*row)
     return [acceptance, work]
+
+
+def projection_table(block: dict) -> Table:
+    """The trace bench projected onto a latency profile (:func:`treeopt.evaluate.projection.projection_block`)."""
+    profile, plain = block["profile"], block["plain"]
+    table = Table(title=f"projected speedup over plain decoding, profile {profile['path']} ({profile['format']})",
+                  caption=f"× plain: {block['formula']} with τ pooled, K drafted nodes per step, t(n) the profile's "
+                  f"forward (t(1) {plain['t1_ms']:.2f} ms), host the µs per step drafting + feeding measured here "
+                  f"[95%: τ's interval] · host 0: the bound if host work were free · {plain['note']} · "
+                  "*: K + 1 beyond the profile's sizes (extrapolated)", caption_justify="left")
+    for column in ("method", "τ", "K", "t(K+1) ms", "host ms", "× plain [95%]", "host 0"):
+        table.add_column(column, justify="left" if column == "method" else "right", no_wrap=True)
+    for m in block["methods"]:
+        low, high = m["speedup_interval_95"]
+        table.add_row(m["label"], f"{m['acceptance_length']:.2f}", f"{m['nodes_per_step']:.1f}" + "*" * m["extrapolated"],
+                      f"{m['forward_ms']:.2f}", f"{m['host_ms']:.2f}", f"{m['speedup']:.2f}× [{low:.2f}–{high:.2f}]",
+                      f"{m['speedup_host_free']:.2f}×")
+    return table
