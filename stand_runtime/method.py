@@ -24,7 +24,7 @@ from .drafters.value import LatencyModel, ValueRule
 from .errors import StandError
 from .randomness import RandomStream
 from .store.ngram_store import NGramStore
-from .target.latency import cached_latency
+from .target.latency import cached_latency, profile_name
 from .target.sampling import SamplingParams
 from .tree_choice import AUTO, DEFAULT_FAMILY, check_auto_available, machine_tree
 from .trees.tree import DraftTree
@@ -192,8 +192,7 @@ def value_rule(tree, model, batch: int) -> ValueRule | None:
     if model is None:
         raise StandError(f"the tree {tree.name!r} is sized from the target's latency on this machine: "
                          f"parse the method with the model")
-    name = str(getattr(model.config, "_name_or_path", "") or getattr(model.config, "model_type", "model"))
-    profile = cached_latency(model, name)
+    profile = cached_latency(model, profile_name(model))
     return ValueRule(LatencyModel(profile.at, profile.sizes, rows=batch))
 
 

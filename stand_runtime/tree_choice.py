@@ -16,7 +16,7 @@ from typing import Callable
 import numpy as np
 
 from .errors import StandError
-from .target.latency import LatencyProfile, cached_latency, choose_size
+from .target.latency import LatencyProfile, cached_latency, choose_size, profile_name
 from .trees.tree import DraftTree
 from .trees.families import load_family
 
@@ -72,7 +72,7 @@ def machine_tree(model, family: str = DEFAULT_FAMILY, *, model_name: str | None 
     if remembered is not None:
         return remembered
     members = load_family(family)
-    name = model_name or str(getattr(model.config, "_name_or_path", "") or getattr(model.config, "model_type", "model"))
+    name = model_name or profile_name(model)
     profile = cached_latency(model, name, on_measure=on_measure)
     best_sum = np.array(members.best_sum())
     best_sum[0] = -np.inf  # STAND was asked for: at least one draft node

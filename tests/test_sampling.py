@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import torch
 
-from stand_runtime import SamplingParams, StandError
+from stand_runtime import SamplingParams
 from stand_runtime.target.sampling import target_probs
-from stand_runtime.target.sampling import NUCLEUS_PROBE, nucleus, resolve_sampling, target_row, target_rows, top_target_probs
+from stand_runtime.target.sampling import NUCLEUS_PROBE, nucleus, target_row, target_rows, top_target_probs
 
 
 def tempered(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
@@ -156,9 +156,3 @@ def test_greedy_is_one_hot_on_the_first_argmax(logits):
     assert torch.equal(p.argmax(-1), logits.argmax(-1)) and torch.all(p.sum(-1) == 1)
     assert int(p[7].argmax()) == 0 and int(p[8].argmax()) == 0  # ties: the first index
     assert torch.equal(target_probs(logits.reshape(2, 16, -1), SamplingParams(temperature=0)).reshape(p.shape), p)
-
-
-def test_sampling_given_twice_is_an_error():
-    with pytest.raises(StandError, match="give sampling or top_p, not both"):
-        resolve_sampling(SamplingParams(), top_p=0.9)
-    assert resolve_sampling(None, 0.0) == SamplingParams(temperature=0.0)

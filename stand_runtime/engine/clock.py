@@ -35,18 +35,23 @@ class Clock:
         if self.cuda:
             self.lap(None)
 
-    def lap(self, bucket: str | None) -> None:
-        """Close the current lap into ``<bucket>`` of every served row's stats (None: discard it)."""
+    def lap(self, bucket: str | None) -> float | None:
+        """Close the current lap into ``<bucket>`` of every served row's stats (None: discard it).
+
+        Returns:
+            The lap's seconds on a CPU; None on CUDA (known only at :meth:`settle`).
+        """
         if self.cuda:
             event = torch.cuda.Event(enable_timing=True)
             event.record()
             self._events.append((event, bucket, tuple(self.rows)))
-            return
+            return None
         now = time.perf_counter()
+        seconds, self._last = now - self._last, now
         if bucket is not None:
             for stats in self.rows:
-                setattr(stats, bucket, getattr(stats, bucket) + now - self._last)
-        self._last = now
+                setattr(stats, bucket, getattr(stats, bucket) + seconds)
+        return seconds
 
     def settle(self) -> None:
         """Add the recorded CUDA laps to the statistics (one synchronisation); a no-op on a CPU."""

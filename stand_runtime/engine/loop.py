@@ -12,7 +12,6 @@ finish independently (EOS, stop string, budget) and leave at once. One device-aw
 
 from __future__ import annotations
 
-import time
 from typing import Callable, Protocol, Sequence
 
 import torch
@@ -201,8 +200,6 @@ class Loop:
     def _observe_forward(self, rows, tokens: int, seconds: float) -> None:
         """Hand the forward's measured time to the value rules of the rows' drafters (each once), so
         their latency model corrects itself (on a CPU; on CUDA the time is only known at a sync)."""
-        if self.clock.cuda:
-            return
         seen = set()
         for row in rows:
             value = getattr(row.drafter, "value", None)
@@ -223,10 +220,10 @@ class Loop:
         self.clock.rows = [row.stats for row in rows]
         self.clock.lap(None)
         drafts = [row.propose(self.max_nodes) for row in rows]
-        start = time.perf_counter()
         logits = self.caches.forward(self.model, rows, drafts)
-        self.clock.lap("forward_s")
-        self._observe_forward(rows, self.caches.forwarded(drafts), time.perf_counter() - start)
+        seconds = self.clock.lap("forward_s")
+        if seconds is not None:
+            self._observe_forward(rows, self.caches.forwarded(drafts), seconds)
         settled = [row.settle(draft, StepTarget(out, row.params)) for row, draft, out in zip(rows, drafts, logits)]
         self.caches.keep(settled, drafts)
         finished = [b for b, row in enumerate(rows) if row.finish_reason is not None]

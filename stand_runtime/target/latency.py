@@ -119,6 +119,12 @@ def measure_latency(model, sizes=DEFAULT_SIZES, prefix_len: int = 512, rounds: i
     return profile_from_rounds(sizes, times)
 
 
+def profile_name(model) -> str:
+    """The name a latency profile of ``model`` is kept under when the caller gives none: the folder it
+    was loaded from, else its model type."""
+    return str(getattr(model.config, "_name_or_path", "") or getattr(model.config, "model_type", "model"))
+
+
 def profile_key(model, model_name: str) -> str:
     """What a cached profile depends on: model (the folder it was loaded from, whatever name the
     user gave it; ``model_name`` for a model built in memory), dtype, device, threads, CPU

@@ -65,26 +65,6 @@ class SamplingParams:
         return self.temperature == 0.0
 
 
-def resolve_sampling(sampling: SamplingParams | None = None, temperature: float | None = None,
-                     top_p: float | None = None, top_k: int | None = None) -> SamplingParams:
-    """The sampling parameters of a call that takes either a :class:`SamplingParams` or keywords.
-
-    Keywords left at None take the :class:`SamplingParams` defaults (0.6, 0.95, 0).
-
-    Raises:
-        StandError: both forms given, or a parameter out of range.
-    """
-    keywords = {"temperature": temperature, "top_p": top_p, "top_k": top_k}
-    given = {k: v for k, v in keywords.items() if v is not None}
-    if sampling is not None:
-        if given:
-            raise StandError(f"give sampling or {', '.join(given)}, not both")
-        if not isinstance(sampling, SamplingParams):
-            raise StandError(f"sampling must be a SamplingParams, not {type(sampling).__name__}")
-        return sampling
-    return SamplingParams(**given)
-
-
 def _tempered(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
     """``softmax(logits / temperature)`` with top-k applied: p before top-p. ``[..., vocab]`` float32."""
     scaled = logits.float() / params.temperature
