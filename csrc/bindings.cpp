@@ -8,7 +8,9 @@
 #include <pybind11/stl.h>
 
 #include "draft.hpp"
+#include "static_fill.hpp"
 #include "store.hpp"
+#include "suffix_index.hpp"
 
 namespace py = pybind11;
 using stand::Token;
@@ -80,6 +82,63 @@ py::tuple draft_objects(const stand::DraftOut& out, size_t used) {
     return py::make_tuple(py::cast(out.tokens), to_array(out.parents), to_array(out.depths), children, draft_ids,
                           draft_probs, py::cast(out.slots), copied, used);
 }
+
+// SuffixIndex.continuation over a Python list (the committed tokens): the Python index starts over
+// unless the list extends the last one (`sequence[:len(last)] == last`). That check is made item by
+// item on the objects: an item that is the object seen last time (a reference is kept) is the same
+// int; any other is compared by value. Only the new items are converted.
+class ListSuffixIndex {
+public:
+    explicit ListSuffixIndex(int max_ngram) : core_(max_ngram) {}
+    ~ListSuffixIndex() { release(); }
+    ListSuffixIndex(const ListSuffixIndex&) = delete;
+    ListSuffixIndex& operator=(const ListSuffixIndex&) = delete;
+
+    py::list continuation(py::list sequence, int64_t limit) {
+        PyObject* list = sequence.ptr();
+        size_t length = static_cast<size_t>(PyList_GET_SIZE(list));
+        size_t known = items_.size();
+        bool extends = length >= known;
+        for (size_t i = 0; i < known && extends; ++i) {
+            PyObject* item = PyList_GET_ITEM(list, i);
+            extends = item == items_[i] || token(item) == core_.sequence()[i];
+        }
+        size_t from = extends ? known : 0;
+        std::vector<Token> fresh(length - from);
+        for (size_t i = from; i < length; ++i) fresh[i - from] = token(PyList_GET_ITEM(list, i));
+        if (!extends) {
+            release();
+            core_.reset();
+        }
+        for (size_t i = from; i < length; ++i) {
+            PyObject* item = PyList_GET_ITEM(list, i);
+            Py_INCREF(item);
+            items_.push_back(item);
+        }
+        core_.extend(fresh.data(), fresh.size());
+        py::list out;
+        if (limit <= 0) return out;
+        int64_t end = core_.match();
+        if (end < 0) return out;
+        size_t stop = std::min(length, static_cast<size_t>(end + 1 + limit));
+        for (size_t i = static_cast<size_t>(end) + 1; i < stop; ++i) out.append(py::reinterpret_borrow<py::object>(items_[i]));
+        return out;
+    }
+
+private:
+    static Token token(PyObject* item) {
+        long long value = PyLong_AsLongLong(item);
+        if (value == -1 && PyErr_Occurred()) throw py::error_already_set();
+        return static_cast<Token>(value);
+    }
+    void release() {
+        for (PyObject* item : items_) Py_DECREF(item);
+        items_.clear();
+    }
+
+    stand::SuffixIndex core_;
+    std::vector<PyObject*> items_;  // the last sequence's items (references held)
+};
 
 }  // namespace
 
@@ -155,4 +214,29 @@ PYBIND11_MODULE(_native, m) {
         stand::best_first(store, context.data(), context.size(), chain.data(), chain.size(), params, &noise, out);
         return draft_objects(out, noise.used());
     });
+
+    m.def("static_fill", [](stand::Store& store, IntArray context, IntArray child_start, IntArray child_list,
+                            IntArray chain, int64_t deepest, int64_t chain_deepest, bool extend, int64_t budget,
+                            double min_score, py::object buffer, py::object more) {
+        // the static tree's fill (csrc/static_fill.hpp): the dynamic tree's tuple, then the static nodes
+        stand::StaticTree tree{child_start.data(), child_list.data(), static_cast<int64_t>(child_start.size()) - 1};
+        stand::FillParams params{deepest, chain_deepest, extend, budget, min_score};
+        stand::DraftOut out;
+        std::vector<int64_t> nodes;
+        size_t used = 0;
+        if (buffer.is_none()) {
+            stand::static_fill(store, context.data(), context.size(), tree, chain.data(), chain.size(), params, nullptr,
+                               out, nodes);
+        } else {
+            PoolNoise noise(buffer.cast<FloatArray>(), more);
+            stand::static_fill(store, context.data(), context.size(), tree, chain.data(), chain.size(), params, &noise,
+                               out, nodes);
+            used = noise.used();
+        }
+        return py::make_tuple(draft_objects(out, used), to_array(nodes));
+    });
+
+    py::class_<ListSuffixIndex>(m, "SuffixIndex")
+        .def(py::init<int>())
+        .def("continuation", &ListSuffixIndex::continuation);
 }

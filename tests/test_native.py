@@ -203,10 +203,12 @@ def test_greedy_trace_replay_is_identical(tree):
 def test_stand_native_selects_the_native_store(monkeypatch):
     monkeypatch.delenv(NATIVE_ENV, raising=False)
     assert store_class() is NGramStore and type(new_memory("stand", 100, "dynamic-80")) is NGramStore
+    assert type(new_memory("stand", 100)) is NGramStore
     monkeypatch.setenv(NATIVE_ENV, "1")
     store = new_memory("stand", 100, "dynamic-80")
     assert type(store) is NativeNGramStore and store.max_n == 8 and isinstance(store, NGramStore)
-    assert type(new_memory("stand", 100)) is NGramStore  # a static tree keeps the Python store (store_class)
+    assert type(new_memory("stand", 100)) is NativeNGramStore  # a static tree is filled natively too
+    assert type(new_memory("stand", 100, "dynamic-auto")) is NGramStore  # value-sized: the Python draft's scores
     assert type(Method.parse("stand-det", "dynamic-20").new_memory(100)) is NativeNGramStore
     assert new_memory("recycle", 100) is not None
     with pytest.raises(StandError, match="top_k"):

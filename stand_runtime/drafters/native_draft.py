@@ -1,5 +1,8 @@
-"""STAND's dynamic tree drafted in C++ over a native store (docs/design.md §3.8).
+"""STAND's trees drafted in C++ over a native store (docs/design.md §3.8).
 
+:func:`native_fill_tree` is :func:`stand_runtime.drafters.tree_walk.fill_tree` with STAND's proposal
+(:func:`stand_runtime.drafters.stand.store_proposer`), the copy graft and the extension, in one call:
+the same lookups (counted in the store's statistics), noise, drawing orders and :class:`Draft`.
 :func:`native_best_first_draft` is :func:`stand_runtime.drafters.best_first.best_first_draft` (the
 reference, which calls it for a :class:`stand_runtime.store.native_store.NativeNGramStore`) in one
 call into ``stand_runtime._native``: the same blended lookups (counted in the store's statistics),
@@ -14,20 +17,26 @@ a seeded run draws the same noise whichever store drafts it.
 
 from __future__ import annotations
 
+import weakref
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ..errors import StandError
 from ..randomness import RandomStream
 from ..store.blend import BLEND_WIDTH
 from ..store.native_store import _native
 from ..trees.draft import Draft
+from ..trees.tree import DraftTree
+from .tree_walk import MAX_CHAIN_DEPTH
 
 if TYPE_CHECKING:
     from ..store.native_store import NativeNGramStore
     from .best_first import DynamicTree
+    from .tree_walk import Extension
 
 _NO_CHAIN = np.zeros(0, dtype=np.int64)
+_STRUCTURE: "weakref.WeakKeyDictionary[DraftTree, tuple[np.ndarray, np.ndarray, int]]" = weakref.WeakKeyDictionary()
 
 
 class _PoolNoise:
@@ -68,4 +77,56 @@ def native_best_first_draft(tree: DynamicTree, store: NativeNGramStore, context:
         noise.consume(used)
     return Draft(tokens=tokens, parents=parents, depths=depths, children=children, draft_ids=draft_ids,
                  draft_probs=draft_probs, slots=slots, stochastic=randomness is not None, nodes=None,
+                 copied=frozenset(copied))
+
+
+def _structure(tree: DraftTree) -> tuple[np.ndarray, np.ndarray, int]:
+    """The static tree as C++ reads it (computed once per tree): ``child_start`` ``[N + 2]`` int64 and
+    ``child_list`` ``[N]`` int64, node v's children being ``child_list[child_start[v] :
+    child_start[v + 1]]`` in rank order, and the tree's depth."""
+    found = _STRUCTURE.get(tree)
+    if found is None:
+        counts = [len(kids) for kids in tree.children]
+        start = np.zeros(len(counts) + 1, dtype=np.int64)
+        np.cumsum(counts, out=start[1:])
+        flat = np.asarray([kid for kids in tree.children for kid in kids], dtype=np.int64)
+        found = _STRUCTURE[tree] = (start, flat, tree.max_depth)
+    return found
+
+
+def native_fill_tree(tree: DraftTree, store: NativeNGramStore, context: list[int], randomness: RandomStream | None,
+                     max_depth: int | None = None, extend: Extension | None = None,
+                     graft: list[int] | None = None) -> Draft:
+    """:func:`stand_runtime.drafters.stand.draft_tree` (``fill_tree`` with STAND's proposal) in C++:
+    the same arguments, :class:`Draft` (``nodes`` included), noise consumed and store statistics.
+
+    Args:
+        tree: the static draft tree.
+        store: the native n-gram store.
+        context: committed tokens (at least one), the last one being the root.
+        randomness: Gumbel noise for stochastic drafts; None = q's top-m.
+        max_depth: draft no node deeper than this; None = no limit.
+        extend: the :class:`stand_runtime.drafters.tree_walk.Extension`, or None.
+        graft: the copy chain grafted onto the draft, or None.
+
+    Raises:
+        StandError: ``context`` is empty.
+    """
+    if not context:
+        raise StandError("native_fill_tree needs at least one committed token (the root)")
+    start, flat, tree_depth = _structure(tree)
+    deepest = tree_depth if max_depth is None else min(max_depth, tree_depth)
+    chain_deepest = max_depth if max_depth is not None else (extend.max_depth if extend is not None else MAX_CHAIN_DEPTH)
+    suffix = np.asarray(context[-store.max_n :], dtype=np.int64)
+    chain_array = np.asarray(graft, dtype=np.int64) if graft else _NO_CHAIN
+    noise = None if randomness is None else _PoolNoise(randomness)
+    drafted, nodes = _native.static_fill(
+        store.core, suffix, start, flat, chain_array, int(deepest), int(chain_deepest), extend is not None,
+        0 if extend is None else int(extend.budget), 0.0 if extend is None else float(extend.min_score),
+        None if noise is None else noise.buffer(), None if noise is None else noise.more)
+    tokens, parents, depths, children, draft_ids, draft_probs, slots, copied, used = drafted
+    if noise is not None:
+        noise.consume(used)
+    return Draft(tokens=tokens, parents=parents, depths=depths, children=children, draft_ids=draft_ids,
+                 draft_probs=draft_probs, slots=slots, stochastic=randomness is not None, nodes=nodes,
                  copied=frozenset(copied))

@@ -18,12 +18,14 @@ from ..errors import StandError
 from ..trees.draft import Draft, truncate_draft
 from .feeds import STORE_TOP_K, TargetFeed, feed_store, store_observation, store_params
 from .gumbel import choose_children
+from ..store.native_store import NativeNGramStore
 from ..store.ngram_store import NGramStore
 from ..randomness import RandomStream
 from ..target.sampling import SamplingParams
 from ..trees.tree import DraftTree
 from .best_first import DynamicTree, best_first_draft
-from .suffix_index import SuffixIndex
+from .native_draft import native_fill_tree
+from .suffix_index import NativeSuffixIndex, SuffixIndex
 from .tree_walk import Extension, Proposal, fill_tree
 from .value import ValueRule
 
@@ -60,8 +62,12 @@ def draft_tree(tree: DraftTree, store: NGramStore, context: list[int], randomnes
             (:func:`stand_runtime.drafters.tree_walk.graft_chain`); None = none.
 
     Returns:
-        The :class:`Draft` (root plus every node whose ancestors' lookups hit).
+        The :class:`Draft` (root plus every node whose ancestors' lookups hit). Over a
+        :class:`NativeNGramStore` the same draft is filled in C++
+        (:func:`stand_runtime.drafters.native_draft.native_fill_tree`).
     """
+    if isinstance(store, NativeNGramStore):
+        return native_fill_tree(tree, store, context, randomness, max_depth, extend, graft)
     return fill_tree(tree, context, store.max_n, store_proposer(store, randomness), randomness is not None, max_depth,
                      extend, graft)
 
@@ -83,6 +89,10 @@ class StandDrafter:
         copy: longest copy chain grafted per step (0: none): the tokens that followed the latest
             earlier occurrence of the context's suffix (prompt lookup's match), followed along the
             drafted children that agree with it and hung below the path's end.
+        value: the expected-value rule of a value-sized dynamic tree (Python store only), or None.
+
+    Over a :class:`NativeNGramStore` the tree (static or dynamic) is drafted in C++ and the copy
+    chain found by :class:`NativeSuffixIndex`: the same drafts as over the Python store (§3.8).
     """
 
     def __init__(self, tree: DraftTree | DynamicTree, store: NGramStore, randomness: RandomStream | None, params: SamplingParams,
@@ -100,7 +110,8 @@ class StandDrafter:
         self._propose = store_proposer(store, randomness)
         self.extend = extend
         self.copy = copy
-        self._index = SuffixIndex() if copy else None
+        native = isinstance(store, NativeNGramStore)  # a native store: the copy index in C++ too (§3.8)
+        self._index = (NativeSuffixIndex() if native else SuffixIndex()) if copy else None
 
     @property
     def dynamic(self) -> bool:
@@ -129,6 +140,8 @@ class StandDrafter:
                                      "scores its nodes; the native store does not yet")
                 draft = truncate_draft(draft, self.value.size(draft.scores[1:], _copied_mask(draft)))
             return draft
+        if isinstance(self.store, NativeNGramStore):  # the same draft, filled in C++ (§3.8)
+            return native_fill_tree(self.tree, self.store, committed, self.randomness, max_depth, self.extend, chain)
         return fill_tree(self.tree, committed, self.store.max_n, self._propose, self.randomness is not None, max_depth,
                          self.extend, chain)
 

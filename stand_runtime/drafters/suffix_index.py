@@ -4,9 +4,12 @@ For a growing token sequence (prompt + generated), every n-gram (n <= ``max_ngra
 the position where its latest occurrence ends. :meth:`SuffixIndex.continuation` finds the longest
 suffix of the sequence that occurred before and returns the tokens that followed it there: prompt
 lookup decoding drafts them as a chain, and STAND grafts them onto its tree (a copy path).
+:class:`NativeSuffixIndex` is the same index in C++ (STAND over a native store uses it).
 """
 
 from __future__ import annotations
+
+from ..errors import StandError
 
 
 class SuffixIndex:
@@ -44,3 +47,30 @@ class SuffixIndex:
             if end is not None:
                 return sequence[end + 1 : end + 1 + limit]
         return []
+
+
+class NativeSuffixIndex:
+    """:class:`SuffixIndex` in C++ (``stand_runtime._native.SuffixIndex``, docs/design.md §3.8): the
+    same :meth:`continuation` for the same sequences. Token ids are ints in int64; the sequence is a
+    list (another sequence is copied into one). Its check that a sequence extends the last one reads
+    each item by identity first (the list's unchanged items are the objects seen last time) and
+    compares by value only where it differs, so a step costs the new tokens, not the whole sequence.
+
+    Args:
+        max_ngram: longest suffix matched (tokens).
+
+    Raises:
+        StandError: the extension is not built.
+    """
+
+    def __init__(self, max_ngram: int = 3) -> None:
+        from ..store.native_store import _native
+
+        if _native is None:
+            raise StandError("NativeSuffixIndex: the native core stand_runtime._native is not built (pip install -e .)")
+        self.max_ngram = max_ngram
+        self._core = _native.SuffixIndex(max_ngram)
+
+    def continuation(self, sequence: list[int], limit: int) -> list[int]:
+        """As :meth:`SuffixIndex.continuation`."""
+        return self._core.continuation(sequence if type(sequence) is list else list(sequence), int(limit))

@@ -6,12 +6,12 @@ admission, eviction order (least recently updated first), Witten-Bell blend and 
 the same floating-point operations in the same order (Python's ``sum`` included, plain up to CPython
 3.11 and compensated from 3.12), so every stored value and every blended q is the Python store's.
 ``tests/test_native.py`` drives both on the same random inputs. The class is a subclass of
-``NGramStore`` with the same methods, so every drafter and check takes either; a dynamic tree over
-it is drafted in C++ too (:mod:`stand_runtime.drafters.native_draft`).
+``NGramStore`` with the same methods, so every drafter and check takes either; a static or dynamic
+tree over it is drafted in C++ too (:mod:`stand_runtime.drafters.native_draft`).
 
 Selected by ``STAND_NATIVE=1`` in the environment (:func:`store_class`: every fresh store of a
-dynamic tree is then native) or by constructing it directly. The extension is built by ``pip install -e .``
-(``setup.py``, sources in ``csrc/``); without it, :func:`native_available` is False and selecting
+static or fixed-budget dynamic tree is then native) or by constructing it directly. The extension
+is built by ``pip install -e .`` (``setup.py``, sources in ``csrc/``); without it, :func:`native_available` is False and selecting
 it raises a one-line :class:`StandError`.
 """
 
@@ -35,7 +35,8 @@ except ImportError:  # not built (e.g. a source tree used without pip install -e
     _native = None
 
 NATIVE_ENV = "STAND_NATIVE"
-"""Environment variable: ``1`` makes every fresh store of a dynamic tree native (:func:`store_class`)."""
+"""Environment variable: ``1`` makes every fresh store of a static or fixed-budget dynamic tree native
+(:func:`store_class`)."""
 
 _COMPENSATED_SUM = sys.version_info >= (3, 12)  # CPython's float sum() is Neumaier's from 3.12 on
 
@@ -50,12 +51,10 @@ def native_selected() -> bool:
     return os.environ.get(NATIVE_ENV, "") == "1"
 
 
-def store_class(dynamic: bool = True) -> type[NGramStore]:
-    """The store class a fresh memory uses: :class:`NativeNGramStore` for a dynamic tree's store under
-    ``STAND_NATIVE=1``, else :class:`NGramStore`. A static tree keeps the Python store: it drafts node
-    by node through :meth:`NGramStore.lookup`, where the Python store hands out entries whose arrays
-    are cached and the native one builds them per call (measured on 3 recorded traces, static 80-node
-    tree: drafting ~1.5x slower, feeding ~2.5x faster, a little slower in all).
+def store_class(native_drafting: bool = True) -> type[NGramStore]:
+    """The store class a fresh memory uses: :class:`NativeNGramStore` under ``STAND_NATIVE=1`` for a
+    tree that is drafted in C++ over it (``native_drafting``: a static tree or a fixed-budget dynamic
+    one, :mod:`stand_runtime.drafters.native_draft`), else :class:`NGramStore`.
 
     Raises:
         StandError: ``STAND_NATIVE=1`` but the extension is not built.
@@ -65,7 +64,7 @@ def store_class(dynamic: bool = True) -> type[NGramStore]:
     if _native is None:
         raise StandError(f"{NATIVE_ENV}=1 but the native core stand_runtime._native is not built: "
                          "pip install -e . builds it (needs a C++17 compiler)")
-    return NativeNGramStore if dynamic else NGramStore
+    return NativeNGramStore if native_drafting else NGramStore
 
 
 def _entry(found) -> StoreEntry:
