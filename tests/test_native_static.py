@@ -18,7 +18,7 @@ from stand_runtime.store.native_store import NATIVE_ENV, NativeNGramStore, nativ
 from stand_runtime.trees.tree_io import resolve_tree
 
 from test_engine import REPEAT_PROMPT
-from test_native import feed_both, random_sequence
+from test_native import assert_same_store, feed_both, random_sequence
 
 pytestmark = pytest.mark.skipif(not native_available(), reason="stand_runtime._native is not built (pip install -e .)")
 
@@ -142,25 +142,30 @@ def test_stand_native_drafts_static_trees_natively(monkeypatch):
 
 
 def run_generate(model, monkeypatch, native: bool, method: str, tree: str, sampling: SamplingParams, seed=None):
-    """generate() under STAND_NATIVE=1 or 0, with each step's (tokens, draft tokens, accepted)."""
+    """generate() under STAND_NATIVE=1 or 0: the result, each step's (tokens, draft tokens, accepted)
+    and the store (the method's fresh memory, as generate makes it)."""
     monkeypatch.setenv(NATIVE_ENV, "1" if native else "0")
     fills = []
     monkeypatch.setattr(stand, "native_fill_tree", lambda *args: fills.append(1) or native_fill_tree(*args))
     steps = []
-    result = generate(model, None, REPEAT_PROMPT, method=Method.parse(method, tree, model), sampling=sampling,
-                      max_new_tokens=40, seed=seed, eos_token_ids=[],
+    method = Method.parse(method, tree, model)
+    store = method.new_memory(model.config.vocab_size)
+    assert (type(store) is NativeNGramStore) == (native and store is not None)
+    result = generate(model, None, REPEAT_PROMPT, method=method, sampling=sampling, max_new_tokens=40, seed=seed,
+                      store=store, eos_token_ids=[],
                       on_step=lambda s: steps.append((s.tokens, s.draft.tokens, s.verification.accepted)))
-    assert bool(fills) == (native and method != "ar")  # the native fill drafted every step, or none
-    return result, steps
+    assert bool(fills) == (store is not None and native)  # the native fill drafted the steps, or none did
+    return result, steps, store
 
 
 @pytest.mark.parametrize("method, tree", [("stand", BUNDLED), ("stand-det", "heuristic-80")])
 def test_native_greedy_generate_equals_plain_decoding(tiny_qwen2, monkeypatch, method, tree):
     greedy = SamplingParams(temperature=0)
-    plain, _ = run_generate(tiny_qwen2, monkeypatch, False, "ar", None, greedy)
-    native, steps = run_generate(tiny_qwen2, monkeypatch, True, method, tree, greedy)
-    python, python_steps = run_generate(tiny_qwen2, monkeypatch, False, method, tree, greedy)
+    plain, _, _ = run_generate(tiny_qwen2, monkeypatch, False, "ar", None, greedy)
+    native, steps, native_store = run_generate(tiny_qwen2, monkeypatch, True, method, tree, greedy)
+    python, python_steps, python_store = run_generate(tiny_qwen2, monkeypatch, False, method, tree, greedy)
     assert native.tokens == plain.tokens and steps == python_steps
+    assert_same_store(python_store, native_store)
     assert native.acceptance_length > 1.0  # drafts were accepted
 
 
@@ -169,7 +174,8 @@ def test_native_seeded_sampling_is_the_python_run(tiny_qwen2, monkeypatch, metho
     """Same seed, same tokens, drafts and verification outcomes step for step, native or Python."""
     sampling = SamplingParams(temperature=0.8)
     for seed in (0, 1):
-        native, steps = run_generate(tiny_qwen2, monkeypatch, True, method, BUNDLED, sampling, seed)
-        python, python_steps = run_generate(tiny_qwen2, monkeypatch, False, method, BUNDLED, sampling, seed)
+        native, steps, native_store = run_generate(tiny_qwen2, monkeypatch, True, method, BUNDLED, sampling, seed)
+        python, python_steps, python_store = run_generate(tiny_qwen2, monkeypatch, False, method, BUNDLED, sampling, seed)
         assert native.tokens == python.tokens and steps == python_steps
+        assert_same_store(python_store, native_store)
         assert sum(len(accepted) for _, _, accepted in steps) > 0  # drafts were accepted
