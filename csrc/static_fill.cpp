@@ -18,14 +18,17 @@ struct Proposal {
     const Entry* entry = nullptr;
     std::vector<double> q;
     std::vector<int32_t> slots;
+    std::vector<double> keys;  // scratch: log q + g
 };
 
 class FillBuilder {
 public:
-    FillBuilder(DraftOut& out, std::vector<int64_t>& nodes, const Token* context, size_t length, int max_n)
+    FillBuilder(DraftOut& out, std::vector<int64_t>& nodes, const Token* context, size_t length, int max_n,
+                size_t capacity)
         : out_(out), nodes_(nodes), max_n_(static_cast<size_t>(max_n)) {
         out_ = DraftOut();
         nodes_.clear();
+        reserve(capacity);
         append(context[length - 1], -1, 0, -1, 0, 1.0);
         size_t from = length > max_n_ ? length - max_n_ : 0;
         suffix_len_[0] = length - from;
@@ -84,6 +87,17 @@ public:
     }
 
 private:
+    void reserve(size_t n) {  // the nodes a fill can reach: no reallocation while it grows
+        for (auto* v : {&out_.parents, &out_.depths, &out_.slots, &out_.dist_start, &out_.dist_len}) v->reserve(n);
+        out_.tokens.reserve(n);
+        out_.children.reserve(n);
+        out_.copied.reserve(n);
+        nodes_.reserve(n);
+        scores_.reserve(n);
+        suffix_len_.reserve(n);
+        suffixes_.reserve(n * max_n_);
+    }
+
     void set_distribution(int32_t node, const std::vector<Token>& ids, const std::vector<double>& q) {
         out_.dist_start[node] = static_cast<int64_t>(out_.flat_ids.size());
         out_.dist_len[node] = static_cast<int64_t>(ids.size());
@@ -145,7 +159,8 @@ bool propose(Store& store, const FillBuilder& builder, int32_t node, size_t m, N
     std::iota(p.slots.begin(), p.slots.end(), 0);
     if (noise != nullptr) {
         const double* gumbel = noise->take(k);
-        std::vector<double> keys(k);
+        std::vector<double>& keys = p.keys;
+        keys.resize(k);
         for (size_t i = 0; i < k; ++i) keys[i] = std::log(p.q[i]) + gumbel[i];
         if (take == 1) {
             p.slots[0] = static_cast<int32_t>(std::max_element(keys.begin(), keys.end()) - keys.begin());
@@ -213,7 +228,9 @@ void grow(Store& store, FillBuilder& builder, const std::vector<uint8_t>& missed
 void static_fill(Store& store, const Token* context, size_t length, const StaticTree& tree, const Token* chain,
                  size_t chain_len, const FillParams& params, NoiseSource* noise, DraftOut& out,
                  std::vector<int64_t>& nodes) {
-    FillBuilder builder(out, nodes, context, length, store.max_n());
+    size_t capacity = static_cast<size_t>(tree.nodes) + chain_len + 1 +
+                      (params.extend ? static_cast<size_t>(std::max<int64_t>(params.budget, 0)) : 0);
+    FillBuilder builder(out, nodes, context, length, store.max_n(), capacity);
     std::vector<uint8_t> missed;
     Proposal proposal;
     for (size_t position = 0; position < builder.size(); ++position) {
