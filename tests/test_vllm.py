@@ -55,13 +55,16 @@ def test_chain_tokens_are_exact_draws_from_q():
 
 
 def test_chain_follows_store_then_copy_then_stops():
+    """Chains draw from the store's blend (the dynamic tree's q, with the 0-gram table): a position
+    whose last token no context matched is the copy chain's, or the chain's end."""
     store = NGramStore(top_k=10, max_n=3)
     store.update([1, 2, 3], [4, 5], [0.9, 0.1])
     store.update([2, 3, 4], [6], [1.0])
     draft = draft_chain(store, [1, 2, 3], 5, None)
     assert draft.tokens == [4, 6]
-    assert [s[0].tolist() for s in draft.support] == [[4, 5], [6]]
-    np.testing.assert_allclose(draft.support[0][1], [0.9, 0.1])
+    blend = store.blend([1, 2, 3])
+    assert [s[0].tolist() for s in draft.support][0] == blend.id_list == [4, 6, 5]
+    np.testing.assert_allclose(draft.support[0][1], blend.q)
     # the copy chain continues where the store misses, while the chain agrees with it
     draft = draft_chain(store, [1, 2, 3], 5, None, copy=[4, 6, 9, 9])
     assert draft.tokens == [4, 6, 9, 9] and draft.support[2] is None and draft.support[3] is None
