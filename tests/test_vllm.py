@@ -177,6 +177,45 @@ def test_deterministic_drafts_at_temperature_get_one_hot_q(monkeypatch):
 
 
 @needs_vllm
+def test_sized_chains_learn_from_accepted_lengths_and_clean_step_times(monkeypatch):
+    """With ``sized`` the proposer explores the plain forward first (no drafts), hands the rule the
+    wall time of every step that decoded only requests already decoding (not one with a new
+    request's prefill), and teaches the acceptance map, per drafted position, from the tokens vLLM
+    committed (accepted = committed - 1, at most the drafts the step verified)."""
+    from stand_runtime.vllm.proposer import OPTIONS_ENV, StandProposer
+
+    latency = {"sizes": [1, 64], "seconds": [0.05, 0.05]}
+    monkeypatch.setenv(OPTIONS_ENV, json.dumps({"sized": True, "latency": latency}))
+    runner = FakeRunner([("a", [5, 6, 5], _vllm_params(0.0)), ("b", [7, 7, 7], _vllm_params(0.0))])
+    proposer = StandProposer(_fake_config(k=4))
+    runner.load_model(proposer)
+    budget = proposer.budget
+    tokens = np.zeros((4, 64), dtype=np.int32)
+    tokens[0, :4], tokens[1, :4] = [5, 6, 5, 6], [7, 7, 7, 8]
+    assert runner.step(_rows(6, 8), None, [[6], [8]], [4, 4], tokens) == [[], []]  # exploring
+    assert budget.explored == 1 and budget.forwards_observed == 0
+    tokens[0, 4], tokens[1, 4] = 5, 8
+    drafts = runner.step(_rows(5, 8), None, [[5], [8]], [5, 5], tokens)
+    assert budget.forwards_observed == 1, "a step of requests already decoding is timed"
+    assert drafts[0][:2] == [6, 5] and drafts[1][:1] == [8] and all(len(d) <= 4 for d in drafts)
+    # the next step verified both chains: a accepted 2 of them, b none; a new request c was prefilled
+    runner.requests["c"] = SimpleNamespace(prompt_token_ids=[3, 3], sampling_params=_vllm_params(0.0))
+    runner.input_batch.req_ids.append("c")
+    tokens[0, 5:8] = [drafts[0][0], drafts[0][1], 9]
+    tokens[1, 5] = 9
+    tokens[2, :3] = [3, 3, 4]
+    counts = [len(drafts[0]), len(drafts[1]), 0]
+    logits = torch.cat([_rows(*([5] * (counts[0] + 1))), _rows(*([8] * (counts[1] + 1))), _rows(4)])
+    runner.step(logits, counts, [drafts[0][:2] + [9], [9], [4]], [8, 6, 3], tokens)
+    assert budget.forwards_observed == 1, "a step with a prefill is not timed"
+    drafted, accepted = budget.acceptance._drafted.sum(), budget.acceptance._accepted.sum()
+    assert drafted == counts[0] + counts[1] and accepted == 2
+    stats = proposer.stats()
+    assert stats["sized"]["steps"] == 3 and sum(stats["chain_lengths"]) == stats["forwards"]
+    assert stats["positions_by_kind"][0] > 0 and stats["fallback_entries"] > 0
+
+
+@needs_vllm
 def test_a_bad_request_gets_no_drafts_and_never_stops_the_engine(caplog):
     """A seed of -1 (vLLM takes any int) folds into [0, 2**64); a request whose parameters STAND cannot
     draft for (here top_p 2) is decoded without drafts, said once in the log, while the others draft."""
@@ -221,9 +260,19 @@ def test_bad_options_one_line():
                          ({"max_prompts": 0}, r"must be an integer in \[1, 1000000\]"),
                          ({"max_n": 10**9}, r"max_n must be an integer in \[1, 64\]"),
                          ({"stats_path": "/no/such/folder/stats.json"}, "folder /no/such/folder does not exist"),
-                         ({"colour": 1}, "unknown STAND vLLM option")):
+                         ({"colour": 1}, "unknown STAND vLLM option"),
+                         ({"sized": 1}, "sized must be true or false"), ({"fallback": None}, "fallback must be true"),
+                         ({"latency": [1, 2]}, "latency must be null or"),
+                         ({"latency": {"sizes": [2, 1], "seconds": [1, 1]}}, "latency: a latency profile's sizes"),
+                         ({"k": "auto", "sized": False}, 'k="auto" sizes each chain'),
+                         ({"k": "often"}, "must be an integer")):
         with pytest.raises(StandError, match=message):
             speculative_config(**bad)
+    auto = speculative_config("auto", latency={"sizes": [1, 8], "seconds": [0.1, 0.2]})
+    assert auto["num_speculative_tokens"] == 16 and json.loads(os.environ["STAND_VLLM_OPTIONS"])["sized"] is True
+    assert method_config("stand", "auto")["num_speculative_tokens"] == 16
+    with pytest.raises(StandError, match="must be an integer >= 1, got 'auto'"):
+        method_config("ngram", "auto")
     with pytest.raises(StandError, match="unknown vLLM method 'eagle'"):
         method_config("eagle")
     with pytest.raises(StandError, match="apply to method 'stand' only"):
