@@ -360,6 +360,20 @@ def test_greedy_stand_in_vllm_equals_vllm_plain_decoding(vllm_session):
 @needs_vllm
 @one_session
 @pytest.mark.model
+def test_greedy_stand_with_per_request_chain_lengths_equals_vllm_plain_decoding(vllm_session):
+    """k auto: each request's chain cut by the expected-value rule (lengths from 0 to 16 varied
+    step by step); greedy output token for token vLLM's plain decoding."""
+    smollm = vllm_session[0]["smollm"]
+    auto = smollm["greedy_auto"]
+    for prompt, (plain, stand) in enumerate(zip(smollm["greedy"]["plain"], auto["stand"])):
+        assert stand == plain, f"prompt {prompt}: STAND (k auto)'s greedy output differs from vLLM plain decoding"
+    assert auto["accepted"] > 20 and auto["drafted"] > auto["accepted"], auto
+    assert sum(1 for count in auto["chain_lengths"][1:] if count) >= 3, auto["chain_lengths"]
+
+
+@needs_vllm
+@one_session
+@pytest.mark.model
 def test_samples_of_one_prompt_share_one_store(vllm_session):
     sharing = vllm_session[0]["smollm"]["sharing"]
     before, after = sharing["before"], sharing["after"]
@@ -379,12 +393,13 @@ def test_stores_stay_bounded_over_many_prompts(vllm_session):
 
 @needs_vllm
 @one_session
-@pytest.mark.parametrize("q_aware", [True, False])
-@pytest.mark.parametrize("setting", ["t1", "t07p09"])
-def test_sampled_output_follows_the_target_distribution(vllm_session, setting, q_aware):
+@pytest.mark.parametrize("variant, setting", [("q_aware=True", "t1"), ("q_aware=True", "t07p09"),
+                                              ("q_aware=False", "t1"), ("q_aware=False", "t07p09"), ("sized", "t1")])
+def test_sampled_output_follows_the_target_distribution(vllm_session, variant, setting):
     """3-token continuations sampled by vLLM with STAND drafts (k 3, one store shared by all 6000
-    samples, so drafts are accepted and rejected at every depth) against the exact distribution the
-    tiny model defines (computed here with transformers, same weights), chi-square per setting.
+    samples, so drafts are accepted and rejected at every depth; ``sized``: each request's chain cut
+    by the batch-wide rule, 0 to 3 tokens) against the exact distribution the tiny model defines
+    (computed here with transformers, same weights), chi-square per setting.
 
     Power: with 6000 samples and the 26-97 bins left after pooling bins expected below 5, the test
     at level 1e-3 has 90% power against any deviation of Cohen's effect size w >= 0.09-0.12
@@ -395,8 +410,10 @@ def test_sampled_output_follows_the_target_distribution(vllm_session, setting, q
     from transformers import AutoModelForCausalLM
 
     results, tiny = vllm_session
-    run = results["tiny"]["counts"][f"{setting}/q_aware={q_aware}"]
+    run = results["tiny"]["counts"][f"{setting}/{variant}"]
     assert run["drafted"] > 1000 and 0 < run["accepted"] < run["drafted"], run
+    if variant == "sized":  # per-request lengths: chains of several lengths in one batch
+        assert sum(1 for count in run["chain_lengths"] if count) >= 3, run["chain_lengths"]
     setting_params = results["tiny"]["settings"][setting]
     params = SamplingParams(temperature=setting_params["temperature"], top_p=setting_params["top_p"])
     model = AutoModelForCausalLM.from_pretrained(tiny, dtype=torch.float32).eval()
@@ -407,7 +424,7 @@ def test_sampled_output_follows_the_target_distribution(vllm_session, setting, q
     bins = sum(1 for p in exact.values() if p * samples >= 5) + 1
     w90 = _detectable_effect(bins - 1, samples, alpha=1e-3, power=0.9)
     assert w90 < 0.13, w90
-    assert outcome.pvalue > 1e-3, (outcome, setting, q_aware)
+    assert outcome.pvalue > 1e-3, (outcome, setting, variant)
 
 
 def _detectable_effect(df: int, samples: int, alpha: float, power: float) -> float:
@@ -435,7 +452,10 @@ def test_vllm_bench_bad_input_one_line():
                           (["bench", "--engine", "vllm"], "bench --engine vllm is now its own command: treeopt bench-vllm"),
                           (["bench-vllm", "--methods", "ar,eagle"], "unknown method 'eagle' for bench-vllm"),
                           (["bench-vllm", "--k", "zero"], "--k must be auto or an integer"),
-                          (["bench-vllm", "--methods", "stand"], "add ar to --methods")):
+                          (["bench-vllm", "--methods", "stand"], "add ar to --methods"),
+                          (["bench-vllm", "--methods", "stand-auto", "--k", "4"], "stand-auto starts from vLLM's latency"),
+                          (["serve", "--k", "zero", "--dry-run"], "--k must be auto or an integer in [1, 128]"),
+                          (["serve", "--method", "ngram", "--k", "auto"], "--k must be an integer in [1, 128]")):
         code, output = run(*args)
         assert code == 2
         one_line_error(output, message)
