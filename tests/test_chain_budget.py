@@ -140,13 +140,17 @@ def test_a_later_cheaper_step_is_looked_ahead_across_requests_only():
     assert jump.allocate([Offers([0.8, 0.8]), None], rows=2) == [0, 0]  # its own next position is not known yet
 
 
-def test_the_plain_forward_is_observed_before_the_rule_drafts():
-    rule = ChainBudget(LatencyModel(default_profile, (1, 2, 4, 8)), ScoreIsP(3))
-    assert rule.allocate([Offers([0.9])], rows=1) == [0]  # step 1: the 1-token forward is unobserved
-    assert rule.allocate([Offers([0.9])], rows=1) == [1]  # drafting on the steps between
-    rule.observe_forward(1, 0.05), rule.observe_forward(1, 0.05)
-    assert all(rule.allocate([Offers([0.9])], rows=1) == [1] for _ in range(8))
-    assert rule.explored == 1 and rule.stats()["forwards_observed"] == 2
+def test_the_plain_and_a_long_forward_are_observed_before_the_rule_alone_drafts():
+    """t(T) = T tokens: the rule alone drafts nothing. Until the plain forward (1 token) and one of at
+    least twice its tokens are observed twice, every 4th step drafts nothing (phase 0) and every 4th
+    step (phase 2) drafts every offered position, so the model sees the curve's shape."""
+    rule = ChainBudget(LatencyModel(lambda t: float(t), (1, 2, 4, 8)), ScoreIsP(3))
+    assert [rule.allocate([Offers([0.9, 0.9])], rows=1) for _ in range(4)] == [[0], [0], [2], [0]]
+    assert rule.explored == 2
+    for tokens in (1, 1, 3, 3):
+        rule.observe_forward(tokens, float(tokens))
+    assert all(rule.allocate([Offers([0.9, 0.9])], rows=1) == [0] for _ in range(8))
+    assert rule.explored == 2 and rule.stats()["forwards_observed"] == 4
 
 
 def test_outcomes_teach_the_acceptance_map_per_kind():

@@ -13,6 +13,12 @@ chain positions across requests, best first:
   order of P, raises ``(B + Σ P) / t(T)``; then its request offers the position after it;
 - zero positions is an answer (for every request, or for some).
 
+The latency model learns the curve's shape only at the sizes it sees, so two kinds of step explore
+(on every :data:`stand_runtime.drafters.value.EXPLORE_EVERY`-th step, at two phases): while the plain
+forward of the batch's size has fewer than 2 observations, a step drafts nothing; while no forward of
+twice that size has 2, a step drafts every offered position to the end of its chain. Both lengths are
+fixed without reading a draw the length decides on, like the rule's.
+
 Losslessness: a position is drafted or not from its score, the scores of positions already drafted
 (which read their draws: draws already made) and other requests' positions (independent of this
 request's draws); never from its own draw, which is made only once it is drafted. Every decision
@@ -22,7 +28,7 @@ be drafted because of the scores its own token gives the positions after it). vL
 each chain by speculative sampling, lossless for any length fixed this way (docs/design.md §7.7).
 
 t comes from :class:`stand_runtime.drafters.value.LatencyModel` over tokens per forward: a latency
-profile of vLLM on this machine (:mod:`stand_runtime.vllm.sizing`) or, without one, the shape
+profile of vLLM on this machine (:mod:`stand_runtime.vllm.sizing`) or, without one, the flat
 :func:`default_profile`, corrected by the step times the proposer observes.
 """
 
@@ -43,9 +49,10 @@ FORWARD_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 
 
 def default_profile(tokens: float) -> float:
-    """The shape of t(T) without a measured profile: ``1 + T / 16`` (a CPU forward of a small model:
-    a fixed cost and ~6% of it per token; only the shape matters, observed steps correct it)."""
-    return 1.0 + tokens / 16.0
+    """t(T) without a measured profile: flat (1 for every T), so the corrected curve is the observed
+    step times themselves, linear between the sizes observed and constant beyond them: optimistic
+    about forwards larger than any seen, which the rule then drafts, times, and learns the cost of."""
+    return 1.0
 
 
 def profile_function(sizes: Sequence[int], seconds: Sequence[float]) -> Callable[[float], float]:
@@ -113,13 +120,17 @@ class ChainBudget:
         offering = [i for i, cursor in enumerate(cursors) if cursor is not None and cursor.peek() is not None]
         if not offering:
             return taken
-        if self.latency.observed(rows) < MIN_OBSERVED and (self.steps - 1) % EXPLORE_EVERY == 0:
+        most = sum(cursors[i].limit - len(cursors[i].draft) for i in offering)
+        phase = (self.steps - 1) % EXPLORE_EVERY
+        if phase == 0 and self.latency.observed(rows) < MIN_OBSERVED:
             self.explored += 1  # the plain forward of this batch size is not observed yet
             return taken
+        if phase == EXPLORE_EVERY // 2 and most >= rows and self.latency.observed_from(2 * rows) < MIN_OBSERVED:
+            self.explored += 1  # no forward of twice the plain one observed: draft every offered position
+            return self._take_all(cursors, offering, taken)
         estimate = self.acceptance.estimator()
         heap = [(-estimate(*cursors[i].peek()), i) for i in offering]
         heapq.heapify(heap)
-        most = sum(cursors[i].limit - len(cursors[i].draft) for _, i in heap)
         costs = self.latency.curve(rows, rows + most)  # costs[j]: a forward with j drafted positions
         gain, added = float(rows), 0
         while heap:
@@ -134,6 +145,14 @@ class ChainBudget:
             offer = cursors[i].peek()
             if offer is not None:
                 heapq.heappush(heap, (-estimate(*offer), i))
+        return taken
+
+    @staticmethod
+    def _take_all(cursors, offering: list[int], taken: list[int]) -> list[int]:
+        for i in offering:
+            while cursors[i].peek() is not None:
+                cursors[i].take()
+                taken[i] += 1
         return taken
 
     def observe_outcome(self, scores: Sequence[float], kinds: Sequence[int], accepted: int) -> None:

@@ -160,6 +160,10 @@ class LatencyModel:
         """Forwards kept in the profile size nearest ``tokens`` (all rows)."""
         return len(self._ratios[self._bucket(tokens)])
 
+    def observed_from(self, tokens: float) -> int:
+        """Forwards kept over ``tokens`` tokens or more (all rows)."""
+        return sum(1 for kept in self._ratios for seen, _ in kept if seen >= tokens)
+
     def curve(self, first: int, last: int) -> np.ndarray:
         """``[last - first + 1]`` seconds of forwards over ``first .. last`` tokens in all (``rows``
         ignored: the tokens are a whole forward's), the correction fitted once."""

@@ -23,8 +23,8 @@ one-hot q); ``q_aware``: q to the rejection sampler (false: q = 1); ``copy``: th
 ``sized``: per-request chain lengths by the expected-value rule, K the cap (false: every chain runs
 to K or to its end); ``fallback``: a store shared by every request, read where a request's own store
 and the copy chain have nothing; ``latency``: vLLM's step latency here, ``{"sizes": [tokens],
-"seconds": [s]}`` (:mod:`stand_runtime.vllm.sizing`), the sized rule's starting point (null: a
-default shape); ``stats_path``: a JSON file the proposer rewrites after every step."""
+"seconds": [s]}`` (:mod:`stand_runtime.vllm.sizing`), the sized rule's starting point (null: the
+observed step times alone); ``stats_path``: a JSON file the proposer rewrites after every step."""
 
 OPTION_LIMITS = {"max_prompts": (1, MAX_PROMPT_STORES), "max_n": (1, MAX_CONTEXT)}
 """Integer options and their ranges (checked when the config is built, before vLLM starts)."""
@@ -84,7 +84,7 @@ def read_options(text: str | None) -> dict:
 def proposer_summary(k: int, options: dict) -> str:
     """The proposer's settings in words (the line it logs when vLLM loads it)."""
     length = (f"chains of up to {k} draft tokens per request and step, each request's length by expected tokens per "
-              f"second (latency {'measured' if options['latency'] else 'default shape'}, corrected online)"
+              f"second (latency {'measured here, corrected' if options['latency'] else 'learned'} online)"
               if options["sized"] else f"chains of up to {k} draft tokens per request and step (fixed K)")
     return (f"{length}; one store per prompt, contexts up to {options['max_n']} tokens, blended, at most "
             f"{options['max_prompts']} prompts kept, fallback store {'on' if options['fallback'] else 'off'}; "

@@ -113,7 +113,7 @@ def _target_params(row: BatchRow) -> SamplingParams:
 
 
 def _budget(options: dict) -> ChainBudget:
-    """The sized rule: vLLM's measured latency here when given, else the default shape."""
+    """The sized rule: vLLM's measured latency here when given, else flat (the observed step times alone)."""
     latency = options["latency"]
     profile = default_profile if latency is None else profile_function(latency["sizes"], latency["seconds"])
     return ChainBudget(LatencyModel(profile, FORWARD_SIZES))
