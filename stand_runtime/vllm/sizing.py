@@ -147,7 +147,9 @@ def cached_vllm_latency(llm, folder, dtype: str, prompt_ids: list[int], *, refre
     if on_measure is not None:
         on_measure()
     profile = measure_vllm_latency(llm, prompt_ids)
-    write_json_atomic(_cache_path(folder, dtype), {
+    path = _cache_path(folder, dtype)
+    path.parent.mkdir(parents=True, exist_ok=True)  # a fresh cache has no latency folder yet
+    write_json_atomic(path, {
         "engine": "vllm", "folder": str(folder), "dtype": dtype, "threads": torch.get_num_threads(),
         "cpu": torch.backends.cpu.get_cpu_capability(), "profile": profile.as_dict()})
     return profile
