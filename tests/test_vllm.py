@@ -55,13 +55,16 @@ def test_chain_tokens_are_exact_draws_from_q():
 
 
 def test_chain_follows_store_then_copy_then_stops():
+    """Chains draw from the store's blend (the dynamic tree's q, with the 0-gram table): a position
+    whose last token no context matched is the copy chain's, or the chain's end."""
     store = NGramStore(top_k=10, max_n=3)
     store.update([1, 2, 3], [4, 5], [0.9, 0.1])
     store.update([2, 3, 4], [6], [1.0])
     draft = draft_chain(store, [1, 2, 3], 5, None)
     assert draft.tokens == [4, 6]
-    assert [s[0].tolist() for s in draft.support] == [[4, 5], [6]]
-    np.testing.assert_allclose(draft.support[0][1], [0.9, 0.1])
+    blend = store.blend([1, 2, 3])
+    assert [s[0].tolist() for s in draft.support][0] == blend.id_list == [4, 6, 5]
+    np.testing.assert_allclose(draft.support[0][1], blend.q)
     # the copy chain continues where the store misses, while the chain agrees with it
     draft = draft_chain(store, [1, 2, 3], 5, None, copy=[4, 6, 9, 9])
     assert draft.tokens == [4, 6, 9, 9] and draft.support[2] is None and draft.support[3] is None
@@ -174,6 +177,45 @@ def test_deterministic_drafts_at_temperature_get_one_hot_q(monkeypatch):
 
 
 @needs_vllm
+def test_sized_chains_learn_from_accepted_lengths_and_clean_step_times(monkeypatch):
+    """With ``sized`` the proposer explores the plain forward first (no drafts), hands the rule the
+    wall time of every step that decoded only requests already decoding (not one with a new
+    request's prefill), and teaches the acceptance map, per drafted position, from the tokens vLLM
+    committed (accepted = committed - 1, at most the drafts the step verified)."""
+    from stand_runtime.vllm.proposer import OPTIONS_ENV, StandProposer
+
+    latency = {"sizes": [1, 64], "seconds": [0.05, 0.05]}
+    monkeypatch.setenv(OPTIONS_ENV, json.dumps({"sized": True, "latency": latency}))
+    runner = FakeRunner([("a", [5, 6, 5], _vllm_params(0.0)), ("b", [7, 7, 7], _vllm_params(0.0))])
+    proposer = StandProposer(_fake_config(k=4))
+    runner.load_model(proposer)
+    budget = proposer.budget
+    tokens = np.zeros((4, 64), dtype=np.int32)
+    tokens[0, :4], tokens[1, :4] = [5, 6, 5, 6], [7, 7, 7, 8]
+    assert runner.step(_rows(6, 8), None, [[6], [8]], [4, 4], tokens) == [[], []]  # exploring
+    assert budget.explored == 1 and budget.forwards_observed == 0
+    tokens[0, 4], tokens[1, 4] = 5, 8
+    drafts = runner.step(_rows(5, 8), None, [[5], [8]], [5, 5], tokens)
+    assert budget.forwards_observed == 1, "a step of requests already decoding is timed"
+    assert drafts[0][:2] == [6, 5] and drafts[1][:1] == [8] and all(len(d) <= 4 for d in drafts)
+    # the next step verified both chains: a accepted 2 of them, b none; a new request c was prefilled
+    runner.requests["c"] = SimpleNamespace(prompt_token_ids=[3, 3], sampling_params=_vllm_params(0.0))
+    runner.input_batch.req_ids.append("c")
+    tokens[0, 5:8] = [drafts[0][0], drafts[0][1], 9]
+    tokens[1, 5] = 9
+    tokens[2, :3] = [3, 3, 4]
+    counts = [len(drafts[0]), len(drafts[1]), 0]
+    logits = torch.cat([_rows(*([5] * (counts[0] + 1))), _rows(*([8] * (counts[1] + 1))), _rows(4)])
+    runner.step(logits, counts, [drafts[0][:2] + [9], [9], [4]], [8, 6, 3], tokens)
+    assert budget.forwards_observed == 1, "a step with a prefill is not timed"
+    drafted, accepted = budget.acceptance._drafted.sum(), budget.acceptance._accepted.sum()
+    assert drafted == counts[0] + counts[1] and accepted == 2
+    stats = proposer.stats()
+    assert stats["sized"]["steps"] == 3 and sum(stats["chain_lengths"]) == stats["forwards"]
+    assert stats["positions_by_kind"][0] > 0 and stats["fallback_entries"] > 0
+
+
+@needs_vllm
 def test_a_bad_request_gets_no_drafts_and_never_stops_the_engine(caplog):
     """A seed of -1 (vLLM takes any int) folds into [0, 2**64); a request whose parameters STAND cannot
     draft for (here top_p 2) is decoded without drafts, said once in the log, while the others draft."""
@@ -218,9 +260,19 @@ def test_bad_options_one_line():
                          ({"max_prompts": 0}, r"must be an integer in \[1, 1000000\]"),
                          ({"max_n": 10**9}, r"max_n must be an integer in \[1, 64\]"),
                          ({"stats_path": "/no/such/folder/stats.json"}, "folder /no/such/folder does not exist"),
-                         ({"colour": 1}, "unknown STAND vLLM option")):
+                         ({"colour": 1}, "unknown STAND vLLM option"),
+                         ({"sized": 1}, "sized must be true or false"), ({"fallback": None}, "fallback must be true"),
+                         ({"latency": [1, 2]}, "latency must be null or"),
+                         ({"latency": {"sizes": [2, 1], "seconds": [1, 1]}}, "latency: a latency profile's sizes"),
+                         ({"k": "auto", "sized": False}, 'k="auto" sizes each chain'),
+                         ({"k": "often"}, "must be an integer")):
         with pytest.raises(StandError, match=message):
             speculative_config(**bad)
+    auto = speculative_config("auto", latency={"sizes": [1, 8], "seconds": [0.1, 0.2]})
+    assert auto["num_speculative_tokens"] == 16 and json.loads(os.environ["STAND_VLLM_OPTIONS"])["sized"] is True
+    assert method_config("stand", "auto")["num_speculative_tokens"] == 16
+    with pytest.raises(StandError, match="must be an integer >= 1, got 'auto'"):
+        method_config("ngram", "auto")
     with pytest.raises(StandError, match="unknown vLLM method 'eagle'"):
         method_config("eagle")
     with pytest.raises(StandError, match="apply to method 'stand' only"):
@@ -308,6 +360,20 @@ def test_greedy_stand_in_vllm_equals_vllm_plain_decoding(vllm_session):
 @needs_vllm
 @one_session
 @pytest.mark.model
+def test_greedy_stand_with_per_request_chain_lengths_equals_vllm_plain_decoding(vllm_session):
+    """k auto: each request's chain cut by the expected-value rule (lengths from 0 to 16 varied
+    step by step); greedy output token for token vLLM's plain decoding."""
+    smollm = vllm_session[0]["smollm"]
+    auto = smollm["greedy_auto"]
+    for prompt, (plain, stand) in enumerate(zip(smollm["greedy"]["plain"], auto["stand"])):
+        assert stand == plain, f"prompt {prompt}: STAND (k auto)'s greedy output differs from vLLM plain decoding"
+    assert auto["accepted"] > 20 and auto["drafted"] > auto["accepted"], auto
+    assert sum(1 for count in auto["chain_lengths"][1:] if count) >= 3, auto["chain_lengths"]
+
+
+@needs_vllm
+@one_session
+@pytest.mark.model
 def test_samples_of_one_prompt_share_one_store(vllm_session):
     sharing = vllm_session[0]["smollm"]["sharing"]
     before, after = sharing["before"], sharing["after"]
@@ -327,12 +393,13 @@ def test_stores_stay_bounded_over_many_prompts(vllm_session):
 
 @needs_vllm
 @one_session
-@pytest.mark.parametrize("q_aware", [True, False])
-@pytest.mark.parametrize("setting", ["t1", "t07p09"])
-def test_sampled_output_follows_the_target_distribution(vllm_session, setting, q_aware):
+@pytest.mark.parametrize("variant, setting", [("q_aware=True", "t1"), ("q_aware=True", "t07p09"),
+                                              ("q_aware=False", "t1"), ("q_aware=False", "t07p09"), ("sized", "t1")])
+def test_sampled_output_follows_the_target_distribution(vllm_session, variant, setting):
     """3-token continuations sampled by vLLM with STAND drafts (k 3, one store shared by all 6000
-    samples, so drafts are accepted and rejected at every depth) against the exact distribution the
-    tiny model defines (computed here with transformers, same weights), chi-square per setting.
+    samples, so drafts are accepted and rejected at every depth; ``sized``: each request's chain cut
+    by the batch-wide rule, 0 to 3 tokens) against the exact distribution the tiny model defines
+    (computed here with transformers, same weights), chi-square per setting.
 
     Power: with 6000 samples and the 26-97 bins left after pooling bins expected below 5, the test
     at level 1e-3 has 90% power against any deviation of Cohen's effect size w >= 0.09-0.12
@@ -343,8 +410,10 @@ def test_sampled_output_follows_the_target_distribution(vllm_session, setting, q
     from transformers import AutoModelForCausalLM
 
     results, tiny = vllm_session
-    run = results["tiny"]["counts"][f"{setting}/q_aware={q_aware}"]
+    run = results["tiny"]["counts"][f"{setting}/{variant}"]
     assert run["drafted"] > 1000 and 0 < run["accepted"] < run["drafted"], run
+    if variant == "sized":  # per-request lengths: chains of several lengths in one batch
+        assert sum(1 for count in run["chain_lengths"] if count) >= 3, run["chain_lengths"]
     setting_params = results["tiny"]["settings"][setting]
     params = SamplingParams(temperature=setting_params["temperature"], top_p=setting_params["top_p"])
     model = AutoModelForCausalLM.from_pretrained(tiny, dtype=torch.float32).eval()
@@ -355,7 +424,7 @@ def test_sampled_output_follows_the_target_distribution(vllm_session, setting, q
     bins = sum(1 for p in exact.values() if p * samples >= 5) + 1
     w90 = _detectable_effect(bins - 1, samples, alpha=1e-3, power=0.9)
     assert w90 < 0.13, w90
-    assert outcome.pvalue > 1e-3, (outcome, setting, q_aware)
+    assert outcome.pvalue > 1e-3, (outcome, setting, variant)
 
 
 def _detectable_effect(df: int, samples: int, alpha: float, power: float) -> float:
@@ -383,7 +452,10 @@ def test_vllm_bench_bad_input_one_line():
                           (["bench", "--engine", "vllm"], "bench --engine vllm is now its own command: treeopt bench-vllm"),
                           (["bench-vllm", "--methods", "ar,eagle"], "unknown method 'eagle' for bench-vllm"),
                           (["bench-vllm", "--k", "zero"], "--k must be auto or an integer"),
-                          (["bench-vllm", "--methods", "stand"], "add ar to --methods")):
+                          (["bench-vllm", "--methods", "stand"], "add ar to --methods"),
+                          (["bench-vllm", "--methods", "stand-auto", "--k", "4"], "stand-auto starts from vLLM's latency"),
+                          (["serve", "--k", "zero", "--dry-run"], "--k must be auto or an integer in [1, 128]"),
+                          (["serve", "--method", "ngram", "--k", "auto"], "--k must be an integer in [1, 128]")):
         code, output = run(*args)
         assert code == 2
         one_line_error(output, message)

@@ -4,11 +4,13 @@ Run as a script (vLLM starts engine processes, which needs a ``__main__`` guard 
 the pytest process): ``python tests/vllm_session.py OUT.json TINY_FOLDER``. Scenarios:
 
 - ``greedy``: 5 HumanEval prompts x 64 tokens, greedy, vLLM plain decoding and STAND (k 4), the
-  token ids of both and vLLM's spec-decode counters;
+  token ids of both and vLLM's spec-decode counters; ``greedy_auto``: the same prompts with STAND's
+  per-request chain lengths (k auto), its token ids and the proposer's chain-length counts;
 - ``sharing``: one prompt with ``n=4`` (T 0.6): the proposer's store counters before and after;
 - ``bounded``: 10 new prompts through a proposer keeping at most 4 stores;
 - ``tiny``: a tiny random model (``TINY_FOLDER``) sampled 3 tokens at a time from one prompt, many
-  samples per setting, STAND with q-aware verification and with q = 1 (``q_aware`` false).
+  samples per setting, STAND with q-aware verification and with q = 1 (``q_aware`` false), and
+  (setting t1) with per-request chain lengths (``sized``, k 3 at most).
 """
 
 from __future__ import annotations
@@ -70,6 +72,12 @@ def smollm_scenarios(work: Path) -> dict:
     out["bounded"] = {"before": before, "after": _stats(stats_path), "max_prompts": MAX_PROMPTS}
     shutdown_llm(plain)
     shutdown_llm(stand)
+    auto_path = work / "stand-auto-stats.json"
+    auto = load_llm(folder, "stand", k="auto", stats_path=str(auto_path))
+    outputs = auto.generate(prompts[:5], greedy, use_tqdm=False)
+    out["greedy_auto"] = {"stand": [list(o.outputs[0].token_ids) for o in outputs], **_counts(outputs),
+                          "chain_lengths": _stats(auto_path)["chain_lengths"]}
+    shutdown_llm(auto)
     return out
 
 
@@ -82,15 +90,17 @@ def tiny_scenarios(folder: Path, work: Path) -> dict:
 
     out: dict = {"prompt": TINY_PROMPT, "settings": TINY_SETTINGS, "counts": {}}
     prompt = TokensPrompt(prompt_token_ids=TINY_PROMPT)
-    for q_aware in (True, False):
-        stats_path = work / f"tiny-{q_aware}.json"
-        llm = load_llm(folder, "stand", k=3, max_model_len=64, tokenizer=False, q_aware=q_aware,
-                       stats_path=str(stats_path))
-        for name, setting in TINY_SETTINGS.items():
+    for variant, options, settings in (("q_aware=True", {"q_aware": True}, TINY_SETTINGS),
+                                       ("q_aware=False", {"q_aware": False}, TINY_SETTINGS),
+                                       ("sized", {"sized": True}, {"t1": TINY_SETTINGS["t1"]})):
+        stats_path = work / f"tiny-{variant}.json"
+        llm = load_llm(folder, "stand", k=3, max_model_len=64, tokenizer=False, stats_path=str(stats_path), **options)
+        for name, setting in settings.items():
             params = SamplingParams(n=100, max_tokens=3, ignore_eos=True, detokenize=False, **setting)
             outputs = llm.generate([prompt] * (TINY_SAMPLES // 100), params, use_tqdm=False)
             counts = Counter(" ".join(map(str, s.token_ids)) for o in outputs for s in o.outputs)
-            out["counts"][f"{name}/q_aware={q_aware}"] = {"counts": dict(counts), **_counts(outputs)}
+            out["counts"][f"{name}/{variant}"] = {"counts": dict(counts), **_counts(outputs),
+                                                  "chain_lengths": _stats(stats_path)["chain_lengths"]}
         shutdown_llm(llm)
     return out
 

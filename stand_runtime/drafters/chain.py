@@ -1,11 +1,27 @@
 """STAND drafted as a chain: for engines whose verifier takes one draft path (vLLM).
 
 A chain of K tokens is the static tree of K nodes with one child each (STAND paper §3.2 with
-m = 1 at every depth): each token is drawn from the store's q(. | context so far) by Gumbel-Top-1
-(one sample, i.e. exact sampling from q), or is q's most likely token for deterministic drafts
-(greedy decoding). Where the store misses, the chain may continue along the copy chain (prompt
-lookup's continuation of the committed context) as long as the drafted tokens agree with it; a
-copied token's draft distribution is one-hot (it is not drawn).
+m = 1 at every depth), drafted from the blended store of the dynamic tree
+(:meth:`stand_runtime.store.ngram_store.NGramStore.blend`, contexts up to
+:data:`stand_runtime.drafters.best_first.DYNAMIC_MAX_N`): each token is drawn from the blend
+q(. | context so far) by Gumbel-Top-1 (one sample, i.e. exact sampling from q), or is q's most likely
+token for deterministic drafts (greedy decoding). Each position takes its q from the first of:
+
+1. the request's own store, where it matched a context (the blend's count > 0, not the 0-gram table
+   alone);
+2. the copy chain (prompt lookup's continuation of the committed context), while the chain drafted so
+   far equals its prefix; a copied token's q is one-hot (it is not drawn);
+3. a fallback store shared by every request (cross-prompt memory: the first samples of a new prompt
+   draft from what earlier prompts taught), where it matched a context;
+
+and the chain ends at the first position none covers.
+
+Every position carries a score, as the dynamic tree's nodes do (:mod:`.best_first`): the position is
+offered with ``running · w · q_(0)`` (q at rank 0, the largest value of its q; w = c / (c + 1) for
+the blend's count c; a copied position: ``running``), fixed *before* its token is drawn, and once
+drawn the running product takes ``w · q(token)``. Whether a position is drafted may therefore depend
+on its score (and on earlier positions' draws), never on its own draw: the rule that keeps a chain cut
+by its scores lossless (:mod:`.chain_budget`, docs/design.md §7.7).
 
 Speculative sampling with the recorded q (accept x with probability min(1, p(x) / q(x)), else draw
 from the residual norm(max(p - q, 0)); Leviathan et al., 2023, §2.3) is lossless because every
@@ -22,6 +38,12 @@ from .gumbel import choose_children
 from ..store.ngram_store import NGramStore
 from ..randomness import RandomStream
 
+OWN, COPIED, FALLBACK = 0, 1, 2
+"""Kinds of chain position: q from the request's own store, a copied token, q from the fallback store."""
+
+KINDS = 3
+"""Number of position kinds (acceptance is learned per kind)."""
+
 
 @dataclass
 class ChainDraft:
@@ -31,47 +53,123 @@ class ChainDraft:
         tokens: the K' <= K drafted token ids, in order.
         support: per token, ``(ids [m] int64, q [m] float64)``: the draw's distribution over its
             support (sums to 1); ``None`` for a copied token (one-hot on it).
+        scores: per token, the score it was offered with (fixed before its draw; module docstring).
+        kinds: per token, :data:`OWN`, :data:`COPIED` or :data:`FALLBACK`.
     """
 
     tokens: list[int] = field(default_factory=list)
     support: list[tuple[np.ndarray, np.ndarray] | None] = field(default_factory=list)
+    scores: list[float] = field(default_factory=list)
+    kinds: list[int] = field(default_factory=list)
 
     def __len__(self) -> int:
         return len(self.tokens)
 
 
-def draft_chain(store: NGramStore, context: list[int], length: int, randomness: RandomStream | None,
-                copy: list[int] | None = None) -> ChainDraft:
-    """Draft up to ``length`` tokens continuing ``context`` from the n-gram store.
+class ChainCursor:
+    """A chain drafted one position at a time: :meth:`peek` the next position's score and kind,
+    :meth:`take` it (its token is drawn only then).
 
     Args:
-        store: the logit n-gram store (longest match first, :meth:`NGramStore.lookup`).
+        store: the request's n-gram store (blended lookups).
         context: committed tokens (at least one), the last one being the chain's root.
-        length: tokens to draft at most (K).
+        limit: tokens to draft at most.
         randomness: Gumbel noise for stochastic drafts (each token an exact draw from q); None =
             deterministic drafts (q's most likely token).
         copy: tokens that followed the latest earlier occurrence of the context's suffix (prompt
-            lookup's chain); where the store misses, the chain continues with them while it agrees
-            with their prefix. None or empty = no copy chain.
-
-    Returns:
-        The :class:`ChainDraft`; it ends at the first position neither the store nor the copy chain
-        covers.
+            lookup's chain); None or empty = no copy chain.
+        fallback: a store shared by every request, read where ``store`` and the copy chain have
+            nothing; None = none.
+        confidence: pseudo-count of the confidence ``w = c / (c + confidence)``.
+        beta: the blend's weight of distinct ids (Witten-Bell: 1).
     """
-    draft = ChainDraft()
-    window = list(context[-store.max_n:])
-    copy = copy or []
-    for depth in range(length):
-        entry = store.lookup(window)
-        if entry is not None:
-            slot = choose_children(entry.log_q, 1, randomness)[0]
-            token = entry.id_list[slot]
-            draft.support.append((entry.ids, entry.q))
-        elif depth < len(copy) and draft.tokens == copy[:depth]:
-            token = copy[depth]
+
+    def __init__(self, store: NGramStore, context: list[int], limit: int, randomness: RandomStream | None,
+                 copy: list[int] | None = None, fallback: NGramStore | None = None, confidence: float = 1.0,
+                 beta: float = 1.0) -> None:
+        self.store, self.fallback, self.randomness = store, fallback, randomness
+        self.limit, self.confidence, self.beta = limit, confidence, beta
+        self.copy = list(copy or ())
+        self.draft = ChainDraft()
+        self._width = max(store.max_n, fallback.max_n if fallback is not None else 1)
+        self._window = tuple(context[-self._width:])
+        self._running = 1.0
+        self._on_copy = True  # the chain so far equals the copy chain's prefix
+        self._next: tuple | None = None  # (score, kind, entry or None, weight) of the next position
+        self._ended = limit <= 0
+
+    def _matched(self, store: NGramStore | None):
+        """The blend of ``store`` after the window and its confidence, when a context matched."""
+        if store is None:
+            return None
+        entry = store.blend(self._window, self.beta)
+        if entry is None or entry.count <= 0:
+            return None
+        weight = entry.count / (entry.count + self.confidence) if self.confidence else 1.0
+        return entry, weight
+
+    def _look(self) -> tuple | None:
+        depth = len(self.draft)
+        own = self._matched(self.store)
+        if own is not None:
+            return self._running * own[1] * own[0].prob_list[0], OWN, *own
+        if self._on_copy and depth < len(self.copy):
+            return self._running, COPIED, None, 1.0
+        shared = self._matched(self.fallback)
+        if shared is not None:
+            return self._running * shared[1] * shared[0].prob_list[0], FALLBACK, *shared
+        return None
+
+    def peek(self) -> tuple[float, int] | None:
+        """``(score, kind)`` of the next position, or None where the chain ends (limit reached, or
+        no store and no copy covers the position). Looks the position's q up once."""
+        if self._ended:
+            return None
+        if self._next is None:
+            self._next = self._look()
+            if self._next is None:
+                self._ended = True
+                return None
+        return self._next[0], self._next[1]
+
+    def take(self) -> int:
+        """Draft the next position (draw its token) and return the token.
+
+        Raises:
+            IndexError: the chain has ended (:meth:`peek` is None).
+        """
+        if self.peek() is None:
+            raise IndexError("the chain has ended: no next position to draft")
+        score, kind, entry, weight = self._next
+        draft = self.draft
+        if entry is None:
+            token = self.copy[len(draft)]
             draft.support.append(None)
         else:
-            break
+            slot = choose_children(entry.log_q, 1, self.randomness)[0]
+            token = entry.id_list[slot]
+            draft.support.append((entry.ids, entry.q))
+            self._running *= weight * entry.prob_list[slot]
+        self._on_copy = self._on_copy and len(draft) < len(self.copy) and self.copy[len(draft)] == token
         draft.tokens.append(token)
-        window = (window + [token])[-store.max_n:]
-    return draft
+        draft.scores.append(float(score))
+        draft.kinds.append(kind)
+        self._window = (self._window + (token,))[-self._width:]
+        self._next = None
+        self._ended = len(draft) >= self.limit
+        return token
+
+
+def draft_chain(store: NGramStore, context: list[int], length: int, randomness: RandomStream | None,
+                copy: list[int] | None = None, fallback: NGramStore | None = None) -> ChainDraft:
+    """Draft up to ``length`` tokens continuing ``context`` (a fixed K: every position the stores or
+    the copy chain cover, :class:`ChainCursor`).
+
+    Returns:
+        The :class:`ChainDraft`; it ends at the first position neither the stores nor the copy chain
+        cover, or at ``length``.
+    """
+    cursor = ChainCursor(store, context, length, randomness, copy, fallback)
+    while cursor.peek() is not None:
+        cursor.take()
+    return cursor.draft

@@ -49,13 +49,19 @@ EXPLORE_EVERY = 4
 
 
 class AcceptanceMap:
-    """P(path accepted) from a node's best-first score, learned online (module docstring)."""
+    """P(path accepted) from a node's best-first score, learned online (module docstring).
 
-    def __init__(self) -> None:
+    Args:
+        kinds: kinds of node learned apart (2: drawn, copied; a vLLM chain adds its fallback
+            store's positions, :mod:`stand_runtime.drafters.chain_budget`). A node's kind is an
+            index: ``copied`` arguments take a bool array (drawn 0, copied 1) or ints below ``kinds``.
+    """
+
+    def __init__(self, kinds: int = 2) -> None:
         centres = np.sqrt(EDGES[:-1] * EDGES[1:])
-        self._prior = np.stack([centres, centres])  # [drawn, copied] x bins
-        self._drafted = np.zeros((2, len(centres)))
-        self._accepted = np.zeros((2, len(centres)))
+        self._prior = np.tile(centres, (kinds, 1))  # kind x bins
+        self._drafted = np.zeros((kinds, len(centres)))
+        self._accepted = np.zeros((kinds, len(centres)))
 
     @staticmethod
     def _bins(scores: np.ndarray) -> np.ndarray:
@@ -69,8 +75,18 @@ class AcceptanceMap:
         return np.stack([_isotonic(row, w) for row, w in zip(estimate, weights)])
 
     def estimate(self, scores: np.ndarray, copied: np.ndarray) -> np.ndarray:
-        """``[n]`` P(path accepted) of nodes with these ``[n]`` scores (``copied``: ``[n]`` bool)."""
-        return self.table()[copied.astype(np.int64), self._bins(scores)]
+        """``[n]`` P(path accepted) of nodes with these ``[n]`` scores (``copied``: ``[n]`` bool or kind)."""
+        return self.table()[np.asarray(copied).astype(np.int64), self._bins(np.asarray(scores))]
+
+    def estimator(self) -> Callable[[float, int], float]:
+        """P(path accepted) of one node from its score and kind, on the table as it is now (fitted
+        once: for many lookups within one step)."""
+        table = self.table()
+
+        def estimate(score: float, kind: int) -> float:
+            return float(table[kind, self._bins(np.array([score]))[0]])
+
+        return estimate
 
     def observe(self, scores: np.ndarray, copied: np.ndarray, accepted: np.ndarray) -> None:
         """Add one verified step: per drafted node its score, kind and whether its path was accepted."""
@@ -116,11 +132,14 @@ class LatencyModel:
 
     def ratio(self, tokens: float) -> float:
         """Observed / profile seconds at ``tokens`` (all rows; 1 before any observation)."""
+        return float(self._ratios_at(np.array([float(tokens)]))[0])
+
+    def _ratios_at(self, tokens: np.ndarray) -> np.ndarray:
         known = [np.median(np.asarray(r), axis=0) for r in self._ratios if len(r) >= MIN_OBSERVED]
         if not known:
-            return 1.0
+            return np.ones_like(tokens)
         where, ratios = zip(*sorted(map(tuple, known)))
-        return float(np.interp(tokens, where, ratios))
+        return np.interp(tokens, where, ratios)
 
     def at(self, tokens: float) -> float:
         """Seconds of one forward over ``tokens`` tokens per row."""
@@ -135,7 +154,21 @@ class LatencyModel:
 
     def explore(self) -> bool:
         """True while the root-only forward has fewer than :data:`MIN_OBSERVED` observations."""
-        return len(self._ratios[self._bucket(self.rows)]) < MIN_OBSERVED
+        return self.observed(self.rows) < MIN_OBSERVED
+
+    def observed(self, tokens: float) -> int:
+        """Forwards kept in the profile size nearest ``tokens`` (all rows)."""
+        return len(self._ratios[self._bucket(tokens)])
+
+    def observed_from(self, tokens: float) -> int:
+        """Forwards kept over ``tokens`` tokens or more (all rows)."""
+        return sum(1 for kept in self._ratios for seen, _ in kept if seen >= tokens)
+
+    def curve(self, first: int, last: int) -> np.ndarray:
+        """``[last - first + 1]`` seconds of forwards over ``first .. last`` tokens in all (``rows``
+        ignored: the tokens are a whole forward's), the correction fitted once."""
+        tokens = np.arange(first, last + 1, dtype=np.float64)
+        return np.array([self.profile(t) for t in tokens]) * self._ratios_at(tokens)
 
 
 class ValueRule:

@@ -13,14 +13,14 @@ All of vLLM's private state the proposer touches is in :mod:`stand_runtime.vllm.
 from ..lazy import lazy_exports
 
 _EXPORTS = {
-    "PROPOSER": ".config", "speculative_config": ".config",
-    "DEFAULT_OPTIONS": ".proposer", "OPTIONS_ENV": ".proposer",
+    "AUTO_K": ".config", "AUTO_MAX_K": ".config", "PROPOSER": ".config", "speculative_config": ".config",
+    "DEFAULT_OPTIONS": ".options", "OPTIONS_ENV": ".options",
     "DEFAULT_K": ".engine", "VLLM_METHODS": ".engine", "check_model_folder": ".engine", "default_model_folder": ".engine",
     "load_llm": ".engine", "method_config": ".engine", "shutdown_llm": ".engine",
     "TESTED_VLLM": ".runner_access", "VLLMInternalsChanged": ".runner_access", "check_version": ".runner_access",
     "fix_cpu_sampling": ".runner_access",
     "cached_vllm_latency": ".sizing", "chain_acceptance": ".sizing", "choose_k": ".sizing",
-    "measure_vllm_latency": ".sizing",
+    "latency_option": ".sizing", "measure_vllm_latency": ".sizing", "read_vllm_latency": ".sizing",
 }
 """Public name → the module defining it, imported on first use: the engine process, which imports
 :mod:`stand_runtime.vllm.proposer`, loads no sizing, latency or model-loading code."""

@@ -9,10 +9,17 @@ import os
 from ..checks import check_int
 from ..errors import StandError
 from ..limits import MAX_CHAIN_TOKENS
-from .proposer import OPTIONS_ENV, read_options
+from .options import OPTIONS_ENV, read_options
 
 PROPOSER = "stand_runtime.vllm.proposer.StandProposer"
 """The dotted class path vLLM's ``custom_class`` method loads."""
+
+AUTO_K = "auto"
+"""``k="auto"``: per-request chain lengths by the expected-value rule (option ``sized``), at most
+:data:`AUTO_MAX_K` tokens."""
+
+AUTO_MAX_K = 16
+"""The longest chain of ``k="auto"`` (the largest K the calibrated chain sizing considers)."""
 
 
 def _plain(value):
@@ -26,15 +33,17 @@ def _plain(value):
     raise TypeError(f"{value!r} ({type(value).__name__}) is not a JSON value")
 
 
-def speculative_config(k: int = 4, **options) -> dict:
+def speculative_config(k: int | str = 4, **options) -> dict:
     """vLLM's ``speculative_config`` for STAND, and the proposer's options in the environment.
 
     Args:
-        k: chain length (draft tokens per request and step), ``1 <= k <= 128``.
-        **options: proposer options (:data:`stand_runtime.vllm.proposer.DEFAULT_OPTIONS`:
-            ``stochastic``, ``q_aware``, ``copy``, ``max_prompts``, ``max_n``, ``stats_path``); they
-            are passed to the engine process as JSON in ``STAND_VLLM_OPTIONS``, so call this before
-            building the ``LLM``.
+        k: chain length (draft tokens per request and step), ``1 <= k <= 128``; or ``"auto"``:
+            each request's chain cut where the expected-value rule says (option ``sized``), at most
+            :data:`AUTO_MAX_K` tokens (with ``sized=True`` an integer k is that cap).
+        **options: proposer options (:data:`stand_runtime.vllm.options.DEFAULT_OPTIONS`:
+            ``stochastic``, ``q_aware``, ``copy``, ``max_prompts``, ``max_n``, ``sized``,
+            ``fallback``, ``latency``, ``stats_path``); they are passed to the engine process as
+            JSON in ``STAND_VLLM_OPTIONS``, so call this before building the ``LLM``.
 
     Returns:
         ``{"method": "custom_class", "model": PROPOSER, "num_speculative_tokens": k}``.
@@ -42,6 +51,10 @@ def speculative_config(k: int = 4, **options) -> dict:
     Raises:
         StandError: ``k`` out of range or a bad option.
     """
+    if k == AUTO_K:
+        if options.get("sized") is False:
+            raise StandError('k="auto" sizes each chain (sized): it cannot be combined with sized=False')
+        k, options = AUTO_MAX_K, {**options, "sized": True}
     k = check_int("k (draft tokens per step)", k, 1, MAX_CHAIN_TOKENS)
     try:
         text = json.dumps(options, default=_plain)

@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 
 from ..errors import StandError
-from .config import speculative_config
+from .config import AUTO_K, speculative_config
 
 VLLM_METHODS = ("ar", "ngram", "suffix", "stand")
 """Methods a vLLM engine runs: plain decoding, vLLM's n-gram (prompt lookup) and suffix proposers,
@@ -25,12 +25,13 @@ chosen (``treeopt bench-vllm --k auto`` sizes it from the calibration and vLLM's
 here: :func:`stand_runtime.vllm.choose_k`)."""
 
 
-def method_config(method: str, k: int | None = None, **stand_options) -> dict | None:
+def method_config(method: str, k: int | str | None = None, **stand_options) -> dict | None:
     """vLLM's ``speculative_config`` for ``method`` (None for plain decoding).
 
     Args:
         method: one of :data:`VLLM_METHODS`.
-        k: draft tokens per step (default :data:`DEFAULT_K`).
+        k: draft tokens per step (default :data:`DEFAULT_K`); for ``stand`` also ``"auto"``
+            (per-request chain lengths, :func:`stand_runtime.vllm.speculative_config`).
         **stand_options: STAND proposer options (see :func:`stand_runtime.vllm.speculative_config`).
 
     Raises:
@@ -43,8 +44,11 @@ def method_config(method: str, k: int | None = None, **stand_options) -> dict | 
     if method == "ar":
         return None
     k = DEFAULT_K[method] if k is None else k
+    if method == "stand" and k == AUTO_K:
+        return speculative_config(k, **stand_options)
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-        raise StandError(f"k (draft tokens per step) must be an integer >= 1, got {k!r}")
+        raise StandError(f"k (draft tokens per step) must be an integer >= 1{' or auto' if method == 'stand' else ''}, "
+                         f"got {k!r}")
     if method == "stand":
         return speculative_config(k, **stand_options)
     if method == "ngram":
@@ -76,7 +80,7 @@ def default_model_folder() -> Path:
     return folder
 
 
-def load_llm(model: str | os.PathLike, method: str = "ar", *, k: int | None = None, dtype: str = "float32",
+def load_llm(model: str | os.PathLike, method: str = "ar", *, k: int | str | None = None, dtype: str = "float32",
              max_model_len: int = 2048, kv_cache_gib: int = 1, seed: int = 0, tokenizer: bool = True,
              **stand_options):
     """A vLLM ``LLM`` on this machine's CPU decoding with ``method``.
@@ -84,7 +88,7 @@ def load_llm(model: str | os.PathLike, method: str = "ar", *, k: int | None = No
     Args:
         model: a Hugging Face model folder (see :func:`default_model_folder`).
         method: one of :data:`VLLM_METHODS`.
-        k: draft tokens per step.
+        k: draft tokens per step (``stand``: or ``"auto"``).
         dtype: ``"float32"`` or ``"bfloat16"``.
         max_model_len: context length in tokens.
         kv_cache_gib: KV-cache memory (GiB) for vLLM's CPU backend.

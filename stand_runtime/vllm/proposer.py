@@ -4,11 +4,17 @@ Per running request, every engine step:
 
 1. **feed**: the target's p at the positions the step verified (the root and the accepted drafts),
    after the request's temperature / top-p / top-k as vLLM samples it (for greedy requests the
-   softmax), top-10, into the request's n-gram store (STAND paper §3.1);
-2. **draft**: a chain of up to K tokens from the store (:func:`stand_runtime.drafters.chain.draft_chain`),
-   each drawn from q by Gumbel-Top-1 at temperature > 0, q's most likely token for greedy requests;
-   where the store misses, prompt lookup's copy chain continues it (one-hot q);
-3. **q to the verifier**: the chain's draft distributions go to vLLM's rejection sampler, which then
+   softmax), top-10, into the request's n-gram store (STAND paper §3.1) and the fallback store;
+2. **learn**: how many of its last chain's tokens were accepted (the tokens vLLM committed minus
+   one), per position score and kind, for the sized rule's acceptance map; and the wall time of
+   the step (from the previous call to this one) against the tokens of its forward;
+3. **draft**: a chain from the blended store (:class:`stand_runtime.drafters.chain.ChainCursor`),
+   each token drawn from q by Gumbel-Top-1 at temperature > 0, q's most likely token for greedy
+   requests; where the request's store has no context, prompt lookup's copy chain continues it
+   (one-hot q), then the fallback store shared by every request. Its length: K, or with ``sized``
+   what the batch-wide expected-value rule gives the request
+   (:class:`stand_runtime.drafters.chain_budget.ChainBudget`, at most K);
+4. **q to the verifier**: the chain's draft distributions go to vLLM's rejection sampler, which then
    accepts with ``min(1, p/q)`` and resamples from ``max(p - q, 0)`` (lossless for drafts drawn
    from q; Leviathan et al., 2023). With ``q_aware`` off, drafts are verified as deterministic
    (q = 1; also lossless, lower acceptance).
@@ -16,81 +22,43 @@ Per running request, every engine step:
 Stores are keyed by the prompt's tokens: the ``n`` samples of one request (``SamplingParams(n=16)``)
 and repeated requests with the same prompt share one store (best-of-N), at most ``max_prompts``
 stores are kept (least recently used dropped), and a request's state is released when it leaves the
-batch. vLLM's prefill computes no logits for prompt positions, so the store learns from generated
+batch. vLLM's prefill computes no logits for prompt positions, so the stores learn from generated
 positions only; the copy chain covers the prompt.
 
 Options come from the environment variable ``STAND_VLLM_OPTIONS`` (JSON, read in the engine
-process; :func:`stand_runtime.vllm.speculative_config` sets it): ``stochastic`` (bool, default
-true; false drafts q's top tokens, verified with a one-hot q), ``q_aware`` (bool, true), ``copy`` (bool, true), ``max_prompts`` (int, 64), ``max_n``
-(int, 3), ``stats_path`` (a JSON file the proposer rewrites after every step; default none).
+process; :func:`stand_runtime.vllm.speculative_config` sets it): see
+:data:`stand_runtime.vllm.options.DEFAULT_OPTIONS`.
 """
 
 from __future__ import annotations
 
 import os
+import time
 from collections import OrderedDict
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-from ..checks import check_int
-from ..drafters.chain import ChainDraft, draft_chain
+from ..drafters.chain import KINDS, ChainCursor, ChainDraft
+from ..drafters.chain_budget import FORWARD_SIZES, ChainBudget, default_profile, profile_function
 from ..drafters.suffix_index import SuffixIndex
+from ..drafters.value import LatencyModel
 from ..errors import StandError
-from ..drafters.feeds import STORE_TOP_K, LogitsFeed, feed_store
-from ..files import check_writable, parse_json_object, write_json_atomic
-from ..limits import MAX_PROMPT_STORES
-from ..store.ngram_store import MAX_CONTEXT, NGramStore
+from ..drafters.feeds import STORE_TOP_K, LogitsFeed, store_observation
+from ..files import write_json_atomic
+from ..store.ngram_store import NGramStore
 from ..randomness import SEED_LIMIT, RandomStream
 from ..target.sampling import MIN_TEMPERATURE, SamplingParams
+from .options import DEFAULT_OPTIONS, OPTIONS_ENV, proposer_summary, read_options
 from .runner_access import LOG, BatchRow, RunnerAccess, StepLogits, check_version, find_runner
 
-OPTIONS_ENV = "STAND_VLLM_OPTIONS"
-DEFAULT_OPTIONS = {"stochastic": True, "q_aware": True, "copy": True, "max_prompts": 64, "max_n": 3,
-                   "stats_path": None}
-OPTION_LIMITS = {"max_prompts": (1, MAX_PROMPT_STORES), "max_n": (1, MAX_CONTEXT)}
-"""Integer options and their ranges (checked when the config is built, before vLLM starts)."""
+__all__ = ["DEFAULT_OPTIONS", "OPTIONS_ENV", "PromptStores", "StandProposer", "read_options"]
+
 _GREEDY_EPS = 1e-5  # vLLM samples greedily below this temperature
 
-
-def read_options(text: str | None) -> dict:
-    """The proposer's options: :data:`DEFAULT_OPTIONS` updated from JSON ``text``.
-
-    Raises:
-        StandError: not a JSON object, an unknown option, or a value of the wrong type.
-    """
-    options = dict(DEFAULT_OPTIONS)
-    if text is not None and not isinstance(text, (str, bytes, bytearray)):
-        raise StandError(f"{OPTIONS_ENV} must be JSON text, got {type(text).__name__}")
-    if not text:
-        return options
-    given = parse_json_object(text, OPTIONS_ENV)
-    for name, value in given.items():
-        if name not in DEFAULT_OPTIONS:
-            raise StandError(f"unknown STAND vLLM option {name!r} (valid: {', '.join(DEFAULT_OPTIONS)})")
-        if name in OPTION_LIMITS:
-            check_int(f"STAND vLLM option {name}", value, *OPTION_LIMITS[name])
-        if name in ("stochastic", "q_aware", "copy") and not isinstance(value, bool):
-            raise StandError(f"STAND vLLM option {name} must be true or false, got {value!r}")
-        if name == "stats_path" and value is not None:
-            if not isinstance(value, str) or not value:
-                raise StandError(f"STAND vLLM option stats_path must be a path or null, got {value!r}")
-            try:
-                check_writable(value)
-            except StandError as error:
-                raise StandError(f"STAND vLLM option stats_path: {error}") from None
-        options[name] = value
-    return options
-
-
-def proposer_summary(k: int, options: dict) -> str:
-    """The proposer's settings in words (the line it logs when vLLM loads it)."""
-    return (f"chains of up to {k} draft tokens per request and step (fixed K); one store per prompt, contexts "
-            f"up to {options['max_n']} tokens, at most {options['max_prompts']} prompts kept; "
-            f"{'Gumbel draws from q' if options['stochastic'] else 'q' + chr(39) + 's top tokens'} at temperature > 0, "
-            f"{'q-aware' if options['q_aware'] else 'q = 1'} verification, copy chain "
-            f"{'on' if options['copy'] else 'off'}")
+FALLBACK_ENTRIES = 200_000
+"""Contexts per table of the fallback store (least recently updated evicted)."""
 
 
 class PromptStores:
@@ -128,12 +96,13 @@ class PromptStores:
 
 @dataclass
 class _Request:
-    """A running request's drafting state."""
+    """A running request's drafting state; ``last``: its last chain's (scores, kinds), until verified."""
 
     store: NGramStore
     params: SamplingParams
     randomness: RandomStream | None
     index: SuffixIndex | None
+    last: tuple[list[float], list[int]] | None = None
 
 
 def _target_params(row: BatchRow) -> SamplingParams:
@@ -143,12 +112,19 @@ def _target_params(row: BatchRow) -> SamplingParams:
     return SamplingParams(temperature=max(row.temperature, MIN_TEMPERATURE), top_p=row.top_p, top_k=row.top_k)
 
 
+def _budget(options: dict) -> ChainBudget:
+    """The sized rule: vLLM's measured latency here when given, else flat (the observed step times alone)."""
+    latency = options["latency"]
+    profile = default_profile if latency is None else profile_function(latency["sizes"], latency["seconds"])
+    return ChainBudget(LatencyModel(profile, FORWARD_SIZES))
+
+
 class StandProposer:
     """vLLM ``custom_class`` proposer drafting STAND chains (see the module docstring).
 
     Args:
         vllm_config: vLLM's engine configuration; ``speculative_config.num_speculative_tokens`` is
-            the chain length K.
+            the chain length K (with ``sized``, the longest chain).
 
     Raises:
         VLLMInternalsChanged: an untested vLLM release line.
@@ -162,13 +138,18 @@ class StandProposer:
         self.vocab = int(vllm_config.model_config.get_vocab_size())
         self.options = read_options(os.environ.get(OPTIONS_ENV))
         self.stores = PromptStores(self.options["max_prompts"], self.options["max_n"])
+        self.fallback = (NGramStore(top_k=STORE_TOP_K, max_n=self.options["max_n"], max_entries_per_n=FALLBACK_ENTRIES)
+                         if self.options["fallback"] else None)
+        self.budget = _budget(self.options) if self.options["sized"] else None
         self._requests: dict[str, _Request] = {}
         self._access: RunnerAccess | None = None
         self._probs: torch.Tensor | None = None  # [rows, K, vocab] q buffer, zero outside _written
         self._written: list[tuple[int, int, np.ndarray]] = []
+        self._called: tuple[float, set[str]] | None = None  # the previous call: its start, its decoding requests
         LOG.info("stand-treeopt: STAND proposer loaded: %s", proposer_summary(self.k, self.options))
         self.totals = {"steps": 0, "forwards": 0, "tokens": 0, "drafted": 0, "requests": 0,
-                       "requests_without_drafts": 0}
+                       "requests_without_drafts": 0, "positions_by_kind": [0] * KINDS,
+                       "chain_lengths": [0] * (self.k + 1)}
         self._refused: set[str] = set()  # requests decoded without drafts (see _refuse)
 
     def load_model(self, model) -> None:
@@ -193,12 +174,14 @@ class StandProposer:
         Returns:
             Per batch row, up to K draft token ids (empty: no draft).
         """
+        started = time.perf_counter()
         if self._access is None:
             self._access = RunnerAccess(find_runner(self))
         access = self._access
         batch = access.batch()
         step = access.take_step()
         offsets = step.row_offsets(len(batch)) if step is not None else None
+        self._observe_forward(started, batch, sampled_token_ids, step, offsets)
         self._clear_probs()
         self._ensure_probs(len(batch), step.logits.shape[-1] if step is not None else self.vocab)
         live = {row.req_id for row in batch}
@@ -206,33 +189,71 @@ class StandProposer:
             del self._requests[req_id]
         self._refused &= live
         self.totals["steps"] += 1
-        drafts: list[list[int]] = []
-        for i, (row, sampled) in enumerate(zip(batch, sampled_token_ids)):
-            if not sampled or row.req_id in self._refused:
-                drafts.append([])
-                continue
-            try:
-                state = self._state(row)
-            except (StandError, ValueError, TypeError) as error:  # this request only: never the engine
-                self._refuse(row.req_id, error)
-                drafts.append([])
-                continue
-            length = int(num_tokens_no_spec[i])
-            context = token_ids_cpu[i, :length].tolist()
-            self.totals["forwards"] += 1
-            self.totals["tokens"] += len(sampled)
-            if offsets is not None:
-                self._feed(state, context, len(sampled), step, offsets[i])
-            chain = self._draft(state, context, length)
-            self.totals["drafted"] += len(chain)
-            if chain.tokens and not state.params.greedy and self.options["q_aware"]:
-                self._write_probs(i, chain, drawn=state.randomness is not None)
-            drafts.append(chain.tokens)
+        cursors = [self._cursor(i, row, sampled, num_tokens_no_spec, token_ids_cpu, step, offsets)
+                   for i, (row, sampled) in enumerate(zip(batch, sampled_token_ids))]
+        if self.budget is not None:
+            self.budget.allocate(cursors, len(batch))
+        drafts = [self._finish(i, cursor, batch[i].req_id) for i, cursor in enumerate(cursors)]
         if self._written:
             access.set_draft_probs(self._probs[: len(batch)], [row.req_id for row in batch])
         if self.options["stats_path"]:
             write_json_atomic(self.options["stats_path"], self.stats())
         return drafts
+
+    def _observe_forward(self, started: float, batch: list[BatchRow], sampled_token_ids, step, offsets) -> None:
+        """Hand the sized rule the wall time since the previous call (drafting, forward, sampling,
+        scheduling) against the tokens of the forward in between, when that forward decoded only
+        requests that were decoding already (no prefill, whose tokens the logits do not show)."""
+        decoding = {row.req_id for row, sampled in zip(batch, sampled_token_ids) if sampled}
+        previous, self._called = self._called, (started, decoding)
+        if self.budget is None or previous is None or offsets is None or len(decoding) != len(batch):
+            return
+        if decoding <= previous[1]:
+            self.budget.observe_forward(int(step.logits.shape[0]), started - previous[0])
+
+    def _cursor(self, i: int, row: BatchRow, sampled: list[int], num_tokens_no_spec, token_ids_cpu,
+                step: StepLogits | None, offsets) -> ChainCursor | None:
+        """Feed request ``row``, learn its last chain's outcome, and open its next chain (None: it
+        drafts nothing this step)."""
+        if not sampled or row.req_id in self._refused:
+            return None
+        try:
+            state = self._state(row)
+        except (StandError, ValueError, TypeError) as error:  # this request only: never the engine
+            self._refuse(row.req_id, error)
+            return None
+        length = int(num_tokens_no_spec[i])
+        context = token_ids_cpu[i, :length].tolist()
+        self.totals["forwards"] += 1
+        self.totals["tokens"] += len(sampled)
+        if offsets is not None:
+            self._feed(state, context, len(sampled), step, offsets[i])
+            if state.last is not None and self.budget is not None:
+                verified = step.num_draft_tokens[i] if step.num_draft_tokens is not None else 0
+                scores, kinds = (values[:verified] for values in state.last)
+                self.budget.observe_outcome(scores, kinds, min(len(sampled) - 1, len(scores)))
+        state.last = None
+        room = min(self.k, self.max_model_len - length - 1)
+        copy = state.index.continuation(context, room) if state.index is not None and room > 0 else None
+        return ChainCursor(state.store, context, room, state.randomness, copy, self.fallback)
+
+    def _finish(self, i: int, cursor: ChainCursor | None, req_id: str) -> list[int]:
+        """Row ``i``'s drafts: a fixed-K chain runs to its end; its q goes to the buffer."""
+        if cursor is None:
+            return []
+        if self.budget is None:
+            while cursor.peek() is not None:
+                cursor.take()
+        chain, state = cursor.draft, self._requests[req_id]
+        self.totals["drafted"] += len(chain)
+        self.totals["chain_lengths"][len(chain)] += 1
+        for kind in chain.kinds:
+            self.totals["positions_by_kind"][kind] += 1
+        if chain.tokens:
+            state.last = (chain.scores, chain.kinds)
+            if not state.params.greedy and self.options["q_aware"]:
+                self._write_probs(i, chain, drawn=state.randomness is not None)
+        return chain.tokens
 
     def _refuse(self, req_id: str, error: Exception) -> None:
         """Decode request ``req_id`` without drafts from now on (plain decoding: still its exact
@@ -257,17 +278,14 @@ class StandProposer:
 
     def _feed(self, state: _Request, context: list[int], committed: int, step: StepLogits, first_row: int) -> None:
         """Record p at the ``committed`` verified positions: rows ``first_row ..`` of the step predict
-        the tokens after ``context[: len(context) - committed + r]``."""
+        the tokens after ``context[: len(context) - committed + r]``; into the request's store and
+        the fallback store."""
         feed = LogitsFeed(step.logits[first_row: first_row + committed], state.params)
         start = len(context) - committed - 1
-        feed_store(state.store, context, range(start, start + committed), feed, range(committed), state.params)
-
-    def _draft(self, state: _Request, context: list[int], length: int) -> ChainDraft:
-        room = min(self.k, self.max_model_len - length - 1)
-        if room <= 0:
-            return ChainDraft()
-        copy = state.index.continuation(context, room) if state.index is not None else None
-        return draft_chain(state.store, context, room, state.randomness, copy)
+        ids, probs = store_observation(feed, range(committed), state.params)
+        for store in (state.store, self.fallback):
+            if store is not None:
+                store.update_sequence(context, range(start, start + committed), ids, probs)
 
     def _ensure_probs(self, rows: int, vocab: int) -> None:
         """A zeroed q buffer of at least ``[rows, K, vocab]`` (grown by doubling)."""
@@ -295,7 +313,12 @@ class StandProposer:
 
     def stats(self) -> dict:
         """Counters since the engine started (JSON-ready): steps, per-request forwards, committed
-        tokens and drafted tokens in total, requests seen, stores made and kept, store contexts."""
-        return {**self.totals, "stores_created": self.stores.created, "stores_kept": len(self.stores),
-                "store_entries": self.stores.entries(), "running": len(self._requests), "k": self.k,
-                "options": self.options}
+        tokens and drafted tokens in total, drafted positions per kind (own store, copied, fallback
+        store), chains per length (request-steps with 0 .. K drafts), requests seen, stores made and
+        kept, store contexts, the fallback store's contexts, and with ``sized`` the rule's state."""
+        stats = {**self.totals, "stores_created": self.stores.created, "stores_kept": len(self.stores),
+                 "store_entries": self.stores.entries(), "running": len(self._requests), "k": self.k,
+                 "fallback_entries": len(self.fallback) if self.fallback is not None else 0, "options": self.options}
+        if self.budget is not None:
+            stats["sized"] = self.budget.stats()
+        return stats

@@ -26,7 +26,7 @@ from functools import cached_property
 from ..checks import check_int
 from ..errors import StandError
 from .engine import VLLM_METHODS, check_model_folder, method_config
-from .proposer import OPTIONS_ENV, proposer_summary, read_options
+from .options import OPTIONS_ENV, proposer_summary, read_options
 
 SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 """vLLM's OpenAI-compatible server, run as a module (see the module docstring)."""
@@ -41,14 +41,14 @@ class ServerSettings:
     Attributes:
         folder: the model folder vLLM loads (config.json and weights).
         method: ``stand`` (this package's proposer), or vLLM's ``ar`` / ``ngram`` / ``suffix``.
-        k: draft tokens per request and step (chain length); None = the method's default.
+        k: draft tokens per request and step (chain length); None = the method's default; for
+            ``stand`` also ``"auto"`` (each request's chain cut by the expected-value rule, §7.7).
         host, port: where the server listens (127.0.0.1 unless asked).
         kv_cache_gib: the KV cache's size (GiB).
         max_model_len: the context length (tokens).
         dtype: ``float32`` or ``bfloat16``.
         name: the model name clients send (``--served-model-name``); None = the folder's path.
-        stand_options: STAND proposer options (``stochastic``, ``q_aware``, ``copy``, ``max_prompts``,
-            ``max_n``, ``stats_path``).
+        stand_options: STAND proposer options (:data:`stand_runtime.vllm.options.DEFAULT_OPTIONS`).
         extra: further arguments handed to vLLM's server as they are.
 
     Raises:
@@ -58,7 +58,7 @@ class ServerSettings:
 
     folder: str
     method: str = "stand"
-    k: int | None = None
+    k: int | str | None = None
     host: str = "127.0.0.1"
     port: int = 8000
     kv_cache_gib: int = 1

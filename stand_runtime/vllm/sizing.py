@@ -93,6 +93,36 @@ def choose_k(profile: LatencyProfile, batch: int = 1, family: str = DEFAULT_FAMI
     return choose_size(sums, profile, batch)
 
 
+def _cache_path(folder, dtype: str) -> Path:
+    """``<cache>/latency/vllm-<folder>-<dtype>-<threads>t-<cpu>.json``."""
+    import torch
+
+    from ..target.models import cache_root
+
+    threads = torch.get_num_threads()
+    cpu = torch.backends.cpu.get_cpu_capability()
+    return cache_root() / "latency" / f"vllm-{Path(folder).name}-{dtype}-{threads}t-{cpu}.json"
+
+
+def read_vllm_latency(folder, dtype: str) -> LatencyProfile | None:
+    """The cached vLLM latency profile of ``folder`` and ``dtype`` on this machine
+    (:func:`cached_vllm_latency`), or None when none was measured (or the file is damaged)."""
+    path = _cache_path(folder, dtype)
+    if not path.is_file():
+        return None
+    try:
+        return LatencyProfile.from_dict(json.loads(path.read_text())["profile"])
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def latency_option(profile: LatencyProfile | None) -> dict | None:
+    """The proposer's ``latency`` option for ``profile`` (``{"sizes", "seconds"}``; None for None)."""
+    if profile is None:
+        return None
+    return {"sizes": [int(s) for s in profile.sizes], "seconds": [float(v) for v in profile.seconds]}
+
+
 def cached_vllm_latency(llm, folder, dtype: str, prompt_ids: list[int], *, refresh: bool = False,
                         on_measure: Callable[[], None] | None = None) -> LatencyProfile:
     """:func:`measure_vllm_latency` cached on disk per model folder, dtype, thread count and CPU
@@ -110,19 +140,16 @@ def cached_vllm_latency(llm, folder, dtype: str, prompt_ids: list[int], *, refre
     import torch
 
     from ..files import write_json_atomic
-    from ..target.models import cache_root
 
-    threads = torch.get_num_threads()
-    cpu = torch.backends.cpu.get_cpu_capability()
-    path = cache_root() / "latency" / f"vllm-{Path(folder).name}-{dtype}-{threads}t-{cpu}.json"
-    if path.is_file() and not refresh:
-        try:
-            return LatencyProfile.from_dict(json.loads(path.read_text())["profile"])
-        except (ValueError, KeyError, TypeError):
-            pass  # a damaged cache file is measured again
+    cached = None if refresh else read_vllm_latency(folder, dtype)
+    if cached is not None:
+        return cached  # a damaged cache file is measured again
     if on_measure is not None:
         on_measure()
     profile = measure_vllm_latency(llm, prompt_ids)
-    write_json_atomic(path, {"engine": "vllm", "folder": str(folder), "dtype": dtype, "threads": threads, "cpu": cpu,
-                             "profile": profile.as_dict()})
+    path = _cache_path(folder, dtype)
+    path.parent.mkdir(parents=True, exist_ok=True)  # a fresh cache has no latency folder yet
+    write_json_atomic(path, {
+        "engine": "vllm", "folder": str(folder), "dtype": dtype, "threads": torch.get_num_threads(),
+        "cpu": torch.backends.cpu.get_cpu_capability(), "profile": profile.as_dict()})
     return profile

@@ -19,9 +19,9 @@ from stand_runtime import SamplingParams
 from .bench import MethodResult
 from .method_lists import split_methods
 
-VLLM_BENCH_METHODS = ("ar", "ngram", "suffix", "stand", "hf")
-"""Methods ``bench-vllm`` compares: vLLM plain decoding, ngram, suffix, STAND, and the HF engine's
-plain decoding."""
+VLLM_BENCH_METHODS = ("ar", "ngram", "suffix", "stand", "stand-auto", "hf")
+"""Methods ``bench-vllm`` compares: vLLM plain decoding, ngram, suffix, STAND with one chain length,
+STAND with per-request chain lengths, and the HF engine's plain decoding."""
 
 
 def parse_vllm_methods(text: str) -> list[str]:
@@ -48,6 +48,8 @@ def parse_k(k_spec: str, names: list[str]) -> int | None:
     from stand_runtime import StandError
     from stand_runtime.checks import parse_count
 
+    if "stand-auto" in names and "ar" not in names:
+        raise StandError("stand-auto starts from vLLM's latency, measured with the ar engine: add ar to --methods")
     if k_spec == "auto":
         if "stand" in names and "ar" not in names:
             raise StandError("--k auto sizes STAND's chain from vLLM's latency, measured with the ar engine: "
@@ -71,7 +73,8 @@ def start_engines(names: list[str], k: int | None, folder, dtype: str, probe_ids
         names: the methods (:data:`VLLM_BENCH_METHODS`).
         k: draft tokens per step; None = auto: STAND's k chosen from the ar engine's step latency on
             this machine (measured once on ``probe_ids`` and cached) for ``batch`` samples per request,
-            ngram/suffix their defaults.
+            ngram/suffix their defaults. ``stand-auto`` takes that latency as the start of its
+            per-request chain lengths (at most :data:`stand_runtime.vllm.AUTO_MAX_K` tokens).
         folder: the model folder; dtype: its weights' type.
         on_measure: called before the latency is measured; on_curve: with (the size curve, the k
             chosen) when STAND's k is chosen.
@@ -79,21 +82,27 @@ def start_engines(names: list[str], k: int | None, folder, dtype: str, probe_ids
     Returns:
         (label → (method, vLLM ``LLM``), in table order; method → its k, None for its default).
     """
-    from stand_runtime.vllm import cached_vllm_latency, choose_k, load_llm
+    from stand_runtime.vllm import AUTO_K, cached_vllm_latency, choose_k, latency_option, load_llm
 
     engines, ks = {}, {}
+
+    def profile():
+        return cached_vllm_latency(engines["ar"][1], folder, dtype, probe_ids, on_measure=on_measure)
+
     for name in [n for n in ("ar", *names) if n in names and n != "hf"]:
         if name in engines:
             continue
-        chosen = None if name == "ar" else k
+        chosen, options = (None if name == "ar" else k), {}
         if name == "stand" and k is None:
-            profile = cached_vllm_latency(engines["ar"][1], folder, dtype, probe_ids, on_measure=on_measure)
-            chosen, curve = choose_k(profile, batch=batch)
+            chosen, curve = choose_k(profile(), batch=batch)
             if on_curve is not None:
                 on_curve(curve, chosen)
+        if name == "stand-auto":
+            chosen, options = AUTO_K, {"latency": latency_option(profile())}
         ks[name] = chosen
-        engines[name] = (name, load_llm(folder, name, k=chosen, dtype=dtype, max_model_len=max_model_len))
-    labels = {name: name if ks[name] is None else f"{name} (k {ks[name]})" for name in engines}
+        method = "stand" if name == "stand-auto" else name
+        engines[name] = (name, load_llm(folder, method, k=chosen, dtype=dtype, max_model_len=max_model_len, **options))
+    labels = {name: name if ks[name] in (None, AUTO_K) else f"{name} (k {ks[name]})" for name in engines}
     return {labels[name]: pair for name, pair in engines.items()}, ks
 
 
