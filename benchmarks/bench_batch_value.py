@@ -85,6 +85,7 @@ def main() -> None:
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
     model, tokenizer = load_model(args.model)
+    print(f"loaded {args.model}", flush=True)
     params = SamplingParams(temperature=args.temperature, top_p=args.top_p)
     prompts = load_problems(args.data, args.problems)
     report = {"model": args.model, "problems": len(prompts), "n": args.n, "max_new_tokens": args.max_new_tokens,
@@ -99,6 +100,7 @@ def main() -> None:
                 results, seconds = run_method(model, tokenizer, methods[label], prompt, args.n, batch, params,
                                               args.max_new_tokens, args.seed + 1000 * p)
                 runs[label] = (runs[label][0] + results, runs[label][1] + seconds)
+                print(f"  batch {batch} problem {p} {label}: {seconds:.1f} s", flush=True)
         report["batches"][batch] = summarise(runs, methods)
         print(f"batch {batch} ({len(prompts)} problems x {args.n} samples, {args.max_new_tokens} tokens):")
         for label, row in report["batches"][batch].items():
