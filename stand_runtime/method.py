@@ -91,7 +91,7 @@ class Method:
     @classmethod
     def parse(cls, name: str, tree=None, model=None, batch: int = 1, *, feed_rejected: bool = False,
               extend: bool = True, copy_tokens: int = COPY_TOKENS, diagnose: bool = False, max_nodes=AUTO,
-              suffix: SuffixSettings | None = None) -> "Method":
+              suffix: SuffixSettings | None = None, allocation: str = "batch") -> "Method":
         """The method ``name`` with its tree resolved and its options checked.
 
         Args:
@@ -105,6 +105,9 @@ class Method:
             max_nodes: cap on drafted nodes per row and step in a batch: an int >= 0, None (none) or
                 ``"auto"`` (:func:`auto_node_cap`).
             suffix: SuffixDecoding's settings.
+            allocation: how a value-sized dynamic tree (``dynamic-auto``) is sized: ``"batch"`` (one
+                node budget per forward over every row's candidates, :mod:`stand_runtime.engine.allocation`)
+                or ``"row"`` (each row sizes its own draft as if alone, t at ``batch`` rows per forward).
 
         Raises:
             StandError: unknown method, a missing optional package, an option the method does not
@@ -121,7 +124,7 @@ class Method:
         sized = name in TREE_METHODS and sized_family(spec) is not None
         if max_nodes == AUTO:
             max_nodes = auto_node_cap(resolved, sized, batch)
-        value = value_rule(resolved, model, batch)
+        value = value_rule(resolved, model, batch, allocation)
         return cls(name, resolved, feed_rejected, extend, copy_tokens, diagnose, max_nodes, sized, suffix, value)
 
     @property
@@ -180,20 +183,28 @@ class Method:
                             extension, self.copy_tokens, self.value)
 
 
-def value_rule(tree, model, batch: int) -> ValueRule | None:
+ALLOCATIONS = ("batch", "row")
+"""How a value-sized dynamic tree is sized in a batch: one budget per forward, or each row alone."""
+
+
+def value_rule(tree, model, batch: int, allocation: str = "batch") -> ValueRule | None:
     """The expected-value rule of a value-sized dynamic tree: this machine's latency profile of
-    ``model`` (measured once, cached) at ``batch`` rows per forward, corrected online; None for other trees.
+    ``model`` (measured once, cached) at ``batch`` rows per forward, corrected online, sizing rows
+    one forward at a time (``allocation="batch"``) or each alone (``"row"``); None for other trees.
 
     Raises:
-        StandError: a value-sized tree without a model (its cost is the target's latency).
+        StandError: an allocation not in :data:`ALLOCATIONS`; a value-sized tree without a model (its
+            cost is the target's latency).
     """
+    if not isinstance(allocation, str) or allocation not in ALLOCATIONS:
+        raise StandError(f"allocation must be one of {', '.join(ALLOCATIONS)}, got {allocation!r}")
     if not (isinstance(tree, DynamicTree) and tree.sized):
         return None
     if model is None:
         raise StandError(f"the tree {tree.name!r} is sized from the target's latency on this machine: "
                          f"parse the method with the model")
     profile = cached_latency(model, profile_name(model))
-    return ValueRule(LatencyModel(profile.at, profile.sizes, rows=batch))
+    return ValueRule(LatencyModel(profile.at, profile.sizes, rows=batch), batch_allocated=allocation == "batch")
 
 
 def as_method(method: "Method | str", model=None, batch: int = 1) -> Method:

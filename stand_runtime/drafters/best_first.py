@@ -139,10 +139,10 @@ def best_first_draft(tree: DynamicTree, store: NGramStore, context: list[int], r
     budget = tree.num_nodes - len(chain)
     deepest = tree.max_depth if max_depth is None else min(max_depth, tree.max_depth)
     max_n, builder = store.max_n, DraftBuilder(context[-1])
-    suffixes, scores = [tuple(context[-max_n:])], [1.0]
+    # scores: the path's w·q(token) products; keys: each node's score when added (q at its rank): the draft's
+    suffixes, scores, keys = [tuple(context[-max_n:])], [1.0], [1.0]
     drawn: dict[int, tuple] = {}  # node → (entry, drawing order of its support, confidence)
-    # (-score, tie, node, rank): the node's child at that rank of its drawing order; rank -1 = the
-    # node's lookup, not made yet (its children score at most the node's own score: looked up lazily)
+    # (-score, tie, node, rank): the node's child at that rank of its drawing order; rank -1: its lookup (lazy)
     heap: list[tuple] = [(-1.0, 0, 0, -1)]
     tie = 0  # insertion order breaks score ties
 
@@ -153,7 +153,7 @@ def best_first_draft(tree: DynamicTree, store: NGramStore, context: list[int], r
         heapq.heappush(heap, (-scores[node] * weight * entry.prob_list[rank], tie, node, rank))
 
     while heap and len(builder) - 1 < budget:
-        _, _, node, rank = heapq.heappop(heap)
+        key, _, node, rank = heapq.heappop(heap)
         if rank < 0:  # look the node's q up and draw its children's order
             entry = store.blend(suffixes[node], tree.beta)
             if entry is not None:
@@ -166,8 +166,8 @@ def best_first_draft(tree: DynamicTree, store: NGramStore, context: list[int], r
             continue
         entry, order, weight = drawn[node]
         slot = order[rank]
-        token = entry.id_list[slot]
-        child = builder.add(node, token, slot)
+        child, token = builder.add(node, entry.id_list[slot], slot), entry.id_list[slot]
+        keys.append(-key)
         suffixes.append((suffixes[node] + (token,))[-max_n:])
         scores.append(scores[node] * weight * entry.prob_list[slot])
         if rank + 1 < len(order):
@@ -176,4 +176,4 @@ def best_first_draft(tree: DynamicTree, store: NGramStore, context: list[int], r
             tie += 1
             heapq.heappush(heap, (-scores[child], tie, child, -1))
     graft_chain(builder, suffixes, scores, chain, max_n, deepest)
-    return builder.build(randomness is not None, scores)
+    return builder.build(randomness is not None, keys + scores[len(keys):])  # copied: the parent's path score

@@ -27,7 +27,7 @@ from .best_first import DynamicTree, best_first_draft
 from .native_draft import native_fill_tree
 from .suffix_index import NativeSuffixIndex, SuffixIndex
 from .tree_walk import Extension, Proposal, fill_tree
-from .value import ValueRule
+from .value import ValueRule, copied_mask
 
 __all__ = ["STORE_TOP_K", "StandDrafter", "draft_tree", "store_params", "store_proposer"]
 
@@ -138,7 +138,8 @@ class StandDrafter:
                 if draft.scores is None:
                     raise StandError("a value-sized dynamic tree drafts on the Python store (NGramStore), which "
                                      "scores its nodes; the native store does not yet")
-                draft = truncate_draft(draft, self.value.size(draft.scores[1:], _copied_mask(draft)))
+                if not self.value.batch_allocated:  # else the engine sizes every row of the forward at once
+                    draft = truncate_draft(draft, self.value.size(draft.scores[1:], copied_mask(draft)))
             return draft
         if isinstance(self.store, NativeNGramStore):  # the same draft, filled in C++ (§3.8)
             return native_fill_tree(self.tree, self.store, committed, self.randomness, max_depth, self.extend, chain)
@@ -147,7 +148,7 @@ class StandDrafter:
 
     def observe_step(self, committed, draft, accepted, feed: TargetFeed) -> None:
         if self.value is not None and draft.scores is not None:
-            self.value.observe(draft.scores[1:], _copied_mask(draft), accepted)
+            self.value.observe(draft.scores[1:], copied_mask(draft), accepted)
         if self.quality is not None:
             start = time.perf_counter()
             self._measure_root(draft, getattr(feed, "rows", {}).get(0))
@@ -188,10 +189,3 @@ class StandDrafter:
         if self.quality is not None:
             stats["root"] = self.quality.as_dict()
         return stats
-
-
-def _copied_mask(draft: Draft) -> np.ndarray:
-    """``[n]`` bool: which drafted nodes (root excluded) are copied."""
-    mask = np.zeros(draft.num_nodes, dtype=bool)
-    mask[[c - 1 for c in draft.copied]] = True
-    return mask

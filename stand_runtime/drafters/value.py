@@ -8,6 +8,9 @@ costs ``t(1 + n)`` seconds of target forward. The rule drafts the prefix of the 
     n* = argmax_n (1 + sum_{i <= n} P_i) / t(1 + n),    n = 0 .. budget,
 
 so zero nodes is an answer where nothing the store knows pays for the tokens it adds to the forward.
+The n taken is the *first* peak of that curve (:func:`first_peak`): whether node k is drafted is decided
+from the first k nodes' scores only, never from nodes after it (its own children's scores read its
+drawn token). In a batch the same rule sizes every row at once (:mod:`stand_runtime.engine.allocation`).
 
 Two estimates steer it, both learned online from this run and both lossless to use:
 
@@ -20,9 +23,11 @@ Two estimates steer it, both learned online from this run and both lossless to u
   all recent ratios, so a profile measured under load or on another machine stops steering the rule
   within a few steps.
 
-Losslessness: the size is chosen from scores that read q at rank (never the token a draw gave at the
-node the size decides on) and from outcomes of earlier steps; a prefix of the best-first order is a
-lossless draft (:func:`stand_runtime.trees.draft.truncate_draft`). See docs/design.md §3.7.
+Losslessness: whether node k is drafted depends on the scores of nodes 1..k (each read q at rank,
+never the token a draw gave at the node: ``Draft.scores``) and on
+outcomes of earlier steps, never on node k's own draw or anything drawn after it; a prefix of the
+best-first order is a lossless draft (:func:`stand_runtime.trees.draft.truncate_draft`). See
+docs/design.md §3.7, §9.3.
 """
 
 from __future__ import annotations
@@ -31,6 +36,8 @@ from collections import deque
 from typing import Callable, Sequence
 
 import numpy as np
+
+from ..trees.draft import Draft
 
 EDGES = np.logspace(-4, 0, 17)
 """Bin edges of :class:`AcceptanceMap` over a node's score (16 bins from 1e-4 to 1; below: the first)."""
@@ -74,9 +81,11 @@ class AcceptanceMap:
         estimate = (self._accepted + PRIOR_WEIGHT * self._prior) / weights
         return np.stack([_isotonic(row, w) for row, w in zip(estimate, weights)])
 
-    def estimate(self, scores: np.ndarray, copied: np.ndarray) -> np.ndarray:
-        """``[n]`` P(path accepted) of nodes with these ``[n]`` scores (``copied``: ``[n]`` bool or kind)."""
-        return self.table()[np.asarray(copied).astype(np.int64), self._bins(np.asarray(scores))]
+    def estimate(self, scores: np.ndarray, copied: np.ndarray, table: np.ndarray | None = None) -> np.ndarray:
+        """``[n]`` P(path accepted) of nodes with these ``[n]`` scores (``copied``: ``[n]`` bool or kind);
+        ``table``: a :meth:`table` computed once for several calls (None = computed here)."""
+        table = self.table() if table is None else table
+        return table[np.asarray(copied).astype(np.int64), self._bins(np.asarray(scores))]
 
     def estimator(self) -> Callable[[float, int], float]:
         """P(path accepted) of one node from its score and kind, on the table as it is now (fitted
@@ -93,6 +102,25 @@ class AcceptanceMap:
         kinds, bins = copied.astype(np.int64), self._bins(scores)
         np.add.at(self._drafted, (kinds, bins), 1.0)
         np.add.at(self._accepted, (kinds, bins), accepted.astype(np.float64))
+
+
+def first_peak(gain: Callable[[int], float], seconds: Callable[[int], float], longest: int) -> int:
+    """The n in 0 .. ``longest`` where ``gain(n) / seconds(1 + n)`` first stops rising: n grows while
+    one more node raises the expected tokens per second.
+
+    A stopping rule, not the argmax of the whole curve: whether n reaches k reads ``gain`` and
+    ``seconds`` at sizes up to k only, so the choice to draft node k never looks at the nodes after
+    it (which may depend on node k's drawn token, docs/design.md §9.3). Where the gains are concave
+    (each node's P at most its predecessor's, as the best-first order gives) and the cost is convex
+    or linear in n, the first peak is the argmax.
+    """
+    n, rate = 0, gain(0) / seconds(1)
+    while n < longest:
+        grown = gain(n + 1) / seconds(n + 2)
+        if not grown > rate:
+            break
+        n, rate = n + 1, grown
+    return n
 
 
 def _isotonic(values: np.ndarray, weights: np.ndarray) -> np.ndarray:
@@ -142,9 +170,18 @@ class LatencyModel:
         return np.interp(tokens, where, ratios)
 
     def at(self, tokens: float) -> float:
-        """Seconds of one forward over ``tokens`` tokens per row."""
+        """Seconds of one forward over ``tokens`` tokens per row (:attr:`rows` rows)."""
         total = tokens * self.rows
         return self.profile(total) * self.ratio(total)
+
+    def frozen(self) -> Callable[[float], float]:
+        """Seconds of one forward over ``tokens`` tokens in all (a padded ``[B, W]`` batch forward:
+        ``B * W``), with the corrections observed so far frozen (cheap to call many times)."""
+        known = [np.median(np.asarray(r), axis=0) for r in self._ratios if len(r) >= MIN_OBSERVED]
+        if not known:
+            return lambda tokens: self.profile(tokens)
+        where, ratios = (np.asarray(v) for v in zip(*sorted(map(tuple, known))))
+        return lambda tokens: self.profile(tokens) * float(np.interp(tokens, where, ratios))
 
     def observe(self, tokens: int, seconds: float) -> None:
         """Add one forward: ``tokens`` in it (all rows) and its measured ``seconds``."""
@@ -152,9 +189,10 @@ class LatencyModel:
         if expected > 0 and seconds > 0:
             self._ratios[self._bucket(tokens)].append((tokens, seconds / expected))
 
-    def explore(self) -> bool:
-        """True while the root-only forward has fewer than :data:`MIN_OBSERVED` observations."""
-        return self.observed(self.rows) < MIN_OBSERVED
+    def explore(self, tokens: int | None = None) -> bool:
+        """True while the root-only forward (``tokens`` in all; None = :attr:`rows`) has fewer than
+        :data:`MIN_OBSERVED` observations."""
+        return self.observed(self.rows if tokens is None else tokens) < MIN_OBSERVED
 
     def observed(self, tokens: float) -> int:
         """Forwards kept in the profile size nearest ``tokens`` (all rows)."""
@@ -177,22 +215,35 @@ class ValueRule:
     Args:
         latency: the forward's cost model.
         acceptance: the calibrated acceptance map (None = a fresh one).
+        batch_allocated: the engine sizes every row of a forward at once (one node budget spent over
+            all rows' candidates, :mod:`stand_runtime.engine.allocation`) and the drafter drafts its
+            whole best-first order; False: each row's drafter sizes its own draft (:meth:`size`).
+
+    Attributes:
+        sizes: every drafted row's chosen size, step by step (diagnostics).
+        batches: batch-allocated: per forward the sizes of its rows (diagnostics).
+        packing: batch-allocated: per forward the modelled tokens per second of the best packed
+            allocation over the padded one's (what flattening the rows would gain).
     """
 
-    def __init__(self, latency: LatencyModel, acceptance: AcceptanceMap | None = None) -> None:
+    def __init__(self, latency: LatencyModel, acceptance: AcceptanceMap | None = None,
+                 batch_allocated: bool = False) -> None:
         self.latency = latency
         self.acceptance = acceptance or AcceptanceMap()
-        self.sizes: list[int] = []  # chosen sizes, step by step (diagnostics)
+        self.batch_allocated = batch_allocated
+        self.sizes: list[int] = []
+        self.batches: list[tuple[int, ...]] = []
+        self.packing: list[float] = []
 
     def size(self, scores: np.ndarray, copied: np.ndarray) -> int:
-        """The n in 0 .. len(scores) with the most expected tokens per second for the first n nodes
-        (0 on every :data:`EXPLORE_EVERY`-th step while the latency model explores)."""
+        """The n in 0 .. len(scores) where the expected tokens per second of the first n nodes first
+        peaks (:func:`first_peak`; 0 on every :data:`EXPLORE_EVERY`-th step while the latency model
+        explores). ``scores``: ``[L]`` the nodes' best-first scores (root excluded), ``copied``: ``[L]`` bool."""
         if len(scores) == 0 or (self.latency.explore() and len(self.sizes) % EXPLORE_EVERY == 0):
             self.sizes.append(0)
             return 0
         gains = 1.0 + np.concatenate([[0.0], np.cumsum(self.acceptance.estimate(scores, copied))])
-        costs = np.array([self.latency.at(1 + n) for n in range(len(scores) + 1)])
-        best = int(np.argmax(gains / costs))
+        best = first_peak(gains.__getitem__, self.latency.at, len(scores))
         self.sizes.append(best)
         return best
 
@@ -201,3 +252,10 @@ class ValueRule:
         outcome = np.zeros(len(scores), dtype=bool)
         outcome[[a - 1 for a in accepted if 0 < a <= len(scores)]] = True
         self.acceptance.observe(scores, copied, outcome)
+
+
+def copied_mask(draft: Draft) -> np.ndarray:
+    """``[n]`` bool: which drafted nodes (root excluded) are copied."""
+    mask = np.zeros(draft.num_nodes, dtype=bool)
+    mask[[c - 1 for c in draft.copied]] = True
+    return mask

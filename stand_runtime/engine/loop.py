@@ -24,6 +24,7 @@ from ..target.forward import draft_forward, model_device, prefill
 from ..target.kv_cache import keep_tree_entries, new_cache
 from ..target.sampling import SamplingParams
 from ..trees.draft import Draft
+from .allocation import BatchAllocator
 from .clock import Clock
 from .decode_row import DecodeRow, Settled, StepTarget
 from .metrics import GenerationResult
@@ -196,6 +197,7 @@ class Loop:
             row.lap = self.clock.lap
         self.active: list[int] = list(range(len(self.rows)))
         self.results: list[GenerationResult | None] = [None] * len(self.rows)
+        self.allocator = BatchAllocator.for_rows(self.rows)
 
     def _observe_forward(self, rows, tokens: int, seconds: float) -> None:
         """Hand the forward's measured time to the value rules of the rows' drafters (each once), so
@@ -206,6 +208,19 @@ class Loop:
             if value is not None and id(value) not in seen:
                 seen.add(id(value))
                 value.latency.observe(tokens, seconds)
+
+    def _allocate(self, rows, drafts: list[Draft]) -> list[Draft]:
+        """The drafts cut by the batch allocator (value-sized rows: one node budget for the forward,
+        :mod:`stand_runtime.engine.allocation`; timed as drafting), and each row's share of the forward
+        and of its padding counted into its statistics."""
+        if self.allocator is not None:
+            drafts = self.allocator.allocate(drafts)
+            self.clock.lap("drafting_s")
+        width = self.caches.forwarded(drafts) // len(drafts)
+        for row, draft in zip(rows, drafts):
+            row.stats.forwarded_tokens += width
+            row.stats.padding_tokens += width - len(draft.tokens)
+        return drafts
 
     def run(self) -> list[GenerationResult]:
         """Prefill, then step until every row finished; one result per row, in order."""
@@ -219,7 +234,7 @@ class Loop:
         rows = [self.rows[i] for i in self.active]
         self.clock.rows = [row.stats for row in rows]
         self.clock.lap(None)
-        drafts = [row.propose(self.max_nodes) for row in rows]
+        drafts = self._allocate(rows, [row.propose(self.max_nodes) for row in rows])
         logits = self.caches.forward(self.model, rows, drafts)
         seconds = self.clock.lap("forward_s")
         if seconds is not None:

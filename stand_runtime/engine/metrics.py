@@ -25,6 +25,9 @@ class DecodeStats:
         diagnostics_s: seconds spent on optional diagnostics (``generate(diagnose=True)``), kept out
             of every figure above and out of the throughput.
         store: the n-gram store's statistics at the end (``StoreStats.as_dict()``), when one was used.
+        forwarded_tokens: the row's share of the target forwards it took part in: per step the
+            forward's width (a padded batch: the longest row's root + nodes; one sequence: its own).
+        padding_tokens: of those, the padding (the width minus the row's own root + nodes).
     """
 
     prompt_tokens: int = 0
@@ -40,6 +43,8 @@ class DecodeStats:
     verification_s: float = 0.0
     bookkeeping_s: float = 0.0
     store: dict | None = None
+    forwarded_tokens: int = 0
+    padding_tokens: int = 0
 
     def record_step(self, tokens: int, drafted: int, accepted: int, bonus: bool) -> None:
         """Count one decoding step: tokens committed, nodes drafted, drafts accepted (before
@@ -75,6 +80,11 @@ class DecodeStats:
         """Generated tokens per second of decoding (prefill excluded)."""
         return self.new_tokens / self.decode_s if self.decode_s > 0 else 0.0
 
+    @property
+    def padding_waste(self) -> float:
+        """Padded tokens / forwarded tokens of the row's share of the forwards (0 when none)."""
+        return self.padding_tokens / self.forwarded_tokens if self.forwarded_tokens else 0.0
+
     def as_dict(self) -> dict:
         """A JSON-ready summary."""
         return {
@@ -84,6 +94,8 @@ class DecodeStats:
             "acceptance_length": self.acceptance_length,
             "tokens_per_s": self.tokens_per_s,
             "mean_drafted_per_step": (sum(self.drafted_per_step) / len(self.drafted_per_step)) if self.drafted_per_step else 0.0,
+            "forwarded_tokens": self.forwarded_tokens,
+            "padding_waste": self.padding_waste,
             "time_s": {
                 "prefill": self.prefill_s,
                 "drafting": self.drafting_s,
@@ -95,6 +107,14 @@ class DecodeStats:
             "acceptance_by_depth": acceptance_by_depth(self.accepted_per_step, self.bonus_per_step),
             "store": self.store,
         }
+
+
+def padding_waste(stats) -> float:
+    """Padded tokens / forwarded tokens over a batch's rows (``stats``: their :class:`DecodeStats`):
+    each row counts its share of every forward, so the sums are the batch's forwards' (0 when none)."""
+    stats = list(stats)
+    forwarded = sum(s.forwarded_tokens for s in stats)
+    return sum(s.padding_tokens for s in stats) / forwarded if forwarded else 0.0
 
 
 def acceptance_by_depth(accepted: list[int], bonus: list[bool]) -> list[dict]:

@@ -25,6 +25,7 @@ from .decode_row import DecodeRow
 from ..drafters import Drafter
 from ..errors import StandError
 from ..drafters.feeds import OneHotFeed, RowsFeed, one_hot_rows
+from .allocation import BatchAllocator
 from .clock import Clock
 from .metrics import DecodeStats
 from ..randomness import RandomStream
@@ -146,8 +147,9 @@ def replay_trace(drafter: Drafter | None, prompt: Sequence[int], tokens: Sequenc
                                                                          recorded.probs[: len(prompt) - 1])
         drafter.observe_prompt(prompt, feed, positions)
     clock.lap(None)
+    allocator = BatchAllocator.for_rows([row])  # a value-sized row sized as a batch of one
     while row.finish_reason is None:
-        draft = row.propose()
+        draft = row.propose() if allocator is None else allocator.allocate([row.propose()])[0]
         row.settle(draft, TraceTarget(draft, sequence, len(row.committed), recorded))
         clock.lap("bookkeeping_s")
     return ReplayResult(row.finish_stats(), len(tokens))

@@ -50,8 +50,11 @@ class Draft:
             draft built without a static tree.
         copied: positions of copied children: tokens fixed before drafting (not drawn from the
             parent's q), placed after their drawn siblings and verified by the deterministic-draft rule.
-        scores: ``[n]`` float64 the drafter's estimate that the path to each node is accepted (the
-            dynamic tree's best-first score; ``scores[0] = 1``), or None.
+        scores: ``[n]`` float64 the drafter's estimate that the path to each node is accepted, or
+            None: the dynamic tree's best-first key the node was added with (its parent's path
+            score x confidence x q *at the node's rank*, never q of its own drawn token, so a rule
+            sizing the draft by it never reads the draw it decides on; a copied node: its parent's
+            path score); ``scores[0] = 1``.
     """
 
     tokens: list[int]

@@ -1,0 +1,168 @@
+"""One node budget for a batch's forward, spent over every row's candidates (ours; docs/design.md §3.7).
+
+Rows of a batch go through the target in one forward, so the nodes a step drafts are one budget: a
+confident row should get a long chain and a row with nothing to draft nothing, instead of each row
+sizing its own draft as if it were alone. Each row drafts its whole best-first order (value-sized
+dynamic tree, :mod:`stand_runtime.drafters.value`, ``batch_allocated``); per row r its candidates'
+acceptance estimates ``P_r1, P_r2, ...`` (the chance each node's path is accepted) come from the rule's
+acceptance map; the allocator chooses each row's prefix size ``n_r`` for the most expected tokens per
+second of the whole forward,
+
+    padded (the engine's forward, ``[B, W]``):  sum_r (1 + G_r(min(W - 1, L_r))) / t(B W),
+    packed (rows flattened into one sequence):  sum_r (1 + G_r(n_r)) / t(sum_r (1 + n_r)),
+
+with ``G_r(n) = sum_{i <= n} P_ri``, ``L_r`` the row's candidates and t the latency model's seconds of a
+forward over that many tokens (its profile times the corrections observed from this run's batch
+forwards, padding included). With padding a row fills up to the common width for free, so the padded
+choice is the width W alone; :func:`packed_allocation` is what flattening would give (the engine pads:
+its ratio to the padded choice is recorded as the packing's modelled gain).
+
+Losslessness: both choices are stopping rules (:func:`stand_runtime.drafters.value.first_peak`): the
+width grows, or the best remaining candidate is taken, while the modelled rate rises, so whether row
+r's node k is drafted depends on row r's first k candidates (their scores read q at rank) and on the
+other rows' drafts (drawn with their own random streams), never on row r's node k's own draw nor on
+anything drawn after it; a prefix of the best-first order is a lossless draft
+(:func:`stand_runtime.trees.draft.truncate_draft`).
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import numpy as np
+
+from ..drafters.value import EXPLORE_EVERY, ValueRule, copied_mask, first_peak
+from ..errors import StandError
+from ..trees.draft import Draft, truncate_draft
+
+
+@dataclass(frozen=True)
+class Allocation:
+    """Drafted nodes per row for one forward.
+
+    Attributes:
+        sizes: per row its drafted nodes (root excluded).
+        tokens: tokens the forward runs (padded: rows x width; packed: the rows' tokens).
+        expected: expected tokens the step emits, all rows (each row: 1 + the sum of its nodes' P).
+        seconds: the modelled seconds of that forward.
+    """
+
+    sizes: tuple[int, ...]
+    tokens: int
+    expected: float
+    seconds: float
+
+    @property
+    def rate(self) -> float:
+        """Expected tokens per second (modelled)."""
+        return self.expected / self.seconds if self.seconds > 0 else float("inf")
+
+
+def _cumulative(acceptance: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """Per row ``[L_r + 1]``: 0 and the running sums of its candidates' P."""
+    return [np.concatenate([[0.0], np.cumsum(np.asarray(p, dtype=np.float64))]) for p in acceptance]
+
+
+def padded_allocation(acceptance: Sequence[np.ndarray], seconds: Callable[[float], float]) -> Allocation:
+    """The padded forward's allocation: width W grown from 1 (roots only) while the modelled rate
+    ``sum_r (1 + G_r(min(W - 1, L_r))) / seconds(B W)`` rises; every row drafts its first
+    ``min(W - 1, L_r)`` candidates (the padding up to W is filled for free).
+
+    Args:
+        acceptance: per row ``[L_r]`` float P of its candidates in best-first order (empty: the row
+            drafts nothing).
+        seconds: seconds of one forward over that many tokens in all.
+
+    Raises:
+        StandError: no rows.
+    """
+    if not acceptance:
+        raise StandError("an allocation needs at least one row")
+    sums, batch = _cumulative(acceptance), len(acceptance)
+    longest = max(len(s) - 1 for s in sums)
+
+    def gain(n: int) -> float:
+        return float(sum(1.0 + s[min(n, len(s) - 1)] for s in sums))
+
+    n = first_peak(gain, lambda width: seconds(batch * width), longest)
+    sizes = tuple(min(n, len(s) - 1) for s in sums)
+    return Allocation(sizes, batch * (n + 1), gain(n), seconds(batch * (n + 1)))
+
+
+def packed_allocation(acceptance: Sequence[np.ndarray], seconds: Callable[[float], float]) -> Allocation:
+    """The packed forward's allocation: best-first over every row's next candidate (the highest P,
+    ties to the lower row), taken while the modelled rate ``sum_r (1 + G_r(n_r)) / seconds(sum_r (1 +
+    n_r))`` rises.
+
+    Args and errors: as :func:`padded_allocation`.
+    """
+    if not acceptance:
+        raise StandError("an allocation needs at least one row")
+    rows = [np.asarray(p, dtype=np.float64) for p in acceptance]
+    sizes = [0] * len(rows)
+    expected, tokens = float(len(rows)), len(rows)
+    heads = [(-float(p[0]), r) for r, p in enumerate(rows) if len(p)]
+    heapq.heapify(heads)
+    while heads:
+        negative, r = heads[0]
+        if not (expected - negative) / seconds(tokens + 1) > expected / seconds(tokens):
+            break
+        heapq.heappop(heads)
+        expected, tokens, sizes[r] = expected - negative, tokens + 1, sizes[r] + 1
+        if sizes[r] < len(rows[r]):
+            heapq.heappush(heads, (-float(rows[r][sizes[r]]), r))
+    return Allocation(tuple(sizes), tokens, expected, seconds(tokens))
+
+
+class BatchAllocator:
+    """Sizes the drafts of one forward's rows from one budget (module docstring).
+
+    Args:
+        value: the value rule every row's drafter shares (its acceptance map and latency model).
+    """
+
+    def __init__(self, value: ValueRule) -> None:
+        self.value = value
+
+    @classmethod
+    def for_rows(cls, rows) -> "BatchAllocator | None":
+        """The allocator of rows whose drafters share a batch-allocated value rule; None when no row
+        has one (the drafters size their own drafts, or draft fixed trees).
+
+        Raises:
+            StandError: rows with different value rules (one batch decodes one method).
+        """
+        rules = {id(rule): rule for rule in (getattr(row.drafter, "value", None) for row in rows)
+                 if rule is not None and rule.batch_allocated}
+        if len(rules) > 1:
+            raise StandError("the rows of one batch share one value rule (one method)")
+        return cls(next(iter(rules.values()))) if rules else None
+
+    def allocate(self, drafts: Sequence[Draft]) -> list[Draft]:
+        """Each row's draft cut to its allocated prefix (:func:`padded_allocation`); while the latency
+        model has not seen the roots-only forward, every :data:`EXPLORE_EVERY`-th forward drafts
+        nothing. Records the sizes (``value.batches``, ``value.sizes``) and the packed allocation's
+        modelled rate over the padded one's (``value.packing``).
+
+        Raises:
+            StandError: a draft with nodes but no scores (drafted by a store that scores no nodes).
+        """
+        value = self.value
+        if any(d.num_nodes and d.scores is None for d in drafts):
+            raise StandError("a value-sized dynamic tree drafts on the Python store (NGramStore), which scores "
+                             "its nodes; the native store does not yet")
+        table = value.acceptance.table()
+        acceptance = [value.acceptance.estimate(d.scores[1:], copied_mask(d), table) if d.num_nodes
+                      else np.zeros(0) for d in drafts]
+        if value.latency.explore(len(drafts)) and len(value.batches) % EXPLORE_EVERY == 0:
+            sizes = (0,) * len(drafts)
+        else:
+            seconds = value.latency.frozen()
+            chosen = padded_allocation(acceptance, seconds)
+            sizes = chosen.sizes
+            value.packing.append(packed_allocation(acceptance, seconds).rate / chosen.rate)
+        value.batches.append(sizes)
+        value.sizes.extend(sizes)
+        return [truncate_draft(d, n) if n < d.num_nodes else d for d, n in zip(drafts, sizes)]
