@@ -146,6 +146,7 @@ private:
     // scratch of merge and blend
     std::vector<std::pair<Token, double>> weighted_;
     std::vector<size_t> order_;
+    std::vector<double> masses_;
     std::unordered_map<Token, int32_t> position_;
     ScratchIndex scratch_;
 };

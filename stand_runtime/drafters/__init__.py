@@ -120,12 +120,11 @@ def takes_tree(method: str, spec) -> bool:
 def new_memory(method: str, vocab: int, tree=None) -> Memory | None:
     """A fresh drafter memory for ``method`` (None for methods without one); a store for a dynamic
     ``tree`` keeps contexts up to :data:`DYNAMIC_MAX_N` tokens (the paper's store: 3); under
-    ``STAND_NATIVE=1`` a fixed-budget dynamic tree's store is the native one
-    (:mod:`stand_runtime.store.native_store`; a value-sized tree reads the Python draft's node scores)."""
+    ``STAND_NATIVE=1`` a dynamic tree's store (fixed budget or value-sized) is the native one
+    (:mod:`stand_runtime.store.native_store`)."""
     if method in STORE_METHODS:
         dynamic = parse_dynamic(tree)
-        native = dynamic is not None and not dynamic.sized  # value-sized trees need the Python draft's scores
-        return store_class(native)(top_k=STORE_TOP_K, max_n=DYNAMIC_MAX_N if dynamic is not None else 3)
+        return store_class(dynamic is not None)(top_k=STORE_TOP_K, max_n=DYNAMIC_MAX_N if dynamic is not None else 3)
     if method == "recycle":
         return RecyclingMatrix(vocab)
     if method == "suffix":
