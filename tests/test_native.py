@@ -370,3 +370,22 @@ def test_batched_native_sampling_equals_the_per_row_path(tiny_qwen2, monkeypatch
         runs.append([(r.tokens, r.stats.drafted_per_step, r.stats.accepted_per_step, r.stats.store) for r in rows])
     assert runs[0] == runs[1]
     assert sum(sum(a) for _, _, a, _ in runs[0]) > 0
+
+
+def test_the_suffix_index_grown_in_place_matches_fresh_sequences():
+    """The copy chain's index trusts a list grown in place (the engine's committed tokens) and
+    compares any other list: both give the continuations of an index rebuilt from scratch."""
+    from stand_runtime.drafters.suffix_index import SuffixIndex
+
+    rng = np.random.default_rng(2)
+    sequence = random_sequence(rng, 500, vocab=12)
+    grown, fresh, other = SuffixIndex(), SuffixIndex(), [0, 1]
+    committed, found = sequence[:5], 0
+    for end in range(5, 500, 3):
+        committed += sequence[len(committed) : end]
+        expected = SuffixIndex().continuation(sequence[:end], 10)
+        assert grown.continuation(committed, 10) == expected == fresh.continuation(list(sequence[:end]), 10)
+        found += bool(expected)
+        if end % 60 == 5:  # another sequence in between starts that index over, then the first one again
+            assert fresh.continuation(other, 10) == SuffixIndex().continuation(other, 10)
+    assert found > 100  # continuations were found, not only empty ones

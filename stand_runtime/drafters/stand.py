@@ -176,8 +176,9 @@ class StandDrafter:
             self._feed_tree(committed, draft, feed.observed(accepted), feed)
             return None
         keep = [0, *accepted]
-        path_tokens = committed + [draft.tokens[p] for p in accepted]
-        positions = list(range(len(committed) - 1, len(committed) - 1 + len(keep)))
+        base = max(0, len(committed) - self.store.max_n)  # the contexts' tokens only: no copy of the whole sequence
+        path_tokens = committed[base:] + [draft.tokens[p] for p in accepted]
+        positions = list(range(len(committed) - 1 - base, len(committed) - 1 - base + len(keep)))
         ids, probs = store_observation(feed, keep, self.params)
         return (self.store, path_tokens, positions, ids, probs)
 
