@@ -134,14 +134,19 @@ class NativeNGramStore(NGramStore):
     def _numeric(self, tokens, positions: list[int], ids, probs) -> tuple[np.ndarray, np.ndarray] | None:
         """``(window, local positions)`` of rows C++ can merge as they are (numeric arrays, positions
         inside ``tokens``), else None (the Python checks, row by row)."""
-        if not (isinstance(ids, np.ndarray) and isinstance(probs, np.ndarray) and ids.ndim == 2
-                and ids.shape == probs.shape and len(ids) == len(positions) and ids.dtype.kind in "iu"
-                and ids.dtype.itemsize <= (8 if ids.dtype.kind == "i" else 4) and probs.dtype.kind == "f"
-                and -1 <= min(positions) and max(positions) < len(tokens)):
+        if not (isinstance(ids, np.ndarray) and isinstance(probs, np.ndarray)):
             return None
-        low = max(0, min(positions) + 1 - self.max_n)
-        window = np.asarray(tokens[low : max(positions) + 1], dtype=np.int64)
-        return window, np.asarray(positions, dtype=np.int64) - low
+        shape, kind, size = ids.shape, ids.dtype.kind, ids.dtype.itemsize
+        if (len(shape) != 2 or shape != probs.shape or shape[0] != len(positions) or probs.dtype.kind != "f"
+                or not (kind == "i" and size <= 8 or kind == "u" and size <= 4)):
+            return None
+        first, last = min(positions), max(positions)
+        if first < -1 or last >= len(tokens):
+            return None
+        low = max(0, first + 1 - self.max_n)
+        local = np.array(positions, dtype=np.int64)
+        local -= low
+        return np.array(tokens[low : last + 1], dtype=np.int64), local
 
     def _update_rows(self, tokens, positions: list[int], ids, probs, first: int, stop: int | None = None) -> None:
         """Rows ``first:stop`` through :meth:`update` (the Python checks and errors)."""
