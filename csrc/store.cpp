@@ -74,7 +74,7 @@ size_t Table::probe(const Token* key, uint64_t h) const {
     while (true) {
         int32_t slot = index_[i];
         if (slot < 0) return i;
-        if (hashes_[slot] == h && std::memcmp(this->key(slot), key, sizeof(Token) * n_) == 0) return i;
+        if (hashes_[slot] == h && same_key(this->key(slot), key)) return i;
         i = (i + 1) & mask;
     }
 }
