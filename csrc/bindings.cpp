@@ -60,16 +60,26 @@ py::array_t<T> to_array(const std::vector<T>& values) {
     return out;
 }
 
+// A PyList of ints from a span (faster than py::cast of a vector).
+template <typename T>
+py::list int_list(const T* values, size_t n) {
+    PyObject* list = PyList_New(static_cast<Py_ssize_t>(n));
+    if (list == nullptr) throw py::error_already_set();
+    for (size_t i = 0; i < n; ++i) PyList_SET_ITEM(list, i, PyLong_FromLongLong(static_cast<long long>(values[i])));
+    return py::reinterpret_steal<py::list>(list);
+}
+
 py::tuple draft_objects(const stand::DraftOut& out, size_t used) {
     size_t n = out.tokens.size();
     py::array_t<int64_t> flat_ids = to_array(out.flat_ids);
     py::array_t<double> flat_q = to_array(out.flat_q);
     py::list children(n), draft_ids(n), draft_probs(n), copied;
+    py::object none = py::none();
     for (size_t i = 0; i < n; ++i) {
-        children[i] = py::cast(out.children[i]);
+        children[i] = int_list(out.child_flat.data() + out.child_start[i], out.child_count[i]);
         if (out.dist_start[i] < 0) {
-            draft_ids[i] = py::none();
-            draft_probs[i] = py::none();
+            draft_ids[i] = none;
+            draft_probs[i] = none;
         } else {
             py::ssize_t start = out.dist_start[i], length = out.dist_len[i];
             draft_ids[i] = py::array_t<int64_t>({length}, {static_cast<py::ssize_t>(sizeof(int64_t))},
@@ -79,8 +89,41 @@ py::tuple draft_objects(const stand::DraftOut& out, size_t used) {
         }
         if (out.copied[i]) copied.append(i);
     }
-    return py::make_tuple(py::cast(out.tokens), to_array(out.parents), to_array(out.depths), children, draft_ids,
-                          draft_probs, py::cast(out.slots), copied, used);
+    return py::make_tuple(int_list(out.tokens.data(), n), to_array(out.parents), to_array(out.depths), children,
+                          draft_ids, draft_probs, int_list(out.slots.data(), n), copied, used, to_array(out.scores));
+}
+
+// One row's dynamic tree: the store, its context and chain, the tree's settings and the Gumbel pool
+// (buffer None: deterministic drafts).
+py::tuple draft_row(stand::Store& store, const IntArray& context, const IntArray& chain, const stand::DraftParams& params,
+                    const py::object& buffer, const py::object& more) {
+    static stand::DraftScratch scratch;  // the GIL is held: one draft at a time
+    static stand::DraftOut out;
+    if (buffer.is_none()) {
+        stand::best_first(store, context.data(), context.size(), chain.data(), chain.size(), params, nullptr, out,
+                          scratch);
+        return draft_objects(out, 0);
+    }
+    PoolNoise noise(buffer.cast<FloatArray>(), more);
+    stand::best_first(store, context.data(), context.size(), chain.data(), chain.size(), params, &noise, out, scratch);
+    return draft_objects(out, noise.used());
+}
+
+// Rows first.. of one sequence into the store; the first row that fails the checks (-1: none).
+py::ssize_t update_rows(stand::Store& s, const IntArray& tokens, const IntArray& positions, const IntArray& ids,
+                        const FloatArray& probs, py::ssize_t first) {
+    py::ssize_t rows = positions.size(), k = ids.ndim() == 2 ? ids.shape(1) : 0;
+    const Token* seq = tokens.data();
+    static stand::Observation clean;
+    int max_n = s.max_n();
+    for (py::ssize_t r = first; r < rows; ++r) {
+        if (!s.clean_row(ids.data() + r * k, probs.data() + r * k, k, clean)) return r;
+        int64_t pos = positions.data()[r];
+        int64_t start = std::max<int64_t>(0, pos + 1 - max_n);
+        s.update_clean(seq + start, static_cast<size_t>(pos + 1 - start), clean.ids.data(), clean.probs.data(),
+                       clean.ids.size());
+    }
+    return -1;
 }
 
 // SuffixIndex.continuation over a Python list (the committed tokens): the Python index starts over
@@ -154,18 +197,7 @@ PYBIND11_MODULE(_native, m) {
         .def("update_rows", [](stand::Store& s, IntArray tokens, IntArray positions, IntArray ids, FloatArray probs,
                                py::ssize_t first) -> py::ssize_t {
             // rows first.. of one sequence; returns the first row that fails the checks (-1: none)
-            py::ssize_t rows = positions.size(), k = ids.ndim() == 2 ? ids.shape(1) : 0;
-            const Token* seq = tokens.data();
-            stand::Observation clean;
-            int max_n = s.max_n();
-            for (py::ssize_t r = first; r < rows; ++r) {
-                if (!s.clean_row(ids.data() + r * k, probs.data() + r * k, k, clean)) return r;
-                int64_t pos = positions.data()[r];
-                int64_t start = std::max<int64_t>(0, pos + 1 - max_n);
-                s.update_clean(seq + start, static_cast<size_t>(pos + 1 - start), clean.ids.data(), clean.probs.data(),
-                               clean.ids.size());
-            }
-            return -1;
+            return update_rows(s, tokens, positions, ids, probs, first);
         })
         .def("match", [](const stand::Store& s, const std::vector<Token>& context) -> py::object {
             auto found = s.match(context.data(), context.size());
@@ -205,14 +237,31 @@ PYBIND11_MODULE(_native, m) {
     m.def("best_first", [](stand::Store& store, IntArray context, IntArray chain, int num_nodes, double confidence,
                            double beta, int deepest, size_t width, py::object buffer, py::object more) {
         stand::DraftParams params{num_nodes, confidence, beta, deepest, width};
-        stand::DraftOut out;
-        if (buffer.is_none()) {
-            stand::best_first(store, context.data(), context.size(), chain.data(), chain.size(), params, nullptr, out);
-            return draft_objects(out, 0);
+        return draft_row(store, context, chain, params, buffer, more);
+    });
+    m.def("best_first_rows", [](py::list rows) {
+        // per row (store, context, chain, num_nodes, confidence, beta, deepest, width, buffer, more):
+        // best_first's tuple per row, the rows drafted in order
+        py::list drafts(rows.size());
+        for (size_t r = 0; r < rows.size(); ++r) {
+            py::tuple row = rows[r].cast<py::tuple>();
+            stand::DraftParams params{row[3].cast<int>(), row[4].cast<double>(), row[5].cast<double>(),
+                                      row[6].cast<int>(), row[7].cast<size_t>()};
+            drafts[r] = draft_row(row[0].cast<stand::Store&>(), row[1].cast<IntArray>(), row[2].cast<IntArray>(), params,
+                                  row[8], row[9]);
         }
-        PoolNoise noise(buffer.cast<FloatArray>(), more);
-        stand::best_first(store, context.data(), context.size(), chain.data(), chain.size(), params, &noise, out);
-        return draft_objects(out, noise.used());
+        return drafts;
+    });
+    m.def("update_rows_many", [](py::list rows) -> py::tuple {
+        // per row (store, tokens, positions, ids, probs, first), in order, as update_rows; stops at the
+        // first row with a row that fails the checks: (that row, its failing row), or (len(rows), -1)
+        for (size_t r = 0; r < rows.size(); ++r) {
+            py::tuple row = rows[r].cast<py::tuple>();
+            py::ssize_t bad = update_rows(row[0].cast<stand::Store&>(), row[1].cast<IntArray>(), row[2].cast<IntArray>(),
+                                          row[3].cast<IntArray>(), row[4].cast<FloatArray>(), row[5].cast<py::ssize_t>());
+            if (bad >= 0) return py::make_tuple(r, bad);
+        }
+        return py::make_tuple(rows.size(), -1);
     });
 
     m.def("static_fill", [](stand::Store& store, IntArray context, IntArray child_start, IntArray child_list,

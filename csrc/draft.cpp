@@ -1,5 +1,6 @@
 // best_first_draft (stand_runtime/drafters/best_first.py) and graft_chain (tree_walk.py) over the
 // native store: the same heap keys, tie order, Gumbel draws and float operations as the Python.
+// Per-node state lives in flat arrays of a DraftScratch reused from call to call.
 #include "draft.hpp"
 
 #include <algorithm>
@@ -23,40 +24,43 @@ struct Later {
     }
 };
 
-struct Drawn {
-    std::vector<double> prob_list;  // the blend's q (scores read it)
-    std::vector<int32_t> order;     // drawing order of the support
-    double weight = 0.0;
-    bool set = false;
-};
-
 class Builder {
 public:
-    Builder(DraftOut& out, Token root, int max_n) : out_(out), max_n_(max_n) {
-        out_ = DraftOut();
-        append(root, -1, 0, -1);
+    Builder(DraftOut& out, DraftScratch& s, Token root, int max_n) : out_(out), s_(s), max_n_(max_n) {
+        for (auto* v : {&out_.parents, &out_.depths, &out_.slots, &out_.dist_start, &out_.dist_len}) v->clear();
+        out_.tokens.clear();
+        out_.copied.clear();
+        out_.flat_ids.clear();
+        out_.flat_q.clear();
+        out_.scores.clear();
+        s_.path.clear();
+        s_.suffixes.clear();
+        s_.suffix_len.clear();
+        s_.weights.clear();
+        s_.prob_start.clear();
+        s_.order_start.clear();
+        s_.order_len.clear();
+        s_.probs.clear();
+        s_.orders.clear();
+        used_children_ = 0;
+        append(root, -1, 0, -1, 1.0);
     }
 
     size_t size() const { return out_.tokens.size(); }
 
-    int32_t add(int32_t parent, Token token, int64_t slot) {
+    int32_t add(int32_t parent, Token token, int64_t slot, double score) {
         int32_t position = static_cast<int32_t>(out_.tokens.size());
-        append(token, parent, out_.depths[parent] + 1, slot);
-        out_.children[parent].push_back(position);
+        append(token, parent, out_.depths[parent] + 1, slot, score);
+        s_.children[parent].push_back(position);
         // the child's suffix: (parent's suffix + token)[-max_n:]
-        const auto& base = suffixes_[parent];
-        std::vector<Token> suffix(base.size() + 1 > static_cast<size_t>(max_n_) ? base.begin() + 1 : base.begin(),
-                                  base.end());
-        suffix.push_back(token);
-        suffixes_.back() = std::move(suffix);
+        const Token* base = s_.suffixes.data() + static_cast<size_t>(parent) * max_n_;
+        int32_t n = s_.suffix_len[parent];
+        Token* mine = s_.suffixes.data() + static_cast<size_t>(position) * max_n_;
+        int32_t skip = n + 1 > max_n_ ? 1 : 0;
+        std::copy(base + skip, base + n, mine);
+        mine[n - skip] = token;
+        s_.suffix_len[position] = n - skip + 1;
         return position;
-    }
-
-    void set_distribution(int32_t node, const std::vector<Token>& ids, const std::vector<double>& q) {
-        out_.dist_start[node] = static_cast<int64_t>(out_.flat_ids.size());
-        out_.dist_len[node] = static_cast<int64_t>(ids.size());
-        out_.flat_ids.insert(out_.flat_ids.end(), ids.begin(), ids.end());
-        out_.flat_q.insert(out_.flat_q.end(), q.begin(), q.end());
     }
 
     // DraftBuilder.add_copy: after the drawn children; a token q lacks joins the support at q = 0.
@@ -79,56 +83,75 @@ public:
                 out_.dist_len[parent] = length + 1;
             }
         }
-        int32_t position = add(parent, token, slot);
+        int32_t position = add(parent, token, slot, s_.path[parent]);
         out_.copied[position] = 1;
         return position;
     }
 
-    const std::vector<Token>& suffix(int32_t node) const { return suffixes_[node]; }
-    void set_root_suffix(std::vector<Token> suffix) { suffixes_[0] = std::move(suffix); }
+    void set_root_suffix(const Token* suffix, size_t n) {
+        std::copy(suffix, suffix + n, s_.suffixes.begin());
+        s_.suffix_len[0] = static_cast<int32_t>(n);
+    }
+    const Token* suffix(int32_t node) const { return s_.suffixes.data() + static_cast<size_t>(node) * max_n_; }
+    int32_t suffix_len(int32_t node) const { return s_.suffix_len[node]; }
     int64_t depth(int32_t node) const { return out_.depths[node]; }
     Token token(int32_t node) const { return out_.tokens[node]; }
-    const std::vector<int32_t>& children(int32_t node) const { return out_.children[node]; }
+    const std::vector<int32_t>& children(int32_t node) const { return s_.children[node]; }
+
+    // The children lists flattened into the draft (drawing order per node).
+    void finish() {
+        size_t n = out_.tokens.size();
+        out_.child_start.resize(n);
+        out_.child_count.resize(n);
+        out_.child_flat.clear();
+        for (size_t i = 0; i < n; ++i) {
+            out_.child_start[i] = static_cast<int32_t>(out_.child_flat.size());
+            out_.child_count[i] = static_cast<int32_t>(s_.children[i].size());
+            out_.child_flat.insert(out_.child_flat.end(), s_.children[i].begin(), s_.children[i].end());
+        }
+    }
 
 private:
-    void append(Token token, int64_t parent, int64_t depth, int64_t slot) {
+    void append(Token token, int64_t parent, int64_t depth, int64_t slot, double score) {
         out_.tokens.push_back(token);
         out_.parents.push_back(parent);
         out_.depths.push_back(depth);
         out_.slots.push_back(slot);
-        out_.children.emplace_back();
         out_.copied.push_back(0);
         out_.dist_start.push_back(-1);
         out_.dist_len.push_back(0);
-        suffixes_.emplace_back();
+        out_.scores.push_back(score);  // a drawn node's is replaced by its key (best_first)
+        s_.path.push_back(score);
+        if (s_.children.size() <= used_children_) s_.children.emplace_back();
+        s_.children[used_children_++].clear();
+        s_.suffixes.resize(s_.suffixes.size() + max_n_);
+        s_.suffix_len.push_back(0);
+        s_.weights.push_back(0.0);
+        s_.prob_start.push_back(-1);
+        s_.order_start.push_back(0);
+        s_.order_len.push_back(0);
     }
 
     DraftOut& out_;
+    DraftScratch& s_;
     int max_n_;
-    std::vector<std::vector<Token>> suffixes_;
+    size_t used_children_ = 0;
 };
 
 // choose_children over the whole support: Gumbel-Top-|support| (np.argsort(-(log q + g), stable)),
-// or q's order for deterministic drafts.
-std::vector<int32_t> drawing_order(const std::vector<double>& q, NoiseSource* noise) {
-    size_t m = q.size();
-    std::vector<int32_t> order(m);
-    std::iota(order.begin(), order.end(), 0);
-    if (noise == nullptr) return order;
+// or q's order for deterministic drafts; appended to scratch.orders.
+void drawing_order(const double* q, size_t m, NoiseSource* noise, DraftScratch& s) {
+    size_t at = s.orders.size();
+    s.orders.resize(at + m);
+    int32_t* order = s.orders.data() + at;
+    std::iota(order, order + m, 0);
+    if (noise == nullptr) return;
     const double* gumbel = noise->take(m);
-    if (m == 1) return order;
-    std::vector<double> keys(m);
+    if (m == 1) return;
+    s.keys.resize(m);
+    double* keys = s.keys.data();
     for (size_t i = 0; i < m; ++i) keys[i] = std::log(q[i]) + gumbel[i];
-    std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return keys[a] > keys[b]; });
-    return order;
-}
-
-// StoreEntry.q: prob_list renormalised by numpy's sum.
-std::vector<double> renormalised(const std::vector<double>& probs) {
-    double total = numpy_sum(probs.data(), probs.size());
-    std::vector<double> q(probs.size());
-    for (size_t i = 0; i < probs.size(); ++i) q[i] = probs[i] / total;
-    return q;
+    std::stable_sort(order, order + m, [keys](int32_t a, int32_t b) { return keys[a] > keys[b]; });
 }
 
 void graft(Builder& builder, const Token* chain, size_t chain_len, int deepest) {
@@ -145,56 +168,59 @@ void graft(Builder& builder, const Token* chain, size_t chain_len, int deepest) 
 }  // namespace
 
 void best_first(Store& store, const Token* context, size_t length, const Token* chain, size_t chain_len,
-                const DraftParams& params, NoiseSource* noise, DraftOut& out) {
+                const DraftParams& params, NoiseSource* noise, DraftOut& out, DraftScratch& s) {
     chain_len = std::min(chain_len, static_cast<size_t>(params.num_nodes));
     size_t budget = static_cast<size_t>(params.num_nodes) - chain_len;
     int max_n = store.max_n();
-    Builder builder(out, context[length - 1], max_n);
+    Builder builder(out, s, context[length - 1], max_n);
     size_t from = length > static_cast<size_t>(max_n) ? length - max_n : 0;
-    builder.set_root_suffix(std::vector<Token>(context + from, context + length));
-    std::vector<double> scores{1.0};
-    std::vector<Drawn> drawn(1);
+    builder.set_root_suffix(context + from, length - from);
     std::priority_queue<Item, std::vector<Item>, Later> heap;
     heap.push({-1.0, 0, 0, -1});
     int64_t tie = 0;
-    Blended blended;
+    Blended& blended = s.blended;
     auto offer = [&](int32_t node, int32_t rank) {
-        const Drawn& d = drawn[node];
         ++tie;  // the score reads q at this *rank* of q's order, never the token drawn there
-        heap.push({-scores[node] * d.weight * d.prob_list[rank], tie, node, rank});
+        heap.push({-s.path[node] * s.weights[node] * s.probs[s.prob_start[node] + rank], tie, node, rank});
     };
     while (!heap.empty() && builder.size() - 1 < budget) {
         Item item = heap.top();
         heap.pop();
         int32_t node = item.node;
         if (item.rank < 0) {
-            const auto& suffix = builder.suffix(node);
-            if (store.blend(suffix.data(), suffix.size(), params.beta, params.width, blended)) {
-                Drawn& d = drawn[node];
+            if (store.blend(builder.suffix(node), builder.suffix_len(node), params.beta, params.width, blended)) {
                 double c = static_cast<double>(blended.count);
-                d.weight = params.confidence != 0.0 ? c / (c + params.confidence) : 1.0;
-                std::vector<double> q = renormalised(blended.probs);
-                d.order = drawing_order(q, noise);
-                d.prob_list = blended.probs;
-                d.set = true;
-                builder.set_distribution(node, blended.ids, q);
-                if (!d.order.empty()) offer(node, 0);
+                s.weights[node] = params.confidence != 0.0 ? c / (c + params.confidence) : 1.0;
+                size_t m = blended.probs.size();
+                // StoreEntry.q: prob_list renormalised by numpy's sum
+                double total = numpy_sum(blended.probs.data(), m);
+                out.dist_start[node] = static_cast<int64_t>(out.flat_ids.size());
+                out.dist_len[node] = static_cast<int64_t>(m);
+                out.flat_ids.insert(out.flat_ids.end(), blended.ids.begin(), blended.ids.end());
+                size_t q_at = out.flat_q.size();
+                for (size_t i = 0; i < m; ++i) out.flat_q.push_back(blended.probs[i] / total);
+                s.prob_start[node] = static_cast<int64_t>(s.probs.size());
+                s.probs.insert(s.probs.end(), blended.probs.begin(), blended.probs.end());
+                s.order_start[node] = static_cast<int64_t>(s.orders.size());
+                s.order_len[node] = static_cast<int32_t>(m);
+                drawing_order(out.flat_q.data() + q_at, m, noise, s);
+                if (m > 0) offer(node, 0);
             }
             continue;
         }
-        const Drawn& d = drawn[node];
-        int32_t slot = d.order[item.rank];
+        int32_t slot = s.orders[s.order_start[node] + item.rank];
         Token token = out.flat_ids[out.dist_start[node] + slot];
-        int32_t child = builder.add(node, token, slot);
-        drawn.emplace_back();
-        scores.push_back(scores[node] * drawn[node].weight * drawn[node].prob_list[slot]);
-        if (static_cast<size_t>(item.rank) + 1 < drawn[node].order.size()) offer(node, item.rank + 1);
+        double score = s.path[node] * s.weights[node] * s.probs[s.prob_start[node] + slot];
+        int32_t child = builder.add(node, token, slot, score);
+        out.scores[child] = -item.key;  // the draft's score: the key it was offered with (q at its rank)
+        if (item.rank + 1 < s.order_len[node]) offer(node, item.rank + 1);
         if (builder.depth(child) < params.deepest) {
             ++tie;
-            heap.push({-scores[child], tie, child, -1});
+            heap.push({-s.path[child], tie, child, -1});
         }
     }
     graft(builder, chain, chain_len, params.deepest);
+    builder.finish();
 }
 
 }  // namespace stand

@@ -1,5 +1,5 @@
 // STAND's dynamic draft tree in C++: stand_runtime/drafters/best_first.py's best_first_draft over the
-// native store, with the copy chain grafted as tree_walk.graft_chain does (docs/design.md §3.7).
+// native store, with the copy chain grafted as tree_walk.graft_chain does (docs/design.md §3.8).
 #pragma once
 
 #include <cstdint>
@@ -27,15 +27,34 @@ struct DraftParams {
 struct DraftOut {
     std::vector<Token> tokens;
     std::vector<int64_t> parents, depths, slots;
-    std::vector<std::vector<int32_t>> children;
+    std::vector<int32_t> child_start, child_count;  // per node: its children are child_flat[start .. +count)
+    std::vector<int32_t> child_flat;
     std::vector<uint8_t> copied;
     std::vector<int64_t> dist_start, dist_len;  // per node: its q in flat_ids / flat_q; -1 without one
     std::vector<Token> flat_ids;
     std::vector<double> flat_q;
+    std::vector<double> scores;  // per node the key it was offered with (q at its rank; root 1; a copied
+                                 // node its parent's path score)
+};
+
+// Scratch a draft reuses from call to call (no allocation once warm).
+struct DraftScratch {
+    std::vector<Token> suffixes;          // per node, max_n slots
+    std::vector<int32_t> suffix_len;
+    std::vector<double> weights;          // per node: its confidence (once looked up)
+    std::vector<int64_t> prob_start;      // per node: the blend's q (prob_list) in probs; -1 none
+    std::vector<int64_t> order_start;     // per node: drawing order in orders
+    std::vector<int32_t> order_len;
+    std::vector<double> probs;
+    std::vector<int32_t> orders;
+    std::vector<double> keys;
+    std::vector<double> path;             // per node: its path score (w·q of the drawn tokens)
+    std::vector<std::vector<int32_t>> children;
+    Blended blended;
 };
 
 // noise == nullptr: deterministic drafts (q's order).
 void best_first(Store& store, const Token* context, size_t length, const Token* chain, size_t chain_len,
-                const DraftParams& params, NoiseSource* noise, DraftOut& out);
+                const DraftParams& params, NoiseSource* noise, DraftOut& out, DraftScratch& scratch);
 
 }  // namespace stand

@@ -39,7 +39,7 @@ public:
     int64_t depth(int32_t node) const { return out_.depths[node]; }
     int64_t static_node(int32_t node) const { return nodes_[node]; }
     double score(int32_t node) const { return scores_[node]; }
-    bool childless(int32_t node) const { return out_.children[node].empty(); }
+    bool childless(int32_t node) const { return children_[node].empty(); }
     const Token* suffix(int32_t node) const { return suffixes_.data() + static_cast<size_t>(node) * max_n_; }
     size_t suffix_len(int32_t node) const { return suffix_len_[node]; }
 
@@ -81,16 +81,29 @@ public:
     }
 
     int32_t child_with(int32_t node, Token token) const {
-        for (int32_t kid : out_.children[node])
+        for (int32_t kid : children_[node])
             if (out_.tokens[kid] == token) return kid;
         return -1;
+    }
+
+    // The children lists flattened into the draft (DraftOut's child_start / child_count / child_flat).
+    void finish() {
+        size_t n = out_.tokens.size();
+        out_.child_start.resize(n);
+        out_.child_count.resize(n);
+        out_.child_flat.clear();
+        for (size_t i = 0; i < n; ++i) {
+            out_.child_start[i] = static_cast<int32_t>(out_.child_flat.size());
+            out_.child_count[i] = static_cast<int32_t>(children_[i].size());
+            out_.child_flat.insert(out_.child_flat.end(), children_[i].begin(), children_[i].end());
+        }
     }
 
 private:
     void reserve(size_t n) {  // the nodes a fill can reach: no reallocation while it grows
         for (auto* v : {&out_.parents, &out_.depths, &out_.slots, &out_.dist_start, &out_.dist_len}) v->reserve(n);
         out_.tokens.reserve(n);
-        out_.children.reserve(n);
+        children_.reserve(n);
         out_.copied.reserve(n);
         nodes_.reserve(n);
         scores_.reserve(n);
@@ -108,7 +121,7 @@ private:
     int32_t add(int32_t parent, Token token, int64_t slot, int64_t static_node, double score) {
         int32_t position = static_cast<int32_t>(out_.tokens.size());
         append(token, parent, out_.depths[parent] + 1, slot, static_node, score);
-        out_.children[parent].push_back(position);
+        children_[parent].push_back(position);
         // the child's suffix: (parent's suffix + token)[-max_n:]
         size_t base = suffix_len_[parent];
         size_t keep = base + 1 > max_n_ ? base - 1 : base;
@@ -125,7 +138,7 @@ private:
         out_.parents.push_back(parent);
         out_.depths.push_back(depth);
         out_.slots.push_back(slot);
-        out_.children.emplace_back();
+        children_.emplace_back();
         out_.copied.push_back(0);
         out_.dist_start.push_back(-1);
         out_.dist_len.push_back(0);
@@ -135,6 +148,7 @@ private:
         suffixes_.resize(suffixes_.size() + max_n_);
     }
 
+    std::vector<std::vector<int32_t>> children_;  // per node, in drawing order (flattened by finish)
     DraftOut& out_;
     std::vector<int64_t>& nodes_;
     size_t max_n_;
@@ -251,6 +265,7 @@ void static_fill(Store& store, const Token* context, size_t length, const Static
         missed.resize(builder.size(), 0);
         grow(store, builder, missed, params, grafted, noise);
     }
+    builder.finish();
 }
 
 }  // namespace stand

@@ -74,7 +74,7 @@ size_t Table::probe(const Token* key, uint64_t h) const {
     while (true) {
         int32_t slot = index_[i];
         if (slot < 0) return i;
-        if (hashes_[slot] == h && std::memcmp(this->key(slot), key, sizeof(Token) * n_) == 0) return i;
+        if (hashes_[slot] == h && same_key(this->key(slot), key)) return i;
         i = (i + 1) & mask;
     }
 }
@@ -437,23 +437,27 @@ bool Store::blend(const Token* context, size_t length, double beta, size_t width
         count = entry.count;
         matched = static_cast<int>(n);
     }
+    // the `width` largest positive values, ties in insertion order (sorted(key=-value) then cut): a
+    // scan in insertion order admits a value only when it beats the current width-th strictly
     order_.clear();
-    for (size_t i = 0; i < weighted_.size(); ++i)
-        if (weighted_[i].second > 0) order_.push_back(i);
-    size_t keep = std::min(width, order_.size());
-    auto before = [&](size_t a, size_t b) {
-        double x = weighted_[a].second, y = weighted_[b].second;
-        return x > y || (x == y && a < b);
-    };
-    std::partial_sort(order_.begin(), order_.begin() + keep, order_.end(), before);
-    std::vector<double> masses(keep);
-    for (size_t i = 0; i < keep; ++i) masses[i] = weighted_[order_[i]].second;
-    double total = py_sum(masses.data(), keep, compensated_);
+    for (size_t i = 0; i < weighted_.size() && width > 0; ++i) {
+        double value = weighted_[i].second;
+        if (!(value > 0)) continue;
+        if (order_.size() == width && !(value > weighted_[order_.back()].second)) continue;
+        size_t at = order_.size();
+        while (at > 0 && value > weighted_[order_[at - 1]].second) --at;
+        order_.insert(order_.begin() + at, i);
+        if (order_.size() > width) order_.pop_back();
+    }
+    size_t keep = order_.size();
+    masses_.resize(keep);
+    for (size_t i = 0; i < keep; ++i) masses_[i] = weighted_[order_[i]].second;
+    double total = py_sum(masses_.data(), keep, compensated_);
     out.ids.resize(keep);
     out.probs.resize(keep);
     for (size_t i = 0; i < keep; ++i) {
         out.ids[i] = weighted_[order_[i]].first;
-        out.probs[i] = masses[i] / total;
+        out.probs[i] = masses_[i] / total;
     }
     out.count = count;
     out.matched = matched;

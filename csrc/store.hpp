@@ -55,6 +55,11 @@ public:
 
 private:
     uint64_t hash(const Token* key) const;
+    bool same_key(const Token* a, const Token* b) const {  // n_ <= 64 tokens: no library call
+        for (int i = 0; i < n_; ++i)
+            if (a[i] != b[i]) return false;
+        return true;
+    }
     size_t probe(const Token* key, uint64_t h) const;
     void grow();
     void unlink(int32_t slot);
@@ -146,6 +151,7 @@ private:
     // scratch of merge and blend
     std::vector<std::pair<Token, double>> weighted_;
     std::vector<size_t> order_;
+    std::vector<double> masses_;
     std::unordered_map<Token, int32_t> position_;
     ScratchIndex scratch_;
 };

@@ -149,6 +149,10 @@ def assert_same_draft(a, b) -> None:
         if ids_a is not None:
             assert np.array_equal(ids_a, ids_b) and ids_b.dtype == np.int64
             np.testing.assert_allclose(q_b, q_a, rtol=0, atol=1e-6)
+    assert (a.scores is None) == (b.scores is None)
+    if a.scores is not None:  # the best-first scores, multiplied in the reference's order
+        np.testing.assert_allclose(b.scores, a.scores, rtol=0, atol=1e-12)
+        assert a.scores.tolist() == b.scores.tolist()
 
 
 @pytest.mark.parametrize("stochastic", [False, True])
@@ -213,3 +217,177 @@ def test_stand_native_selects_the_native_store(monkeypatch):
     assert new_memory("recycle", 100) is not None
     with pytest.raises(StandError, match="top_k"):
         NativeNGramStore(top_k=0)
+
+
+def test_value_sized_replays_are_identical_on_the_native_store():
+    """A value-sized dynamic tree sizes each step from the native draft's node scores: the replay,
+    the rule's sizes and its learned acceptance are the Python store's."""
+    from stand_runtime.drafters.value import LatencyModel, ValueRule
+
+    method = Method.parse("stand", "dynamic-40")
+    greedy = SamplingParams(temperature=0.0)
+    traces = [random_sequence(np.random.default_rng(s), 400, vocab=50) for s in range(2)]
+    prompt = random_sequence(np.random.default_rng(9), 30, vocab=50)
+    results = []
+    for cls in (NGramStore, NativeNGramStore):
+        store, rule = cls(max_n=8), ValueRule(LatencyModel(lambda tokens: 1.0 + 0.01 * tokens, (1, 2, 4, 8, 16, 32, 64)))
+        runs = []
+        for t, trace in enumerate(traces):
+            drafter = method.drafter(store, RandomStream.seeded(t), greedy, 64)
+            drafter.value = rule
+            stats = replay_trace(drafter, prompt, trace).stats
+            runs.append((stats.drafted_per_step, stats.accepted_per_step))
+        results.append((runs, store.stats(), rule.sizes, rule.acceptance.table().tolist()))
+    assert results[0] == results[1]
+    assert len(set(results[0][2])) >= 3 and sum(results[0][0][-1][1]) > 0  # sizes varied; drafts were accepted
+    monkeypatch = pytest.MonkeyPatch()
+    monkeypatch.setenv(NATIVE_ENV, "1")
+    assert type(new_memory("stand", 100, "dynamic-auto-24")) is NativeNGramStore  # value-sized trees go native
+    monkeypatch.undo()
+
+
+def draft_requests(rng, stores, sequence, streams, i):
+    """A batch's worth of rows: contexts, budgets, depths, chains and trees varying per row."""
+    requests = []
+    for r, (store, stream) in enumerate(zip(stores, streams)):
+        end = int(rng.integers(1, len(sequence)))
+        chain = sequence[end : end + int(rng.integers(0, 12))] if (i + r) % 2 else None
+        tree = DynamicTree(int(rng.choice([1, 5, 20, 80])), confidence=[1.0, 0.0, 2.0][(i + r) % 3])
+        requests.append((tree, store, sequence[max(0, end - 20) : end], stream, [None, 3, 1][r % 3], chain))
+    return requests
+
+
+@pytest.mark.parametrize("stochastic", [False, True])
+def test_rows_drafted_in_one_call_equal_the_per_row_calls(stochastic):
+    """native_best_first_rows over rows with their own or a shared store, contexts, budgets, chains
+    and Gumbel pools (two rows on one stream too) == best_first_draft row by row."""
+    from stand_runtime.drafters.native_draft import native_best_first_rows
+
+    rng = np.random.default_rng(21 + stochastic)
+    shared, own = NativeNGramStore(max_n=8), NativeNGramStore(max_n=8)
+    twins = NativeNGramStore(max_n=8), NativeNGramStore(max_n=8)
+    feed_both(rng, (shared, twins[0]), 300)
+    feed_both(rng, (own, twins[1]), 300)
+    sequence = random_sequence(rng, 300)
+    sides = []
+    for batched in (False, True):
+        streams = [RandomStream.seeded(s, block=61) if stochastic else None for s in (1, 2, 3)]
+        streams.append(streams[0])  # a fourth row on the first row's stream: drafted after it
+        stores = (shared, own, shared, shared) if batched else (twins[0], twins[1], twins[0], twins[0])
+        rows_rng = np.random.default_rng(5)
+        drafts = []
+        for i in range(40):
+            requests = draft_requests(rows_rng, stores, sequence, streams, i)
+            drafts += native_best_first_rows(requests) if batched else [best_first_draft(*r) for r in requests]
+        sides.append((drafts, [s.gumbel(5).tolist() if s is not None else None for s in streams[:3]]))
+    for a, b in zip(sides[0][0], sides[1][0]):
+        assert_same_draft(a, b)
+    assert sides[0][1] == sides[1][1]  # the same noise consumed per stream
+    assert shared.stats() == twins[0].stats() and own.stats() == twins[1].stats()
+    assert sum(d.num_nodes for d in sides[0][0]) > 200
+
+
+def test_rows_fed_in_one_call_equal_the_per_row_calls():
+    """update_sequences over rows of a shared and an own store (numeric rows, rows the Python checks
+    take, a bad row) == update_sequence row by row: the same stores, statistics and error."""
+    from stand_runtime.store.native_store import update_sequences
+
+    rng = np.random.default_rng(4)
+    sequence = random_sequence(rng, 300)
+    pairs = [(NativeNGramStore(max_n=4, max_entries_per_n=80), NativeNGramStore(max_n=4, max_entries_per_n=80))
+             for _ in range(2)]
+    for step in range(60):
+        rows = []
+        for r in range(3):
+            start = int(rng.integers(0, len(sequence) - 20))
+            positions = list(range(start, start + int(rng.integers(1, 8))))
+            ids, probs = random_rows(rng, len(positions), int(rng.integers(1, 12)))
+            if step % 7 == 3 and r == 1:
+                ids, probs = ids.tolist(), probs.tolist()  # not numeric: the Python checks
+            rows.append((r % 2, sequence, positions, ids, probs))
+        update_sequences([(pairs[k][1], *args) for k, *args in rows])
+        for k, *args in rows:
+            pairs[k][0].update_sequence(*args)
+    bad = np.array([[1, 2], [3, 3], [5, 6]]), np.array([[0.5, 0.2], [0.4, 0.3], [0.6, 0.1]])
+    rows = [(0, [7, 8, 9, 10], [0], *random_rows(rng, 1, 3)), (1, [7, 8, 9, 10], [0, 1, 2], *bad),
+            (0, [7, 8, 9, 10], [1], *random_rows(rng, 1, 3))]
+    messages = []
+    for side, call in ((0, lambda: [pairs[k][0].update_sequence(*args) for k, *args in rows]),
+                       (1, lambda: update_sequences([(pairs[k][1], *args) for k, *args in rows]))):
+        with pytest.raises(StandError) as error:
+            call()
+        messages.append(str(error.value))
+    assert messages[0] == messages[1]
+    for reference, batched in pairs:
+        assert reference.stats() == batched.stats()
+        for n in range(1, 5):
+            assert reference.table(n) == batched.table(n)
+    assert pairs[0][0].stats().evictions > 0
+
+
+@pytest.mark.parametrize("tree", ["dynamic-16", "dynamic-auto-12"])
+def test_batched_native_rows_equal_plain_decoding(tiny_qwen2, monkeypatch, tree):
+    """generate_batch under STAND_NATIVE=1 (rows drafted and fed in one call each) equals plain
+    decoding row by row (greedy), on a fixed-budget and a value-sized dynamic tree."""
+    from stand_runtime import generate, generate_batch
+    from stand_runtime.target import latency
+
+    sizes = (1, 2, 4, 8, 16, 32, 64, 128)
+    monkeypatch.setattr("stand_runtime.method.cached_latency",
+                        lambda model, name: latency.LatencyProfile(sizes, tuple(1 + 0.02 * s for s in sizes)))
+    monkeypatch.setenv(NATIVE_ENV, "1")
+    calls = {"draft": 0, "feed": 0}
+    import stand_runtime.engine.row_batch as row_batch
+    for name, key in (("native_best_first_rows", "draft"), ("update_sequences", "feed")):
+        original = getattr(row_batch, name)
+        monkeypatch.setattr(row_batch, name, lambda *a, _f=original, _k=key: (calls.__setitem__(_k, calls[_k] + 1), _f(*a))[1])
+    prompts = [[3, 1, 4, 1, 5, 9, 2, 6] * 3, [2, 7, 1, 8, 2, 8] * 4]
+    greedy = SamplingParams(temperature=0)
+    plain = [generate(tiny_qwen2, None, p, method="ar", sampling=greedy, max_new_tokens=30, eos_token_ids=[]).tokens
+             for p in prompts]
+    method = Method.parse("stand", tree, tiny_qwen2, batch=4)
+    rows = generate_batch(tiny_qwen2, None, prompts, n=2, method=method, sampling=greedy, max_new_tokens=30,
+                          eos_token_ids=[])
+    assert [r.tokens for r in rows] == [plain[0], plain[0], plain[1], plain[1]]
+    assert type(rows[0].stats.store) is dict and calls["draft"] > 0 and calls["feed"] > 0
+    assert sum(r.stats.new_tokens - r.stats.target_forwards for r in rows) > 0  # drafts were accepted
+
+
+def test_batched_native_sampling_equals_the_per_row_path(tiny_qwen2, monkeypatch):
+    """Sampled rows (seeded) take the same tokens whether the batch drafts and feeds its native rows
+    in one call or row by row (the reference path)."""
+    from stand_runtime import generate_batch
+    import stand_runtime.engine.loop as loop
+
+    monkeypatch.setenv(NATIVE_ENV, "1")
+    prompts = [[3, 1, 4, 1, 5, 9, 2, 6] * 3, [2, 7, 1, 8, 2, 8] * 4]
+    params = SamplingParams(temperature=0.8, top_p=0.95)
+    runs = []
+    for batched in (True, False):
+        if not batched:
+            monkeypatch.setattr(loop, "propose_rows", lambda rows, cap: [row.propose(cap) for row in rows])
+            monkeypatch.setattr(loop, "defer_feeds", lambda rows: None)
+        rows = generate_batch(tiny_qwen2, None, prompts, n=3, method=Method.parse("stand", "dynamic-16", tiny_qwen2,
+                              batch=6), sampling=params, max_new_tokens=40, seed=11, eos_token_ids=[])
+        runs.append([(r.tokens, r.stats.drafted_per_step, r.stats.accepted_per_step, r.stats.store) for r in rows])
+    assert runs[0] == runs[1]
+    assert sum(sum(a) for _, _, a, _ in runs[0]) > 0
+
+
+def test_the_suffix_index_grown_in_place_matches_fresh_sequences():
+    """The copy chain's index trusts a list grown in place (the engine's committed tokens) and
+    compares any other list: both give the continuations of an index rebuilt from scratch."""
+    from stand_runtime.drafters.suffix_index import SuffixIndex
+
+    rng = np.random.default_rng(2)
+    sequence = random_sequence(rng, 500, vocab=12)
+    grown, fresh, other = SuffixIndex(), SuffixIndex(), [0, 1]
+    committed, found = sequence[:5], 0
+    for end in range(5, 500, 3):
+        committed += sequence[len(committed) : end]
+        expected = SuffixIndex().continuation(sequence[:end], 10)
+        assert grown.continuation(committed, 10) == expected == fresh.continuation(list(sequence[:end]), 10)
+        found += bool(expected)
+        if end % 60 == 5:  # another sequence in between starts that index over, then the first one again
+            assert fresh.continuation(other, 10) == SuffixIndex().continuation(other, 10)
+    assert found > 100  # continuations were found, not only empty ones

@@ -120,13 +120,12 @@ def takes_tree(method: str, spec) -> bool:
 def new_memory(method: str, vocab: int, tree=None) -> Memory | None:
     """A fresh drafter memory for ``method`` (None for methods without one); a store for a dynamic
     ``tree`` keeps contexts up to :data:`DYNAMIC_MAX_N` tokens (the paper's store: 3); under
-    ``STAND_NATIVE=1`` the store of a static or fixed-budget dynamic tree is the native one, over which
-    the tree is drafted in C++ (:mod:`stand_runtime.store.native_store`,
-    :mod:`stand_runtime.drafters.native_draft`; a value-sized tree reads the Python draft's node scores)."""
+    ``STAND_NATIVE=1`` the store is the native one, over which every STAND tree (static, fixed-budget
+    or value-sized dynamic) is drafted in C++ (:mod:`stand_runtime.store.native_store`,
+    :mod:`stand_runtime.drafters.native_draft`)."""
     if method in STORE_METHODS:
         dynamic = parse_dynamic(tree)
-        native = dynamic is None or not dynamic.sized  # value-sized trees need the Python draft's scores
-        return store_class(native)(top_k=STORE_TOP_K, max_n=DYNAMIC_MAX_N if dynamic is not None else 3)
+        return store_class(True)(top_k=STORE_TOP_K, max_n=DYNAMIC_MAX_N if dynamic is not None else 3)
     if method == "recycle":
         return RecyclingMatrix(vocab)
     if method == "suffix":

@@ -18,7 +18,7 @@ a seeded run draws the same noise whichever store drafts it.
 from __future__ import annotations
 
 import weakref
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
@@ -61,23 +61,64 @@ class _PoolNoise:
         self.pool._next += used
 
 
-def native_best_first_draft(tree: DynamicTree, store: NativeNGramStore, context: list[int],
-                            randomness: RandomStream | None, max_depth: int | None = None,
-                            chain: list[int] | None = None) -> Draft:
-    """:func:`stand_runtime.drafters.best_first.best_first_draft` in C++ (same arguments, same
-    :class:`Draft`, same noise consumed, same store statistics)."""
+def _row(tree: DynamicTree, store: NativeNGramStore, context: list[int], randomness: RandomStream | None,
+         max_depth: int | None, chain: list[int] | None) -> tuple[tuple, _PoolNoise | None]:
+    """The C++ call's arguments for one row, and the noise it lends."""
     deepest = tree.max_depth if max_depth is None else min(max_depth, tree.max_depth)
     suffix = np.asarray(context[-store.max_n :], dtype=np.int64)
     chain_array = np.asarray(chain, dtype=np.int64) if chain else _NO_CHAIN
     noise = None if randomness is None else _PoolNoise(randomness)
-    tokens, parents, depths, children, draft_ids, draft_probs, slots, copied, used = _native.best_first(
-        store.core, suffix, chain_array, tree.num_nodes, float(tree.confidence), float(tree.beta), int(deepest),
-        BLEND_WIDTH, None if noise is None else noise.buffer(), None if noise is None else noise.more)
+    return ((store.core, suffix, chain_array, tree.num_nodes, float(tree.confidence), float(tree.beta), int(deepest),
+             BLEND_WIDTH, None if noise is None else noise.buffer(), None if noise is None else noise.more), noise)
+
+
+def _draft(out: tuple, noise: _PoolNoise | None) -> Draft:
+    """The :class:`Draft` of one C++ result (its noise consumed from the pool)."""
+    tokens, parents, depths, children, draft_ids, draft_probs, slots, copied, used, scores = out
     if noise is not None:
         noise.consume(used)
     return Draft(tokens=tokens, parents=parents, depths=depths, children=children, draft_ids=draft_ids,
-                 draft_probs=draft_probs, slots=slots, stochastic=randomness is not None, nodes=None,
-                 copied=frozenset(copied))
+                 draft_probs=draft_probs, slots=slots, stochastic=noise is not None, nodes=None,
+                 copied=frozenset(copied), scores=scores)
+
+
+def native_best_first_draft(tree: DynamicTree, store: NativeNGramStore, context: list[int],
+                            randomness: RandomStream | None, max_depth: int | None = None,
+                            chain: list[int] | None = None) -> Draft:
+    """:func:`stand_runtime.drafters.best_first.best_first_draft` in C++ (same arguments, same
+    :class:`Draft` with the same node scores, same noise consumed, same store statistics)."""
+    args, noise = _row(tree, store, context, randomness, max_depth, chain)
+    return _draft(_native.best_first(*args), noise)
+
+
+DraftRequest = tuple
+"""One row of :func:`native_best_first_rows`: ``(tree, store, context, randomness, max_depth, chain)``,
+the arguments of :func:`native_best_first_draft`."""
+
+
+def native_best_first_rows(requests: Sequence[DraftRequest]) -> list[Draft]:
+    """The drafts of several rows in one call into C++: ``[native_best_first_draft(*r) for r in
+    requests]``, the same drafts, noise consumed and store statistics (rows drafted in order, so rows
+    sharing a store count their lookups as one after the other would). Rows whose random streams
+    share a Gumbel pool go in separate calls, each after the previous consumed its noise.
+
+    Args:
+        requests: per row ``(tree, store, context, randomness, max_depth, chain)``; every store a
+            :class:`NativeNGramStore`.
+    """
+    drafts: list[Draft] = []
+    start = 0
+    while start < len(requests):
+        pools, stop = set(), start  # the longest run of rows with distinct pools
+        while stop < len(requests) and (requests[stop][3] is None or id(requests[stop][3]._gumbels) not in pools):
+            if requests[stop][3] is not None:
+                pools.add(id(requests[stop][3]._gumbels))
+            stop += 1
+        rows = [_row(*request) for request in requests[start:stop]]
+        outs = _native.best_first_rows([args for args, _ in rows])
+        drafts.extend(_draft(out, noise) for out, (_, noise) in zip(outs, rows))
+        start = stop
+    return drafts
 
 
 def _structure(tree: DraftTree) -> tuple[np.ndarray, np.ndarray, int]:
@@ -124,7 +165,7 @@ def native_fill_tree(tree: DraftTree, store: NativeNGramStore, context: list[int
         store.core, suffix, start, flat, chain_array, int(deepest), int(chain_deepest), extend is not None,
         0 if extend is None else int(extend.budget), 0.0 if extend is None else float(extend.min_score),
         None if noise is None else noise.buffer(), None if noise is None else noise.more)
-    tokens, parents, depths, children, draft_ids, draft_probs, slots, copied, used = drafted
+    tokens, parents, depths, children, draft_ids, draft_probs, slots, copied, used, _ = drafted  # no scores
     if noise is not None:
         noise.consume(used)
     return Draft(tokens=tokens, parents=parents, depths=depths, children=children, draft_ids=draft_ids,

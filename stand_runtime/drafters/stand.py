@@ -14,17 +14,16 @@ import time
 import numpy as np
 
 from .diagnostics import DraftQuality
-from ..errors import StandError
 from ..trees.draft import Draft, truncate_draft
 from .feeds import STORE_TOP_K, TargetFeed, feed_store, store_observation, store_params
+from ..store.native_store import FeedRow, NativeNGramStore
 from .gumbel import choose_children
-from ..store.native_store import NativeNGramStore
 from ..store.ngram_store import NGramStore
 from ..randomness import RandomStream
 from ..target.sampling import SamplingParams
 from ..trees.tree import DraftTree
 from .best_first import DynamicTree, best_first_draft
-from .native_draft import native_fill_tree
+from .native_draft import DraftRequest, native_fill_tree
 from .suffix_index import NativeSuffixIndex, SuffixIndex
 from .tree_walk import Extension, Proposal, fill_tree
 from .value import ValueRule, copied_mask
@@ -127,26 +126,57 @@ class StandDrafter:
         if len(positions):
             feed_store(self.store, prompt, list(positions), feed, range(len(positions)), self.params)
 
-    def draft(self, committed: list[int], max_depth: int) -> Draft:
+    @property
+    def native(self) -> bool:
+        """True when this drafter drafts a dynamic tree in C++ (a native store): a batch's rows of such
+        drafters draft in one call (:meth:`request`, :func:`stand_runtime.drafters.native_draft.native_best_first_rows`)."""
+        return self.dynamic and isinstance(self.store, NativeNGramStore)
+
+    @property
+    def native_feed(self) -> bool:
+        """True when a step's feed is one native store update (:meth:`feed_request`; not with
+        ``feed_rejected``, which feeds node by node)."""
+        return isinstance(self.store, NativeNGramStore) and not self.feed_rejected
+
+    def request(self, committed: list[int], max_depth: int) -> DraftRequest:
+        """This step's dynamic-tree request ``(tree, store, context, randomness, max_depth, chain)``
+        (:func:`stand_runtime.drafters.best_first.best_first_draft`'s arguments); the draft it gives
+        goes through :meth:`sized`."""
+        chain = self._prepare(committed, max_depth)
+        return (self.tree, self.store, committed, self.randomness, max_depth, chain)
+
+    def sized(self, draft: Draft) -> Draft:
+        """A dynamic draft cut to the value rule's size (value-sized trees), else as it is."""
+        if self.value is None or self.value.batch_allocated:  # batch: the engine sizes every row at once
+            return draft
+        return truncate_draft(draft, self.value.size(draft.scores[1:], copied_mask(draft)))
+
+    def _prepare(self, committed: list[int], max_depth: int) -> list[int] | None:
+        """Before a draft: the root's match for diagnostics, and the copy chain."""
         if self.quality is not None:
             match = self.store.match(committed)
             self._root_n = 0 if match is None else match[0]
-        chain = self._index.continuation(committed, min(self.copy, max_depth)) if self._index is not None else None
+        return self._index.continuation(committed, min(self.copy, max_depth)) if self._index is not None else None
+
+    def draft(self, committed: list[int], max_depth: int) -> Draft:
         if self.dynamic:
-            draft = best_first_draft(self.tree, self.store, committed, self.randomness, max_depth, chain)
-            if self.value is not None:
-                if draft.scores is None:
-                    raise StandError("a value-sized dynamic tree drafts on the Python store (NGramStore), which "
-                                     "scores its nodes; the native store does not yet")
-                if not self.value.batch_allocated:  # else the engine sizes every row of the forward at once
-                    draft = truncate_draft(draft, self.value.size(draft.scores[1:], copied_mask(draft)))
-            return draft
+            return self.sized(best_first_draft(*self.request(committed, max_depth)))
+        chain = self._prepare(committed, max_depth)
         if isinstance(self.store, NativeNGramStore):  # the same draft, filled in C++ (§3.8)
             return native_fill_tree(self.tree, self.store, committed, self.randomness, max_depth, self.extend, chain)
         return fill_tree(self.tree, committed, self.store.max_n, self._propose, self.randomness is not None, max_depth,
                          self.extend, chain)
 
     def observe_step(self, committed, draft, accepted, feed: TargetFeed) -> None:
+        request = self.feed_request(committed, draft, accepted, feed)
+        if request is not None:
+            self.store.update_sequence(*request[1:])
+
+    def feed_request(self, committed, draft, accepted, feed: TargetFeed) -> FeedRow | None:
+        """:meth:`observe_step` but for the store update, returned as ``(store, tokens, positions,
+        ids, probs)`` (:meth:`NGramStore.update_sequence`'s arguments; a batch merges its rows' in
+        one call, :func:`stand_runtime.store.native_store.update_sequences`); with ``feed_rejected``
+        the store is fed here and None is returned."""
         if self.value is not None and draft.scores is not None:
             self.value.observe(draft.scores[1:], copied_mask(draft), accepted)
         if self.quality is not None:
@@ -155,11 +185,13 @@ class StandDrafter:
             self.diagnostics_s += time.perf_counter() - start
         if self.feed_rejected:
             self._feed_tree(committed, draft, feed.observed(accepted), feed)
-            return
+            return None
         keep = [0, *accepted]
-        path_tokens = committed + [draft.tokens[p] for p in accepted]
-        positions = list(range(len(committed) - 1, len(committed) - 1 + len(keep)))
-        feed_store(self.store, path_tokens, positions, feed, keep, self.params)
+        base = max(0, len(committed) - self.store.max_n)  # the contexts' tokens only: no copy of the whole sequence
+        path_tokens = committed[base:] + [draft.tokens[p] for p in accepted]
+        positions = list(range(len(committed) - 1 - base, len(committed) - 1 - base + len(keep)))
+        ids, probs = store_observation(feed, keep, self.params)
+        return (self.store, path_tokens, positions, ids, probs)
 
     def _feed_tree(self, committed: list[int], draft: Draft, observed: list[int], feed: TargetFeed) -> None:
         """Record p (top-10; for greedy decoding the softmax) at every observed forwarded node,

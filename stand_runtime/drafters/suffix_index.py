@@ -17,18 +17,28 @@ class SuffixIndex:
 
     Args:
         max_ngram: longest suffix matched (tokens).
+
+    The engine hands it the same list of committed tokens every step, grown in place: a list object
+    it indexed before and no shorter than then is taken to extend what was indexed (no O(length)
+    comparison per step); any other sequence is compared with a copy of the indexed one, and one that
+    does not extend it starts the index over.
     """
 
     def __init__(self, max_ngram: int = 3) -> None:
         self.max_ngram = max_ngram
         self._latest: dict[tuple[int, ...], int] = {}  # n-gram → end index of its latest occurrence
         self._indexed = 0  # n-grams ending before this index are indexed
-        self._sequence: list[int] = []
+        self._sequence: list[int] = []  # a copy of what was indexed (made when another list comes)
+        self._source: list[int] | None = None  # the list object indexed last, and its length then
+        self._length = 0
 
     def _update(self, sequence: list[int]) -> None:
-        if sequence[: len(self._sequence)] != self._sequence:  # a new sequence: start over
+        if sequence is self._source and len(sequence) >= self._length:
+            pass  # the engine's committed tokens, grown since
+        elif sequence[: self._length] != self._indexed_tokens():  # a new sequence: start over
             self._latest, self._indexed = {}, 0
-        self._sequence = list(sequence)
+        self._sequence = None
+        self._source, self._length = sequence, len(sequence)
         last = len(sequence) - 1
         for end in range(self._indexed, last):  # every n-gram ending before the current suffix
             for n in range(1, self.max_ngram + 1):
@@ -47,6 +57,12 @@ class SuffixIndex:
             if end is not None:
                 return sequence[end + 1 : end + 1 + limit]
         return []
+
+    def _indexed_tokens(self) -> list[int]:
+        """The tokens indexed so far (the source list's first tokens, if it was not changed in place)."""
+        if self._sequence is None:
+            self._sequence = list(self._source[: self._length])
+        return self._sequence
 
 
 class NativeSuffixIndex:

@@ -119,6 +119,9 @@ class DecodeRow:
 
     Attributes:
         committed: prompt + generated tokens; ``committed[-1]`` is the next root.
+        defer_feed: when True (set by the engine), :meth:`settle` leaves the drafter's store update
+            in ``pending_feed`` (:meth:`StandDrafter.feed_request`) for the engine to merge with its
+            other rows' (:func:`stand_runtime.engine.row_batch.feed_rows`).
         generated: the generated tokens.
         finish_reason: None while running, then ``"eos"``, ``"stop"`` or ``"length"``.
         stats: the row's :class:`DecodeStats`.
@@ -140,6 +143,8 @@ class DecodeRow:
         self.stats = stats if stats is not None else DecodeStats()
         self.stats.prompt_tokens = len(prompt)
         self.logprobs: list[float] | None = [] if logprobs else None
+        self.defer_feed = False  # set by a batch engine whose drafter feeds a native store (row_batch.py)
+        self.pending_feed = None
 
     @property
     def remaining(self) -> int:
@@ -153,12 +158,20 @@ class DecodeRow:
             max_nodes: optional cap on drafted nodes (root excluded); the draft is cut to its first nodes
                 (a batch shares a token budget per forward). None = the drafter's own size.
         """
-        if self.drafter is not None and self.remaining > 1 and max_nodes != 0:
-            draft = self.drafter.draft(self.committed, self.remaining - 1)
-            if max_nodes is not None and draft.num_nodes > max_nodes:
-                draft = truncate_draft(draft, max_nodes)
-        else:
-            draft = Draft.root_only(self.committed[-1])
+        if self.wants_draft(max_nodes):
+            return self.proposed(self.drafter.draft(self.committed, self.remaining - 1), max_nodes)
+        return self.proposed(Draft.root_only(self.committed[-1]), max_nodes)
+
+    def wants_draft(self, max_nodes: int | None = None) -> bool:
+        """True when this step drafts (a drafter, more than one token of the budget left, a cap above 0);
+        the drafter then drafts no deeper than ``remaining - 1``."""
+        return self.drafter is not None and self.remaining > 1 and max_nodes != 0
+
+    def proposed(self, draft: Draft, max_nodes: int | None = None) -> Draft:
+        """The drafter's ``draft`` cut to ``max_nodes`` (see :meth:`propose`), the drafting lap closed
+        (a batch drafts its native rows in one call, :func:`stand_runtime.engine.row_batch.propose_rows`)."""
+        if max_nodes is not None and draft.num_nodes > max_nodes:
+            draft = truncate_draft(draft, max_nodes)
         self.lap("drafting_s")
         return draft
 
@@ -185,7 +198,9 @@ class DecodeRow:
                 row = target.logits[position].float()
                 self.logprobs.append(float(row[token] - torch.logsumexp(row, dim=-1)))
         self.stats.record_step(len(new_tokens), draft.num_nodes, len(verification.accepted), verification.bonus)
-        if self.drafter is not None:
+        if self.drafter is not None and self.defer_feed:  # the engine merges it with its other rows'
+            self.pending_feed = self.drafter.feed_request(self.committed, draft, accepted, target)
+        elif self.drafter is not None:
             self.drafter.observe_step(self.committed, draft, accepted, target)
         self.committed += new_tokens
         self.generated += new_tokens

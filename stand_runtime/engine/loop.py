@@ -28,6 +28,7 @@ from .allocation import BatchAllocator
 from .clock import Clock
 from .decode_row import DecodeRow, Settled, StepTarget
 from .metrics import GenerationResult
+from .row_batch import defer_feeds, feed_rows, propose_rows
 
 
 class RowCaches(Protocol):
@@ -195,6 +196,8 @@ class Loop:
         self.clock = Clock(model_device(model))
         for row in self.rows:
             row.lap = self.clock.lap
+        if len(self.rows) > 1:
+            defer_feeds(self.rows)  # native stores: the rows' feeds merged in one call per step
         self.active: list[int] = list(range(len(self.rows)))
         self.results: list[GenerationResult | None] = [None] * len(self.rows)
         self.allocator = BatchAllocator.for_rows(self.rows)
@@ -234,12 +237,13 @@ class Loop:
         rows = [self.rows[i] for i in self.active]
         self.clock.rows = [row.stats for row in rows]
         self.clock.lap(None)
-        drafts = self._allocate(rows, [row.propose(self.max_nodes) for row in rows])
+        drafts = self._allocate(rows, propose_rows(rows, self.max_nodes))  # native trees: one call for the rows
         logits = self.caches.forward(self.model, rows, drafts)
         seconds = self.clock.lap("forward_s")
         if seconds is not None:
             self._observe_forward(rows, self.caches.forwarded(drafts), seconds)
         settled = [row.settle(draft, StepTarget(out, row.params)) for row, draft, out in zip(rows, drafts, logits)]
+        feed_rows(rows)  # the native stores' updates deferred by settle, in one call
         self.caches.keep(settled, drafts)
         finished = [b for b, row in enumerate(rows) if row.finish_reason is not None]
         self.caches.drop(finished, len(rows))

@@ -117,26 +117,41 @@ class NativeNGramStore(NGramStore):
         positions = [int(p) for p in positions]
         if not positions:
             return
-        fast = (isinstance(ids, np.ndarray) and isinstance(probs, np.ndarray) and ids.ndim == 2
-                and ids.shape == probs.shape and len(ids) == len(positions) and ids.dtype.kind in "iu"
-                and ids.dtype.itemsize <= (8 if ids.dtype.kind == "i" else 4) and probs.dtype.kind == "f"
-                and -1 <= min(positions) and max(positions) < len(tokens))  # else: the Python checks, row by row
-        if not fast:
-            for row, pos in enumerate(positions):
-                start = max(0, pos + 1 - self.max_n)
-                self.update(tokens[start : pos + 1], ids[row], probs[row])
+        numeric = self._numeric(tokens, positions, ids, probs)
+        if numeric is None:
+            self._update_rows(tokens, positions, ids, probs, 0)
             return
-        low = max(0, min(positions) + 1 - self.max_n)
-        window = np.asarray(tokens[low : max(positions) + 1], dtype=np.int64)
-        local = np.asarray(positions, dtype=np.int64) - low
+        window, local = numeric
         first = 0
         while first < len(positions):
             bad = self.core.update_rows(window, local, ids, probs, first)
             if bad < 0:
                 return
-            pos = positions[bad]
-            self.update(tokens[max(0, pos + 1 - self.max_n) : pos + 1], ids[bad], probs[bad])
+            self._update_rows(tokens, positions, ids, probs, bad, bad + 1)
             first = bad + 1
+
+    def _numeric(self, tokens, positions: list[int], ids, probs) -> tuple[np.ndarray, np.ndarray] | None:
+        """``(window, local positions)`` of rows C++ can merge as they are (numeric arrays, positions
+        inside ``tokens``), else None (the Python checks, row by row)."""
+        if not (isinstance(ids, np.ndarray) and isinstance(probs, np.ndarray)):
+            return None
+        shape, kind, size = ids.shape, ids.dtype.kind, ids.dtype.itemsize
+        if (len(shape) != 2 or shape != probs.shape or shape[0] != len(positions) or probs.dtype.kind != "f"
+                or not (kind == "i" and size <= 8 or kind == "u" and size <= 4)):
+            return None
+        first, last = min(positions), max(positions)
+        if first < -1 or last >= len(tokens):
+            return None
+        low = max(0, first + 1 - self.max_n)
+        local = np.array(positions, dtype=np.int64)
+        local -= low
+        return np.array(tokens[low : last + 1], dtype=np.int64), local
+
+    def _update_rows(self, tokens, positions: list[int], ids, probs, first: int, stop: int | None = None) -> None:
+        """Rows ``first:stop`` through :meth:`update` (the Python checks and errors)."""
+        for row in range(first, len(positions) if stop is None else stop):
+            pos = positions[row]
+            self.update(tokens[max(0, pos + 1 - self.max_n) : pos + 1], ids[row], probs[row])
 
     def stats(self) -> StoreStats:
         entries, lookups, hits, merges, dropped, evictions, reserve_ids = self.core.stats()
@@ -162,3 +177,41 @@ class NativeNGramStore(NGramStore):
 
     def __len__(self) -> int:
         return sum(self.core.stats()[0])
+
+
+FeedRow = tuple
+"""One row of :func:`update_sequences`: ``(store, tokens, positions, ids, probs)``, the arguments of
+:meth:`NativeNGramStore.update_sequence`."""
+
+
+def update_sequences(rows: Sequence[FeedRow]) -> None:
+    """``for store, *args in rows: store.update_sequence(*args)`` with every numeric row of every
+    store merged in one call into C++ (a batch's step observations, docs/design.md §3.8): the same
+    stores, statistics and errors as the per-row calls, in the same order (rows may share a store).
+
+    Raises:
+        StandError: an observation the Python store refuses (the rows before it were merged, the
+            ones after it were not, as in the per-row calls).
+    """
+    pending: list[list] = []  # [store, tokens, positions, ids, probs, window, local, first]
+
+    def flush() -> None:
+        while pending:
+            done, bad = _native.update_rows_many([(p[0].core, p[5], p[6], p[3], p[4], p[7]) for p in pending])
+            if bad < 0:
+                pending.clear()
+                return
+            store, tokens, positions, ids, probs = pending[done][:5]
+            store._update_rows(tokens, positions, ids, probs, bad, bad + 1)  # raises the reference's error
+            del pending[:done]
+            pending[0][7] = bad + 1
+
+    for store, tokens, positions, ids, probs in rows:
+        positions = [int(p) for p in positions]
+        numeric = store._numeric(tokens, positions, ids, probs) if positions else None
+        if numeric is None:
+            flush()  # earlier rows first: they may share this store
+            store.update_sequence(tokens, positions, ids, probs)
+        else:
+            pending.append([store, tokens, positions, ids, probs, *numeric, 0])
+    flush()
