@@ -212,7 +212,7 @@ def test_stand_native_selects_the_native_store(monkeypatch):
     store = new_memory("stand", 100, "dynamic-80")
     assert type(store) is NativeNGramStore and store.max_n == 8 and isinstance(store, NGramStore)
     assert type(new_memory("stand", 100)) is NativeNGramStore  # a static tree is filled natively too
-    assert type(new_memory("stand", 100, "dynamic-auto")) is NGramStore  # value-sized: the Python draft's scores
+    assert type(new_memory("stand", 100, "dynamic-auto")) is NativeNGramStore  # value-sized: native scores
     assert type(Method.parse("stand-det", "dynamic-20").new_memory(100)) is NativeNGramStore
     assert new_memory("recycle", 100) is not None
     with pytest.raises(StandError, match="top_k"):

@@ -136,7 +136,7 @@ def test_stand_native_drafts_static_trees_natively(monkeypatch):
     monkeypatch.setenv(NATIVE_ENV, "1")
     assert type(new_memory("stand", 100)) is NativeNGramStore and new_memory("stand", 100).max_n == 3
     assert type(new_memory("stand-det", 100, "heuristic-80")) is NativeNGramStore
-    assert type(new_memory("stand", 100, "dynamic-auto")) is NGramStore  # value-sized: the Python draft's scores
+    assert type(new_memory("stand", 100, "dynamic-auto")) is NativeNGramStore  # value-sized: native scores
     drafter = Method.parse("stand", "heuristic-80").drafter(None, RandomStream.seeded(0), SamplingParams(), 100)
     assert type(drafter.store) is NativeNGramStore and type(drafter._index) is NativeSuffixIndex
 
