@@ -36,7 +36,7 @@ from .randomness import RandomStream
 from .target.device_rows import DeviceRows
 from .target.sampling import SamplingParams, target_row
 from .trees.draft import Draft
-from .verify import EMPTY_RESIDUAL, Verification, node_draft, verify_sampling
+from .verify import EMPTY_RESIDUAL, Verification, verify_sampling
 
 
 
@@ -75,6 +75,26 @@ class _Layout:
     drawn: np.ndarray | None = None
 
 
+def _tree_parts(draft: Draft, b: int, width: int, sampling: bool) -> dict:
+    """One draft's nodes with children and their children, as flat arrays (see :class:`_Layout`)."""
+    inner = [v for v, kids in enumerate(draft.children) if kids]
+    counts = np.asarray([len(draft.children[v]) for v in inner], dtype=np.int64)
+    kids = np.asarray([c for v in inner for c in draft.children[v]], dtype=np.int64)
+    rank = np.arange(len(kids)) - np.repeat(np.cumsum(counts) - counts, counts)
+    parts = {"nodes": np.asarray(inner, dtype=np.int64), "counts": counts, "child": b * width + kids, "rank": rank,
+             "kid_tokens": np.asarray(draft.tokens, dtype=np.int64)[kids]}
+    if sampling:
+        has_q = [draft.draft_ids[v] is not None for v in inner]
+        parts["supports"] = [draft.draft_ids[v] if q else parts["kid_tokens"][k - n: k] for v, q, k, n in
+                             zip(inner, has_q, np.cumsum(counts), counts)]
+        parts["qs"] = [draft.draft_probs[v] if q else np.zeros(n) for v, q, n in zip(inner, has_q, counts)]
+        with_q = np.repeat(np.asarray(has_q, dtype=bool), counts)
+        parts["slots"] = np.where(with_q, np.asarray(draft.slots, dtype=np.int64)[kids], rank)
+        copied = np.isin(kids, np.fromiter(draft.copied, dtype=np.int64, count=len(draft.copied)))
+        parts["drawn"] = with_q & ~copied & bool(draft.stochastic)
+    return parts
+
+
 def _layout(drafts: Sequence[Draft], sampling: bool) -> _Layout:
     """The padded host arrays of ``drafts`` (:class:`_Layout`; the draft supports when ``sampling``)."""
     lengths = [len(d.tokens) for d in drafts]
@@ -83,45 +103,34 @@ def _layout(drafts: Sequence[Draft], sampling: bool) -> _Layout:
     ancestors = np.zeros((batch, width, width), dtype=bool)
     ancestors[:, np.arange(width), np.arange(width)] = True
     inner = np.full((batch, width), -1, dtype=np.int64)
-    out = _Layout(lengths, depth, ancestors, inner, [], [], [], [], [], [], np.zeros((0, 0), dtype=np.int64))
-    per_node = []
+    parts = [_tree_parts(draft, b, width, sampling) for b, draft in enumerate(drafts)]
     for b, draft in enumerate(drafts):
         depth[b, : lengths[b]] = draft.depths
         if lengths[b] > 1:
             ancestors[b, : lengths[b], : lengths[b]] = draft.ancestor_mask().numpy()
-        for v, kids in enumerate(draft.children):
-            if kids:
-                inner[b, v] = len(out.rows)
-                out.child += [b * width + c for c in kids]
-                out.parent_inner += [len(out.rows)] * len(kids)
-                out.rank += range(len(kids))
-                out.rows.append(b)
-                out.nodes.append(v)
-                out.kids.append(len(kids))
-                per_node.append((draft, v, kids))
-    widest = max(out.kids, default=0)
-    out.kid_tokens = np.full((len(per_node), widest), -1, dtype=np.int64)
-    for i, (draft, _, kids) in enumerate(per_node):
-        out.kid_tokens[i, : len(kids)] = [draft.tokens[c] for c in kids]
+    join = lambda key: np.concatenate([part[key] for part in parts])  # noqa: E731
+    counts, nodes = join("counts"), join("nodes")
+    rows = np.repeat(np.arange(batch), [len(part["nodes"]) for part in parts])
+    inner[rows, nodes] = np.arange(len(nodes))
+    owner, rank = np.repeat(np.arange(len(nodes)), counts), join("rank")
+    widest = int(counts.max()) if len(counts) else 0
+    kid_tokens = np.full((len(nodes), widest), -1, dtype=np.int64)
+    kid_tokens[owner, rank] = join("kid_tokens")
+    out = _Layout(lengths, depth, ancestors, inner, join("child").tolist(), owner.tolist(), rank.tolist(),
+                  rows.tolist(), nodes.tolist(), counts.tolist(), kid_tokens)
     if sampling:
-        _add_supports(out, per_node, widest)
+        supports = [support for part in parts for support in part["supports"]]
+        sizes = np.asarray([len(support) for support in supports], dtype=np.int64)
+        at = (np.repeat(np.arange(len(nodes)), sizes), np.arange(sizes.sum()) - np.repeat(np.cumsum(sizes) - sizes, sizes))
+        out.support = np.full((len(nodes), int(sizes.max()) if len(sizes) else 0), -1, dtype=np.int64)
+        out.q = np.zeros(out.support.shape)
+        if len(supports):
+            out.support[at] = np.concatenate(supports)
+            out.q[at] = np.concatenate([q for part in parts for q in part["qs"]])
+        out.slots = np.zeros((len(nodes), widest), dtype=np.int64)
+        out.drawn = np.zeros((len(nodes), widest), dtype=bool)
+        out.slots[owner, rank], out.drawn[owner, rank] = join("slots"), join("drawn")
     return out
-
-
-def _add_supports(out: _Layout, per_node: list, widest: int) -> None:
-    """Fill the layout's sampling arrays (:func:`stand_runtime.verify.node_draft` per node)."""
-    found = [node_draft(draft, v) for draft, v, _ in per_node]
-    size = max((len(support) for support, _, _ in found), default=0)
-    out.support = np.full((len(found), size), -1, dtype=np.int64)
-    out.q = np.zeros((len(found), size))
-    out.slots = np.zeros((len(found), widest), dtype=np.int64)
-    out.drawn = np.zeros((len(found), widest), dtype=bool)
-    for i, ((support, q, slots), (draft, _, kids)) in enumerate(zip(found, per_node)):
-        out.support[i, : len(support)] = support
-        out.slots[i, : len(slots)] = slots
-        if draft.stochastic and q is not None:
-            out.q[i, : len(q)] = q
-            out.drawn[i, : len(kids)] = [kid not in draft.copied for kid in kids]
 
 
 class _Logits:

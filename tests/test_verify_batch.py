@@ -8,7 +8,6 @@ exact law (conftest.draw_law) shows the emitted token is distributed as p, and t
 token for token as plain decoding (greedy) and by the same law (sampling) with it switched on.
 """
 
-import dataclasses
 import itertools
 from unittest.mock import patch
 
@@ -251,10 +250,6 @@ def small_tree(stochastic: bool, order=(0, 1, 2)) -> Draft:
     return builder.build(stochastic=stochastic)
 
 
-def emitted_first(draft: Draft, verification) -> int:
-    return draft.tokens[verification.accepted[0]] if verification.accepted else verification.token
-
-
 @pytest.mark.parametrize("params", [SamplingParams(1.0, 1.0), SamplingParams(0.7, 0.8)], ids=["dense", "nucleus"])
 def test_exact_law_equals_the_walks_and_emits_p(params):
     logits = torch.tensor([[0.1, 1.0, 0.3, -1.0, 0.7, -0.2]] * 6) + torch.arange(6.0)[:, None] * 0.1
@@ -273,19 +268,13 @@ def test_exact_law_equals_the_walks_and_emits_p(params):
             assert ours.keys() == walk.keys() and all(abs(ours[k] - walk[k]) < 1e-12 for k in ours)
             law = np.zeros(6)
             for (accepted, token), weight in ours.items():
-                law[emitted_first(draft, _Verified(accepted, token))] += weight
+                law[draft.tokens[accepted[0]] if accepted else token] += weight
             if not stochastic:  # any fixed proposal: the first token is p's
                 assert np.abs(law - p).max() < 1e-12
             else:  # averaged over the drawing orders of q without replacement
                 a, b, c = order
                 first += law * q[a] * q[b] / (1 - q[a]) / (1 - q[a] - q[b]) * q[c]
     assert np.abs(first - p).max() < 1e-12
-
-
-@dataclasses.dataclass
-class _Verified:
-    accepted: tuple
-    token: int
 
 
 def _key(verification):
