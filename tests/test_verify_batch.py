@@ -342,3 +342,10 @@ def test_device_rows_hold_the_hosts_target_rows(params):
         assert np.allclose(rows.values[r, :size].double().numpy(), want.probs, rtol=1e-12, atol=0)
         assert rows.ids is None or rows.ids[r, :size].tolist() == want.ids.tolist()
         assert rows.values[r, size:].sum() == 0 and abs(rows.total[r].item() - want.total) < 1e-12
+
+
+def test_one_sequence_with_the_batched_verifier_equals_plain_decoding(tiny_qwen2, plain_greedy):
+    parsed = Method.parse("stand", "heuristic-80", tiny_qwen2, batch_verify=True)
+    result = generate(tiny_qwen2, None, BATCH_PROMPTS[0], method=parsed, sampling=SamplingParams(temperature=0),
+                      max_new_tokens=24, eos_token_ids=[])
+    assert result.tokens == plain_greedy[0] and result.stats.target_forwards < 24
