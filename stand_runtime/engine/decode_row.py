@@ -174,12 +174,9 @@ class DecodeRow:
         Raises:
             StandError: non-finite target logits at a visited node.
         """
-        if verification is not None:
-            pass
-        elif self.params.greedy:
-            verification = verify_greedy(draft, target.argmax_at)
-        else:
-            verification = verify_sampling(draft, target.target_at, self.randomness)
+        if verification is None:
+            verification = (verify_greedy(draft, target.argmax_at) if self.params.greedy
+                            else verify_sampling(draft, target.target_at, self.randomness))
         self.lap("verification_s")
         proposed = [draft.tokens[p] for p in verification.accepted] + [verification.token]
         new_tokens, self.finish_reason = self.stop_rule.cut(self.generated, proposed)
