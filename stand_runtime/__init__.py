@@ -9,7 +9,8 @@ its module; the parts, in import order (docs/design.md §1.1-1.2):
 
 - foundation: ``errors``, ``limits``, ``checks``, ``files``, ``randomness``, ``lazy``;
 - ``trees/`` (static trees, a step's draft, tree files and families), ``target/`` (the target model, p,
-  forwards, KV caches, latency), ``store/`` (the logit n-gram store), ``verify`` (lossless verification);
+  forwards, KV caches, latency), ``store/`` (the logit n-gram store), ``verify`` (lossless verification),
+  ``verify_batch`` (it for a batch of rows, in tensors);
 - ``drafters/`` (STAND and the baselines), ``tree_choice`` (the ``auto`` tree), ``method`` (the method as
   one value);
 - ``engine/`` (the one engine loop, generate / generate_batch / decode_rows, the backend seam, trace

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .checks import check_int
+from .checks import check_bool, check_int
 from .drafters import (COPY_TOKENS, DYNAMIC_METHODS, METHODS, STORE_METHODS, TREE_METHODS, Drafter, Memory,
                        check_method, new_memory)
 from .drafters.best_first import DynamicTree, parse_dynamic
@@ -56,6 +56,8 @@ class Method:
         value: the expected-value rule of a value-sized dynamic tree (``dynamic-auto``), shared by every
             sequence this method decodes (its acceptance map and latency corrections are learned
             online from all of them); None otherwise.
+        batch_verify: verify a step's rows at once on the logits' device (:mod:`stand_runtime.verify_batch`):
+            True, False, or None = for a batch on an accelerator (docs/design.md §4.7).
 
     Raises:
         StandError: options the method does not take (:func:`stand_runtime.drafters.check_method`),
@@ -72,8 +74,11 @@ class Method:
     sized: bool = False
     suffix: SuffixSettings | None = None
     value: ValueRule | None = None
+    batch_verify: bool | None = None
 
     def __post_init__(self) -> None:
+        if self.batch_verify is not None:
+            object.__setattr__(self, "batch_verify", check_bool("batch_verify", self.batch_verify))
         check_method(self.name, tree=self.tree, feed_rejected=self.feed_rejected, diagnose=self.diagnose,
                      extend=self.extend, copy_tokens=self.copy_tokens)
         object.__setattr__(self, "copy_tokens", int(self.copy_tokens))
@@ -91,7 +96,8 @@ class Method:
     @classmethod
     def parse(cls, name: str, tree=None, model=None, batch: int = 1, *, feed_rejected: bool = False,
               extend: bool = True, copy_tokens: int = COPY_TOKENS, diagnose: bool = False, max_nodes=AUTO,
-              suffix: SuffixSettings | None = None, allocation: str = "batch") -> "Method":
+              suffix: SuffixSettings | None = None, allocation: str = "batch",
+              batch_verify: bool | None = None) -> "Method":
         """The method ``name`` with its tree resolved and its options checked.
 
         Args:
@@ -108,6 +114,7 @@ class Method:
             allocation: how a value-sized dynamic tree (``dynamic-auto``) is sized: ``"batch"`` (one
                 node budget per forward over every row's candidates, :mod:`stand_runtime.engine.allocation`)
                 or ``"row"`` (each row sizes its own draft as if alone, t at ``batch`` rows per forward).
+            batch_verify: the batched verifier switch (see :class:`Method`).
 
         Raises:
             StandError: unknown method, a missing optional package, an option the method does not
@@ -125,7 +132,8 @@ class Method:
         if max_nodes == AUTO:
             max_nodes = auto_node_cap(resolved, sized, batch)
         value = value_rule(resolved, model, batch, allocation)
-        return cls(name, resolved, feed_rejected, extend, copy_tokens, diagnose, max_nodes, sized, suffix, value)
+        return cls(name, resolved, feed_rejected, extend, copy_tokens, diagnose, max_nodes, sized, suffix, value,
+                   batch_verify)
 
     @property
     def label(self) -> str:

@@ -45,6 +45,29 @@ class _Pool:
         self._block = block
         self._values = np.empty(0)
         self._next = 0
+        self.lent: tuple | None = None  # (count, next, values, generator state) of the last lend
+
+    def lend(self, n: int, get_state) -> np.ndarray:
+        """``[n]`` values (a copy) taken as by :meth:`take`; :meth:`give_back` returns the unused ones.
+        ``get_state()`` is the generator's state, saved before a refill this take causes."""
+        before = (n, self._next, self._values, get_state() if self._next + n > len(self._values) else None)
+        out = self.take(n).copy()
+        self.lent = before
+        return out
+
+    def give_back(self, unused: int):
+        """Return the last ``unused`` values of the last lend; returns the generator state to restore
+        (the refill the lend drew turned out not needed, as one-by-one draws would not have made it) or None."""
+        if self.lent is None or not 0 <= unused <= self.lent[0]:
+            raise StandError(f"cannot give back {unused} uniforms: "
+                             + ("none were lent" if self.lent is None else f"{self.lent[0]} were lent"))
+        count, start, values, state = self.lent
+        self.lent = None
+        if state is not None and start + count - unused <= len(values):
+            self._values, self._next = values, start + count - unused
+            return state
+        self._next -= unused
+        return None
 
     def take(self, n: int) -> np.ndarray:
         if self._next + n > len(self._values):
@@ -53,9 +76,11 @@ class _Pool:
             self._next = 0
         out = self._values[self._next : self._next + n]
         self._next += n
+        self.lent = None
         return out
 
     def take_one(self) -> float:
+        self.lent = None
         if self._next >= len(self._values):
             self._values = self._draw(self._block)
             self._next = 0
@@ -109,6 +134,32 @@ class RandomStream:
         """One fresh U[0, 1) draw."""
         return self._uniforms.take_one()
 
+    def lend_uniforms(self, n: int) -> np.ndarray:
+        """``[n]`` float64 uniforms (a copy): the next ``n`` that :meth:`uniform` would give, lent so
+        that a caller that uses only the first ``k`` (the batched verifier: one per visited node's
+        outcome, then one sample) hands the other ``n - k`` back with :meth:`give_back_uniforms`. The
+        stream then continues exactly as if ``k`` uniforms had been drawn one by one (a refill the lend
+        drew but ``k`` draws would not have made is undone by restoring the generator's state), for
+        ``n`` up to the pool's block; no Gumbel draw may come between the lend and the give-back.
+
+        Raises:
+            StandError: ``n`` is not an int >= 0.
+        """
+        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
+            raise StandError(f"lend_uniforms takes a count >= 0, got {n!r}")
+        return self._uniforms.lend(int(n), self.generator.get_state)
+
+    def give_back_uniforms(self, unused: int) -> None:
+        """Return the last ``unused`` uniforms of the last :meth:`lend_uniforms` (nothing drawn since).
+
+        Raises:
+            StandError: nothing is lent (or a uniform was drawn since), or ``unused`` exceeds the lend.
+        """
+        state = self._uniforms.give_back(unused)
+        if state is not None:
+            self.generator.set_state(state)
+
     def gumbel(self, n: int) -> np.ndarray:
         """``[n]`` float64 fresh standard Gumbel draws (a view into the pool)."""
+        self._uniforms.lent = None  # the generator moves on: a lend can no longer be undone
         return self._gumbels.take(n)

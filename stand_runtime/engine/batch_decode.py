@@ -75,7 +75,7 @@ def decode_rows(
         raise StandError("diagnose measures one sequence at a time: decode with generate")
     states = make_rows(model, tokenizer, rows, method)
     caches = BatchCache(model, [spec.memory for spec in rows])
-    return Loop(model, states, caches, method.max_nodes, on_tokens, on_finish).run()
+    return Loop(model, states, caches, method.max_nodes, on_tokens, on_finish, method.batch_verify).run()
 
 
 def generate_batch(

@@ -89,7 +89,7 @@ def generate(
     spec = RowSpec(prompt, params, seed, max_new_tokens, store, stop, eos_token_ids, logprobs)
     attention_layout(model)
     rows = make_rows(model, tokenizer, [spec], method, on_step)
-    return Loop(model, rows, SequenceCache(model)).run()[0]
+    return Loop(model, rows, SequenceCache(model), batch_verify=method.batch_verify).run()[0]
 
 
 __all__ = ["check_budget", "generate"]

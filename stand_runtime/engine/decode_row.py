@@ -42,17 +42,17 @@ class StepTarget(LogitsFeed):
         logits: ``[n, vocab]`` raw target logits of the draft's nodes (any float dtype and device);
             row i predicts the token after the path to node i.
         params: the target sampling distribution.
-
-    On a CPU only the nodes the walk visits get p (or their argmax); on an accelerator every node's in
-    one batch, so that one transfer to the host serves the whole walk.
+        precompute: compute every node's p (or argmax) at once, in one transfer to the host; None = on
+            an accelerator. Off, only the nodes the walk (or the drafter) reads get theirs: what a CPU
+            wants, and any device when the batched verifier (:mod:`stand_runtime.verify_batch`) verified.
 
     Attributes:
         rows: the p rows computed so far, by draft position (the drafter reuses them).
     """
 
-    def __init__(self, logits: torch.Tensor, params: SamplingParams) -> None:
+    def __init__(self, logits: torch.Tensor, params: SamplingParams, precompute: bool | None = None) -> None:
         super().__init__(logits, params)
-        self._batched = logits.device.type != "cpu"
+        self._batched = logits.device.type != "cpu" if precompute is None else precompute
         self._best: dict[int, int] = {}
         self._finite: dict[int, bool] = {}
         if self._batched:
@@ -175,20 +175,21 @@ class DecodeRow:
         self.lap("drafting_s")
         return draft
 
-    def settle(self, draft: Draft, target: StepTarget) -> Settled:
+    def settle(self, draft: Draft, target: StepTarget, verification: Verification | None = None) -> Settled:
         """Verify ``draft`` against ``target``, commit the emitted tokens and feed the drafter.
 
         ``target`` is a :class:`StepTarget` or any object with its interface: ``argmax_at`` (greedy),
         ``target_at`` (sampling) and the :class:`stand_runtime.drafters.feeds.TargetFeed` methods (e.g. a
-        recorded trace's :class:`stand_runtime.engine.trace_replay.TraceTarget`).
+        recorded trace's :class:`stand_runtime.engine.trace_replay.TraceTarget`). ``verification``, when
+        given, is this draft's outcome already computed (the batched verifier's, drawn from this row's
+        stream); stopping, statistics and drafter feeding are then the same as after the walk.
 
         Raises:
             StandError: non-finite target logits at a visited node.
         """
-        if self.params.greedy:
-            verification = verify_greedy(draft, target.argmax_at)
-        else:
-            verification = verify_sampling(draft, target.target_at, self.randomness)
+        if verification is None:
+            verification = (verify_greedy(draft, target.argmax_at) if self.params.greedy
+                            else verify_sampling(draft, target.target_at, self.randomness))
         self.lap("verification_s")
         proposed = [draft.tokens[p] for p in verification.accepted] + [verification.token]
         new_tokens, self.finish_reason = self.stop_rule.cut(self.generated, proposed)

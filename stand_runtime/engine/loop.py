@@ -25,6 +25,7 @@ from ..target.kv_cache import keep_tree_entries, new_cache
 from ..target.sampling import SamplingParams
 from ..trees.draft import Draft
 from .allocation import BatchAllocator
+from ..verify_batch import verify_rows
 from .clock import Clock
 from .decode_row import DecodeRow, Settled, StepTarget
 from .metrics import GenerationResult
@@ -172,6 +173,12 @@ class BatchCache:
         return len(drafts) * max(len(d.tokens) for d in drafts)
 
 
+def default_batch_verify(caches: RowCaches, device) -> bool:
+    """Whether the loop verifies a step's rows at once when not told (docs/design.md §4.7): for a batch
+    (:class:`BatchCache`) on an accelerator; on a CPU the walk, which computes p only where it goes."""
+    return isinstance(caches, BatchCache) and torch.device(device).type != "cpu"
+
+
 class Loop:
     """Decode ``rows`` to the end (see the module docstring).
 
@@ -182,11 +189,16 @@ class Loop:
         max_nodes: cap on drafted nodes per row and step (None = none).
         on_tokens: called with the number of tokens each step committed over all rows (progress).
         on_finish: called as ``on_finish(row_index, result)`` when a row finishes.
+        batch_verify: verify all rows of a step at once on the logits' device
+            (:func:`stand_runtime.verify_batch.verify_rows`, one transfer to the host) instead of walking
+            each row's tree on the host; None = for a batch (:class:`BatchCache`) on an accelerator.
     """
 
     def __init__(self, model, rows: Sequence[DecodeRow], caches: RowCaches, max_nodes: int | None = None,
                  on_tokens: Callable[[int], None] | None = None,
-                 on_finish: Callable[[int, GenerationResult], None] | None = None) -> None:
+                 on_finish: Callable[[int, GenerationResult], None] | None = None,
+                 batch_verify: bool | None = None) -> None:
+        self.batch_verify = default_batch_verify(caches, model_device(model)) if batch_verify is None else batch_verify
         self.model = model
         self.rows = list(rows)
         self.caches = caches
@@ -225,6 +237,15 @@ class Loop:
             row.stats.padding_tokens += width - len(draft.tokens)
         return drafts
 
+    def _verify(self, rows, drafts, logits) -> list:
+        """Every row's :class:`stand_runtime.verify.Verification` from the batched verifier, or None per
+        row (each settles by the walk) when it is off."""
+        if not self.batch_verify:
+            return [None] * len(rows)
+        verified = verify_rows(drafts, logits, [row.params for row in rows], [row.randomness for row in rows])
+        self.clock.lap("verification_s")
+        return verified
+
     def run(self) -> list[GenerationResult]:
         """Prefill, then step until every row finished; one result per row, in order."""
         self.caches.prefill(self.model, self.rows, self.clock)
@@ -242,7 +263,9 @@ class Loop:
         seconds = self.clock.lap("forward_s")
         if seconds is not None:
             self._observe_forward(rows, self.caches.forwarded(drafts), seconds)
-        settled = [row.settle(draft, StepTarget(out, row.params)) for row, draft, out in zip(rows, drafts, logits)]
+        verified = self._verify(rows, drafts, logits)
+        settled = [row.settle(draft, StepTarget(out, row.params, False if self.batch_verify else None), verification)
+                   for row, draft, out, verification in zip(rows, drafts, logits, verified)]
         feed_rows(rows)  # the native stores' updates deferred by settle, in one call
         self.caches.keep(settled, drafts)
         finished = [b for b, row in enumerate(rows) if row.finish_reason is not None]

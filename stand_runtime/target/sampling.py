@@ -65,7 +65,7 @@ class SamplingParams:
         return self.temperature == 0.0
 
 
-def _tempered(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+def tempered_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
     """``softmax(logits / temperature)`` with top-k applied: p before top-p. ``[..., vocab]`` float32."""
     scaled = logits.float() / params.temperature
     if params.top_k > 0 and params.top_k < scaled.shape[-1]:
@@ -90,7 +90,7 @@ def target_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
         probs = torch.zeros_like(logits)
         probs.scatter_(-1, logits.argmax(dim=-1, keepdim=True), 1.0)
         return probs
-    probs = _tempered(logits, params)
+    probs = tempered_probs(logits, params)
     if params.top_p < 1.0:
         cut = nucleus(probs, params.top_p)
         kept = torch.zeros_like(probs).scatter_(-1, cut.ids, cut.values)
@@ -108,7 +108,7 @@ class Nucleus(NamedTuple):
             renormalised); w = min(vocab, max(:data:`NUCLEUS_PROBE`, at_least)).
         ids: ``[..., w]`` int64 token ids of ``values``.
         wide: ``[...]`` bool, the rows whose nucleus is larger than the probe (their ``values`` miss
-            part of it), or None when there is none.
+            part of it), or None when the probe covers the vocabulary or (``full_sort``) no row is wide.
         full: ``([r, vocab] values, [r, vocab] ids)``: the same for the r wide rows from a full sort
             (None without wide rows or when ``full_sort`` was False).
     """
@@ -151,7 +151,8 @@ def nucleus(scores: torch.Tensor, top_p: float, at_least: int = 0,
         at_least: probe at least this many tokens (a top-k, the k tokens a caller wants).
         probs_of: maps sorted scores to p before top-p elementwise or row by row (applied to the
             probe and to the full sorts of wide rows); None when ``scores`` are p.
-        full_sort: False: leave the wide rows (``wide``) to the caller, ``full`` is None.
+        full_sort: False: leave the wide rows (``wide``, possibly all False) to the caller, ``full`` is
+            None, and nothing is read back to the host.
 
     Returns:
         The :class:`Nucleus`.
@@ -164,10 +165,12 @@ def nucleus(scores: torch.Tensor, top_p: float, at_least: int = 0,
     else:
         values, cumulative = _cut(values, top_p)
         wide = cumulative[..., -1] < top_p
-    if top.shape[-1] == vocab or not bool(wide.any()):
+    if top.shape[-1] == vocab:
         return Nucleus(values, ids)
-    if not full_sort:
+    if not full_sort:  # no host sync: the caller reads ``wide`` on the device
         return Nucleus(values, ids, wide)
+    if not bool(wide.any()):
+        return Nucleus(values, ids)
     rows, row_ids = torch.sort(scores[wide], dim=-1, descending=True)
     rows = rows if probs_of is None else probs_of(rows)
     if top_p < 1.0:
@@ -252,7 +255,7 @@ _NOT_FINITE = TargetRow(np.array([np.nan]), np.array([0]))
 def target_rows(logits: torch.Tensor, params: SamplingParams) -> list[TargetRow]:
     """:func:`target_row` for every row of ``[n, vocab]`` logits in one batch (one transfer to the
     host: the GPU path; on a CPU computing only the visited rows is cheaper)."""
-    probs = _tempered(logits, params)
+    probs = tempered_probs(logits, params)
     if params.top_p >= 1.0 and not 0 < params.top_k < probs.shape[-1]:
         return [TargetRow(row) for row in probs.to("cpu", torch.float64).numpy()]
     rows = []
@@ -306,7 +309,7 @@ def top_target_probs(logits: torch.Tensor, params: SamplingParams, k: int, rows_
         probs, ids = cut.values, cut.ids
         if params.top_p < 1.0:
             probs = probs / probs.sum(dim=-1, keepdim=True)
-        if cut.wide is not None and params.top_p < 1.0:  # nucleus beyond the probe: exact, row by row
+        if cut.wide is not None and params.top_p < 1.0 and bool(cut.wide.any()):  # beyond the probe: exact
             wide = cut.wide.nonzero().flatten()
             full = torch.topk(target_probs(logits[start + wide], params), probs.shape[-1], dim=-1)
             probs[wide], ids[wide] = full.values, full.indices
