@@ -15,7 +15,7 @@ from stand_runtime.drafters.value import AcceptanceMap, LatencyModel, ValueRule,
 from stand_runtime.engine.allocation import BatchAllocator, padded_allocation, packed_allocation
 from stand_runtime.engine.metrics import padding_waste
 from stand_runtime.randomness import RandomStream
-from stand_runtime.trees.draft import DraftBuilder
+from stand_runtime.trees.draft import Draft, DraftBuilder
 
 SIZES = (1, 2, 4, 8, 16, 32, 64)
 
@@ -106,7 +106,7 @@ class ScoreIsAcceptance(AcceptanceMap):
         return np.asarray(scores, dtype=float)
 
 
-def chain(root: int, probabilities) -> "Draft":
+def chain(root: int, probabilities) -> Draft:
     builder = DraftBuilder(root)
     for i, _ in enumerate(probabilities):
         builder.add(i, 100 + i)

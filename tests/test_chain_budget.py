@@ -12,7 +12,7 @@ import stand_runtime.drafters.chain as chain_module
 import stand_runtime.target.sampling as sampling_module
 from stand_runtime import NGramStore, StandError
 from stand_runtime.drafters.chain import COPIED, FALLBACK, OWN, ChainCursor
-from stand_runtime.drafters.chain_budget import ChainBudget, default_profile, profile_function
+from stand_runtime.drafters.chain_budget import ChainBudget, profile_function
 from stand_runtime.drafters.value import AcceptanceMap, LatencyModel
 from stand_runtime.randomness import RandomStream
 from stand_runtime.trees.draft import DraftBuilder

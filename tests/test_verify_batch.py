@@ -24,7 +24,7 @@ from stand_runtime.trees.draft import Draft, DraftBuilder
 from stand_runtime.verify import verify_greedy, verify_sampling
 import stand_runtime.verify_batch as verify_batch_module
 from stand_runtime.verify_batch import verify_batch, verify_rows
-from conftest import DigitsTokenizer, draw_law, tiny_model
+from conftest import draw_law
 
 KINDS = ("stochastic", "deterministic", "deterministic-q", "copied")
 
