@@ -155,6 +155,8 @@ def test_batch_allocated_rows_equal_plain_decoding_greedy(tiny_qwen2, monkeypatc
     """Greedy rows sized from one budget per forward (ragged sizes, rows with nothing to draft)
     emit plain decoding's tokens; the padding each row took is counted."""
     flat_profile(monkeypatch, 0.02)
+    # the sizes must not depend on this machine's timings (a loaded machine's correction makes every size 0)
+    monkeypatch.setattr("stand_runtime.drafters.value.LatencyModel.observe", lambda self, tokens, seconds: None)
     greedy = SamplingParams(temperature=0)
     plain = [generate(tiny_qwen2, None, p, method="ar", sampling=greedy, max_new_tokens=30, eos_token_ids=[]).tokens
              for p in PROMPTS]
