@@ -154,7 +154,7 @@ PROMPTS = [[3, 1, 4, 1, 5, 9, 2, 6] * 3, [2, 7, 1, 8, 2, 8] * 4, [5]]
 def test_batch_allocated_rows_equal_plain_decoding_greedy(tiny_qwen2, monkeypatch):
     """Greedy rows sized from one budget per forward (ragged sizes, rows with nothing to draft)
     emit plain decoding's tokens; the padding each row took is counted."""
-    flat_profile(monkeypatch, 0.02)
+    flat_profile(monkeypatch, 0.002)
     # the sizes must not depend on this machine's timings (a loaded machine's correction makes every size 0)
     monkeypatch.setattr("stand_runtime.drafters.value.LatencyModel.observe", lambda self, tokens, seconds: None)
     greedy = SamplingParams(temperature=0)
@@ -166,6 +166,7 @@ def test_batch_allocated_rows_equal_plain_decoding_greedy(tiny_qwen2, monkeypatc
                           eos_token_ids=[])
     assert [r.tokens for r in rows] == [plain[0], plain[0], plain[1], plain[1], plain[2], plain[2]]
     assert any(len(set(sizes)) > 1 and max(sizes) > 0 for sizes in method.value.batches), method.value.batches
+    assert sum(max(sizes) > 0 for sizes in method.value.batches) >= 3, method.value.batches
     assert sum(sum(r.stats.drafted_per_step) for r in rows) > 0
     assert 0.0 < padding_waste(r.stats for r in rows) < 1.0
     assert all(r.stats.forwarded_tokens >= r.stats.target_forwards for r in rows)
