@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .acceptance_seed import seeded_map
 from .checks import check_int
 from .drafters import (COPY_TOKENS, DYNAMIC_METHODS, METHODS, STORE_METHODS, TREE_METHODS, Drafter, Memory,
                        check_method, new_memory)
@@ -182,10 +183,13 @@ class Method:
 
 def value_rule(tree, model, batch: int) -> ValueRule | None:
     """The expected-value rule of a value-sized dynamic tree: this machine's latency profile of
-    ``model`` (measured once, cached) at ``batch`` rows per forward, corrected online; None for other trees.
+    ``model`` (measured once, cached) at ``batch`` rows per forward, corrected online, and an acceptance
+    map seeded from the model's offline calibration when one was measured
+    (:func:`stand_runtime.acceptance_seed.seeded_map`); None for other trees.
 
     Raises:
-        StandError: a value-sized tree without a model (its cost is the target's latency).
+        StandError: a value-sized tree without a model (its cost is the target's latency), or a bad
+            acceptance seed file for the model.
     """
     if not (isinstance(tree, DynamicTree) and tree.sized):
         return None
@@ -193,7 +197,7 @@ def value_rule(tree, model, batch: int) -> ValueRule | None:
         raise StandError(f"the tree {tree.name!r} is sized from the target's latency on this machine: "
                          f"parse the method with the model")
     profile = cached_latency(model, profile_name(model))
-    return ValueRule(LatencyModel(profile.at, profile.sizes, rows=batch))
+    return ValueRule(LatencyModel(profile.at, profile.sizes, rows=batch), seeded_map(model))
 
 
 def as_method(method: "Method | str", model=None, batch: int = 1) -> Method:

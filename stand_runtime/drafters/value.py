@@ -12,9 +12,10 @@ so zero nodes is an answer where nothing the store knows pays for the tokens it 
 Two estimates steer it, both learned online from this run and both lossless to use:
 
 - :class:`AcceptanceMap`: ``P_i`` from the node's best-first score (the path's product of q at rank and
-  the store's confidence), binned on a log scale, drawn and copied nodes apart, seeded with the score
-  itself (8 pseudo-observations per bin) and kept monotone in the score; each verified step adds, per
-  drafted node, whether its path was accepted.
+  the store's confidence), binned on a log scale, drawn and copied nodes apart, seeded (8
+  pseudo-observations per bin) with an offline calibration's rate per bin where one was measured for
+  the model (:mod:`stand_runtime.acceptance_seed`), else with the score itself, and kept monotone in
+  the score; each verified step adds, per drafted node, whether its path was accepted.
 - :class:`LatencyModel`: ``t(n)`` from a latency profile, corrected by the run's own forward times: per
   profile size the median ratio observed / profile over its last 16 forwards, elsewhere the median of
   all recent ratios, so a profile measured under load or on another machine stops steering the rule
@@ -32,6 +33,8 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from ..errors import StandError
+
 EDGES = np.logspace(-4, 0, 17)
 """Bin edges of :class:`AcceptanceMap` over a node's score (16 bins from 1e-4 to 1; below: the first)."""
 
@@ -48,14 +51,36 @@ EXPLORE_EVERY = 4
 """While the root-only forward is unobserved, every 4th step drafts nothing (to observe it)."""
 
 
-class AcceptanceMap:
-    """P(path accepted) from a node's best-first score, learned online (module docstring)."""
+CENTRES = np.sqrt(EDGES[:-1] * EDGES[1:])
+"""``[16]`` the bins' geometric centres: the seed of a bin without a calibrated rate."""
 
-    def __init__(self) -> None:
-        centres = np.sqrt(EDGES[:-1] * EDGES[1:])
-        self._prior = np.stack([centres, centres])  # [drawn, copied] x bins
-        self._drafted = np.zeros((2, len(centres)))
-        self._accepted = np.zeros((2, len(centres)))
+
+class AcceptanceMap:
+    """P(path accepted) from a node's best-first score, learned online (module docstring).
+
+    Args:
+        prior: ``[2, 16]`` float the seed per bin (row 0 drawn nodes, row 1 copied), each in [0, 1],
+            weighted :data:`PRIOR_WEIGHT` pseudo-observations (e.g. an offline calibration's rates,
+            :meth:`stand_runtime.acceptance_seed.AcceptanceSeed.prior`); None = each bin's centre
+            (the score is an estimate of P already).
+
+    Raises:
+        StandError: a prior of another shape or with values outside [0, 1].
+    """
+
+    def __init__(self, prior: np.ndarray | None = None) -> None:
+        if prior is None:
+            prior = np.stack([CENTRES, CENTRES])  # [drawn, copied] x bins
+        prior = np.asarray(prior, dtype=np.float64)
+        if prior.shape != (2, len(CENTRES)) or not np.all((prior >= 0) & (prior <= 1)):
+            raise StandError(f"an acceptance prior is [2, {len(CENTRES)}] rates in [0, 1], got shape {prior.shape}")
+        self._prior = prior.copy()
+        self._drafted = np.zeros((2, len(CENTRES)))
+        self._accepted = np.zeros((2, len(CENTRES)))
+
+    def counts(self) -> tuple[np.ndarray, np.ndarray]:
+        """``([2, 16], [2, 16])`` float: nodes observed and nodes whose path was accepted, per kind and bin."""
+        return self._drafted.copy(), self._accepted.copy()
 
     @staticmethod
     def _bins(scores: np.ndarray) -> np.ndarray:
@@ -150,6 +175,10 @@ class ValueRule:
         self.latency = latency
         self.acceptance = acceptance or AcceptanceMap()
         self.sizes: list[int] = []  # chosen sizes, step by step (diagnostics)
+        self.on_outcome: Callable[[np.ndarray, np.ndarray, np.ndarray, np.ndarray], None] | None = None
+        """When set (a reliability collector, e.g. ``treeopt bench``'s), called per verified step with
+        the drafted nodes' ``[n]`` scores, ``[n]`` copied flags, ``[n]`` P predicted when the step was
+        sized, and ``[n]`` bool path accepted; the drafter records the prediction only while it is set."""
 
     def size(self, scores: np.ndarray, copied: np.ndarray) -> int:
         """The n in 0 .. len(scores) with the most expected tokens per second for the first n nodes
@@ -163,8 +192,12 @@ class ValueRule:
         self.sizes.append(best)
         return best
 
-    def observe(self, scores: np.ndarray, copied: np.ndarray, accepted: Sequence[int]) -> None:
-        """Add a verified step's outcome: nodes 1..n of the draft, ``accepted`` their accepted positions."""
+    def observe(self, scores: np.ndarray, copied: np.ndarray, accepted: Sequence[int],
+                predicted: np.ndarray | None = None) -> None:
+        """Add a verified step's outcome: nodes 1..n of the draft, ``accepted`` their accepted positions;
+        ``predicted`` (``[n]``, what :meth:`size` estimated for them) goes to :attr:`on_outcome`."""
         outcome = np.zeros(len(scores), dtype=bool)
         outcome[[a - 1 for a in accepted if 0 < a <= len(scores)]] = True
+        if self.on_outcome is not None and predicted is not None and len(predicted) == len(scores):
+            self.on_outcome(scores, copied, predicted, outcome)
         self.acceptance.observe(scores, copied, outcome)
