@@ -89,6 +89,7 @@ class StandDrafter:
                  feed_rejected: bool = False, quality: DraftQuality | None = None, extend: Extension | None = None,
                  copy: int = 0, value: ValueRule | None = None) -> None:
         self.value = value
+        self._predicted: tuple[Draft, np.ndarray] | None = None  # (sized draft, P predicted per node): reliability
         self.tree = tree
         self.store = store
         self.randomness = randomness
@@ -127,14 +128,26 @@ class StandDrafter:
                 if draft.scores is None:
                     raise StandError("a value-sized dynamic tree drafts on the Python store (NGramStore), which "
                                      "scores its nodes; the native store does not yet")
-                draft = truncate_draft(draft, self.value.size(draft.scores[1:], _copied_mask(draft)))
+                draft = self._sized(draft)
             return draft
         return fill_tree(self.tree, committed, self.store.max_n, self._propose, self.randomness is not None, max_depth,
                          self.extend, chain)
 
+    def _sized(self, draft: Draft) -> Draft:
+        """The prefix of a dynamic draft the value rule sizes; while the rule reports outcomes
+        (:attr:`ValueRule.on_outcome`), the P it predicted for the kept nodes is kept for the step."""
+        scores, copied = draft.scores[1:], _copied_mask(draft)
+        size = self.value.size(scores, copied)
+        sized = truncate_draft(draft, size)
+        if self.value.on_outcome is not None:
+            self._predicted = (sized, self.value.acceptance.estimate(scores[:size], copied[:size]))
+        return sized
+
     def observe_step(self, committed, draft, accepted, feed: TargetFeed) -> None:
         if self.value is not None and draft.scores is not None:
-            self.value.observe(draft.scores[1:], _copied_mask(draft), accepted)
+            predicted = self._predicted[1] if self._predicted is not None and self._predicted[0] is draft else None
+            self._predicted = None
+            self.value.observe(draft.scores[1:], _copied_mask(draft), accepted, predicted)
         if self.quality is not None:
             start = time.perf_counter()
             self._measure_root(draft, getattr(feed, "rows", {}).get(0))
