@@ -85,7 +85,7 @@ class AcceptanceSeed:
         (``(accepted + 8 centre) / (drafted + 8)``, isotonic), so a bin calibrated on few nodes stays
         near the score and a well-measured one takes its measured rate."""
         fresh = AcceptanceMap()
-        fresh._drafted, fresh._accepted = self.drafted.copy(), self.accepted.copy()
+        fresh.add_counts(self.drafted, self.accepted)
         return fresh.table()
 
     def new_map(self) -> AcceptanceMap:

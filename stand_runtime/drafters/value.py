@@ -78,6 +78,12 @@ class AcceptanceMap:
         self._drafted = np.zeros((2, len(CENTRES)))
         self._accepted = np.zeros((2, len(CENTRES)))
 
+    def add_counts(self, drafted: np.ndarray, accepted: np.ndarray) -> None:
+        """Add ``[2, 16]`` counts of nodes drafted and accepted per kind and bin (e.g. an offline
+        calibration's, :class:`stand_runtime.acceptance_seed.AcceptanceSeed`)."""
+        self._drafted += np.asarray(drafted, dtype=np.float64).reshape(self._drafted.shape)
+        self._accepted += np.asarray(accepted, dtype=np.float64).reshape(self._accepted.shape)
+
     def counts(self) -> tuple[np.ndarray, np.ndarray]:
         """``([2, 16], [2, 16])`` float: nodes observed and nodes whose path was accepted, per kind and bin."""
         return self._drafted.copy(), self._accepted.copy()
