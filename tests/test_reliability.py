@@ -63,6 +63,7 @@ def test_the_value_rule_reports_what_it_predicted_when_it_sized(flat_latency):
     prompt, greedy = [3, 1, 4, 1, 5, 9, 2, 6] * 4, SamplingParams(temperature=0)
     plain = generate(model, None, prompt, method="ar", sampling=greedy, max_new_tokens=20, eos_token_ids=[])
     method = Method.parse("stand", "dynamic-auto-12", model)
+    method.value.latency.ratio = lambda tokens: 1.0  # sizes from the profile alone, not from this run's timings
     reports, tables = [], []
     acceptance = method.value.acceptance
     original = acceptance.observe
@@ -85,6 +86,7 @@ def test_the_value_rule_reports_what_it_predicted_when_it_sized(flat_latency):
     store = NGramStore(max_n=8)
     quiet = Method.parse("stand", "dynamic-auto-12", model)
     generate(model, None, prompt, method=quiet, sampling=greedy, max_new_tokens=20, eos_token_ids=[], store=store)
+    quiet.value.latency.ratio, quiet.value.latency.explore = (lambda tokens: 1.0), (lambda: False)
     drafter = quiet.drafter(store, None, greedy, 16)
     assert drafter.draft(prompt + plain.tokens, 8).num_nodes > 0 and drafter._predicted is None
     quiet.value.on_outcome = reports.append
