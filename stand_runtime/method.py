@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .acceptance_seed import seeded_map
 from .checks import check_bool, check_int
 from .drafters import (COPY_TOKENS, DYNAMIC_METHODS, METHODS, STORE_METHODS, TREE_METHODS, Drafter, Memory,
                        check_method, new_memory)
@@ -198,11 +199,13 @@ ALLOCATIONS = ("batch", "row")
 def value_rule(tree, model, batch: int, allocation: str = "batch") -> ValueRule | None:
     """The expected-value rule of a value-sized dynamic tree: this machine's latency profile of
     ``model`` (measured once, cached) at ``batch`` rows per forward, corrected online, sizing rows
-    one forward at a time (``allocation="batch"``) or each alone (``"row"``); None for other trees.
+    one forward at a time (``allocation="batch"``) or each alone (``"row"``), with an acceptance map
+    seeded from the model's offline calibration when one was measured
+    (:func:`stand_runtime.acceptance_seed.seeded_map`); None for other trees.
 
     Raises:
         StandError: an allocation not in :data:`ALLOCATIONS`; a value-sized tree without a model (its
-            cost is the target's latency).
+            cost is the target's latency); a bad acceptance seed file for the model.
     """
     if not isinstance(allocation, str) or allocation not in ALLOCATIONS:
         raise StandError(f"allocation must be one of {', '.join(ALLOCATIONS)}, got {allocation!r}")
@@ -212,7 +215,8 @@ def value_rule(tree, model, batch: int, allocation: str = "batch") -> ValueRule 
         raise StandError(f"the tree {tree.name!r} is sized from the target's latency on this machine: "
                          f"parse the method with the model")
     profile = cached_latency(model, profile_name(model))
-    return ValueRule(LatencyModel(profile.at, profile.sizes, rows=batch), batch_allocated=allocation == "batch")
+    return ValueRule(LatencyModel(profile.at, profile.sizes, rows=batch), seeded_map(model),
+                     batch_allocated=allocation == "batch")
 
 
 def as_method(method: "Method | str", model=None, batch: int = 1) -> Method:

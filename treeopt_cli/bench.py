@@ -11,7 +11,7 @@ from typing import Optional
 
 import typer
 
-from . import loading, render
+from . import loading, render, render_value
 from .app import app, console, one_line_errors
 from .options import (BASE_SEED_HELP, DATASET_HELP, DTYPE_HELP, FIELD_HELP, MODEL_HELP, OFFSET_HELP, PLOT_HELP,
                       TEMPERATURE_HELP, TOP_P_HELP, check_budget_fits, check_outputs, moved_options, write_json)
@@ -57,7 +57,7 @@ def bench(
     ignore_eos: bool = typer.Option(False, "--ignore-eos", metavar="", help="Decode every trajectory to --max-new-tokens (equal token counts for speed; answers are read before the first EOS)."),
     json_out: Optional[Path] = typer.Option(None, "--json", help="Write the results as JSON (after every prompt)."),
     dtype: str = typer.Option("float32", help=DTYPE_HELP),
-    png: Optional[Path] = typer.Option(None, help=f"Plot acceptance length against trajectory index ({PLOT_HELP})."),
+    png: Optional[Path] = typer.Option(None, help=f"Plot acceptance length against trajectory index, and for value-sized trees (dynamic-auto) the reliability diagram into NAME-reliability.png ({PLOT_HELP})."),
 ) -> None:
     """Decode the same prompts with several methods, interleaved, and compare them (recorded traces:
     bench-traces; vLLM: bench-vllm)."""
@@ -125,6 +125,8 @@ def _report(results: list, profile, title: str, json_out: Optional[Path], png: O
         console.print(line, style="yellow")
     for table in render.diagnostics_tables(results):
         console.print(table)
+    for table in render_value.reliability_tables(results):
+        console.print(table)
     if json_out is not None:
         console.print(f"results written to {json_out}")
     if png is not None:
@@ -132,3 +134,14 @@ def _report(results: list, profile, title: str, json_out: Optional[Path], png: O
 
         plot_acceptance_by_trajectory(results, png)
         console.print(f"plot written to {png}")
+        _plot_reliability(results, png)
+
+
+def _plot_reliability(results: list, png: Path) -> None:
+    """The reliability diagram of the value-sized trees, next to ``png`` (NAME-reliability.png)."""
+    from treeopt.evaluate.plots import plot_reliability
+
+    summaries = [(r.label, r.reliability.summary()) for r in results if r.reliability is not None]
+    if summaries:
+        path = plot_reliability(summaries, png.with_name(f"{png.stem}-reliability{png.suffix or '.png'}"))
+        console.print(f"reliability diagram written to {path}")

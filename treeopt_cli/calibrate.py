@@ -17,7 +17,7 @@ from .options import (BASE_SEED_HELP, DATASET_HELP, FIELD_HELP, MODEL_HELP, TEMP
 
 TRACE_ONLY = ["group_field", "text_field", "prompt_field", "max_tokens", "tokenizer_spec"]
 DECODING_ONLY = ["samples", "dataset", "field", "offset", "method", "temperature", "top_p", "top_k", "max_new_tokens",
-                 "trajectories", "seed", "batch_size", "deterministic", "resume"]
+                 "trajectories", "seed", "batch_size", "deterministic", "resume", "acceptance_nodes"]
 
 
 @app.command()
@@ -42,6 +42,7 @@ def calibrate(
     deterministic: bool = typer.Option(False, "--deterministic", metavar="", help="Calibrate for deterministic (top-m) drafting."),
     out: Path = typer.Option(Path("calibration.json"), help="Calibration file (written atomically after every prompt)."),
     resume: bool = typer.Option(False, "--resume", metavar="", help="Continue an interrupted run saved in --out (same settings)."),
+    acceptance_nodes: int = typer.Option(80, help="Then decode the prompts on dynamic-N (N nodes) to measure the acceptance seed of value-sized trees (dynamic-auto): NAME.acceptance.json next to --out, and the cache; 0: skip."),
     traces: Optional[Path] = typer.Option(None, help="Instead of decoding: calibrate from the recorded traces of this JSONL file (greedy replay, no model; --group-field, --text-field, --prompt-field, --max-tokens, --tokenizer apply)."),
     group_field: str = typer.Option("sample_group", help="--traces: the field grouping traces of one problem (they share one store)."),
     text_field: str = typer.Option("trace", help="--traces: the field holding a trace's text."),
@@ -63,10 +64,10 @@ def calibrate(
         max_new_tokens=max_new_tokens, trajectories=trajectories, seed=seed, batch_size=batch_size,
         deterministic_drafts=deterministic,
     )
-    _calibrate_decoding(config, candidate_file, out, resume)
+    _calibrate_decoding(config, candidate_file, out, resume, acceptance_nodes)
 
 
-def _calibrate_decoding(config, candidate_file: Optional[Path], out: Path, resume: bool) -> None:
+def _calibrate_decoding(config, candidate_file: Optional[Path], out: Path, resume: bool, acceptance_nodes: int) -> None:
     """``treeopt calibrate``: decode the prompts (:func:`treeopt.calibrate`), with progress bars."""
     from stand_runtime import load_tree
     from stand_runtime.files import check_writable
@@ -75,6 +76,7 @@ def _calibrate_decoding(config, candidate_file: Optional[Path], out: Path, resum
 
     check_paths({"--out": out}, {"--candidate": candidate_file, "--dataset": config.dataset})
     check_writable(out)
+    seed_out = _check_acceptance(out, acceptance_nodes)
     prompts = load_prompts(config.dataset, field=config.field, samples=config.samples, offset=config.offset)
     tree = load_tree(candidate_file).tree if candidate_file is not None else None
     if tree is not None and tree.num_nodes == 0:
@@ -96,6 +98,38 @@ def _calibrate_decoding(config, candidate_file: Optional[Path], out: Path, resum
                   "total; times (s): " +
                   ", ".join(f"{k.removesuffix('_s')} {v:.1f}" for k, v in timings.items() if v))
     console.print(f"calibration written to {out}")
+    if seed_out is not None:
+        _measure_acceptance(config, target, tokenizer, prompts, seed_out, acceptance_nodes)
+
+
+def _check_acceptance(out: Path, nodes: int) -> Optional[Path]:
+    """The acceptance seed's path next to ``out`` (checked writable now), None when ``nodes`` is 0."""
+    from stand_runtime.drafters.best_first import parse_dynamic
+    from stand_runtime.files import check_writable
+    from treeopt.optimize.acceptance import acceptance_path
+
+    if nodes == 0:
+        return None
+    if nodes < 0:
+        raise StandError(f"--acceptance-nodes must be >= 0 (0: skip), got {nodes}")
+    parse_dynamic(f"dynamic-{nodes}")  # its range, said now
+    path = acceptance_path(out)
+    check_writable(path)
+    return path
+
+
+def _measure_acceptance(config, target, tokenizer, prompts: list, out: Path, nodes: int) -> None:
+    """Decode the prompts on dynamic-``nodes`` and save the value rule's acceptance seed (with progress)."""
+    from treeopt.optimize.acceptance import calibrate_acceptance
+
+    with render.progress(console) as bar:
+        task = bar.add_task(f"acceptance seed (dynamic-{nodes})", total=len(prompts) * config.max_new_tokens)
+        seed, paths = calibrate_acceptance(config, target, tokenizer, prompts, out, nodes=nodes,
+                                           on_tokens=lambda count: bar.advance(task, count))
+    drafted = int(seed.drafted.sum())
+    accepted = int(seed.accepted.sum())
+    console.print(f"acceptance seed for {seed.model}: {drafted} nodes drafted, {accepted} on accepted paths; "
+                  f"written to {paths[0]} and {paths[1]}")
 
 
 def _calibration_hooks(bar, prompts: int):

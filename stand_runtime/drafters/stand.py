@@ -98,6 +98,7 @@ class StandDrafter:
                  feed_rejected: bool = False, quality: DraftQuality | None = None, extend: Extension | None = None,
                  copy: int = 0, value: ValueRule | None = None) -> None:
         self.value = value
+        self._predicted: tuple[Draft, np.ndarray] | None = None  # (sized draft, P predicted per node): reliability
         self.tree = tree
         self.store = store
         self.randomness = randomness
@@ -146,10 +147,17 @@ class StandDrafter:
         return (self.tree, self.store, committed, self.randomness, max_depth, chain)
 
     def sized(self, draft: Draft) -> Draft:
-        """A dynamic draft cut to the value rule's size (value-sized trees), else as it is."""
-        if self.value is None or self.value.batch_allocated:  # batch: the engine sizes every row at once
+        """A dynamic draft cut to the value rule's size (value-sized trees sized row by row), else as it
+        is (the engine's batch allocator sizes batch-allocated rows). While the rule reports outcomes
+        (:attr:`ValueRule.on_outcome`), the P it predicted for the kept nodes is kept for the step."""
+        if self.value is None or self.value.batch_allocated:
             return draft
-        return truncate_draft(draft, self.value.size(draft.scores[1:], copied_mask(draft)))
+        scores, copied = draft.scores[1:], copied_mask(draft)
+        size = self.value.size(scores, copied)
+        sized = truncate_draft(draft, size)
+        if self.value.on_outcome is not None:
+            self._predicted = (sized, self.value.acceptance.estimate(scores[:size], copied[:size]))
+        return sized
 
     def _prepare(self, committed: list[int], max_depth: int) -> list[int] | None:
         """Before a draft: the root's match for diagnostics, and the copy chain."""
@@ -178,7 +186,9 @@ class StandDrafter:
         one call, :func:`stand_runtime.store.native_store.update_sequences`); with ``feed_rejected``
         the store is fed here and None is returned."""
         if self.value is not None and draft.scores is not None:
-            self.value.observe(draft.scores[1:], copied_mask(draft), accepted)
+            predicted = self._predicted[1] if self._predicted is not None and self._predicted[0] is draft else None
+            self._predicted = None
+            self.value.observe(draft.scores[1:], copied_mask(draft), accepted, predicted)
         if self.quality is not None:
             start = time.perf_counter()
             self._measure_root(draft, getattr(feed, "rows", {}).get(0))

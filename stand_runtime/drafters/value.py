@@ -15,9 +15,10 @@ drawn token). In a batch the same rule sizes every row at once (:mod:`stand_runt
 Two estimates steer it, both learned online from this run and both lossless to use:
 
 - :class:`AcceptanceMap`: ``P_i`` from the node's best-first score (the path's product of q at rank and
-  the store's confidence), binned on a log scale, drawn and copied nodes apart, seeded with the score
-  itself (8 pseudo-observations per bin) and kept monotone in the score; each verified step adds, per
-  drafted node, whether its path was accepted.
+  the store's confidence), binned on a log scale, drawn and copied nodes apart, seeded (8
+  pseudo-observations per bin) with an offline calibration's rate per bin where one was measured for
+  the model (:mod:`stand_runtime.acceptance_seed`), else with the score itself, and kept monotone in
+  the score; each verified step adds, per drafted node, whether its path was accepted.
 - :class:`LatencyModel`: ``t(n)`` from a latency profile, corrected by the run's own forward times: per
   profile size the median ratio observed / profile over its last 16 forwards, elsewhere the median of
   all recent ratios, so a profile measured under load or on another machine stops steering the rule
@@ -37,6 +38,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from ..errors import StandError
 from ..trees.draft import Draft
 
 EDGES = np.logspace(-4, 0, 17)
@@ -55,20 +57,45 @@ EXPLORE_EVERY = 4
 """While the root-only forward is unobserved, every 4th step drafts nothing (to observe it)."""
 
 
+CENTRES = np.sqrt(EDGES[:-1] * EDGES[1:])
+"""``[16]`` the bins' geometric centres: the seed of a bin without a calibrated rate."""
+
+
 class AcceptanceMap:
     """P(path accepted) from a node's best-first score, learned online (module docstring).
 
     Args:
+        prior: ``[kinds, 16]`` float the seed per bin (row 0 drawn nodes, row 1 copied, ...), each in
+            [0, 1], weighted :data:`PRIOR_WEIGHT` pseudo-observations (e.g. an offline calibration's
+            rates, :meth:`stand_runtime.acceptance_seed.AcceptanceSeed.prior`); None = each bin's centre
+            (the score is an estimate of P already).
         kinds: kinds of node learned apart (2: drawn, copied; a vLLM chain adds its fallback
             store's positions, :mod:`stand_runtime.drafters.chain_budget`). A node's kind is an
             index: ``copied`` arguments take a bool array (drawn 0, copied 1) or ints below ``kinds``.
+
+    Raises:
+        StandError: a prior of another shape or with values outside [0, 1].
     """
 
-    def __init__(self, kinds: int = 2) -> None:
-        centres = np.sqrt(EDGES[:-1] * EDGES[1:])
-        self._prior = np.tile(centres, (kinds, 1))  # kind x bins
-        self._drafted = np.zeros((kinds, len(centres)))
-        self._accepted = np.zeros((kinds, len(centres)))
+    def __init__(self, prior: np.ndarray | None = None, kinds: int = 2) -> None:
+        if prior is None:
+            prior = np.tile(CENTRES, (kinds, 1))  # kind x bins
+        prior = np.asarray(prior, dtype=np.float64)
+        if prior.shape != (kinds, len(CENTRES)) or not np.all((prior >= 0) & (prior <= 1)):
+            raise StandError(f"an acceptance prior is [{kinds}, {len(CENTRES)}] rates in [0, 1], got shape {prior.shape}")
+        self._prior = prior.copy()
+        self._drafted = np.zeros((kinds, len(CENTRES)))
+        self._accepted = np.zeros((kinds, len(CENTRES)))
+
+    def add_counts(self, drafted: np.ndarray, accepted: np.ndarray) -> None:
+        """Add ``[kinds, 16]`` counts of nodes drafted and accepted per kind and bin (e.g. an offline
+        calibration's, :class:`stand_runtime.acceptance_seed.AcceptanceSeed`)."""
+        self._drafted += np.asarray(drafted, dtype=np.float64).reshape(self._drafted.shape)
+        self._accepted += np.asarray(accepted, dtype=np.float64).reshape(self._accepted.shape)
+
+    def counts(self) -> tuple[np.ndarray, np.ndarray]:
+        """``([kinds, 16], [kinds, 16])`` float: nodes observed and nodes whose path was accepted, per kind and bin."""
+        return self._drafted.copy(), self._accepted.copy()
 
     @staticmethod
     def _bins(scores: np.ndarray) -> np.ndarray:
@@ -234,6 +261,10 @@ class ValueRule:
         self.sizes: list[int] = []
         self.batches: list[tuple[int, ...]] = []
         self.packing: list[float] = []
+        self.on_outcome: Callable[[np.ndarray, np.ndarray, np.ndarray, np.ndarray], None] | None = None
+        """When set (a reliability collector, e.g. ``treeopt bench``'s), called per verified step with
+        the drafted nodes' ``[n]`` scores, ``[n]`` copied flags, ``[n]`` P predicted when the step was
+        sized, and ``[n]`` bool path accepted; the drafter records the prediction only while it is set."""
 
     def size(self, scores: np.ndarray, copied: np.ndarray) -> int:
         """The n in 0 .. len(scores) where the expected tokens per second of the first n nodes first
@@ -247,10 +278,14 @@ class ValueRule:
         self.sizes.append(best)
         return best
 
-    def observe(self, scores: np.ndarray, copied: np.ndarray, accepted: Sequence[int]) -> None:
-        """Add a verified step's outcome: nodes 1..n of the draft, ``accepted`` their accepted positions."""
+    def observe(self, scores: np.ndarray, copied: np.ndarray, accepted: Sequence[int],
+                predicted: np.ndarray | None = None) -> None:
+        """Add a verified step's outcome: nodes 1..n of the draft, ``accepted`` their accepted positions;
+        ``predicted`` (``[n]``, what :meth:`size` estimated for them) goes to :attr:`on_outcome`."""
         outcome = np.zeros(len(scores), dtype=bool)
         outcome[[a - 1 for a in accepted if 0 < a <= len(scores)]] = True
+        if self.on_outcome is not None and predicted is not None and len(predicted) == len(scores):
+            self.on_outcome(scores, copied, predicted, outcome)
         self.acceptance.observe(scores, copied, outcome)
 
 

@@ -28,6 +28,7 @@ from stand_runtime.drafters import takes_tree
 from .answers import extract_answer, majority_vote, normalise
 from ..data.datasets import Prompt
 from .method_lists import split_methods
+from .reliability import ReliabilityLog
 
 
 @dataclass(frozen=True)
@@ -118,6 +119,7 @@ class MethodResult:
     bonus_per_step: list[bool] = field(default_factory=list)
     root_quality: list[dict] = field(default_factory=list)  # DraftQuality sums, one per run
     final_stores: list[dict] = field(default_factory=list)  # statistics of each store at its last use
+    reliability: ReliabilityLog | None = None  # value-sized trees: predicted vs observed acceptance per node
 
     @property
     def acceptance_length(self) -> float:
@@ -234,6 +236,9 @@ def run_bench(
         backend = HFBackend(model, tokenizer, method, share_memory=share_across_prompts)
         nodes = {"ar": 0, "pld": 10, "suffix": 64}.get(spec.method) if method.tree is None else method.tree.num_nodes
         result = MethodResult(spec.label, spec.method, spec.tree_name, nodes, spec.feed_rejected)
+        if method.value is not None:  # a value-sized tree reports each step's predictions (others: nothing)
+            result.reliability = ReliabilityLog()
+            method.value.on_outcome = result.reliability.add
         result.by_trajectory = [[0, 0] for _ in range(trajectories)]
         backends.append(backend)
         results.append(result)
@@ -343,6 +348,7 @@ def results_json(results: list[MethodResult], settings: dict, profile=None) -> d
              "trajectories_correct": r.trajectories_correct, "trajectories_graded": r.trajectories_graded,
              "acceptance_by_trajectory": r.acceptance_by_trajectory(),
              "tokens": r.tokens, "steps": r.steps, "decode_s": r.decode_s, "diagnostics": r.diagnostics(),
+             "reliability": r.reliability.summary() if r.reliability is not None else None,
              "per_prompt": r.per_prompt}
             for r in results
         ],

@@ -1,5 +1,5 @@
 """Plots (PNG, matplotlib): depth profiles side by side, draft trees node by node, acceptance length
-against trajectory index."""
+against trajectory index, and the reliability diagram of value-sized trees."""
 
 from __future__ import annotations
 
@@ -159,6 +159,37 @@ def plot_acceptance_by_trajectory(results, path: str | Path) -> Path:
         axis.plot(range(1, len(values) + 1), values, marker="o", label=result.label)
     axis.set(xlabel="trajectory", ylabel="acceptance length (tokens/step)", title="acceptance length vs trajectories")
     axis.xaxis.get_major_locator().set_params(integer=True)  # trajectories are counted
+    axis.legend(fontsize=8)
+    figure.tight_layout()
+    return _save(figure, plt, path)
+
+
+def plot_reliability(summaries: list, path: str | Path) -> Path:
+    """Reliability diagram: per bin of predicted P(path accepted), the observed accepted share against
+    the mean prediction (log axes, marker area by nodes), one series per method, the diagonal the ideal.
+
+    Args:
+        summaries: ``[(label, summary)]``, each a :func:`treeopt.evaluate.reliability.reliability` dict.
+        path: the PNG to write (atomically).
+
+    Raises:
+        StandError: matplotlib is missing or the path is unwritable.
+    """
+    plt = pyplot()
+    check_writable(path)
+    figure, axis = plt.subplots(figsize=(5.5, 5))
+    axis.plot([1e-4, 1], [1e-4, 1], color="0.6", linestyle="--", linewidth=1, label="predicted = observed")
+    for label, summary in summaries:
+        rows = summary["bins"]
+        if not rows:
+            continue
+        nodes = np.array([r["nodes"] for r in rows], dtype=np.float64)
+        x = [r["mean_predicted"] for r in rows]
+        y = [max(r["observed"], 1e-4) for r in rows]  # an observed 0 sits on the axis
+        line = axis.plot(x, y, marker="", label=f"{label} (ECE {summary['ece']:.3f})")[0]
+        axis.scatter(x, y, s=20 + 180 * nodes / nodes.max(), color=line.get_color(), alpha=0.7)
+    axis.set(xscale="log", yscale="log", xlim=(1e-4, 1.05), ylim=(1e-4, 1.05), xlabel="mean predicted P(path accepted)",
+             ylabel="observed accepted share", title="value-sized tree: reliability")
     axis.legend(fontsize=8)
     figure.tight_layout()
     return _save(figure, plt, path)

@@ -1,0 +1,89 @@
+"""How well a value-sized tree's predicted acceptance matches what verification observed (docs/design.md §3.7).
+
+A value-sized dynamic tree (``dynamic-auto``) sizes each step from P(path accepted) per node, read
+from its :class:`stand_runtime.drafters.value.AcceptanceMap`. :class:`ReliabilityLog` collects, per
+verified step and drafted node, the P predicted when the step was sized and whether the node's path
+was accepted (through the rule's ``ValueRule.on_outcome`` hook (:mod:`stand_runtime.drafters.value`), so
+methods without a value rule collect nothing); :func:`reliability` bins the predictions and compares
+(a reliability table, DeGroot and Fienberg, 1983; the expected calibration error of Naeini et al.,
+2015: ``ECE = sum_b (n_b / N) |mean predicted_b - observed_b|``).
+
+Bins are the acceptance map's own (:data:`stand_runtime.drafters.value.EDGES`: 16 log-spaced bins from
+1e-4 to 1, below 1e-4 in the first), over the predicted P: most drafted nodes have small P, and the
+map's resolution is where the rule needs it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from stand_runtime import StandError
+from stand_runtime.drafters.value import EDGES
+
+
+@dataclass
+class ReliabilityLog:
+    """Predictions and outcomes of drafted nodes, appended step by step (:meth:`add`)."""
+
+    predicted: list[np.ndarray] = field(default_factory=list)
+    accepted: list[np.ndarray] = field(default_factory=list)
+    copied: list[np.ndarray] = field(default_factory=list)
+
+    def add(self, scores: np.ndarray, copied: np.ndarray, predicted: np.ndarray, accepted: np.ndarray) -> None:
+        """One verified step: ``[n]`` scores (unused: the prediction already reads them), ``[n]`` bool
+        copied, ``[n]`` float P predicted, ``[n]`` bool path accepted (the hook's signature)."""
+        self.predicted.append(np.asarray(predicted, dtype=np.float64).copy())
+        self.accepted.append(np.asarray(accepted, dtype=bool).copy())
+        self.copied.append(np.asarray(copied, dtype=bool).copy())
+
+    def summary(self) -> dict:
+        """:func:`reliability` of every node logged."""
+        if not self.predicted:
+            return reliability(np.zeros(0), np.zeros(0, dtype=bool))
+        return reliability(np.concatenate(self.predicted), np.concatenate(self.accepted))
+
+
+def reliability(predicted: np.ndarray, accepted: np.ndarray, edges: np.ndarray = EDGES) -> dict:
+    """The reliability table of predictions against outcomes (module docstring).
+
+    Args:
+        predicted: ``[N]`` float P(path accepted) predicted per node, in [0, 1].
+        accepted: ``[N]`` bool whether each node's path was accepted.
+        edges: ``[B + 1]`` increasing bin edges (values below the first go to the first bin, the
+            last edge's value to the last bin).
+
+    Returns:
+        ``{"nodes": N, "mean_predicted", "observed", "ece", "bins": [...]}`` with, per bin holding
+        nodes, ``low``, ``high``, ``nodes``, ``mean_predicted``, ``observed`` (the accepted share) and
+        ``gap`` (observed - mean predicted); means and ECE are None when N is 0.
+
+    Raises:
+        StandError: arrays of different lengths, or predictions outside [0, 1].
+    """
+    predicted = np.asarray(predicted, dtype=np.float64).ravel()
+    accepted = np.asarray(accepted, dtype=bool).ravel()
+    if predicted.shape != accepted.shape:
+        raise StandError(f"{len(predicted)} predictions but {len(accepted)} outcomes")
+    if predicted.size and not np.all((predicted >= 0) & (predicted <= 1)):
+        raise StandError("predicted acceptance must lie in [0, 1]")
+    total = int(predicted.size)
+    bins = np.clip(np.searchsorted(edges, predicted, side="right") - 1, 0, len(edges) - 2)
+    rows, ece = [], 0.0
+    for b in range(len(edges) - 1):
+        inside = bins == b
+        count = int(inside.sum())
+        if not count:
+            continue
+        mean, observed = float(predicted[inside].mean()), float(accepted[inside].mean())
+        rows.append({"low": float(edges[b]), "high": float(edges[b + 1]), "nodes": count, "mean_predicted": mean,
+                     "observed": observed, "gap": observed - mean})
+        ece += count / total * abs(observed - mean)
+    return {"nodes": total,
+            "mean_predicted": float(predicted.mean()) if total else None,
+            "observed": float(accepted.mean()) if total else None,
+            "ece": ece if total else None, "bins": rows}
+
+
+__all__ = ["ReliabilityLog", "reliability"]

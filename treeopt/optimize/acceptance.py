@@ -1,0 +1,124 @@
+"""The acceptance seed of value-sized dynamic trees, measured on the calibration prompts (docs/design.md §3.7).
+
+``treeopt calibrate`` estimates alpha per node of a static candidate tree; a value-sized dynamic tree
+(``dynamic-auto``) needs something else: P(path accepted) as a function of a node's best-first score
+(:class:`stand_runtime.drafters.value.AcceptanceMap`). :func:`measure_acceptance` decodes the same
+prompts with STAND on a fixed-budget dynamic tree (every node's score is known, and a fixed budget
+observes low-score bins a value-sized tree rarely drafts) and counts, per map bin and kind (drawn,
+copied), the nodes drafted and those whose path was accepted. The acceptance of a node's path depends
+on the path alone, not on how many other nodes the step drafted, so the counts transfer to the
+value-sized prefix of the same best-first order. :func:`calibrate_acceptance` saves them
+(:class:`stand_runtime.acceptance_seed.AcceptanceSeed`) next to the calibration and in the cache the
+runtime reads.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from stand_runtime import Method, NGramStore, generate
+from stand_runtime.acceptance_seed import AcceptanceSeed, model_identity, seed_path
+from stand_runtime.drafters import DYNAMIC_MAX_N, STORE_TOP_K
+from stand_runtime.drafters.value import AcceptanceMap
+
+DEFAULT_NODES = 80
+"""Nodes of the fixed-budget dynamic tree the seed is measured with (the dynamic tree's default budget)."""
+
+
+def observe_step(acceptance: AcceptanceMap, settled) -> None:
+    """Add one settled step (:class:`stand_runtime.engine.decode_row.Settled`) to ``acceptance``: per
+    drafted node its score, kind, and whether its path was accepted (drafts without scores are skipped)."""
+    draft = settled.draft
+    if draft.scores is None or draft.num_nodes == 0:
+        return
+    copied = np.zeros(draft.num_nodes, dtype=bool)
+    copied[[c - 1 for c in draft.copied]] = True
+    accepted = np.zeros(draft.num_nodes, dtype=bool)
+    accepted[[a - 1 for a in settled.verification.accepted if 0 < a <= draft.num_nodes]] = True
+    acceptance.observe(np.asarray(draft.scores[1:], dtype=np.float64), copied, accepted)
+
+
+def measure_acceptance(model, tokenizer, prompts: list[str], seeds: list[int], *, sampling, max_new_tokens: int,
+                       nodes: int = DEFAULT_NODES, deterministic: bool = False,
+                       on_tokens: Callable[[int], None] | None = None) -> AcceptanceMap:
+    """Decode each prompt with STAND on ``dynamic-<nodes>`` (a fresh Python store per prompt, so every
+    node is scored) and count acceptance per score bin (module docstring).
+
+    Args:
+        prompts: prompt texts (or token id lists); ``seeds``: one seed per prompt.
+        sampling: the target sampling distribution (the calibration's).
+        max_new_tokens: tokens per prompt at most.
+        nodes: the dynamic tree's node budget.
+        deterministic: top-m drafts (``stand-det``) instead of Gumbel-Top-K draws.
+        on_tokens: called with the tokens of every step (progress).
+
+    Returns:
+        The :class:`AcceptanceMap` holding the counts (:meth:`AcceptanceMap.counts`).
+
+    Raises:
+        StandError: bad prompts, seeds or settings (as :func:`stand_runtime.generate`).
+    """
+    acceptance = AcceptanceMap()
+    method = Method.parse("stand-det" if deterministic else "stand", f"dynamic-{nodes}", model)
+
+    def count(settled) -> None:
+        observe_step(acceptance, settled)
+        if on_tokens is not None:
+            on_tokens(len(settled.tokens))
+
+    for prompt, seed in zip(prompts, seeds, strict=True):
+        store = NGramStore(top_k=STORE_TOP_K, max_n=DYNAMIC_MAX_N)
+        generate(model, tokenizer, prompt, method=method, sampling=sampling, max_new_tokens=max_new_tokens,
+                 seed=seed, store=store, on_step=count)
+    return acceptance
+
+
+def acceptance_path(calibration_out: str | Path) -> Path:
+    """Where the seed goes next to a calibration file: ``NAME.calibration.json`` (or ``NAME.json``) →
+    ``NAME.acceptance.json``."""
+    out = Path(calibration_out)
+    name = out.name
+    for suffix in (".calibration.json", ".json"):
+        if name.endswith(suffix):
+            name = name[: -len(suffix)]
+            break
+    return out.with_name(name + ".acceptance.json")
+
+
+def calibrate_acceptance(config, model, tokenizer, prompts: list, out: str | Path, *, nodes: int = DEFAULT_NODES,
+                         on_tokens: Callable[[int], None] | None = None) -> tuple[AcceptanceSeed, list[Path]]:
+    """Measure the acceptance seed on a calibration's prompts (:func:`measure_acceptance`, prompt i
+    seeded ``config.seed + 1000 i`` as the calibration seeds it) and save it at ``out`` and at
+    :func:`stand_runtime.acceptance_seed.seed_path` of the model (where value-sized trees look for it).
+
+    Args:
+        config: the :class:`treeopt.CalibrationConfig` (sampling, token budget, seed, dataset, drafts).
+        prompts: :class:`treeopt.data.datasets.Prompt` list.
+        out: the seed file to write.
+
+    Returns:
+        The seed and the paths written.
+
+    Raises:
+        StandError: unwritable paths, or what :func:`measure_acceptance` raises.
+    """
+    from .calibrate import SEED_STRIDE
+
+    seeds = [config.seed + SEED_STRIDE * number for number in range(len(prompts))]
+    acceptance = measure_acceptance(model, tokenizer, [p.text for p in prompts], seeds, sampling=config.sampling,
+                                    max_new_tokens=config.max_new_tokens, nodes=nodes,
+                                    deterministic=config.deterministic_drafts, on_tokens=on_tokens)
+    metadata = {"model_spec": config.model, "dataset": config.dataset, "samples": len(prompts),
+                "offset": config.offset, "tree": f"dynamic-{nodes}", "temperature": config.temperature,
+                "top_p": config.top_p, "top_k": config.top_k, "max_new_tokens": config.max_new_tokens,
+                "seed": config.seed, "deterministic_drafts": config.deterministic_drafts}
+    seed = AcceptanceSeed.from_map(model_identity(model), acceptance, metadata)
+    cached = seed_path(seed.model)
+    cached.parent.mkdir(parents=True, exist_ok=True)
+    return seed, [seed.save(out), seed.save(cached)]
+
+
+__all__ = ["DEFAULT_NODES", "acceptance_path", "calibrate_acceptance", "measure_acceptance", "observe_step"]
