@@ -29,7 +29,7 @@ class ScoreIsP(AcceptanceMap):
 
 def budget(seconds, rows=(1, 2, 3, 4)):
     """A budget whose forward over T tokens takes ``seconds(T)``, the plain forwards at ``rows`` observed."""
-    rule = ChainBudget(LatencyModel(seconds, (1, 2, 4, 8, 16, 32, 64)), ScoreIsP(3))
+    rule = ChainBudget(LatencyModel(seconds, (1, 2, 4, 8, 16, 32, 64)), ScoreIsP(kinds=3))
     for size in rows:
         rule.observe_forward(size, seconds(size)), rule.observe_forward(size, seconds(size))
     return rule
@@ -144,7 +144,7 @@ def test_the_plain_and_a_long_forward_are_observed_before_the_rule_alone_drafts(
     """t(T) = T tokens: the rule alone drafts nothing. Until the plain forward (1 token) and one of at
     least twice its tokens are observed twice, every 4th step drafts nothing (phase 0) and every 4th
     step (phase 2) drafts every offered position, so the model sees the curve's shape."""
-    rule = ChainBudget(LatencyModel(lambda t: float(t), (1, 2, 4, 8)), ScoreIsP(3))
+    rule = ChainBudget(LatencyModel(lambda t: float(t), (1, 2, 4, 8)), ScoreIsP(kinds=3))
     assert [rule.allocate([Offers([0.9, 0.9])], rows=1) for _ in range(4)] == [[0], [0], [2], [0]]
     assert rule.explored == 2
     for tokens in (1, 1, 3, 3):

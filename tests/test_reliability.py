@@ -84,13 +84,15 @@ def test_the_value_rule_reports_what_it_predicted_when_it_sized(flat_latency):
         assert np.array_equal(predicted, table[copied.astype(int), bins])
     # without a collector the drafter keeps no prediction
     store = NGramStore(max_n=8)
-    quiet = Method.parse("stand", "dynamic-auto-12", model)
+    quiet = Method.parse("stand", "dynamic-auto-12", model, allocation="row")  # the drafter sizes its drafts
     generate(model, None, prompt, method=quiet, sampling=greedy, max_new_tokens=20, eos_token_ids=[], store=store)
-    quiet.value.latency.ratio, quiet.value.latency.explore = (lambda tokens: 1.0), (lambda: False)
+    quiet.value.latency.ratio, quiet.value.latency.explore = (lambda tokens: 1.0), (lambda tokens=None: False)
     drafter = quiet.drafter(store, None, greedy, 16)
-    assert drafter.draft(prompt + plain.tokens, 8).num_nodes > 0 and drafter._predicted is None
+    first = drafter.draft(prompt + plain.tokens, 8)
+    assert first.num_nodes > 0 and quiet.value.recall(first) is None  # nobody listens: nothing kept
     quiet.value.on_outcome = reports.append
-    assert drafter.draft(prompt + plain.tokens, 8).num_nodes > 0 and drafter._predicted is not None
+    second = drafter.draft(prompt + plain.tokens, 8)
+    assert second.num_nodes > 0 and quiet.value.recall(second) is not None
 
 
 def latency_edges():

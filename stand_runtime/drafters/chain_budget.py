@@ -100,7 +100,7 @@ class ChainBudget:
 
     def __init__(self, latency: LatencyModel | None = None, acceptance: AcceptanceMap | None = None) -> None:
         self.latency = latency or LatencyModel(default_profile, FORWARD_SIZES)
-        self.acceptance = acceptance or AcceptanceMap(KINDS)
+        self.acceptance = acceptance or AcceptanceMap(kinds=KINDS)
         self.steps = 0
         self.explored = 0  # steps that drafted nothing to observe the plain forward
         self.forwards_observed = 0

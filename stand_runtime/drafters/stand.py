@@ -98,7 +98,6 @@ class StandDrafter:
                  feed_rejected: bool = False, quality: DraftQuality | None = None, extend: Extension | None = None,
                  copy: int = 0, value: ValueRule | None = None) -> None:
         self.value = value
-        self._predicted: tuple[Draft, np.ndarray] | None = None  # (sized draft, P predicted per node): reliability
         self.tree = tree
         self.store = store
         self.randomness = randomness
@@ -155,8 +154,8 @@ class StandDrafter:
         scores, copied = draft.scores[1:], copied_mask(draft)
         size = self.value.size(scores, copied)
         sized = truncate_draft(draft, size)
-        if self.value.on_outcome is not None:
-            self._predicted = (sized, self.value.acceptance.estimate(scores[:size], copied[:size]))
+        if self.value.on_outcome is not None:  # reliability: what was predicted, for the outcome
+            self.value.remember(sized, self.value.acceptance.estimate(scores[:size], copied[:size]))
         return sized
 
     def _prepare(self, committed: list[int], max_depth: int) -> list[int] | None:
@@ -186,9 +185,7 @@ class StandDrafter:
         one call, :func:`stand_runtime.store.native_store.update_sequences`); with ``feed_rejected``
         the store is fed here and None is returned."""
         if self.value is not None and draft.scores is not None:
-            predicted = self._predicted[1] if self._predicted is not None and self._predicted[0] is draft else None
-            self._predicted = None
-            self.value.observe(draft.scores[1:], copied_mask(draft), accepted, predicted)
+            self.value.observe(draft.scores[1:], copied_mask(draft), accepted, self.value.recall(draft))
         if self.quality is not None:
             start = time.perf_counter()
             self._measure_root(draft, getattr(feed, "rows", {}).get(0))

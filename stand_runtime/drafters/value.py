@@ -265,6 +265,7 @@ class ValueRule:
         """When set (a reliability collector, e.g. ``treeopt bench``'s), called per verified step with
         the drafted nodes' ``[n]`` scores, ``[n]`` copied flags, ``[n]`` P predicted when the step was
         sized, and ``[n]`` bool path accepted; the drafter records the prediction only while it is set."""
+        self._predicted: dict[int, tuple[object, np.ndarray]] = {}
 
     def size(self, scores: np.ndarray, copied: np.ndarray) -> int:
         """The n in 0 .. len(scores) where the expected tokens per second of the first n nodes first
@@ -277,6 +278,18 @@ class ValueRule:
         best = first_peak(gains.__getitem__, self.latency.at, len(scores))
         self.sizes.append(best)
         return best
+
+    def remember(self, draft, predicted: np.ndarray) -> None:
+        """Keep ``[n]`` the P predicted for ``draft``'s nodes when it was sized (by the drafter or the
+        batch allocator) until its outcome is observed (:meth:`recall`); only while
+        :attr:`on_outcome` is set."""
+        if self.on_outcome is not None:
+            self._predicted[id(draft)] = (draft, predicted)
+
+    def recall(self, draft) -> np.ndarray | None:
+        """The P :meth:`remember` kept for ``draft`` (forgotten now), or None."""
+        found = self._predicted.pop(id(draft), None)
+        return found[1] if found is not None and found[0] is draft else None
 
     def observe(self, scores: np.ndarray, copied: np.ndarray, accepted: Sequence[int],
                 predicted: np.ndarray | None = None) -> None:

@@ -165,4 +165,7 @@ class BatchAllocator:
             value.packing.append(packed_allocation(acceptance, seconds).rate / chosen.rate)
         value.batches.append(sizes)
         value.sizes.extend(sizes)
-        return [truncate_draft(d, n) if n < d.num_nodes else d for d, n in zip(drafts, sizes)]
+        drafts = [truncate_draft(d, n) if n < d.num_nodes else d for d, n in zip(drafts, sizes)]
+        for draft, predicted, n in zip(drafts, acceptance, sizes):
+            value.remember(draft, predicted[:n])  # for a reliability collector (when one listens)
+        return drafts
