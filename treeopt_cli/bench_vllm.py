@@ -22,7 +22,7 @@ def bench_vllm(
     samples: int = typer.Option(5, help="Prompts."),
     offset: Optional[int] = typer.Option(None, help=OFFSET_HELP),
     methods: str = typer.Option("ar,ngram,suffix,stand", help="Comma-separated: ar (vLLM's plain decoding), ngram, suffix, "
-                                "stand (one chain length, --k), stand-auto (each request's chain length by expected "
+                                "stand (one chain length K for every request), stand-auto (each request's chain length by expected "
                                 "tokens per second, at most 16), hf (this toolkit's engine, plain decoding)."),
     temperature: float = typer.Option(0.6, help=TEMPERATURE_HELP),
     top_p: float = typer.Option(0.95, help=TOP_P_HELP),
