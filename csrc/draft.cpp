@@ -65,24 +65,7 @@ public:
 
     // DraftBuilder.add_copy: after the drawn children; a token q lacks joins the support at q = 0.
     int32_t add_copy(int32_t parent, Token token) {
-        int64_t slot = -1;
-        int64_t start = out_.dist_start[parent], length = out_.dist_len[parent];
-        if (start >= 0) {
-            for (int64_t i = 0; i < length && slot < 0; ++i)
-                if (out_.flat_ids[start + i] == token) slot = i;
-            if (slot < 0) {
-                slot = length;
-                int64_t moved = static_cast<int64_t>(out_.flat_ids.size());
-                for (int64_t i = 0; i < length; ++i) {
-                    out_.flat_ids.push_back(out_.flat_ids[start + i]);
-                    out_.flat_q.push_back(out_.flat_q[start + i]);
-                }
-                out_.flat_ids.push_back(token);
-                out_.flat_q.push_back(0.0);
-                out_.dist_start[parent] = moved;
-                out_.dist_len[parent] = length + 1;
-            }
-        }
+        int64_t slot = copy_slot(out_, parent, token);
         int32_t position = add(parent, token, slot, s_.path[parent]);
         out_.copied[position] = 1;
         return position;
@@ -100,15 +83,7 @@ public:
 
     // The children lists flattened into the draft (drawing order per node).
     void finish() {
-        size_t n = out_.tokens.size();
-        out_.child_start.resize(n);
-        out_.child_count.resize(n);
-        out_.child_flat.clear();
-        for (size_t i = 0; i < n; ++i) {
-            out_.child_start[i] = static_cast<int32_t>(out_.child_flat.size());
-            out_.child_count[i] = static_cast<int32_t>(s_.children[i].size());
-            out_.child_flat.insert(out_.child_flat.end(), s_.children[i].begin(), s_.children[i].end());
-        }
+        flatten_children(out_, s_.children);
     }
 
 private:
@@ -166,6 +141,35 @@ void graft(Builder& builder, const Token* chain, size_t chain_len, int deepest) 
 }
 
 }  // namespace
+
+int64_t copy_slot(DraftOut& out, int32_t parent, Token token) {
+    int64_t start = out.dist_start[parent], length = out.dist_len[parent];
+    if (start < 0) return -1;
+    for (int64_t i = 0; i < length; ++i)
+        if (out.flat_ids[start + i] == token) return i;
+    int64_t moved = static_cast<int64_t>(out.flat_ids.size());
+    for (int64_t i = 0; i < length; ++i) {
+        out.flat_ids.push_back(out.flat_ids[start + i]);
+        out.flat_q.push_back(out.flat_q[start + i]);
+    }
+    out.flat_ids.push_back(token);
+    out.flat_q.push_back(0.0);
+    out.dist_start[parent] = moved;
+    out.dist_len[parent] = length + 1;
+    return length;
+}
+
+void flatten_children(DraftOut& out, const std::vector<std::vector<int32_t>>& children) {
+    size_t n = out.tokens.size();
+    out.child_start.resize(n);
+    out.child_count.resize(n);
+    out.child_flat.clear();
+    for (size_t i = 0; i < n; ++i) {
+        out.child_start[i] = static_cast<int32_t>(out.child_flat.size());
+        out.child_count[i] = static_cast<int32_t>(children[i].size());
+        out.child_flat.insert(out.child_flat.end(), children[i].begin(), children[i].end());
+    }
+}
 
 void best_first(Store& store, const Token* context, size_t length, const Token* chain, size_t chain_len,
                 const DraftParams& params, NoiseSource* noise, DraftOut& out, DraftScratch& s) {

@@ -53,6 +53,14 @@ struct DraftScratch {
     Blended blended;
 };
 
+// The slot of a copied child's token in its parent's q (DraftBuilder.add_copy): its index there, or, for a
+// token q lacks, the support copied to the end of the flat arrays with the token appended at q = 0.
+// -1 when the parent has no q. Shared by the dynamic tree and the static fill.
+int64_t copy_slot(DraftOut& out, int32_t parent, Token token);
+
+// The per-node children lists (drawing order) flattened into out's child_start / child_count / child_flat.
+void flatten_children(DraftOut& out, const std::vector<std::vector<int32_t>>& children);
+
 // noise == nullptr: deterministic drafts (q's order).
 void best_first(Store& store, const Token* context, size_t length, const Token* chain, size_t chain_len,
                 const DraftParams& params, NoiseSource* noise, DraftOut& out, DraftScratch& scratch);

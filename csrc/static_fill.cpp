@@ -57,24 +57,7 @@ public:
     // DraftBuilder.add_copy: after the drawn children; a token q lacks joins the support at q = 0.
     // Its path probability is its parent's (graft_chain).
     int32_t add_copy(int32_t parent, Token token) {
-        int64_t slot = -1;
-        int64_t start = out_.dist_start[parent], length = out_.dist_len[parent];
-        if (start >= 0) {
-            for (int64_t i = 0; i < length && slot < 0; ++i)
-                if (out_.flat_ids[start + i] == token) slot = i;
-            if (slot < 0) {
-                slot = length;
-                int64_t moved = static_cast<int64_t>(out_.flat_ids.size());
-                for (int64_t i = 0; i < length; ++i) {
-                    out_.flat_ids.push_back(out_.flat_ids[start + i]);
-                    out_.flat_q.push_back(out_.flat_q[start + i]);
-                }
-                out_.flat_ids.push_back(token);
-                out_.flat_q.push_back(0.0);
-                out_.dist_start[parent] = moved;
-                out_.dist_len[parent] = length + 1;
-            }
-        }
+        int64_t slot = copy_slot(out_, parent, token);
         int32_t position = add(parent, token, slot, -1, scores_[parent]);
         out_.copied[position] = 1;
         return position;
@@ -88,15 +71,7 @@ public:
 
     // The children lists flattened into the draft (DraftOut's child_start / child_count / child_flat).
     void finish() {
-        size_t n = out_.tokens.size();
-        out_.child_start.resize(n);
-        out_.child_count.resize(n);
-        out_.child_flat.clear();
-        for (size_t i = 0; i < n; ++i) {
-            out_.child_start[i] = static_cast<int32_t>(out_.child_flat.size());
-            out_.child_count[i] = static_cast<int32_t>(children_[i].size());
-            out_.child_flat.insert(out_.child_flat.end(), children_[i].begin(), children_[i].end());
-        }
+        flatten_children(out_, children_);
     }
 
 private:
