@@ -147,12 +147,12 @@ class BatchAllocator:
         modelled rate over the padded one's (``value.packing``).
 
         Raises:
-            StandError: a draft with nodes but no scores (drafted by a store that scores no nodes).
+            StandError: a draft with nodes but no scores (not drafted by the dynamic tree).
         """
         value = self.value
         if any(d.num_nodes and d.scores is None for d in drafts):
-            raise StandError("a value-sized dynamic tree drafts on the Python store (NGramStore), which scores "
-                             "its nodes; the native store does not yet")
+            raise StandError("a value-sized dynamic tree sizes scored drafts (the dynamic tree's, on either "
+                             "store); this draft has nodes but no scores")
         table = value.acceptance.table()
         acceptance = [value.acceptance.estimate(d.scores[1:], copied_mask(d), table) if d.num_nodes
                       else np.zeros(0) for d in drafts]
