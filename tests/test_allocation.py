@@ -141,7 +141,11 @@ def test_a_profile_measured_under_load_is_corrected_within_20_batch_forwards():
 
 
 def flat_profile(monkeypatch, slope: float):
+    """The latency profile 1 + slope·tokens, and no correction from this machine's forward times (the
+    sizes, and so what these tests enumerate, must not depend on the machine's load)."""
     from stand_runtime.target import latency
+
+    monkeypatch.setattr("stand_runtime.drafters.value.LatencyModel.observe", lambda self, tokens, seconds: None)
 
     sizes = (1, 2, 4, 8, 16, 32, 64, 128)
     monkeypatch.setattr("stand_runtime.method.cached_latency",
@@ -155,8 +159,6 @@ def test_batch_allocated_rows_equal_plain_decoding_greedy(tiny_qwen2, monkeypatc
     """Greedy rows sized from one budget per forward (ragged sizes, rows with nothing to draft)
     emit plain decoding's tokens; the padding each row took is counted."""
     flat_profile(monkeypatch, 0.002)
-    # the sizes must not depend on this machine's timings (a loaded machine's correction makes every size 0)
-    monkeypatch.setattr("stand_runtime.drafters.value.LatencyModel.observe", lambda self, tokens, seconds: None)
     greedy = SamplingParams(temperature=0)
     plain = [generate(tiny_qwen2, None, p, method="ar", sampling=greedy, max_new_tokens=30, eos_token_ids=[]).tokens
              for p in PROMPTS]
@@ -168,6 +170,7 @@ def test_batch_allocated_rows_equal_plain_decoding_greedy(tiny_qwen2, monkeypatc
     assert any(len(set(sizes)) > 1 and max(sizes) > 0 for sizes in method.value.batches), method.value.batches
     assert sum(max(sizes) > 0 for sizes in method.value.batches) >= 3, method.value.batches
     assert sum(sum(r.stats.drafted_per_step) for r in rows) > 0
+    assert sum(sum(r.stats.accepted_per_step) for r in rows) > 0  # drafts were accepted
     assert 0.0 < padding_waste(r.stats for r in rows) < 1.0
     assert all(r.stats.forwarded_tokens >= r.stats.target_forwards for r in rows)
 
