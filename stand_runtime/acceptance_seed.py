@@ -6,7 +6,9 @@ verified step that map knows nothing; ``treeopt calibrate`` measures, with a dyn
 its calibration prompts, the nodes drafted and accepted per map bin (drawn and copied apart) and saves
 them here, so the first step starts from the model's measured rates.
 
-File: JSON, ``format: stand-acceptance``, version 1: ``model`` (:func:`model_identity` of the target it
+File: JSON, ``format: stand-acceptance``, version 2 (version 1 binned copied nodes by their parent's
+score; since version 2 by their chain position, ``COPY_DECAY ** depth``: a cached version-1 file is
+skipped, calibrate writes a new one): ``model`` (:func:`model_identity` of the target it
 was measured on), ``edges`` (the map's bin edges, checked against the code's), ``drafted`` and
 ``accepted`` (``[2, 16]`` counts: row 0 drawn nodes, row 1 copied), and ``metadata`` (how it was made).
 It is looked up per model: first ``$STAND_CACHE_DIR/acceptance/<model>.json`` (written by calibrate),
@@ -30,7 +32,7 @@ from .target.models import cache_root
 from .trees.tree_io import bundled_files
 
 ACCEPTANCE_FORMAT = "stand-acceptance"
-ACCEPTANCE_VERSION = 1
+ACCEPTANCE_VERSION = 2
 BUNDLED_SUFFIX = ".acceptance.json"
 
 
@@ -82,8 +84,9 @@ class AcceptanceSeed:
 
     def prior(self) -> np.ndarray:
         """``[2, 16]`` the seed per bin: the estimate a fresh map holds after observing these counts
-        (``(accepted + 8 centre) / (drafted + 8)``, isotonic), so a bin calibrated on few nodes stays
-        near the score and a well-measured one takes its measured rate."""
+        (``(accepted + 8 seed) / (drafted + 8)`` with the default seed
+        :data:`stand_runtime.drafters.value.DEFAULT_PRIOR`, isotonic), so a bin calibrated on few nodes
+        stays near that seed and a well-measured one takes its measured rate."""
         fresh = AcceptanceMap()
         fresh.add_counts(self.drafted, self.accepted)
         return fresh.table()
@@ -143,7 +146,7 @@ def find_acceptance_seed(model) -> AcceptanceSeed | None:
     """
     identity = model_identity(model)
     cached = seed_path(identity)
-    if cached.is_file():
+    if cached.is_file() and not _outdated(cached):
         seed = load_acceptance_seed(cached)
         if seed.model != identity:
             raise StandError(f"acceptance seed {cached} was measured on {seed.model!r}, not {identity!r}: "
@@ -154,6 +157,15 @@ def find_acceptance_seed(model) -> AcceptanceSeed | None:
         if seed.model == identity:
             return seed
     return None
+
+
+def _outdated(path: Path) -> bool:
+    """True for a readable seed file of an earlier version (its bins mean something else now: skipped)."""
+    try:
+        version = parse_json_object(path.read_bytes(), str(path)).get("version")
+    except (OSError, StandError):
+        return False  # load_acceptance_seed names the problem
+    return isinstance(version, int) and not isinstance(version, bool) and version < ACCEPTANCE_VERSION
 
 
 def seeded_map(model) -> AcceptanceMap:

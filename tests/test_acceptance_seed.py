@@ -13,7 +13,7 @@ from stand_runtime import Method, NGramStore, SamplingParams, StandError, genera
 from stand_runtime.acceptance_seed import (AcceptanceSeed, find_acceptance_seed, load_acceptance_seed, model_identity,
                                            seed_path)
 from stand_runtime.drafters import DYNAMIC_MAX_N, STORE_TOP_K
-from stand_runtime.drafters.value import CENTRES, EDGES, PRIOR_WEIGHT, AcceptanceMap
+from stand_runtime.drafters.value import DEFAULT_PRIOR, EDGES, PRIOR_WEIGHT, AcceptanceMap
 from stand_runtime.target import latency
 
 FLAT = latency.LatencyProfile((1, 2, 4, 8, 16, 32, 64, 128), (1.0,) * 8)
@@ -41,15 +41,15 @@ def test_a_seed_sets_the_first_estimate_to_the_calibrated_rate():
     seed = AcceptanceSeed("m", drafted, accepted)
     seeded, fresh = seed.new_map(), AcceptanceMap()
     score = np.array([0.15])
-    # bin 12 measured 80/100, shrunk by 8 pseudo-observations at its centre: 0.75; bins 13 and 14 (no
-    # measurement: their centres 0.24, 0.42) lie below it, so the isotonic fit pools the three
-    calibrated = (80 + PRIOR_WEIGHT * CENTRES[12:15].sum()) / (100 + 3 * PRIOR_WEIGHT)
-    assert fresh.estimate(score, np.array([False]))[0] == pytest.approx(CENTRES[12])
+    # bin 12 measured 80/100, shrunk by 8 pseudo-observations at its default seed: 0.77; bins 13 and 14
+    # (no measurement: their seeds 0.49, 0.65) lie below it, so the isotonic fit pools the three
+    calibrated = (80 + PRIOR_WEIGHT * DEFAULT_PRIOR[12:15].sum()) / (100 + 3 * PRIOR_WEIGHT)
+    assert fresh.estimate(score, np.array([False]))[0] == pytest.approx(DEFAULT_PRIOR[12])
     assert seeded.estimate(score, np.array([False]))[0] == pytest.approx(calibrated, rel=1e-12)
     table = seeded.table()
-    assert np.allclose(table[0, 12:15], calibrated) and np.allclose(table[0, :12], CENTRES[:12])
+    assert np.allclose(table[0, 12:15], calibrated) and np.allclose(table[0, :12], DEFAULT_PRIOR[:12])
     assert np.all(np.diff(table, axis=1) >= 0)
-    assert seeded.estimate(np.array([0.9]), np.array([True]))[0] == pytest.approx((9 + 8 * CENTRES[15]) / 18)
+    assert seeded.estimate(np.array([0.9]), np.array([True]))[0] == pytest.approx((9 + 8 * DEFAULT_PRIOR[15]) / 18)
     # the seed weighs 8 pseudo-observations: 8 verified nodes at 0 pull the estimate half-way down
     seeded.observe(np.full(8, 0.15), np.zeros(8, dtype=bool), np.zeros(8, dtype=bool))
     assert seeded.estimate(score, np.array([False]))[0] == pytest.approx(calibrated / 2, rel=1e-9)
@@ -65,8 +65,8 @@ def test_round_trip_and_bad_files(tmp_path):
     assert np.array_equal(again.prior(), seed.prior())
     good = json.loads(path.read_text())
     for change, message in [
-        ({"format": "stand-tree"}, "is not a stand-acceptance file of version 1"),
-        ({"version": 2}, "is not a stand-acceptance file of version 1"),
+        ({"format": "stand-tree"}, "is not a stand-acceptance file of version 2"),
+        ({"version": 3}, "is not a stand-acceptance file of version 2"),
         ({"edges": [0.0, 1.0]}, "other score bins"),
         ({"drafted": [[1.0] * 16]}, "acceptance counts are [2, 16]"),
         ({"accepted": (accepted + 200).tolist()}, "0 <= accepted <= drafted"),
@@ -92,7 +92,7 @@ def test_the_value_rule_is_seeded_for_its_model_only(cache, tmp_path, monkeypatc
     assert identity == "qwen2"  # built in memory: its model type
     assert find_acceptance_seed(model) is None
     unseeded = Method.parse("stand", "dynamic-auto", model).value.acceptance.table()
-    assert np.allclose(unseeded, np.stack([CENTRES, CENTRES]))
+    assert np.allclose(unseeded, np.stack([DEFAULT_PRIOR, DEFAULT_PRIOR]))
     drafted, accepted = counts()
     # a bundled seed of another model is ignored, one of this model is used
     other = AcceptanceSeed("llama", drafted, accepted).save(tmp_path / "other.acceptance.json")
@@ -110,6 +110,10 @@ def test_the_value_rule_is_seeded_for_its_model_only(cache, tmp_path, monkeypatc
     seed_path(identity).write_text("[]")
     with pytest.raises(StandError, match="must be a JSON object"):
         Method.parse("stand", "dynamic-auto", model)
+    # a cached file of version 1 (copied nodes binned by their parent's score) is skipped: the bundled one
+    old = {**AcceptanceSeed(identity, drafted, accepted).as_json(), "version": 1}
+    seed_path(identity).write_text(json.dumps(old))
+    assert find_acceptance_seed(model).model == identity and find_acceptance_seed(model).metadata == {}
     assert Method.parse("stand", "dynamic-80", model).value is None  # a fixed budget reads no seed
 
 

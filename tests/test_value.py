@@ -7,7 +7,7 @@ import pytest
 
 from stand_runtime import DynamicTree, Method, NGramStore, SamplingParams, StandError, generate
 from stand_runtime.drafters.best_first import parse_dynamic
-from stand_runtime.drafters.value import AcceptanceMap, LatencyModel, ValueRule
+from stand_runtime.drafters.value import AcceptanceMap, LatencyModel, ValueRule, first_peak
 
 SIZES = (1, 2, 4, 8, 16, 32)
 
@@ -41,17 +41,35 @@ def test_the_rule_drafts_the_prefix_with_the_most_expected_tokens_per_second():
     assert steep.size(np.ones(0), np.zeros(0, dtype=bool)) == 0
 
 
+def test_a_stepped_profile_is_priced_by_its_convex_minorant():
+    """A profile that rises by a step (1 -> 2 -> 3 tokens cost 10% each, then flat: measurement noise)
+    stopped the first peak at no node although five nodes of P 0.08 pay; its convex minorant (the
+    lower hull) lets the rule reach them, and a convex profile is its own minorant."""
+    from stand_runtime.drafters.value import convex_minorant
+
+    stepped = np.array([1.0, 1.1, 1.2, 1.2, 1.21, 1.22, 1.23])
+    hull = convex_minorant(stepped)
+    assert np.all(hull <= stepped + 1e-12) and np.all(np.diff(hull, 2) >= -1e-12) and hull[0] == 1.0
+    convex = np.array([1.0, 1.01, 1.03, 1.06, 1.1])
+    assert np.allclose(convex_minorant(convex), convex)
+    profile = lambda tokens: float(np.interp(tokens, np.arange(1, 8), stepped))
+    rule = ValueRule(LatencyModel(profile, (1, 2, 4, 8)), FixedAcceptance([0.08] * 6))
+    rule.latency.observe(1, 1.0), rule.latency.observe(1, 1.0)
+    assert first_peak(lambda n: 1 + 0.08 * n, profile, 6) == 0  # the raw profile: stuck at the step
+    assert rule.size(np.ones(6), np.zeros(6, dtype=bool)) == 6
+
+
 def test_the_acceptance_map_learns_the_observed_rate_and_stays_monotone():
     rng = np.random.default_rng(0)
     learned = AcceptanceMap()
-    assert learned.estimate(np.array([0.5]), np.array([False]))[0] == pytest.approx(10 ** -0.375, rel=1e-9)  # its bin's centre
+    assert learned.estimate(np.array([0.5]), np.array([False]))[0] == pytest.approx(10 ** -0.1875, rel=1e-9)  # root of its bin's centre
     for _ in range(200):
         scores = np.full(10, 0.5)
         learned.observe(scores, np.zeros(10, dtype=bool), rng.random(10) < 0.2)
     assert learned.estimate(np.array([0.5]), np.array([False]))[0] == pytest.approx(0.2, abs=0.03)
     table = learned.table()
     assert np.all(np.diff(table, axis=1) >= 0)  # a higher score never gets a lower estimate
-    assert learned.estimate(np.array([0.5]), np.array([True]))[0] == pytest.approx(10 ** -0.375)  # copied: apart
+    assert learned.estimate(np.array([0.5]), np.array([True]))[0] == pytest.approx(10 ** -0.1875)  # copied: apart
 
 
 def test_a_latency_profile_measured_under_load_is_corrected_within_20_steps():
@@ -71,6 +89,46 @@ def test_a_latency_profile_measured_under_load_is_corrected_within_20_steps():
     before, after = loaded.sizes[1], loaded.sizes[-4:]
     assert before > best + 5 and rate[before] < 0.97 * rate[best]  # steered wrong by the loaded profile
     assert all(rate[n] > 0.995 * rate[best] for n in after), (loaded.sizes, best)  # then right
+
+
+class ScoreIsAcceptance(AcceptanceMap):
+    """P = the node's score (drawn and copied alike), to follow the candidates' order by hand."""
+
+    def estimate(self, scores, copied, table=None):
+        return np.asarray(scores, dtype=float)
+
+
+def test_the_copy_chain_competes_for_the_budget_by_its_value(monkeypatch):
+    """Drawn nodes (keys 0.9, 0.3, 0.2) and a pending chain 10, 20, 21 (scores 0.5, 0.25, 0.125 with a
+    decay of 0.5) are taken in one order by P; the chain's first token follows the drawn child that
+    equals it, the next hangs under it as a copied node scored by its chain position."""
+    from stand_runtime.drafters.candidates import candidates
+    from stand_runtime.trees.draft import DraftBuilder
+
+    monkeypatch.setattr("stand_runtime.drafters.candidates.COPY_DECAY", 0.5)
+
+    builder = DraftBuilder(7)
+    builder.set_distribution(0, np.array([10, 11]), np.array([0.7, 0.3]))
+    builder.add(0, 10, 0), builder.add(0, 11, 1)
+    builder.set_distribution(1, np.array([12]), np.array([1.0]))
+    builder.add(1, 12, 0)
+    draft = builder.build(True, [1.0, 0.9, 0.3, 0.2])
+    draft = type(draft)(**{**draft.__dict__, "pending_chain": (10, 20, 21), "_mask": []})
+    found = candidates(draft, ScoreIsAcceptance())
+    assert np.allclose(found.p, [0.9, 0.5, 0.3, 0.25, 0.2, 0.125])
+    assert found.from_chain.tolist() == [False, True, False, True, False, True]
+    four, predicted = found.realize(4)
+    assert four.tokens == [7, 10, 11, 20] and four.parents.tolist() == [-1, 0, 0, 1] and four.copied == {3}
+    assert np.allclose(four.scores, [1.0, 0.9, 0.3, 0.5 ** 2]) and np.allclose(predicted, [0.9, 0.3, 0.25])
+    # 12 was cut, so node 1 drew no children: 20 hangs there alone, verified as a deterministic draft
+    assert four.children[1] == [3] and four.draft_ids[1] is None and four.slots[3] == -1 and not four.pending_chain
+    everything, _ = found.realize(6)
+    assert everything.tokens == [7, 10, 11, 12, 20, 21] and everything.children[1] == [3, 4]  # drawn first
+    assert everything.draft_ids[1].tolist() == [12, 20] and everything.draft_probs[1].tolist() == [1.0, 0.0]
+    one, predicted = found.realize(1)
+    assert one.tokens == [7, 10] and not one.copied and not one.pending_chain and np.allclose(predicted, [0.9])
+    assert found.realize(0)[0].tokens == [7]
+    assert candidates(draft, ScoreIsAcceptance(), limit=3).p.tolist() == [0.9, 0.5, 0.3]
 
 
 def test_dynamic_auto_specs_parse_and_need_the_model():
@@ -101,6 +159,7 @@ def test_value_sized_drafts_are_lossless_greedy_and_learn(tiny_qwen2, monkeypatc
     assert fast.tokens == plain.tokens
     assert fast.stats.target_forwards < 40 and len(method.value.sizes) >= fast.stats.target_forwards - 1
     assert method.value.acceptance._drafted.sum() == sum(fast.stats.drafted_per_step)
+    assert method.value.acceptance._drafted[1].sum() > 0  # the copy chain competed and was drafted
 
 
 @pytest.mark.parametrize("profile", ["sloped", "steep"])
@@ -126,6 +185,7 @@ def test_value_sized_sampling_keeps_the_exact_three_token_law(tiny_qwen2, monkey
         accepted += result.stats.new_tokens - result.stats.target_forwards
     assert chi_square_against(counts, exact, samples).pvalue > 0.001
     if profile == "sloped":
+        assert method.value.acceptance._drafted[1].sum() > 0  # copy chains were drafted too
         assert len(set(method.value.sizes)) >= 3  # sizes varied with what the store knew
         assert accepted >= samples // 10, f"drafts were rarely accepted ({accepted} in {samples} runs)"
     else:

@@ -9,6 +9,8 @@ real token sequence and its logits row is exact for it).
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import time
 
 import numpy as np
@@ -26,7 +28,8 @@ from .best_first import DynamicTree, best_first_draft
 from .native_draft import DraftRequest, native_fill_tree
 from .suffix_index import NativeSuffixIndex, SuffixIndex
 from .tree_walk import Extension, Proposal, fill_tree
-from .value import ValueRule, copied_mask
+from .candidates import copied_mask, value_scores
+from .value import ValueRule
 
 __all__ = ["STORE_TOP_K", "StandDrafter", "draft_tree", "store_params", "store_proposer"]
 
@@ -88,7 +91,7 @@ class StandDrafter:
         copy: longest copy chain grafted per step (0: none): the tokens that followed the latest
             earlier occurrence of the context's suffix (prompt lookup's match), followed along the
             drafted children that agree with it and hung below the path's end.
-        value: the expected-value rule of a value-sized dynamic tree (Python store only), or None.
+        value: the expected-value rule of a value-sized dynamic tree, or None.
 
     Over a :class:`NativeNGramStore` the tree (static or dynamic) is drafted in C++ and the copy
     chain found by :class:`NativeSuffixIndex`: the same drafts as over the Python store (§3.8).
@@ -111,6 +114,7 @@ class StandDrafter:
         self.copy = copy
         native = isinstance(store, NativeNGramStore)  # a native store: the copy index in C++ too (§3.8)
         self._index = (NativeSuffixIndex() if native else SuffixIndex()) if copy else None
+        self._chain: tuple = ()  # the copy chain of the last request (a value-sized draft grafts it when sized)
 
     @property
     def dynamic(self) -> bool:
@@ -143,20 +147,22 @@ class StandDrafter:
         (:func:`stand_runtime.drafters.best_first.best_first_draft`'s arguments); the draft it gives
         goes through :meth:`sized`."""
         chain = self._prepare(committed, max_depth)
+        self._chain = tuple(chain or ())[: self.tree.num_nodes]  # a value-sized draft grafts it when sized
         return (self.tree, self.store, committed, self.randomness, max_depth, chain)
 
     def sized(self, draft: Draft) -> Draft:
-        """A dynamic draft cut to the value rule's size (value-sized trees sized row by row), else as it
-        is (the engine's batch allocator sizes batch-allocated rows). While the rule reports outcomes
-        (:attr:`ValueRule.on_outcome`), the P it predicted for the kept nodes is kept for the step."""
-        if self.value is None or self.value.batch_allocated:
+        """A dynamic draft as the value rule sizes it, else as it is. A value-sized draft leaves its
+        copied nodes (grafted last, after every drawn node) to the rule: they go back to a pending
+        chain (``Draft.pending_chain``) that competes with the drawn nodes for the budget
+        (:func:`stand_runtime.drafters.candidates.candidates`); the draft is then cut here (rows sized one
+        by one, :meth:`ValueRule.size_draft`) or by the engine's batch allocator. While the rule
+        reports outcomes (:attr:`ValueRule.on_outcome`), the P it predicted for the kept nodes is kept."""
+        if self.value is None:
             return draft
-        scores, copied = draft.scores[1:], copied_mask(draft)
-        size = self.value.size(scores, copied)
-        sized = truncate_draft(draft, size)
-        if self.value.on_outcome is not None:  # reliability: what was predicted, for the outcome
-            self.value.remember(sized, self.value.acceptance.estimate(scores[:size], copied[:size]))
-        return sized
+        if draft.copied:
+            draft = truncate_draft(draft, draft.num_nodes - len(draft.copied))
+        draft = replace(draft, pending_chain=self._chain, _mask=[])
+        return draft if self.value.batch_allocated else self.value.size_draft(draft)
 
     def _prepare(self, committed: list[int], max_depth: int) -> list[int] | None:
         """Before a draft: the root's match for diagnostics, and the copy chain."""
@@ -185,7 +191,7 @@ class StandDrafter:
         one call, :func:`stand_runtime.store.native_store.update_sequences`); with ``feed_rejected``
         the store is fed here and None is returned."""
         if self.value is not None and draft.scores is not None:
-            self.value.observe(draft.scores[1:], copied_mask(draft), accepted, self.value.recall(draft))
+            self.value.observe(value_scores(draft), copied_mask(draft), accepted, self.value.recall(draft))
         if self.quality is not None:
             start = time.perf_counter()
             self._measure_root(draft, getattr(feed, "rows", {}).get(0))

@@ -98,12 +98,24 @@ def graft_chain(builder: DraftBuilder, suffixes: list, scores: list, chain, max_
     whose children lack the next token, the rest hangs there as copied nodes, one child each
     (:meth:`DraftBuilder.add_copy`): after the node's drawn children, with no draft distribution of
     their own, so verification applies the deterministic-draft rule to them once the drawn
-    siblings are rejected, and the output stays p's (the copy is fixed before any draw).
+    siblings are rejected, and the output stays p's (the copy is fixed before any draw). Each copied
+    node's suffix and score (its parent's path score) are appended to ``suffixes`` and ``scores``.
 
     Returns:
         The number of nodes added.
     """
-    node, added = 0, 0
+    added = 0
+    for node in attach_chain(builder, chain, max_depth):
+        suffixes.append((suffixes[builder.parents[node]] + (builder.tokens[node],))[-max_n:])
+        scores.append(scores[builder.parents[node]])
+        added += 1
+    return added
+
+
+def attach_chain(builder: DraftBuilder, chain, max_depth: int):
+    """The walk of :func:`graft_chain`: follow ``chain`` down the children that equal its tokens and
+    add the rest as copied nodes (no deeper than ``max_depth``); yields each copied node's position."""
+    node = 0
     for token in chain:
         if builder.depths[node] >= max_depth:
             break
@@ -112,10 +124,7 @@ def graft_chain(builder: DraftBuilder, suffixes: list, scores: list, chain, max_
             node = match
             continue
         node = builder.add_copy(node, int(token))
-        suffixes.append((suffixes[builder.parents[node]] + (int(token),))[-max_n:])
-        scores.append(scores[builder.parents[node]])
-        added += 1
-    return added
+        yield node
 
 
 def _add_children(builder: DraftBuilder, suffixes: list, scores: list, parent: int, proposal: Proposal,

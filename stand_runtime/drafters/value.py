@@ -24,11 +24,16 @@ Two estimates steer it, both learned online from this run and both lossless to u
   all recent ratios, so a profile measured under load or on another machine stops steering the rule
   within a few steps.
 
+The copy chain (prompt lookup's continuation of the context, :mod:`.tree_walk`) competes for the
+same budget: its tokens are fixed before any draw, so each is a candidate scored by its position, and
+the rule takes drawn nodes and chain tokens in one order by P (:mod:`.candidates`).
+
 Losslessness: whether node k is drafted depends on the scores of nodes 1..k (each read q at rank,
-never the token a draw gave at the node: ``Draft.scores``) and on
-outcomes of earlier steps, never on node k's own draw or anything drawn after it; a prefix of the
-best-first order is a lossless draft (:func:`stand_runtime.trees.draft.truncate_draft`). See
-docs/design.md §3.7, §9.3.
+never the token a draw gave at the node: ``Draft.scores``), on the chain (fixed before any draw) and
+on outcomes of earlier steps, never on node k's own draw or anything drawn after it; a prefix of the
+best-first order is a lossless draft (:func:`stand_runtime.trees.draft.truncate_draft`), and a fixed
+chain grafted onto it is verified after the drawn children it hangs beside. See docs/design.md §3.7,
+§9.3.
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ import numpy as np
 
 from ..errors import StandError
 from ..trees.draft import Draft
+from .candidates import candidates
 
 EDGES = np.logspace(-4, 0, 17)
 """Bin edges of :class:`AcceptanceMap` over a node's score (16 bins from 1e-4 to 1; below: the first)."""
@@ -58,7 +64,15 @@ EXPLORE_EVERY = 4
 
 
 CENTRES = np.sqrt(EDGES[:-1] * EDGES[1:])
-"""``[16]`` the bins' geometric centres: the seed of a bin without a calibrated rate."""
+"""``[16]`` the bins' geometric centres."""
+
+DEFAULT_PRIOR = np.sqrt(CENTRES)
+"""``[16]`` the seed of a bin without a calibrated rate: the square root of its centre score. The
+best-first score understates acceptance (its confidence weight halves q at every context seen once,
+and q is the store's, not the target's): on held-out HumanEval with the default model, nodes of
+scores 0.06-0.1, 0.1-0.18, 0.18-0.32, 0.32-0.56 and 0.56-1 were accepted 0.41, 0.38, 0.44, 0.67 and
+0.86 of the time, near the root of the score (0.27, 0.36, 0.49, 0.65, 0.87). Seeding with the score
+itself kept every node below 0.06 from ever being drafted, so never observed."""
 
 
 class AcceptanceMap:
@@ -67,8 +81,8 @@ class AcceptanceMap:
     Args:
         prior: ``[kinds, 16]`` float the seed per bin (row 0 drawn nodes, row 1 copied, ...), each in
             [0, 1], weighted :data:`PRIOR_WEIGHT` pseudo-observations (e.g. an offline calibration's
-            rates, :meth:`stand_runtime.acceptance_seed.AcceptanceSeed.prior`); None = each bin's centre
-            (the score is an estimate of P already).
+            rates, :meth:`stand_runtime.acceptance_seed.AcceptanceSeed.prior`); None =
+            :data:`DEFAULT_PRIOR` for every kind.
         kinds: kinds of node learned apart (2: drawn, copied; a vLLM chain adds its fallback
             store's positions, :mod:`stand_runtime.drafters.chain_budget`). A node's kind is an
             index: ``copied`` arguments take a bool array (drawn 0, copied 1) or ints below ``kinds``.
@@ -79,19 +93,21 @@ class AcceptanceMap:
 
     def __init__(self, prior: np.ndarray | None = None, kinds: int = 2) -> None:
         if prior is None:
-            prior = np.tile(CENTRES, (kinds, 1))  # kind x bins
+            prior = np.tile(DEFAULT_PRIOR, (kinds, 1))  # kind x bins
         prior = np.asarray(prior, dtype=np.float64)
         if prior.shape != (kinds, len(CENTRES)) or not np.all((prior >= 0) & (prior <= 1)):
             raise StandError(f"an acceptance prior is [{kinds}, {len(CENTRES)}] rates in [0, 1], got shape {prior.shape}")
         self._prior = prior.copy()
         self._drafted = np.zeros((kinds, len(CENTRES)))
         self._accepted = np.zeros((kinds, len(CENTRES)))
+        self._table: np.ndarray | None = None  # the fit of the counts so far (None: refit)
 
     def add_counts(self, drafted: np.ndarray, accepted: np.ndarray) -> None:
         """Add ``[kinds, 16]`` counts of nodes drafted and accepted per kind and bin (e.g. an offline
         calibration's, :class:`stand_runtime.acceptance_seed.AcceptanceSeed`)."""
         self._drafted += np.asarray(drafted, dtype=np.float64).reshape(self._drafted.shape)
         self._accepted += np.asarray(accepted, dtype=np.float64).reshape(self._accepted.shape)
+        self._table = None
 
     def counts(self) -> tuple[np.ndarray, np.ndarray]:
         """``([kinds, 16], [kinds, 16])`` float: nodes observed and nodes whose path was accepted, per kind and bin."""
@@ -104,9 +120,12 @@ class AcceptanceMap:
     def table(self) -> np.ndarray:
         """``[2, bins]`` the current estimate per bin (drawn, copied), non-decreasing in the score
         (isotonic: pool-adjacent-violators weighted by each bin's observations)."""
-        weights = self._drafted + PRIOR_WEIGHT
-        estimate = (self._accepted + PRIOR_WEIGHT * self._prior) / weights
-        return np.stack([_isotonic(row, w) for row, w in zip(estimate, weights)])
+        if self._table is None:  # refit after new counts only (read-only: shared by every caller)
+            weights = self._drafted + PRIOR_WEIGHT
+            estimate = (self._accepted + PRIOR_WEIGHT * self._prior) / weights
+            self._table = np.stack([_isotonic(row, w) for row, w in zip(estimate, weights)])
+            self._table.setflags(write=False)
+        return self._table
 
     def estimate(self, scores: np.ndarray, copied: np.ndarray, table: np.ndarray | None = None) -> np.ndarray:
         """``[n]`` P(path accepted) of nodes with these ``[n]`` scores (``copied``: ``[n]`` bool or kind);
@@ -129,6 +148,7 @@ class AcceptanceMap:
         kinds, bins = copied.astype(np.int64), self._bins(scores)
         np.add.at(self._drafted, (kinds, bins), 1.0)
         np.add.at(self._accepted, (kinds, bins), accepted.astype(np.float64))
+        self._table = None
 
 
 def first_peak(gain: Callable[[int], float], seconds: Callable[[int], float], longest: int) -> int:
@@ -148,6 +168,25 @@ def first_peak(gain: Callable[[int], float], seconds: Callable[[int], float], lo
             break
         n, rate = n + 1, grown
     return n
+
+
+def convex_minorant(values: np.ndarray) -> np.ndarray:
+    """``[m]`` the greatest convex function below ``values`` (``[m]``, at equally spaced points): the
+    lower convex hull, interpolated. The value rule prices forwards by it: a profile that rises by
+    steps (measurement noise, thread scheduling) would otherwise stop :func:`first_peak` at the first
+    step although the sizes past it pay; with a convex cost and non-increasing gains the first peak
+    is the best size."""
+    values = np.asarray(values, dtype=np.float64)
+    hull: list[int] = []
+    for i in range(len(values)):
+        while len(hull) >= 2:
+            a, b = hull[-2], hull[-1]  # drop b when it lies on or above the chord a -> i
+            if (values[b] - values[a]) * (i - a) >= (values[i] - values[a]) * (b - a):
+                hull.pop()
+            else:
+                break
+        hull.append(i)
+    return np.interp(np.arange(len(values)), hull, values[hull])
 
 
 def _isotonic(values: np.ndarray, weights: np.ndarray) -> np.ndarray:
@@ -229,6 +268,12 @@ class LatencyModel:
         """Forwards kept over ``tokens`` tokens or more (all rows)."""
         return sum(1 for kept in self._ratios for seen, _ in kept if seen >= tokens)
 
+    def at_many(self, tokens: np.ndarray) -> np.ndarray:
+        """``[m]`` seconds of forwards over each of ``tokens`` (``[m]``) tokens per row (:attr:`rows`
+        rows), the correction fitted once (:meth:`at` for many sizes)."""
+        total = np.asarray(tokens, dtype=np.float64) * self.rows
+        return np.array([self.profile(t) for t in total]) * self._ratios_at(total)
+
     def curve(self, first: int, last: int) -> np.ndarray:
         """``[last - first + 1]`` seconds of forwards over ``first .. last`` tokens in all (``rows``
         ignored: the tokens are a whole forward's), the correction fitted once."""
@@ -268,16 +313,31 @@ class ValueRule:
         self._predicted: dict[int, tuple[object, np.ndarray]] = {}
 
     def size(self, scores: np.ndarray, copied: np.ndarray) -> int:
-        """The n in 0 .. len(scores) where the expected tokens per second of the first n nodes first
-        peaks (:func:`first_peak`; 0 on every :data:`EXPLORE_EVERY`-th step while the latency model
-        explores). ``scores``: ``[L]`` the nodes' best-first scores (root excluded), ``copied``: ``[L]`` bool."""
-        if len(scores) == 0 or (self.latency.explore() and len(self.sizes) % EXPLORE_EVERY == 0):
+        """:meth:`size_p` of nodes with these ``[L]`` best-first scores (root excluded) and ``[L]`` bool
+        copied flags, P from the acceptance map."""
+        return self.size_p(self.acceptance.estimate(scores, copied) if len(scores) else np.zeros(0))
+
+    def size_p(self, acceptance: np.ndarray) -> int:
+        """The n in 0 .. L where the expected tokens per second of the first n candidates (``[L]`` their
+        P, in the order they are taken) first peaks (:func:`first_peak`; 0 on every
+        :data:`EXPLORE_EVERY`-th step while the latency model explores)."""
+        if len(acceptance) == 0 or (self.latency.explore() and len(self.sizes) % EXPLORE_EVERY == 0):
             self.sizes.append(0)
             return 0
-        gains = 1.0 + np.concatenate([[0.0], np.cumsum(self.acceptance.estimate(scores, copied))])
-        best = first_peak(gains.__getitem__, self.latency.at, len(scores))
+        gains = 1.0 + np.concatenate([[0.0], np.cumsum(acceptance)])
+        cost = convex_minorant(self.latency.at_many(np.arange(1, len(acceptance) + 2)))
+        best = first_peak(gains.__getitem__, lambda tokens: cost[tokens - 1], len(acceptance))
         self.sizes.append(best)
         return best
+
+    def size_draft(self, draft: Draft) -> Draft:
+        """``draft`` (drawn nodes in best-first order, its copy chain pending in ``draft.pending_chain``) cut to
+        the candidates :meth:`size_p` keeps (:func:`candidates`), the chain's kept tokens grafted; the P
+        predicted for the kept nodes is remembered for the outcome (:meth:`remember`)."""
+        found = candidates(draft, self.acceptance)
+        sized, predicted = found.realize(self.size_p(found.p))
+        self.remember(sized, predicted)
+        return sized
 
     def remember(self, draft, predicted: np.ndarray) -> None:
         """Keep ``[n]`` the P predicted for ``draft``'s nodes when it was sized (by the drafter or the
@@ -300,10 +360,3 @@ class ValueRule:
         if self.on_outcome is not None and predicted is not None and len(predicted) == len(scores):
             self.on_outcome(scores, copied, predicted, outcome)
         self.acceptance.observe(scores, copied, outcome)
-
-
-def copied_mask(draft: Draft) -> np.ndarray:
-    """``[n]`` bool: which drafted nodes (root excluded) are copied."""
-    mask = np.zeros(draft.num_nodes, dtype=bool)
-    mask[[c - 1 for c in draft.copied]] = True
-    return mask

@@ -9,6 +9,7 @@ acceptance map; the allocator chooses each row's prefix size ``n_r`` for the mos
 second of the whole forward,
 
     padded (the engine's forward, ``[B, W]``):  sum_r (1 + G_r(min(W - 1, L_r))) / t(B W),
+    (t priced by its convex minorant over the widths, :func:`stand_runtime.drafters.value.convex_minorant`)
     packed (rows flattened into one sequence):  sum_r (1 + G_r(n_r)) / t(sum_r (1 + n_r)),
 
 with ``G_r(n) = sum_{i <= n} P_ri``, ``L_r`` the row's candidates and t the latency model's seconds of a
@@ -33,9 +34,10 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from ..drafters.value import EXPLORE_EVERY, ValueRule, copied_mask, first_peak
+from ..drafters.candidates import candidates
+from ..drafters.value import EXPLORE_EVERY, ValueRule, convex_minorant, first_peak
 from ..errors import StandError
-from ..trees.draft import Draft, truncate_draft
+from ..trees.draft import Draft
 
 
 @dataclass(frozen=True)
@@ -86,7 +88,8 @@ def padded_allocation(acceptance: Sequence[np.ndarray], seconds: Callable[[float
     def gain(n: int) -> float:
         return float(sum(1.0 + s[min(n, len(s) - 1)] for s in sums))
 
-    n = first_peak(gain, lambda width: seconds(batch * width), longest)
+    cost = convex_minorant([seconds(batch * width) for width in range(1, longest + 2)])  # value.convex_minorant
+    n = first_peak(gain, lambda width: cost[width - 1], longest)
     sizes = tuple(min(n, len(s) - 1) for s in sums)
     return Allocation(sizes, batch * (n + 1), gain(n), seconds(batch * (n + 1)))
 
@@ -154,18 +157,19 @@ class BatchAllocator:
             raise StandError("a value-sized dynamic tree sizes scored drafts (the dynamic tree's, on either "
                              "store); this draft has nodes but no scores")
         table = value.acceptance.table()
-        acceptance = [value.acceptance.estimate(d.scores[1:], copied_mask(d), table) if d.num_nodes
-                      else np.zeros(0) for d in drafts]
+        found = [candidates(d, value.acceptance, table) for d in drafts]
         if value.latency.explore(len(drafts)) and len(value.batches) % EXPLORE_EVERY == 0:
             sizes = (0,) * len(drafts)
         else:
             seconds = value.latency.frozen()
-            chosen = padded_allocation(acceptance, seconds)
+            chosen = padded_allocation([c.p for c in found], seconds)
             sizes = chosen.sizes
-            value.packing.append(packed_allocation(acceptance, seconds).rate / chosen.rate)
+            value.packing.append(packed_allocation([c.p for c in found], seconds).rate / chosen.rate)
         value.batches.append(sizes)
         value.sizes.extend(sizes)
-        drafts = [truncate_draft(d, n) if n < d.num_nodes else d for d, n in zip(drafts, sizes)]
-        for draft, predicted, n in zip(drafts, acceptance, sizes):
-            value.remember(draft, predicted[:n])  # for a reliability collector (when one listens)
-        return drafts
+        sized = []
+        for c, n in zip(found, sizes):
+            draft, predicted = c.realize(n)
+            value.remember(draft, predicted)  # for a reliability collector (when one listens)
+            sized.append(draft)
+        return sized

@@ -54,7 +54,12 @@ class Draft:
             None: the dynamic tree's best-first key the node was added with (its parent's path
             score x confidence x q *at the node's rank*, never q of its own drawn token, so a rule
             sizing the draft by it never reads the draw it decides on; a copied node: its parent's
-            path score); ``scores[0] = 1``.
+            path score, or in a value-sized draft its chain position's score,
+            :func:`stand_runtime.drafters.candidates.value_scores`); ``scores[0] = 1``.
+        pending_chain: a copy chain continuing the context that is not grafted yet (empty: none): a
+            value-sized draft keeps it apart until the expected-value rule decides how many of its
+            tokens to graft (:func:`stand_runtime.drafters.candidates.candidates`); cutting a draft
+            (:func:`truncate_draft`) drops it.
     """
 
     tokens: list[int]
@@ -68,6 +73,7 @@ class Draft:
     nodes: np.ndarray | None = None
     copied: frozenset = frozenset()
     scores: np.ndarray | None = None
+    pending_chain: tuple = ()
     _mask: list = field(default_factory=list, repr=False)
 
     @property
@@ -134,6 +140,21 @@ class DraftBuilder:
 
     def __len__(self) -> int:
         return len(self.tokens)
+
+    @classmethod
+    def from_draft(cls, draft: Draft) -> "DraftBuilder":
+        """A builder holding ``draft``'s nodes (to add more after them, e.g. a copy chain)."""
+        builder = cls(draft.tokens[0], static=draft.nodes is not None)
+        builder.tokens = list(draft.tokens)
+        builder.parents = [int(p) for p in draft.parents]
+        builder.depths = [int(d) for d in draft.depths]
+        builder.children = [list(kids) for kids in draft.children]
+        builder.draft_ids = list(draft.draft_ids)
+        builder.draft_probs = list(draft.draft_probs)
+        builder.slots = list(draft.slots)
+        builder.copied = set(draft.copied)
+        builder.nodes = None if draft.nodes is None else [int(v) for v in draft.nodes]
+        return builder
 
     def set_distribution(self, node: int, ids: np.ndarray, probs: np.ndarray) -> None:
         """Record q (support ``ids`` ``[k]`` int64, ``probs`` ``[k]`` float64) that ``node``'s

@@ -22,6 +22,7 @@ import numpy as np
 from stand_runtime import Method, NGramStore, generate
 from stand_runtime.acceptance_seed import AcceptanceSeed, model_identity, seed_path
 from stand_runtime.drafters import DYNAMIC_MAX_N, STORE_TOP_K
+from stand_runtime.drafters.candidates import copied_mask, value_scores
 from stand_runtime.drafters.value import AcceptanceMap
 
 DEFAULT_NODES = 80
@@ -34,11 +35,9 @@ def observe_step(acceptance: AcceptanceMap, settled) -> None:
     draft = settled.draft
     if draft.scores is None or draft.num_nodes == 0:
         return
-    copied = np.zeros(draft.num_nodes, dtype=bool)
-    copied[[c - 1 for c in draft.copied]] = True
     accepted = np.zeros(draft.num_nodes, dtype=bool)
     accepted[[a - 1 for a in settled.verification.accepted if 0 < a <= draft.num_nodes]] = True
-    acceptance.observe(np.asarray(draft.scores[1:], dtype=np.float64), copied, accepted)
+    acceptance.observe(value_scores(draft), copied_mask(draft), accepted)  # copied: by chain position
 
 
 def measure_acceptance(model, tokenizer, prompts: list[str], seeds: list[int], *, sampling, max_new_tokens: int,

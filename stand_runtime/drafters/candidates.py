@@ -1,0 +1,135 @@
+"""A value-sized step's candidates: the drawn nodes and the copy chain in the one order the
+expected-value rule takes them (ours; docs/design.md §3.7).
+
+A value-sized dynamic tree (:mod:`.value`) drafts its best-first order and keeps the copy chain (prompt
+lookup's continuation of the context, :mod:`.tree_walk`) apart, pending (``Draft.pending_chain``). The
+chain's tokens are fixed before any draw, so the j-th is a candidate scored ``COPY_DECAY ** j``
+(:func:`value_scores`: the copied kind's bins of the acceptance map learn P per chain position), and
+:func:`candidates` merges both sequences, taking whichever's next candidate has the higher P. The rule
+then keeps a prefix of that order and :meth:`Candidates.realize` builds its draft: the kept drawn
+nodes (a prefix of the best-first order) with the chain's kept tokens grafted onto them, following
+drawn children that equal them, the rest as copied nodes after their drawn siblings.
+
+Losslessness: the order up to a candidate reads only the drawn nodes' keys (q at rank, never the
+token drawn there) and the chain, so whether a candidate is kept never reads its own draw nor any
+after it; a fixed chain grafted onto a lossless prefix is verified after the drawn children it hangs
+beside (docs/design.md §9.3).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ..errors import StandError
+from ..trees.draft import Draft, DraftBuilder, truncate_draft
+from .tree_walk import attach_chain
+
+if TYPE_CHECKING:  # the map is read, never built, here
+    from .value import AcceptanceMap
+
+COPY_DECAY = 0.8
+"""The score of a copy chain's j-th token is ``COPY_DECAY ** j`` (:func:`value_scores`): fixed before any
+draw, lower the further it reaches, so the copied kind's bins learn how far this run's chains hold
+(0.8: prompt lookup's later tokens are accepted 0.6-0.8 of the time once the first one is, so the
+seed ``sqrt(score)`` of the bins starts near what chains return)."""
+
+
+
+def value_scores(draft: Draft) -> np.ndarray:
+    """``[n]`` float64 the scores the acceptance map reads for ``draft``'s nodes (root excluded): a drawn
+    node's best-first key, a copied node ``COPY_DECAY ** depth`` (the chain starts at the root, so its
+    depth is its position in the chain).
+
+    Raises:
+        StandError: a draft without scores (not drafted by the dynamic tree).
+    """
+    if draft.scores is None:
+        raise StandError("value-sized drafts are scored drafts (the dynamic tree's); this draft has no scores")
+    scores = np.array(draft.scores[1:], dtype=np.float64)
+    for c in draft.copied:
+        scores[c - 1] = COPY_DECAY ** int(draft.depths[c])
+    return scores
+
+
+@dataclass(frozen=True)
+class Candidates:
+    """A value-sized step's candidates in the order the rule takes them (:func:`candidates`).
+
+    Attributes:
+        draft: the drafted nodes (root first, best-first order), the chain not grafted.
+        p: ``[L]`` float64 P(path accepted) of each candidate, in order.
+        from_chain: ``[L]`` bool, True where the candidate is the copy chain's next token.
+        chain: the copy chain's tokens.
+        chain_p: ``[len(chain)]`` P of each chain token.
+    """
+
+    draft: Draft
+    p: np.ndarray
+    from_chain: np.ndarray
+    chain: tuple
+    chain_p: np.ndarray
+
+    def realize(self, n: int) -> tuple[Draft, np.ndarray]:
+        """The draft of the first ``n`` candidates: the drawn ones kept (a prefix of the best-first
+        order, :func:`truncate_draft`), the chain's first tokens grafted onto them (following drawn
+        children that equal them, the rest copied nodes after their drawn siblings); with ``[m]`` the
+        P predicted for its m drafted nodes (root excluded)."""
+        taken = int(self.from_chain[:n].sum())
+        kept = truncate_draft(self.draft, n - taken) if n - taken < self.draft.num_nodes else self.draft
+        predicted = self.p[:n][~self.from_chain[:n]]
+        if taken == 0:
+            if kept.pending_chain:
+                kept = truncate_draft(kept, kept.num_nodes)
+            return kept, predicted
+        builder = DraftBuilder.from_draft(kept)
+        scores = list(kept.scores)
+        added = []
+        for node in attach_chain(builder, self.chain[:taken], len(self.chain)):
+            depth = builder.depths[node]
+            scores.append(COPY_DECAY ** depth)
+            added.append(self.chain_p[depth - 1])
+        return builder.build(kept.stochastic, scores), np.concatenate([predicted, added])
+
+
+def candidates(draft: Draft, acceptance: AcceptanceMap, table: np.ndarray | None = None,
+               limit: int | None = None) -> Candidates:
+    """The step's candidates in the order the value rule takes them: the drawn nodes in best-first
+    order and the pending copy chain's tokens (``draft.pending_chain``, j-th scored ``COPY_DECAY ** j``),
+    merged by taking whichever's next candidate has the higher P (ties: the drawn node), at most
+    ``limit`` (None = all).
+
+    Lossless: the order up to a candidate reads only the drawn nodes' keys (q at rank) and the chain,
+    fixed before any draw (module docstring).
+
+    Args:
+        draft: a dynamic tree's draft (scored), its copy chain pending.
+        acceptance: the map P is read from; ``table``: its :meth:`AcceptanceMap.table` computed once.
+
+    Raises:
+        StandError: a draft with nodes but no scores.
+    """
+    table = acceptance.table() if table is None else table
+    drawn = (acceptance.estimate(value_scores(draft), copied_mask(draft), table) if draft.num_nodes
+             else np.zeros(0))
+    chain = tuple(draft.pending_chain)
+    chain_p = (acceptance.estimate(COPY_DECAY ** np.arange(1.0, len(chain) + 1), np.ones(len(chain), dtype=np.int64),
+                                   table) if chain else np.zeros(0))
+    limit = len(drawn) + len(chain) if limit is None else min(limit, len(drawn) + len(chain))
+    p, from_chain = np.empty(limit), np.zeros(limit, dtype=bool)
+    a = b = 0
+    for i in range(limit):
+        if b < len(chain) and (a >= len(drawn) or chain_p[b] > drawn[a]):
+            p[i], from_chain[i], b = chain_p[b], True, b + 1
+        else:
+            p[i], a = drawn[a], a + 1
+    return Candidates(draft, p, from_chain, chain, chain_p)
+
+
+def copied_mask(draft: Draft) -> np.ndarray:
+    """``[n]`` bool: which drafted nodes (root excluded) are copied."""
+    mask = np.zeros(draft.num_nodes, dtype=bool)
+    mask[[c - 1 for c in draft.copied]] = True
+    return mask
