@@ -205,9 +205,20 @@ def test_greedy_trace_replay_is_identical(tree):
 
 
 def test_stand_native_selects_the_native_store(monkeypatch):
-    monkeypatch.delenv(NATIVE_ENV, raising=False)
+    monkeypatch.setenv(NATIVE_ENV, "0")  # the Python reference
     assert store_class() is NGramStore and type(new_memory("stand", 100, "dynamic-80")) is NGramStore
     assert type(new_memory("stand", 100)) is NGramStore
+    monkeypatch.delenv(NATIVE_ENV)  # the default: native where built (the tests skip where it is not)
+    assert store_class() is NativeNGramStore and type(new_memory("stand", 100, "dynamic-auto")) is NativeNGramStore
+    monkeypatch.setattr("stand_runtime.store.native_store._native", None)
+    assert store_class() is NGramStore  # not built: the Python store, quietly
+    monkeypatch.setenv(NATIVE_ENV, "1")
+    with pytest.raises(StandError, match="not built"):
+        store_class()
+    monkeypatch.undo()
+    monkeypatch.setenv(NATIVE_ENV, "yes")
+    with pytest.raises(StandError, match="must be 0"):
+        store_class()
     monkeypatch.setenv(NATIVE_ENV, "1")
     store = new_memory("stand", 100, "dynamic-80")
     assert type(store) is NativeNGramStore and store.max_n == 8 and isinstance(store, NGramStore)

@@ -189,6 +189,13 @@ def convex_minorant(values: np.ndarray) -> np.ndarray:
     return np.interp(np.arange(len(values)), hull, values[hull])
 
 
+def seconds_of(seconds: Callable[[float], float], tokens: np.ndarray) -> np.ndarray:
+    """``[m]`` ``seconds`` at each of ``tokens`` (int): in one call where it offers ``many``
+    (:meth:`LatencyModel.frozen`), else one call per count."""
+    many = getattr(seconds, "many", None)
+    return many(tokens) if many is not None else np.array([seconds(float(t)) for t in tokens])
+
+
 def _isotonic(values: np.ndarray, weights: np.ndarray) -> np.ndarray:
     """The weighted least-squares non-decreasing fit of ``values`` (pool adjacent violators)."""
     blocks: list[list[float]] = []  # [mean, weight, count]
@@ -220,6 +227,23 @@ class LatencyModel:
         self.sizes = np.asarray(sorted(sizes), dtype=np.float64)
         self.rows = rows
         self._ratios = [deque(maxlen=WINDOW) for _ in self.sizes]
+        self._profiled = np.zeros(0)  # profile(t) for t = 1 .. len (filled on demand: it never changes)
+
+    def _profile_many(self, tokens: np.ndarray) -> np.ndarray:
+        """``profile`` at integer token counts ``tokens`` (``[m]`` int, >= 1), from a table kept per count."""
+        top = int(tokens.max(initial=0))
+        if top > len(self._profiled):
+            grown = max(top, 2 * len(self._profiled), 64)
+            more = np.arange(len(self._profiled) + 1, grown + 1)
+            self._profiled = np.concatenate([self._profiled, [self.profile(float(t)) for t in more]])
+        return self._profiled[tokens - 1]
+
+    def _fitted(self):
+        """The correction as it stands: ``(tokens, ratios)`` of the sizes observed, or None."""
+        known = [np.median(np.asarray(r), axis=0) for r in self._ratios if len(r) >= MIN_OBSERVED]
+        if not known:
+            return None
+        return tuple(np.asarray(v) for v in zip(*sorted(map(tuple, known))))
 
     def _bucket(self, tokens: float) -> int:
         return int(np.argmin(np.abs(np.log(self.sizes) - np.log(max(tokens, 1.0)))))
@@ -242,12 +266,19 @@ class LatencyModel:
 
     def frozen(self) -> Callable[[float], float]:
         """Seconds of one forward over ``tokens`` tokens in all (a padded ``[B, W]`` batch forward:
-        ``B * W``), with the corrections observed so far frozen (cheap to call many times)."""
-        known = [np.median(np.asarray(r), axis=0) for r in self._ratios if len(r) >= MIN_OBSERVED]
-        if not known:
-            return lambda tokens: self.profile(tokens)
-        where, ratios = (np.asarray(v) for v in zip(*sorted(map(tuple, known))))
-        return lambda tokens: self.profile(tokens) * float(np.interp(tokens, where, ratios))
+        ``B * W``), with the corrections observed so far frozen (cheap to call many times); its
+        ``many`` attribute takes an int array of token counts (:func:`seconds_of`)."""
+        fitted = self._fitted()
+
+        def seconds(tokens: float) -> float:
+            return self.profile(tokens) * (1.0 if fitted is None else float(np.interp(tokens, *fitted)))
+
+        def many(tokens: np.ndarray) -> np.ndarray:
+            tokens = np.asarray(tokens, dtype=np.int64)
+            return self._profile_many(tokens) * (1.0 if fitted is None else np.interp(tokens, *fitted))
+
+        seconds.many = many
+        return seconds
 
     def observe(self, tokens: int, seconds: float) -> None:
         """Add one forward: ``tokens`` in it (all rows) and its measured ``seconds``."""
@@ -269,10 +300,9 @@ class LatencyModel:
         return sum(1 for kept in self._ratios for seen, _ in kept if seen >= tokens)
 
     def at_many(self, tokens: np.ndarray) -> np.ndarray:
-        """``[m]`` seconds of forwards over each of ``tokens`` (``[m]``) tokens per row (:attr:`rows`
-        rows), the correction fitted once (:meth:`at` for many sizes)."""
-        total = np.asarray(tokens, dtype=np.float64) * self.rows
-        return np.array([self.profile(t) for t in total]) * self._ratios_at(total)
+        """``[m]`` seconds of forwards over each of ``tokens`` (``[m]`` int) tokens per row
+        (:attr:`rows` rows), the correction fitted once (:meth:`at` for many sizes)."""
+        return self.frozen().many(np.asarray(tokens, dtype=np.int64) * self.rows)
 
     def curve(self, first: int, last: int) -> np.ndarray:
         """``[last - first + 1]`` seconds of forwards over ``first .. last`` tokens in all (``rows``
@@ -294,7 +324,7 @@ class ValueRule:
     Attributes:
         sizes: every drafted row's chosen size, step by step (diagnostics).
         batches: batch-allocated: per forward the sizes of its rows (diagnostics).
-        packing: batch-allocated: per forward the modelled tokens per second of the best packed
+        packing: batch-allocated: per forward of two rows or more the modelled tokens per second of the best packed
             allocation over the padded one's (what flattening the rows would gain).
     """
 

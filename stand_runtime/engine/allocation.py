@@ -35,7 +35,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from ..drafters.candidates import candidates
-from ..drafters.value import EXPLORE_EVERY, ValueRule, convex_minorant, first_peak
+from ..drafters.value import EXPLORE_EVERY, ValueRule, convex_minorant, first_peak, seconds_of
 from ..errors import StandError
 from ..trees.draft import Draft
 
@@ -88,7 +88,7 @@ def padded_allocation(acceptance: Sequence[np.ndarray], seconds: Callable[[float
     def gain(n: int) -> float:
         return float(sum(1.0 + s[min(n, len(s) - 1)] for s in sums))
 
-    cost = convex_minorant([seconds(batch * width) for width in range(1, longest + 2)])  # value.convex_minorant
+    cost = convex_minorant(seconds_of(seconds, batch * np.arange(1, longest + 2)))  # value.convex_minorant
     n = first_peak(gain, lambda width: cost[width - 1], longest)
     sizes = tuple(min(n, len(s) - 1) for s in sums)
     return Allocation(sizes, batch * (n + 1), gain(n), seconds(batch * (n + 1)))
@@ -164,7 +164,8 @@ class BatchAllocator:
             seconds = value.latency.frozen()
             chosen = padded_allocation([c.p for c in found], seconds)
             sizes = chosen.sizes
-            value.packing.append(packed_allocation([c.p for c in found], seconds).rate / chosen.rate)
+            if len(drafts) > 1:  # one row: packed is padded
+                value.packing.append(packed_allocation([c.p for c in found], seconds).rate / chosen.rate)
         value.batches.append(sizes)
         value.sizes.extend(sizes)
         sized = []

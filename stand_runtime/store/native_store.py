@@ -9,10 +9,11 @@ the same floating-point operations in the same order (Python's ``sum`` included,
 ``NGramStore`` with the same methods, so every drafter and check takes either; a static or dynamic
 tree over it is drafted in C++ too (:mod:`stand_runtime.drafters.native_draft`).
 
-Selected by ``STAND_NATIVE=1`` in the environment (:func:`store_class`: every fresh store of a
-static or fixed-budget dynamic tree is then native) or by constructing it directly. The extension
-is built by ``pip install -e .`` (``setup.py``, sources in ``csrc/``); without it, :func:`native_available` is False and selecting
-it raises a one-line :class:`StandError`.
+Every fresh store of a STAND tree is native where the extension is built (:func:`store_class`),
+unless ``STAND_NATIVE=0`` asks for the Python reference; ``STAND_NATIVE=1`` requires it; a store can
+also be constructed directly. The extension is built by ``pip install -e .`` (``setup.py``, sources in
+``csrc/``); without it, :func:`native_available` is False, fresh stores are Python ones, and
+``STAND_NATIVE=1`` raises a one-line :class:`StandError`.
 """
 
 from __future__ import annotations
@@ -35,8 +36,8 @@ except ImportError:  # not built (e.g. a source tree used without pip install -e
     _native = None
 
 NATIVE_ENV = "STAND_NATIVE"
-"""Environment variable: ``1`` makes every fresh store of a static or fixed-budget dynamic tree native
-(:func:`store_class`)."""
+"""Environment variable: ``0`` keeps every fresh store the Python reference, ``1`` requires the native
+one; unset: native where the extension is built (:func:`store_class`)."""
 
 _COMPENSATED_SUM = sys.version_info >= (3, 12)  # CPython's float sum() is Neumaier's from 3.12 on
 
@@ -47,17 +48,25 @@ def native_available() -> bool:
 
 
 def native_selected() -> bool:
-    """True when ``STAND_NATIVE=1`` asks for the native store."""
-    return os.environ.get(NATIVE_ENV, "") == "1"
+    """True when fresh stores are native: ``STAND_NATIVE=1``, or the variable unset and the extension
+    built (the default); ``STAND_NATIVE=0`` keeps the Python reference.
+
+    Raises:
+        StandError: ``STAND_NATIVE`` set to anything but 0 or 1.
+    """
+    value = os.environ.get(NATIVE_ENV, "")
+    if value not in ("", "0", "1"):
+        raise StandError(f"{NATIVE_ENV} must be 0 (the Python store) or 1 (the native one), got {value!r}")
+    return value == "1" or (value == "" and _native is not None)
 
 
 def store_class(native_drafting: bool = True) -> type[NGramStore]:
-    """The store class a fresh memory uses: :class:`NativeNGramStore` under ``STAND_NATIVE=1`` for a
-    tree that is drafted in C++ over it (``native_drafting``: a static tree or a fixed-budget dynamic
-    one, :mod:`stand_runtime.drafters.native_draft`), else :class:`NGramStore`.
+    """The store class a fresh memory uses: :class:`NativeNGramStore` when :func:`native_selected`
+    for a tree that is drafted in C++ over it (``native_drafting``: every STAND tree,
+    :mod:`stand_runtime.drafters.native_draft`), else :class:`NGramStore`.
 
     Raises:
-        StandError: ``STAND_NATIVE=1`` but the extension is not built.
+        StandError: ``STAND_NATIVE=1`` but the extension is not built, or a bad ``STAND_NATIVE``.
     """
     if not native_selected():
         return NGramStore
