@@ -86,10 +86,15 @@ class AcceptanceSeed:
         """``[2, 16]`` the seed per bin: the estimate a fresh map holds after observing these counts
         (``(accepted + 8 seed) / (drafted + 8)`` with the default seed
         :data:`stand_runtime.drafters.value.DEFAULT_PRIOR`, isotonic), so a bin calibrated on few nodes
-        stays near that seed and a well-measured one takes its measured rate."""
+        stays near that seed and a well-measured one takes its measured rate. Drawn nodes only: a
+        copied node of the calibration's 80-node tree exists only where its many drawn siblings missed
+        the chain's token (it measured 0.10 there against 0.25 in value-sized drafts, whose few drawn
+        nodes miss it less selectively), so the copied kind keeps the default seed and learns online."""
+        drawn = np.zeros_like(self.drafted)
+        drawn[0] = 1.0  # copied nodes keep the default seed (below)
         fresh = AcceptanceMap()
-        fresh.add_counts(self.drafted, self.accepted)
-        return fresh.table()
+        fresh.add_counts(self.drafted * drawn, self.accepted * drawn)
+        return fresh.table().copy()
 
     def new_map(self) -> AcceptanceMap:
         """A fresh :class:`AcceptanceMap` seeded with :meth:`prior`."""

@@ -138,9 +138,11 @@ class Method:
 
     @property
     def label(self) -> str:
-        """The method and its tree as tables show them (``stand [dynamic-80]``, ``recycle [12 nodes]``)."""
+        """The method and its tree as tables show them (``stand [dynamic-80]``, ``stand [dynamic-auto-80]``,
+        ``stand [dynamic-auto-80, rows sized alone]``, ``recycle [12 nodes]``)."""
         if isinstance(self.tree, DynamicTree):
-            return f"{self.name} [dynamic-{self.tree.num_nodes}]"
+            alone = self.value is not None and not self.value.batch_allocated
+            return f"{self.name} [{self.tree.name}{', rows sized alone' if alone else ''}]"
         if isinstance(self.tree, DraftTree):
             return f"{self.name} [{self.tree.num_nodes} nodes]"
         return self.name
@@ -196,6 +198,13 @@ ALLOCATIONS = ("batch", "row")
 """How a value-sized dynamic tree is sized in a batch: one budget per forward, or each row alone."""
 
 
+def check_allocation(allocation) -> str:
+    """``allocation`` when it is one of :data:`ALLOCATIONS`. Raises StandError (one line) otherwise."""
+    if not isinstance(allocation, str) or allocation not in ALLOCATIONS:
+        raise StandError(f"allocation must be one of {', '.join(ALLOCATIONS)}, got {allocation!r}")
+    return allocation
+
+
 def value_rule(tree, model, batch: int, allocation: str = "batch") -> ValueRule | None:
     """The expected-value rule of a value-sized dynamic tree: this machine's latency profile of
     ``model`` (measured once, cached) at ``batch`` rows per forward, corrected online, sizing rows
@@ -207,8 +216,7 @@ def value_rule(tree, model, batch: int, allocation: str = "batch") -> ValueRule 
         StandError: an allocation not in :data:`ALLOCATIONS`; a value-sized tree without a model (its
             cost is the target's latency); a bad acceptance seed file for the model.
     """
-    if not isinstance(allocation, str) or allocation not in ALLOCATIONS:
-        raise StandError(f"allocation must be one of {', '.join(ALLOCATIONS)}, got {allocation!r}")
+    check_allocation(allocation)
     if not (isinstance(tree, DynamicTree) and tree.sized):
         return None
     if model is None:

@@ -175,9 +175,13 @@ def test_batch_allocated_rows_equal_plain_decoding_greedy(tiny_qwen2, monkeypatc
     assert all(r.stats.forwarded_tokens >= r.stats.target_forwards for r in rows)
 
 
-def test_batch_allocation_option_is_checked():
+def test_batch_allocation_option_is_checked_and_labelled(tiny_qwen2):
     with pytest.raises(StandError, match="allocation must be one of"):
         Method.parse("stand", "dynamic-auto", None, allocation="rows")
+    assert Method.parse("stand", "dynamic-auto-8", tiny_qwen2, batch=2).label == "stand [dynamic-auto-8]"
+    rows = Method.parse("stand", "dynamic-auto-8", tiny_qwen2, batch=2, allocation="row")
+    assert rows.label == "stand [dynamic-auto-8, rows sized alone]"
+    assert Method.parse("stand", "dynamic-8").label == "stand [dynamic-8]"
 
 
 def test_a_batch_allocated_sampled_row_keeps_the_exact_law(tiny_qwen2, monkeypatch):

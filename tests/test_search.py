@@ -125,6 +125,11 @@ def test_search_cli_runs_both_strategies_and_rejects_bad_input(tmp_path, monkeyp
     code, output = run("search", "--dataset", str(data), "--samples", "1", "--n", "2", "--max-new-tokens", "4",
                        "--methods", "ar", "--max-batch", "2")
     assert code == 0, output
+    code, output = run("search", "--dataset", str(data), "--samples", "1", "--n", "2", "--max-new-tokens", "4",
+                       "--methods", "stand", "--tree", "dynamic-auto-8", "--allocation", "row", "--max-batch", "2",
+                       "--json", str(out))
+    assert code == 0, output
+    assert json.loads(out.read_text())["settings"]["allocation"] == "row"
     empty = tmp_path / "empty.jsonl"
     empty.write_text("")
     for args, message in (
@@ -133,6 +138,7 @@ def test_search_cli_runs_both_strategies_and_rejects_bad_input(tmp_path, monkeyp
         (["--dataset", str(data), "--n", "0"], "Invalid value for '--n'"),
         (["--dataset", str(data), "--strategy", "dvts", "--verifier", "oracle"], "unknown verifier"),
         (["--dataset", str(data), "--methods", "nope"], "unknown method"),
+        (["--dataset", str(data), "--allocation", "packed"], "allocation must be one of batch, row"),
     ):
         code, output = run("search", "--samples", "2", *args)
         assert code == 2

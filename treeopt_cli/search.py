@@ -24,6 +24,7 @@ def search(
     methods: str = typer.Option("ar,stand", help="Comma-separated decoding methods, run interleaved per problem (ar, pld, recycle, stand-det, stand)."),
     tree: Optional[str] = typer.Option(None, help="Tree for the tree methods (default: each method's own; auto is sized for --max-batch rows)."),
     max_batch: int = typer.Option(4, help="Rows decoded together per target forward (1 = one sample after another)."),
+    allocation: str = typer.Option("batch", help="How a value-sized tree (--tree dynamic-auto) sizes a batch: batch (one node budget per forward, spent over every row's candidates) or row (each row sized alone)."),
     model: str = typer.Option("smollm2-135m", help=MODEL_HELP),
     field: Optional[str] = typer.Option(None, help="Text field of the dataset (default: prompt, problem or question)."),
     samples: int = typer.Option(10, help="Problems."),
@@ -41,12 +42,14 @@ def search(
 ) -> None:
     """Test-time scaling: best-of-N or DVTS on a dataset, each problem decoded by every method (interleaved)."""
     from stand_runtime import SamplingParams
+    from stand_runtime.method import check_allocation
     from treeopt import load_prompts
     from treeopt.evaluate.search import SearchSettings, parse_search_methods
     from treeopt.evaluate.verifiers import make_verifier
 
     check_outputs({"--json": json_out}, {"--dataset": dataset})
     names = parse_search_methods(methods, tree)
+    check_allocation(allocation)
     if strategy != "dvts":
         refuse_options(ctx, ["subtrees", "verifier", "trust_remote_code", "step_tokens", "max_rounds"],
                        f"--strategy {strategy} (they steer dvts)")
@@ -59,7 +62,7 @@ def search(
     config = {"dataset": dataset, "strategy": strategy, "n": n, "subtrees": subtrees, "max_batch": max_batch,
               "model": model, "dtype": dtype, "samples": samples, "offset": offset, "max_new_tokens": max_new_tokens,
               "step_tokens": step_tokens, "max_rounds": max_rounds, "verifier": verifier if judge else None,
-              "temperature": temperature, "top_p": top_p, "seed": seed, "tree": tree}
+              "temperature": temperature, "top_p": top_p, "seed": seed, "tree": tree, "allocation": allocation}
     data = _search(model, dtype, names, tree, max_batch, problems, settings, judge, config, json_out)
     title = (f"{strategy} n={n}" + (f", {subtrees} subtrees" if strategy == "dvts" else "")
              + f", {len(problems)} problems from {Path(dataset).name}, batch {max_batch}, T={temperature}")
@@ -75,7 +78,7 @@ def _search(model: str, dtype: str, names: list, tree: Optional[str], max_batch:
     from treeopt.evaluate.search import compare_methods, method_backends, search_report
 
     target, tokenizer = loading.load_model(model, dtype)
-    backends = method_backends(target, tokenizer, names, tree, max_batch)
+    backends = method_backends(target, tokenizer, names, tree, max_batch, config["allocation"])
 
     def save(results: dict) -> None:
         if json_out is not None:

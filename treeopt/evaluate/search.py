@@ -291,13 +291,15 @@ def parse_search_methods(methods: str, tree: str | None = None) -> list[str]:
     return names
 
 
-def method_backends(target, tokenizer, names: Sequence[str], tree: str | None, max_batch: int) -> dict:
-    """One :class:`stand_runtime.HFBackend` per method (``tree`` only for the methods that take it)."""
+def method_backends(target, tokenizer, names: Sequence[str], tree: str | None, max_batch: int,
+                    allocation: str = "batch") -> dict:
+    """One :class:`stand_runtime.HFBackend` per method (``tree`` only for the methods that take it;
+    ``allocation``: how a value-sized tree is sized in a batch, :meth:`stand_runtime.Method.parse`)."""
     from stand_runtime import HFBackend, Method
     from stand_runtime.drafters import takes_tree
 
     return {name: HFBackend(target, tokenizer, Method.parse(name, tree if takes_tree(name, tree) else None, target,
-                                                            max_batch), max_batch=max_batch)
+                                                            max_batch, allocation=allocation), max_batch=max_batch)
             for name in names}
 
 
