@@ -21,11 +21,11 @@ from .drafters.stand import StandDrafter
 from .drafters.suffix_decoding import SuffixDecodingDrafter, SuffixMemory, SuffixSettings
 from .drafters.token_recycling import RecyclingMatrix, TokenRecyclingDrafter
 from .drafters.tree_walk import Extension
-from .drafters.value import LatencyModel, ValueRule
+from .drafters.value import AcceptanceMap, LatencyModel, ValueRule
 from .errors import StandError
 from .randomness import RandomStream
 from .store.ngram_store import NGramStore
-from .target.latency import cached_latency, profile_name
+from .target.latency import LatencyProfile, cached_latency, profile_name
 from .target.sampling import SamplingParams
 from .tree_choice import AUTO, DEFAULT_FAMILY, check_auto_available, machine_tree
 from .trees.tree import DraftTree
@@ -98,7 +98,7 @@ class Method:
     def parse(cls, name: str, tree=None, model=None, batch: int = 1, *, feed_rejected: bool = False,
               extend: bool = True, copy_tokens: int = COPY_TOKENS, diagnose: bool = False, max_nodes=AUTO,
               suffix: SuffixSettings | None = None, allocation: str = "batch",
-              batch_verify: bool | None = None) -> "Method":
+              batch_verify: bool | None = None, latency: LatencyProfile | None = None) -> "Method":
         """The method ``name`` with its tree resolved and its options checked.
 
         Args:
@@ -116,6 +116,9 @@ class Method:
                 node budget per forward over every row's candidates, :mod:`stand_runtime.engine.allocation`)
                 or ``"row"`` (each row sizes its own draft as if alone, t at ``batch`` rows per forward).
             batch_verify: the batched verifier switch (see :class:`Method`).
+            latency: the profile a value-sized tree is sized by when it is not this machine's (e.g. the
+                trace bench's projection onto other hardware: no forward is observed, so the rule
+                never explores); None = the target's, measured here (needs ``model``).
 
         Raises:
             StandError: unknown method, a missing optional package, an option the method does not
@@ -132,7 +135,7 @@ class Method:
         sized = name in TREE_METHODS and sized_family(spec) is not None
         if max_nodes == AUTO:
             max_nodes = auto_node_cap(resolved, sized, batch)
-        value = value_rule(resolved, model, batch, allocation)
+        value = value_rule(resolved, model, batch, allocation, latency)
         return cls(name, resolved, feed_rejected, extend, copy_tokens, diagnose, max_nodes, sized, suffix, value,
                    batch_verify)
 
@@ -205,20 +208,26 @@ def check_allocation(allocation) -> str:
     return allocation
 
 
-def value_rule(tree, model, batch: int, allocation: str = "batch") -> ValueRule | None:
+def value_rule(tree, model, batch: int, allocation: str = "batch",
+               latency: LatencyProfile | None = None) -> ValueRule | None:
     """The expected-value rule of a value-sized dynamic tree: this machine's latency profile of
-    ``model`` (measured once, cached) at ``batch`` rows per forward, corrected online, sizing rows
-    one forward at a time (``allocation="batch"``) or each alone (``"row"``), with an acceptance map
-    seeded from the model's offline calibration when one was measured
-    (:func:`stand_runtime.acceptance_seed.seeded_map`); None for other trees.
+    ``model`` (measured once, cached; or ``latency``, another machine's, never corrected here) at
+    ``batch`` rows per forward, corrected online, sizing rows one forward at a time
+    (``allocation="batch"``) or each alone (``"row"``), with an acceptance map seeded from the
+    model's offline calibration when one was measured (:func:`stand_runtime.acceptance_seed.seeded_map`;
+    the default seed without a model); None for other trees.
 
     Raises:
-        StandError: an allocation not in :data:`ALLOCATIONS`; a value-sized tree without a model (its
-            cost is the target's latency); a bad acceptance seed file for the model.
+        StandError: an allocation not in :data:`ALLOCATIONS`; a value-sized tree without a model or a
+            ``latency`` (its cost is the target's latency); a bad acceptance seed file for the model.
     """
     check_allocation(allocation)
     if not (isinstance(tree, DynamicTree) and tree.sized):
         return None
+    if latency is not None:
+        acceptance = AcceptanceMap() if model is None else seeded_map(model)
+        return ValueRule(LatencyModel(latency.at, latency.sizes, rows=batch, observing=False), acceptance,
+                         batch_allocated=allocation == "batch")
     if model is None:
         raise StandError(f"the tree {tree.name!r} is sized from the target's latency on this machine: "
                          f"parse the method with the model")

@@ -253,3 +253,35 @@ def test_trace_bench_tree_goes_to_the_methods_that_take_it():
     assert specs == {"stand": "dynamic-8", "stand-det": "dynamic-8", "stand-static": "stand-smollm2-humaneval-80",
                      "pld": None, "recycle": "heuristic-80"}
     assert parse_trace_methods("recycle", "stand-smollm2-humaneval-80")[0].tree == "stand-smollm2-humaneval-80"
+
+
+def test_a_value_sized_tree_replays_sized_by_a_given_profile(tmp_path):
+    """The trace bench sizes dynamic-auto by the profile it is given (no forward to observe, so no
+    step drafts nothing to explore): a flat profile drafts about what the fixed budget does, a steep
+    one far fewer nodes for a lower but close acceptance length; without a profile it is refused."""
+    from stand_runtime import LatencyProfile
+
+    groups, _ = load_traces(write_traces(tmp_path / "t.jsonl"))
+
+    class Tokenizer:  # one token per word
+        vocab: dict = {}
+
+        def __call__(self, text, add_special_tokens=False):
+            encode = lambda s: [self.vocab.setdefault(w, len(self.vocab)) for w in s.split()]
+            return {"input_ids": [encode(t) for t in text] if isinstance(text, list) else encode(text)}
+
+    tokenize_groups(groups, Tokenizer(), max_tokens=50)
+    sizes = (1, 2, 4, 8, 16, 32, 64, 128)
+    flat, steep = (LatencyProfile(sizes, tuple(1.0 + slope * s for s in sizes)) for slope in (1e-4, 0.05))
+    with pytest.raises(StandError, match="give --latency FILE"):
+        parse_trace_methods("stand", "dynamic-auto-16")
+    fixed = run_trace_bench(groups, parse_trace_methods("stand", "dynamic-16"))[0]
+    results = {}
+    for name, profile in (("flat", flat), ("steep", steep)):
+        method = parse_trace_methods("stand", "dynamic-auto-16", latency=profile)[0]
+        assert method.method.value is not None and not method.method.value.latency.explore()
+        results[name] = run_trace_bench(groups, [method])[0]
+    nodes = {name: r.nodes_per_step for name, r in (("fixed", fixed), *results.items())}
+    tau = {name: r.acceptance() for name, r in (("fixed", fixed), *results.items())}
+    assert nodes["steep"] < 0.7 * nodes["fixed"] and nodes["flat"] > nodes["steep"], nodes
+    assert tau["flat"] >= 0.95 * tau["fixed"] and tau["steep"] > 1.0, tau

@@ -59,6 +59,21 @@ def test_a_stepped_profile_is_priced_by_its_convex_minorant():
     assert rule.size(np.ones(6), np.zeros(6, dtype=bool)) == 6
 
 
+def test_first_peak_of_arrays_is_the_stopping_rule():
+    """The one-pass first peak equals :func:`first_peak` on random, non-monotone curves (NaN included)."""
+    from stand_runtime.drafters.value import first_peak_of
+
+    rng = np.random.default_rng(3)
+    for _ in range(300):
+        length = int(rng.integers(0, 12))
+        gains = 1.0 + np.concatenate([[0.0], np.cumsum(rng.random(length) * (rng.random(length) < 0.8))])
+        seconds = 1.0 + np.cumsum(rng.random(length + 1) * 0.3)
+        if rng.random() < 0.1 and length:
+            gains[int(rng.integers(1, length + 1))] = np.nan
+        expected = first_peak(gains.__getitem__, lambda tokens: seconds[tokens - 1], length)
+        assert first_peak_of(gains, seconds) == expected
+
+
 def test_the_acceptance_map_learns_the_observed_rate_and_stays_monotone():
     rng = np.random.default_rng(0)
     learned = AcceptanceMap()

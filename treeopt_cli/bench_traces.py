@@ -18,7 +18,7 @@ def bench_traces(
     traces: Path = typer.Argument(..., help="JSONL file of recorded traces (one per line: a group, the trace's text, the problem)."),
     methods: Optional[str] = typer.Option(None, help="Comma-separated: stand, stand-det (on dynamic-80), stand-static (the static "
                                           "80-node tree), pld, recycle, suffix, suffix-tuned (default: all)."),
-    tree: Optional[str] = typer.Option(None, help="Tree of the tree methods: a tree file, a bundled name or dynamic[-N] (default: each method's own; stand-static keeps its own)."),
+    tree: Optional[str] = typer.Option(None, help="Tree of the tree methods: a tree file, a bundled name, dynamic[-N], or with --latency dynamic-auto[-N] (sized by that profile) (default: each method's own; stand-static keeps its own)."),
     group_field: str = typer.Option("sample_group", help="The field grouping traces of one problem (trajectories 1..N)."),
     text_field: str = typer.Option("trace", help="The field holding a trace's text."),
     prompt_field: str = typer.Option("problem", help="The field holding the problem text (the prompt)."),
@@ -40,7 +40,8 @@ def bench_traces(
 
     check_outputs({"--json": json_out, "--png": png}, {"TRACES": traces, "--latency": latency}, plot=png)
     profile = None if latency is None else load_latency_file(latency)  # a bad file fails before the replay
-    specs = parse_trace_methods(",".join(TRACE_METHODS) if methods is None else methods, tree, copy_tokens)
+    specs = parse_trace_methods(",".join(TRACE_METHODS) if methods is None else methods, tree, copy_tokens,
+                                None if profile is None else profile[0])
     tokenizer = load_tokenizer(tokenizer_spec)
     groups, skipped = load_replay_groups(traces, tokenizer, group_field=group_field, text_field=text_field,
                                          prompt_field=prompt_field, max_tokens=max_tokens, min_group_size=min_group_size)

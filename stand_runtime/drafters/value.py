@@ -170,6 +170,15 @@ def first_peak(gain: Callable[[int], float], seconds: Callable[[int], float], lo
     return n
 
 
+def first_peak_of(gains: np.ndarray, seconds: np.ndarray) -> int:
+    """:func:`first_peak` over arrays: ``gains[n]`` and ``seconds[n]`` (``[L + 1]``, the forward with
+    n nodes) for n = 0 .. L; the first n where ``gains / seconds`` stops rising (the same n, in one
+    numpy pass)."""
+    rate = np.asarray(gains, dtype=np.float64) / np.asarray(seconds, dtype=np.float64)
+    falls = np.flatnonzero(~(rate[1:] > rate[:-1]))
+    return int(falls[0]) if len(falls) else len(rate) - 1
+
+
 def convex_minorant(values: np.ndarray) -> np.ndarray:
     """``[m]`` the greatest convex function below ``values`` (``[m]``, at equally spaced points): the
     lower convex hull, interpolated. The value rule prices forwards by it: a profile that rises by
@@ -220,13 +229,18 @@ class LatencyModel:
         profile: seconds of a forward over ``tokens`` (e.g. :meth:`stand_runtime.LatencyProfile.at`).
         sizes: the profile's measured sizes (tokens), the buckets observations are kept in.
         rows: rows per forward (a batch of B rows forwards B times the tokens).
+        observing: False for a profile of other hardware with no forwards of its own to observe (the
+            trace bench's replay, sized for a projection): it never asks to explore.
     """
 
-    def __init__(self, profile: Callable[[float], float], sizes: Sequence[int], rows: int = 1) -> None:
+    def __init__(self, profile: Callable[[float], float], sizes: Sequence[int], rows: int = 1,
+                 observing: bool = True) -> None:
         self.profile = profile
         self.sizes = np.asarray(sorted(sizes), dtype=np.float64)
         self.rows = rows
+        self.observing = observing
         self._ratios = [deque(maxlen=WINDOW) for _ in self.sizes]
+        self._medians: list = [None] * len(self.sizes)  # per size its (tokens, ratio) median, None: refit
         self._profiled = np.zeros(0)  # profile(t) for t = 1 .. len (filled on demand: it never changes)
 
     def _profile_many(self, tokens: np.ndarray) -> np.ndarray:
@@ -240,7 +254,7 @@ class LatencyModel:
 
     def _fitted(self):
         """The correction as it stands: ``(tokens, ratios)`` of the sizes observed, or None."""
-        known = [np.median(np.asarray(r), axis=0) for r in self._ratios if len(r) >= MIN_OBSERVED]
+        known = self._known()
         if not known:
             return None
         return tuple(np.asarray(v) for v in zip(*sorted(map(tuple, known))))
@@ -252,8 +266,16 @@ class LatencyModel:
         """Observed / profile seconds at ``tokens`` (all rows; 1 before any observation)."""
         return float(self._ratios_at(np.array([float(tokens)]))[0])
 
+    def _known(self) -> list:
+        """Per profile size with :data:`MIN_OBSERVED` forwards its median ``(tokens, ratio)`` (each
+        refitted only after its size was observed again)."""
+        for b, kept in enumerate(self._ratios):
+            if self._medians[b] is None and len(kept) >= MIN_OBSERVED:
+                self._medians[b] = tuple(np.median(np.asarray(kept), axis=0))
+        return [m for m in self._medians if m is not None]
+
     def _ratios_at(self, tokens: np.ndarray) -> np.ndarray:
-        known = [np.median(np.asarray(r), axis=0) for r in self._ratios if len(r) >= MIN_OBSERVED]
+        known = self._known()
         if not known:
             return np.ones_like(tokens)
         where, ratios = zip(*sorted(map(tuple, known)))
@@ -284,12 +306,14 @@ class LatencyModel:
         """Add one forward: ``tokens`` in it (all rows) and its measured ``seconds``."""
         expected = self.profile(tokens)
         if expected > 0 and seconds > 0:
-            self._ratios[self._bucket(tokens)].append((tokens, seconds / expected))
+            bucket = self._bucket(tokens)
+            self._ratios[bucket].append((tokens, seconds / expected))
+            self._medians[bucket] = None
 
     def explore(self, tokens: int | None = None) -> bool:
         """True while the root-only forward (``tokens`` in all; None = :attr:`rows`) has fewer than
-        :data:`MIN_OBSERVED` observations."""
-        return self.observed(self.rows if tokens is None else tokens) < MIN_OBSERVED
+        :data:`MIN_OBSERVED` observations (never when not :attr:`observing`)."""
+        return self.observing and self.observed(self.rows if tokens is None else tokens) < MIN_OBSERVED
 
     def observed(self, tokens: float) -> int:
         """Forwards kept in the profile size nearest ``tokens`` (all rows)."""
@@ -356,7 +380,7 @@ class ValueRule:
             return 0
         gains = 1.0 + np.concatenate([[0.0], np.cumsum(acceptance)])
         cost = convex_minorant(self.latency.at_many(np.arange(1, len(acceptance) + 2)))
-        best = first_peak(gains.__getitem__, lambda tokens: cost[tokens - 1], len(acceptance))
+        best = first_peak_of(gains, cost)
         self.sizes.append(best)
         return best
 

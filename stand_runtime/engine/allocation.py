@@ -18,7 +18,8 @@ forwards, padding included). With padding a row fills up to the common width for
 choice is the width W alone; :func:`packed_allocation` is what flattening would give (the engine pads:
 its ratio to the padded choice is recorded as the packing's modelled gain).
 
-Losslessness: both choices are stopping rules (:func:`stand_runtime.drafters.value.first_peak`): the
+Losslessness: both choices are stopping rules (:func:`stand_runtime.drafters.value.first_peak`, here
+in one pass: :func:`stand_runtime.drafters.value.first_peak_of`): the
 width grows, or the best remaining candidate is taken, while the modelled rate rises, so whether row
 r's node k is drafted depends on row r's first k candidates (their scores read q at rank) and on the
 other rows' drafts (drawn with their own random streams), never on row r's node k's own draw nor on
@@ -35,7 +36,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from ..drafters.candidates import candidates
-from ..drafters.value import EXPLORE_EVERY, ValueRule, convex_minorant, first_peak, seconds_of
+from ..drafters.value import EXPLORE_EVERY, ValueRule, convex_minorant, first_peak_of, seconds_of
 from ..errors import StandError
 from ..trees.draft import Draft
 
@@ -85,13 +86,12 @@ def padded_allocation(acceptance: Sequence[np.ndarray], seconds: Callable[[float
     sums, batch = _cumulative(acceptance), len(acceptance)
     longest = max(len(s) - 1 for s in sums)
 
-    def gain(n: int) -> float:
-        return float(sum(1.0 + s[min(n, len(s) - 1)] for s in sums))
-
+    filled = np.array([np.pad(s, (0, longest + 1 - len(s)), mode="edge") for s in sums])  # [B, longest + 1]
+    gains = batch + filled.sum(axis=0)  # the forward's expected tokens with n nodes a row (fewer where a row ends)
     cost = convex_minorant(seconds_of(seconds, batch * np.arange(1, longest + 2)))  # value.convex_minorant
-    n = first_peak(gain, lambda width: cost[width - 1], longest)
+    n = first_peak_of(gains, cost)
     sizes = tuple(min(n, len(s) - 1) for s in sums)
-    return Allocation(sizes, batch * (n + 1), gain(n), seconds(batch * (n + 1)))
+    return Allocation(sizes, batch * (n + 1), float(gains[n]), seconds(batch * (n + 1)))
 
 
 def packed_allocation(acceptance: Sequence[np.ndarray], seconds: Callable[[float], float]) -> Allocation:

@@ -62,9 +62,10 @@ class TraceMethod:
     tree: str | None = None
 
 
-def check_tree_spec(spec) -> None:
+def check_tree_spec(spec, latency: bool = False) -> None:
     """Raises StandError unless ``spec`` names a tree the trace bench can draft into without a model:
-    a tree file, a bundled tree, or ``dynamic[-N]`` (``auto`` and families need a model's latency)."""
+    a tree file, a bundled tree, ``dynamic[-N]``, or with a ``latency`` profile given ``dynamic-auto[-N]``
+    (sized by that profile; ``auto`` and families need a model's latency)."""
     from stand_runtime.method import sized_family
     from stand_runtime.tree_choice import AUTO
     from stand_runtime.trees.tree_io import resolve_tree
@@ -73,9 +74,9 @@ def check_tree_spec(spec) -> None:
     if not isinstance(spec, str) or not spec:
         raise StandError(f"tree must be a tree file, a bundled tree name or dynamic[-N], got {spec!r}")
     dynamic = parse_dynamic(spec)
-    if dynamic is not None and dynamic.sized:
-        raise StandError(f"tree {spec!r} is sized from a model's latency: the trace bench replays without a model; "
-                         "give dynamic[-N], a tree file or a bundled tree")
+    if dynamic is not None and dynamic.sized and not latency:
+        raise StandError(f"tree {spec!r} is sized from a latency profile: the trace bench replays without a model; "
+                         "give --latency FILE (the hardware to size it for), or dynamic[-N], a tree file or a bundled tree")
     if dynamic is not None:
         return
     if spec == AUTO or sized_family(spec) is not None:
@@ -84,10 +85,12 @@ def check_tree_spec(spec) -> None:
     resolve_tree(spec)
 
 
-def parse_trace_methods(methods: str, tree: str | None = None, copy_tokens: int = COPY_TOKENS) -> list[TraceMethod]:
+def parse_trace_methods(methods: str, tree: str | None = None, copy_tokens: int = COPY_TOKENS,
+                        latency=None) -> list[TraceMethod]:
     """``"stand,pld,suffix-tuned"`` → configurations (tree methods on ``tree`` or their default;
     ``stand-static`` always on :data:`STATIC_TRACE_TREE`, ``recycle`` on its own for a dynamic ``tree``;
-    methods without a tree ignore it).
+    methods without a tree ignore it). ``latency``: the :class:`stand_runtime.LatencyProfile` a
+    value-sized ``tree`` (``dynamic-auto[-N]``) is sized by (the replay observes no forward).
 
     Raises:
         StandError: an unknown or repeated method name.
@@ -95,7 +98,7 @@ def parse_trace_methods(methods: str, tree: str | None = None, copy_tokens: int 
     names = split_methods(methods, TRACE_METHODS, requires={"suffix-tuned": "suffix"})
     copy_tokens = check_int("copy_tokens", copy_tokens, 0, MAX_COPY_TOKENS)
     if tree is not None:
-        check_tree_spec(tree)
+        check_tree_spec(tree, latency is not None)
         takers = [name for name in names if name in TREE_METHODS and takes_tree(name, tree)]
         if not takers:
             raise StandError(f"tree {tree!r} applies to none of {', '.join(names)} (trees go to "
@@ -117,7 +120,7 @@ def parse_trace_methods(methods: str, tree: str | None = None, copy_tokens: int 
         elif name in TREE_METHODS:
             spec = (tree if takes_tree(name, tree) else None) or DEFAULT_TRACE_TREES[name]  # recycle: static only
             copy = copy_tokens if name in STORE_METHODS else COPY_TOKENS  # Token Recycling has no copy path
-            out.append(TraceMethod(name, Method.parse(name, spec, copy_tokens=copy), spec))
+            out.append(TraceMethod(name, Method.parse(name, spec, copy_tokens=copy, latency=latency), spec))
         else:  # pld: no tree, no copy path of STAND's (its chain is its own)
             out.append(TraceMethod(name, Method.parse(name)))
     return out

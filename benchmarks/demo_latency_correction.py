@@ -1,0 +1,68 @@
+"""A latency profile measured under load, corrected by the run's own forwards (issue 23, docs §3.7).
+
+Decodes one HumanEval prompt with STAND's value-sized tree (``dynamic-auto``) on the default model
+twice: with this machine's cached profile, and with that profile as a loaded machine would have
+measured it (one token 15x slower, and every size past it costing the same: a flat curve, as the
+profile of 1135 ms for one token measured under load in issue 23 was). Prints the sizes the rule chose
+step by step and the latency model's modelled seconds at 1, 4, 8 and 16 tokens after the run, for
+both; the loaded run's sizes start far too large and reach the cached run's within a few steps.
+
+Run (quiet machine): ``python benchmarks/demo_latency_correction.py --json out.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from stand_runtime import LatencyProfile, Method, SamplingParams, generate, load_model
+from stand_runtime.target.latency import cached_latency, profile_name
+from treeopt.data.datasets import load_prompts
+
+
+def loaded(profile: LatencyProfile) -> LatencyProfile:
+    """The profile as measured under load: t(1) x 15, every larger size at the same cost."""
+    slow = profile.seconds[0] * 15
+    return LatencyProfile(profile.sizes, tuple(slow * (1 + 1e-4 * (s - 1)) for s in profile.sizes))
+
+
+def run(model, tokenizer, prompt: str, profile: LatencyProfile, tokens: int) -> dict:
+    """One decode with the value rule built on ``profile`` as if it were this machine's cached one."""
+    import stand_runtime.method as method_module
+
+    measured, method_module.cached_latency = method_module.cached_latency, lambda target, name: profile
+    try:
+        method = Method.parse("stand", "dynamic-auto", model)
+    finally:
+        method_module.cached_latency = measured
+    result = generate(model, tokenizer, prompt, method=method, sampling=SamplingParams(0.6, 0.95, 0),
+                      max_new_tokens=tokens, seed=0, eos_token_ids=[])
+    latency = method.value.latency
+    return {"sizes": list(method.value.sizes), "acceptance_length": result.stats.tokens_per_step,
+            "modelled_ms": {n: 1000 * latency.at(n) for n in (1, 4, 8, 16)},
+            "profile_ms": {n: 1000 * profile.at(n) for n in (1, 4, 8, 16)}}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--offset", type=int, default=70, help="HumanEval prompt")
+    parser.add_argument("--tokens", type=int, default=96)
+    parser.add_argument("--json", default=None)
+    args = parser.parse_args()
+    model, tokenizer = load_model("smollm2-135m")
+    prompt = load_prompts("humaneval", samples=1, offset=args.offset)[0].text
+    cached = cached_latency(model, profile_name(model))
+    out = {"cached": run(model, tokenizer, prompt, cached, args.tokens),
+           "loaded": run(model, tokenizer, prompt, loaded(cached), args.tokens)}
+    for name, row in out.items():
+        print(f"{name:7s} sizes, first 30 steps: {row['sizes'][:30]}")
+        print(f"{'':7s} profile ms at 1/4/8/16 tokens {[round(v, 1) for v in row['profile_ms'].values()]}, "
+              f"after the run {[round(v, 1) for v in row['modelled_ms'].values()]}; "
+              f"acceptance length {row['acceptance_length']:.2f}")
+    if args.json:
+        with open(args.json, "w") as handle:
+            json.dump(out, handle, indent=1)
+
+
+if __name__ == "__main__":
+    main()
