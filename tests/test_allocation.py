@@ -11,7 +11,8 @@ import pytest
 
 from stand_runtime import Method, NGramStore, RowSpec, SamplingParams, StandError, decode_rows, generate, generate_batch
 from stand_runtime.drafters.best_first import DynamicTree, best_first_draft
-from stand_runtime.drafters.value import AcceptanceMap, LatencyModel, ValueRule, first_peak
+from stand_runtime.drafters.peak import first_peak
+from stand_runtime.drafters.value import AcceptanceMap, LatencyModel, ValueRule
 from stand_runtime.engine.allocation import BatchAllocator, padded_allocation, packed_allocation
 from stand_runtime.engine.metrics import padding_waste
 from stand_runtime.randomness import RandomStream

@@ -7,7 +7,8 @@ import pytest
 
 from stand_runtime import DynamicTree, Method, NGramStore, SamplingParams, StandError, generate
 from stand_runtime.drafters.best_first import parse_dynamic
-from stand_runtime.drafters.value import AcceptanceMap, LatencyModel, ValueRule, first_peak
+from stand_runtime.drafters.peak import first_peak
+from stand_runtime.drafters.value import AcceptanceMap, LatencyModel, ValueRule
 
 SIZES = (1, 2, 4, 8, 16, 32)
 
@@ -45,7 +46,7 @@ def test_a_stepped_profile_is_priced_by_its_convex_minorant():
     """A profile that rises by a step (1 -> 2 -> 3 tokens cost 10% each, then flat: measurement noise)
     stopped the first peak at no node although five nodes of P 0.08 pay; its convex minorant (the
     lower hull) lets the rule reach them, and a convex profile is its own minorant."""
-    from stand_runtime.drafters.value import convex_minorant
+    from stand_runtime.drafters.peak import convex_minorant
 
     stepped = np.array([1.0, 1.1, 1.2, 1.2, 1.21, 1.22, 1.23])
     hull = convex_minorant(stepped)
@@ -61,7 +62,7 @@ def test_a_stepped_profile_is_priced_by_its_convex_minorant():
 
 def test_first_peak_of_arrays_is_the_stopping_rule():
     """The one-pass first peak equals :func:`first_peak` on random, non-monotone curves (NaN included)."""
-    from stand_runtime.drafters.value import first_peak_of
+    from stand_runtime.drafters.peak import first_peak_of
 
     rng = np.random.default_rng(3)
     for _ in range(300):

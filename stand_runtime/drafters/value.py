@@ -8,7 +8,7 @@ costs ``t(1 + n)`` seconds of target forward. The rule drafts the prefix of the 
     n* = argmax_n (1 + sum_{i <= n} P_i) / t(1 + n),    n = 0 .. budget,
 
 so zero nodes is an answer where nothing the store knows pays for the tokens it adds to the forward.
-The n taken is the *first* peak of that curve (:func:`first_peak`): whether node k is drafted is decided
+The n taken is the *first* peak of that curve (:func:`.peak.first_peak`): whether node k is drafted is decided
 from the first k nodes' scores only, never from nodes after it (its own children's scores read its
 drawn token). In a batch the same rule sizes every row at once (:mod:`stand_runtime.engine.allocation`).
 
@@ -46,6 +46,7 @@ import numpy as np
 from ..errors import StandError
 from ..trees.draft import Draft
 from .candidates import candidates
+from .peak import convex_minorant, first_peak_of
 
 EDGES = np.logspace(-4, 0, 17)
 """Bin edges of :class:`AcceptanceMap` over a node's score (16 bins from 1e-4 to 1; below: the first)."""
@@ -151,60 +152,6 @@ class AcceptanceMap:
         self._table = None
 
 
-def first_peak(gain: Callable[[int], float], seconds: Callable[[int], float], longest: int) -> int:
-    """The n in 0 .. ``longest`` where ``gain(n) / seconds(1 + n)`` first stops rising: n grows while
-    one more node raises the expected tokens per second.
-
-    A stopping rule, not the argmax of the whole curve: whether n reaches k reads ``gain`` and
-    ``seconds`` at sizes up to k only, so the choice to draft node k never looks at the nodes after
-    it (which may depend on node k's drawn token, docs/design.md §9.3). Where the gains are concave
-    (each node's P at most its predecessor's, as the best-first order gives) and the cost is convex
-    or linear in n, the first peak is the argmax.
-    """
-    n, rate = 0, gain(0) / seconds(1)
-    while n < longest:
-        grown = gain(n + 1) / seconds(n + 2)
-        if not grown > rate:
-            break
-        n, rate = n + 1, grown
-    return n
-
-
-def first_peak_of(gains: np.ndarray, seconds: np.ndarray) -> int:
-    """:func:`first_peak` over arrays: ``gains[n]`` and ``seconds[n]`` (``[L + 1]``, the forward with
-    n nodes) for n = 0 .. L; the first n where ``gains / seconds`` stops rising (the same n, in one
-    numpy pass)."""
-    rate = np.asarray(gains, dtype=np.float64) / np.asarray(seconds, dtype=np.float64)
-    falls = np.flatnonzero(~(rate[1:] > rate[:-1]))
-    return int(falls[0]) if len(falls) else len(rate) - 1
-
-
-def convex_minorant(values: np.ndarray) -> np.ndarray:
-    """``[m]`` the greatest convex function below ``values`` (``[m]``, at equally spaced points): the
-    lower convex hull, interpolated. The value rule prices forwards by it: a profile that rises by
-    steps (measurement noise, thread scheduling) would otherwise stop :func:`first_peak` at the first
-    step although the sizes past it pay; with a convex cost and non-increasing gains the first peak
-    is the best size."""
-    values = np.asarray(values, dtype=np.float64)
-    hull: list[int] = []
-    for i in range(len(values)):
-        while len(hull) >= 2:
-            a, b = hull[-2], hull[-1]  # drop b when it lies on or above the chord a -> i
-            if (values[b] - values[a]) * (i - a) >= (values[i] - values[a]) * (b - a):
-                hull.pop()
-            else:
-                break
-        hull.append(i)
-    return np.interp(np.arange(len(values)), hull, values[hull])
-
-
-def seconds_of(seconds: Callable[[float], float], tokens: np.ndarray) -> np.ndarray:
-    """``[m]`` ``seconds`` at each of ``tokens`` (int): in one call where it offers ``many``
-    (:meth:`LatencyModel.frozen`), else one call per count."""
-    many = getattr(seconds, "many", None)
-    return many(tokens) if many is not None else np.array([seconds(float(t)) for t in tokens])
-
-
 def _isotonic(values: np.ndarray, weights: np.ndarray) -> np.ndarray:
     """The weighted least-squares non-decreasing fit of ``values`` (pool adjacent violators)."""
     blocks: list[list[float]] = []  # [mean, weight, count]
@@ -289,7 +236,7 @@ class LatencyModel:
     def frozen(self) -> Callable[[float], float]:
         """Seconds of one forward over ``tokens`` tokens in all (a padded ``[B, W]`` batch forward:
         ``B * W``), with the corrections observed so far frozen (cheap to call many times); its
-        ``many`` attribute takes an int array of token counts (:func:`seconds_of`)."""
+        ``many`` attribute takes an int array of token counts (:func:`.peak.seconds_of`)."""
         fitted = self._fitted()
 
         def seconds(tokens: float) -> float:
@@ -373,7 +320,7 @@ class ValueRule:
 
     def size_p(self, acceptance: np.ndarray) -> int:
         """The n in 0 .. L where the expected tokens per second of the first n candidates (``[L]`` their
-        P, in the order they are taken) first peaks (:func:`first_peak`; 0 on every
+        P, in the order they are taken) first peaks (:func:`.peak.first_peak`; 0 on every
         :data:`EXPLORE_EVERY`-th step while the latency model explores)."""
         if len(acceptance) == 0 or (self.latency.explore() and len(self.sizes) % EXPLORE_EVERY == 0):
             self.sizes.append(0)

@@ -9,7 +9,7 @@ acceptance map; the allocator chooses each row's prefix size ``n_r`` for the mos
 second of the whole forward,
 
     padded (the engine's forward, ``[B, W]``):  sum_r (1 + G_r(min(W - 1, L_r))) / t(B W),
-    (t priced by its convex minorant over the widths, :func:`stand_runtime.drafters.value.convex_minorant`)
+    (t priced by its convex minorant over the widths, :func:`stand_runtime.drafters.peak.convex_minorant`)
     packed (rows flattened into one sequence):  sum_r (1 + G_r(n_r)) / t(sum_r (1 + n_r)),
 
 with ``G_r(n) = sum_{i <= n} P_ri``, ``L_r`` the row's candidates and t the latency model's seconds of a
@@ -18,8 +18,8 @@ forwards, padding included). With padding a row fills up to the common width for
 choice is the width W alone; :func:`packed_allocation` is what flattening would give (the engine pads:
 its ratio to the padded choice is recorded as the packing's modelled gain).
 
-Losslessness: both choices are stopping rules (:func:`stand_runtime.drafters.value.first_peak`, here
-in one pass: :func:`stand_runtime.drafters.value.first_peak_of`): the
+Losslessness: both choices are stopping rules (:func:`stand_runtime.drafters.peak.first_peak`, here
+in one pass: :func:`stand_runtime.drafters.peak.first_peak_of`): the
 width grows, or the best remaining candidate is taken, while the modelled rate rises, so whether row
 r's node k is drafted depends on row r's first k candidates (their scores read q at rank) and on the
 other rows' drafts (drawn with their own random streams), never on row r's node k's own draw nor on
@@ -36,7 +36,8 @@ from typing import Callable, Sequence
 import numpy as np
 
 from ..drafters.candidates import candidates
-from ..drafters.value import EXPLORE_EVERY, ValueRule, convex_minorant, first_peak_of, seconds_of
+from ..drafters.peak import convex_minorant, first_peak_of, seconds_of
+from ..drafters.value import EXPLORE_EVERY, ValueRule
 from ..errors import StandError
 from ..trees.draft import Draft
 
@@ -88,7 +89,7 @@ def padded_allocation(acceptance: Sequence[np.ndarray], seconds: Callable[[float
 
     filled = np.array([np.pad(s, (0, longest + 1 - len(s)), mode="edge") for s in sums])  # [B, longest + 1]
     gains = batch + filled.sum(axis=0)  # the forward's expected tokens with n nodes a row (fewer where a row ends)
-    cost = convex_minorant(seconds_of(seconds, batch * np.arange(1, longest + 2)))  # value.convex_minorant
+    cost = convex_minorant(seconds_of(seconds, batch * np.arange(1, longest + 2)))
     n = first_peak_of(gains, cost)
     sizes = tuple(min(n, len(s) - 1) for s in sums)
     return Allocation(sizes, batch * (n + 1), float(gains[n]), seconds(batch * (n + 1)))
