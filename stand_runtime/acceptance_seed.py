@@ -151,12 +151,17 @@ def find_acceptance_seed(model) -> AcceptanceSeed | None:
     """
     identity = model_identity(model)
     cached = seed_path(identity)
-    if cached.is_file() and not _outdated(cached):
-        seed = load_acceptance_seed(cached)
-        if seed.model != identity:
-            raise StandError(f"acceptance seed {cached} was measured on {seed.model!r}, not {identity!r}: "
-                             f"remove it or calibrate again")
-        return seed
+    if cached.is_file():
+        try:
+            seed = load_acceptance_seed(cached)
+        except StandError:
+            if not _outdated(cached):  # an earlier version is skipped, anything else said
+                raise
+        else:
+            if seed.model != identity:
+                raise StandError(f"acceptance seed {cached} was measured on {seed.model!r}, not {identity!r}: "
+                                 f"remove it or calibrate again")
+            return seed
     for path in sorted(bundled_files(BUNDLED_SUFFIX).values()):
         seed = load_acceptance_seed(path)
         if seed.model == identity:

@@ -129,18 +129,22 @@ def write_traces(path, groups=3, per_group=3, length=60):
     return path
 
 
+class WordTokenizer:
+    """One token per word (ids in order of first appearance)."""
+
+    def __init__(self) -> None:
+        self.vocab: dict = {}
+
+    def __call__(self, text, add_special_tokens=False):
+        encode = lambda s: [self.vocab.setdefault(w, len(self.vocab)) for w in s.split()]
+        return {"input_ids": [encode(t) for t in text] if isinstance(text, list) else encode(text)}
+
+
 def test_trace_bench_on_a_fixture(tmp_path):
     groups, skipped = load_traces(write_traces(tmp_path / "t.jsonl"))
     assert skipped == 0 and [len(g.traces) for g in groups] == [3, 3, 3]
 
-    class Tokenizer:  # one token per word
-        vocab: dict = {}
-
-        def __call__(self, text, add_special_tokens=False):
-            encode = lambda s: [self.vocab.setdefault(w, len(self.vocab)) for w in s.split()]
-            return {"input_ids": [encode(t) for t in text] if isinstance(text, list) else encode(text)}
-
-    tokenize_groups(groups, Tokenizer(), max_tokens=50)
+    tokenize_groups(groups, WordTokenizer(), max_tokens=50)
     assert all(len(ids) == 50 for g in groups for ids in g.trace_ids)
     methods = parse_trace_methods("stand,pld,recycle")
     results = run_trace_bench(groups, methods)
@@ -263,14 +267,7 @@ def test_a_value_sized_tree_replays_sized_by_a_given_profile(tmp_path):
 
     groups, _ = load_traces(write_traces(tmp_path / "t.jsonl"))
 
-    class Tokenizer:  # one token per word
-        vocab: dict = {}
-
-        def __call__(self, text, add_special_tokens=False):
-            encode = lambda s: [self.vocab.setdefault(w, len(self.vocab)) for w in s.split()]
-            return {"input_ids": [encode(t) for t in text] if isinstance(text, list) else encode(text)}
-
-    tokenize_groups(groups, Tokenizer(), max_tokens=50)
+    tokenize_groups(groups, WordTokenizer(), max_tokens=50)
     sizes = (1, 2, 4, 8, 16, 32, 64, 128)
     flat, steep = (LatencyProfile(sizes, tuple(1.0 + slope * s for s in sizes)) for slope in (1e-4, 0.05))
     with pytest.raises(StandError, match="give --latency FILE"):

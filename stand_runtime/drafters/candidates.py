@@ -37,7 +37,6 @@ draw, lower the further it reaches, so the copied kind's bins learn how far this
 seed ``sqrt(score)`` of the bins starts near what chains return)."""
 
 
-
 def value_scores(draft: Draft) -> np.ndarray:
     """``[n]`` float64 the scores the acceptance map reads for ``draft``'s nodes (root excluded): a drawn
     node's best-first key, a copied node ``COPY_DECAY ** depth`` (the chain starts at the root, so its
@@ -59,17 +58,16 @@ class Candidates:
     """A value-sized step's candidates in the order the rule takes them (:func:`candidates`).
 
     Attributes:
-        draft: the drafted nodes (root first, best-first order), the chain not grafted.
+        draft: the drafted nodes (root first, best-first order), the copy chain pending
+            (``draft.pending_chain``, not grafted).
         p: ``[L]`` float64 P(path accepted) of each candidate, in order.
         from_chain: ``[L]`` bool, True where the candidate is the copy chain's next token.
-        chain: the copy chain's tokens.
-        chain_p: ``[len(chain)]`` P of each chain token.
+        chain_p: ``[len(draft.pending_chain)]`` P of each chain token.
     """
 
     draft: Draft
     p: np.ndarray
     from_chain: np.ndarray
-    chain: tuple
     chain_p: np.ndarray
 
     def realize(self, n: int) -> tuple[Draft, np.ndarray]:
@@ -78,16 +76,15 @@ class Candidates:
         children that equal them, the rest copied nodes after their drawn siblings); with ``[m]`` the
         P predicted for its m drafted nodes (root excluded)."""
         taken = int(self.from_chain[:n].sum())
-        kept = truncate_draft(self.draft, n - taken) if n - taken < self.draft.num_nodes else self.draft
+        kept = truncate_draft(self.draft, n - taken)  # the pending chain dropped
         predicted = self.p[:n][~self.from_chain[:n]]
         if taken == 0:
-            if kept.pending_chain:
-                kept = truncate_draft(kept, kept.num_nodes)
             return kept, predicted
+        chain = self.draft.pending_chain
         builder = DraftBuilder.from_draft(kept)
         scores = list(kept.scores)
         added = []
-        for node in attach_chain(builder, self.chain[:taken], len(self.chain)):
+        for node in attach_chain(builder, chain[:taken], len(chain)):
             depth = builder.depths[node]
             scores.append(COPY_DECAY ** depth)
             added.append(self.chain_p[depth - 1])
@@ -125,7 +122,7 @@ def candidates(draft: Draft, acceptance: AcceptanceMap, table: np.ndarray | None
             p[i], from_chain[i], b = chain_p[b], True, b + 1
         else:
             p[i], a = drawn[a], a + 1
-    return Candidates(draft, p, from_chain, chain, chain_p)
+    return Candidates(draft, p, from_chain, chain_p)
 
 
 def copied_mask(draft: Draft) -> np.ndarray:

@@ -222,11 +222,8 @@ class LatencyModel:
         return [m for m in self._medians if m is not None]
 
     def _ratios_at(self, tokens: np.ndarray) -> np.ndarray:
-        known = self._known()
-        if not known:
-            return np.ones_like(tokens)
-        where, ratios = zip(*sorted(map(tuple, known)))
-        return np.interp(tokens, where, ratios)
+        fitted = self._fitted()
+        return np.ones_like(tokens) if fitted is None else np.interp(tokens, *fitted)
 
     def at(self, tokens: float) -> float:
         """Seconds of one forward over ``tokens`` tokens per row (:attr:`rows` rows)."""

@@ -159,14 +159,15 @@ class BatchAllocator:
                              "store); this draft has nodes but no scores")
         table = value.acceptance.table()
         found = [candidates(d, value.acceptance, table) for d in drafts]
+        acceptance = [c.p for c in found]
         if value.latency.explore(len(drafts)) and len(value.batches) % EXPLORE_EVERY == 0:
             sizes = (0,) * len(drafts)
         else:
             seconds = value.latency.frozen()
-            chosen = padded_allocation([c.p for c in found], seconds)
+            chosen = padded_allocation(acceptance, seconds)
             sizes = chosen.sizes
             if len(drafts) > 1:  # one row: packed is padded
-                value.packing.append(packed_allocation([c.p for c in found], seconds).rate / chosen.rate)
+                value.packing.append(packed_allocation(acceptance, seconds).rate / chosen.rate)
         value.batches.append(sizes)
         value.sizes.extend(sizes)
         sized = []
