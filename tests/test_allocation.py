@@ -176,6 +176,22 @@ def test_batch_allocated_rows_equal_plain_decoding_greedy(tiny_qwen2, monkeypatc
     assert all(r.stats.forwarded_tokens >= r.stats.target_forwards for r in rows)
 
 
+def test_the_first_forward_of_a_decode_is_not_observed(tiny_qwen2, monkeypatch):
+    """The latency model learns from every forward of a decode but its first (cold: it made the
+    roots-only forward look twice its cost); single sequence and batch alike."""
+    seen = []
+    monkeypatch.setattr("stand_runtime.drafters.value.LatencyModel.observe",
+                        lambda self, tokens, seconds: seen.append(tokens))
+    greedy = SamplingParams(temperature=0)
+    for batch in (1, 2):
+        seen.clear()
+        method = Method.parse("stand", "dynamic-auto-6", tiny_qwen2, batch=batch)
+        rows = generate_batch(tiny_qwen2, None, PROMPTS[:1], n=batch, method=method, sampling=greedy,
+                              max_new_tokens=12, eos_token_ids=[])
+        forwards = max(r.stats.target_forwards for r in rows)
+        assert forwards > 2 and len(seen) == forwards - 1
+
+
 def test_batch_allocation_option_is_checked_and_labelled(tiny_qwen2):
     with pytest.raises(StandError, match="allocation must be one of"):
         Method.parse("stand", "dynamic-auto", None, allocation="rows")

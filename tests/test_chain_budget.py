@@ -11,6 +11,7 @@ import pytest
 import stand_runtime.drafters.chain as chain_module
 import stand_runtime.target.sampling as sampling_module
 from stand_runtime import NGramStore, StandError
+from stand_runtime.drafters.candidates import COPY_DECAY
 from stand_runtime.drafters.chain import COPIED, FALLBACK, OWN, ChainCursor
 from stand_runtime.drafters.chain_budget import ChainBudget, profile_function
 from stand_runtime.drafters.value import AcceptanceMap, LatencyModel
@@ -88,7 +89,7 @@ def test_own_store_then_copy_then_fallback_and_the_end():
     draft = cursor.draft
     assert draft.tokens == [6, 7, 9, 4] and draft.kinds == [OWN, COPIED, COPIED, FALLBACK]
     assert draft.support[1] is None and draft.support[3][0].tolist() == [4, 8]
-    assert draft.scores[1] == draft.scores[2], "a copied position keeps the running score"
+    assert draft.scores[2] == pytest.approx(draft.scores[1] * COPY_DECAY), "a copied position decays the running score"
     # without the fallback store the chain ends where the copy does; an empty store and no copy: no chain
     alone = ChainCursor(own, [1, 5], 6, None, copy=[6, 7, 9])
     while alone.peek() is not None:
@@ -97,6 +98,26 @@ def test_own_store_then_copy_then_fallback_and_the_end():
     assert ChainCursor(NGramStore(), [3], 4, None).peek() is None
     with pytest.raises(IndexError, match="the chain has ended"):
         ChainCursor(NGramStore(), [3], 4, None).take()
+
+
+def test_the_surer_of_own_store_and_copy_drafts_a_position_both_cover():
+    """With an acceptance estimate, a position the own store and the copy chain both cover is drafted
+    by the higher estimated P (fixed before any draw); without one the own store goes first."""
+    own = NGramStore(max_n=3)
+    own.update([5], [6], [1.0])
+    own.update([7], [9], [1.0])
+    trust_copy = lambda score, kind: 0.9 if kind == COPIED else 0.2
+    trust_own = lambda score, kind: 0.9 if kind == OWN else 0.2
+    drafts = []
+    for estimate in (trust_copy, trust_own, None):
+        cursor = ChainCursor(own, [1, 5], 3, None, copy=[7, 9, 4], estimate=estimate)
+        while cursor.peek() is not None:
+            cursor.take()
+        drafts.append(cursor.draft)
+    assert drafts[0].tokens == [7, 9, 4] and drafts[0].kinds == [COPIED, COPIED, COPIED]
+    assert drafts[0].scores == pytest.approx([1.0, COPY_DECAY, COPY_DECAY ** 2])
+    assert drafts[1].tokens == [6] and drafts[1].kinds == [OWN]  # 6 leaves the copy; nothing knows 5 6
+    assert drafts[2].tokens == drafts[1].tokens
 
 
 def test_a_zero_gram_answer_is_no_match():

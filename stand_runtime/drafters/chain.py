@@ -14,12 +14,18 @@ token for deterministic drafts (greedy decoding). Each position takes its q from
 3. a fallback store shared by every request (cross-prompt memory: the first samples of a new prompt
    draft from what earlier prompts taught), where it matched a context;
 
-and the chain ends at the first position none covers.
+and the chain ends at the first position none covers. Where the own store and the copy chain both
+cover a position and the cursor has an acceptance ``estimate`` (the sized rule's, per score and kind),
+the one with the higher estimated P drafts it: the own store's blend answers almost every context
+once a request has generated a few tokens (a one-token context suffices), which kept prompt lookup's
+chain, often the surer guess on code, from ever being drafted after a request's first steps.
 
 Every position carries a score, as the dynamic tree's nodes do (:mod:`.best_first`): the position is
 offered with ``running · w · q_(0)`` (q at rank 0, the largest value of its q; w = c / (c + 1) for
 the blend's count c; a copied position: ``running``), fixed *before* its token is drawn, and once
-drawn the running product takes ``w · q(token)``. Whether a position is drafted may therefore depend
+drawn the running product takes ``w · q(token)`` (a copied one
+:data:`stand_runtime.drafters.candidates.COPY_DECAY`, as the copy chain's j-th token of a tree is
+scored ``COPY_DECAY ** j``: so the acceptance map learns copied positions by their place in the chain). Whether a position is drafted may therefore depend
 on its score (and on earlier positions' draws), never on its own draw: the rule that keeps a chain cut
 by its scores lossless (:mod:`.chain_budget`, docs/design.md §7.7).
 
@@ -31,9 +37,11 @@ token is an exact draw from its q; with a one-hot q it is the deterministic-draf
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable
 
 import numpy as np
 
+from .candidates import COPY_DECAY
 from .gumbel import choose_children
 from ..store.ngram_store import NGramStore
 from ..randomness import RandomStream
@@ -82,12 +90,17 @@ class ChainCursor:
             nothing; None = none.
         confidence: pseudo-count of the confidence ``w = c / (c + confidence)``.
         beta: the blend's weight of distinct ids (Witten-Bell: 1).
+        estimate: P(path accepted) of a position from its score and kind (e.g.
+            :meth:`stand_runtime.drafters.value.AcceptanceMap.estimator`); where both the own store and
+            the copy chain cover a position the higher estimate drafts it; None = the own store first.
+            Settable until the first :meth:`peek`.
     """
 
     def __init__(self, store: NGramStore, context: list[int], limit: int, randomness: RandomStream | None,
                  copy: list[int] | None = None, fallback: NGramStore | None = None, confidence: float = 1.0,
-                 beta: float = 1.0) -> None:
+                 beta: float = 1.0, estimate: Callable[[float, int], float] | None = None) -> None:
         self.store, self.fallback, self.randomness = store, fallback, randomness
+        self.estimate = estimate
         self.limit, self.confidence, self.beta = limit, confidence, beta
         self.copy = list(copy or ())
         self.draft = ChainDraft()
@@ -111,10 +124,13 @@ class ChainCursor:
     def _look(self) -> tuple | None:
         depth = len(self.draft)
         own = self._matched(self.store)
+        copied = (self._running, COPIED, None, 1.0) if self._on_copy and depth < len(self.copy) else None
         if own is not None:
-            return self._running * own[1] * own[0].prob_list[0], OWN, *own
-        if self._on_copy and depth < len(self.copy):
-            return self._running, COPIED, None, 1.0
+            offer = (self._running * own[1] * own[0].prob_list[0], OWN, *own)
+            if copied is None or self.estimate is None or self.estimate(*offer[:2]) >= self.estimate(*copied[:2]):
+                return offer
+        if copied is not None:
+            return copied
         shared = self._matched(self.fallback)
         if shared is not None:
             return self._running * shared[1] * shared[0].prob_list[0], FALLBACK, *shared
@@ -145,6 +161,7 @@ class ChainCursor:
         if entry is None:
             token = self.copy[len(draft)]
             draft.support.append(None)
+            self._running *= COPY_DECAY
         else:
             slot = choose_children(entry.log_q, 1, self.randomness)[0]
             token = entry.id_list[slot]

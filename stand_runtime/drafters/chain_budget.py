@@ -117,6 +117,10 @@ class ChainBudget:
         """
         self.steps += 1
         taken = [0] * len(cursors)
+        estimate = self.acceptance.estimator()
+        for cursor in cursors:
+            if cursor is not None:
+                cursor.estimate = estimate  # own store or copy: the surer drafts a position both cover
         offering = [i for i, cursor in enumerate(cursors) if cursor is not None and cursor.peek() is not None]
         if not offering:
             return taken
@@ -128,7 +132,6 @@ class ChainBudget:
         if phase == EXPLORE_EVERY // 2 and most >= rows and self.latency.observed_from(2 * rows) < MIN_OBSERVED:
             self.explored += 1  # no forward of twice the plain one observed: draft every offered position
             return self._take_all(cursors, offering, taken)
-        estimate = self.acceptance.estimator()
         heap = [(-estimate(*cursors[i].peek()), i) for i in offering]
         heapq.heapify(heap)
         costs = self.latency.curve(rows, rows + most)  # costs[j]: a forward with j drafted positions
