@@ -12,7 +12,8 @@ import stand_runtime.drafters.chain as chain_module
 import stand_runtime.target.sampling as sampling_module
 from stand_runtime import NGramStore, StandError
 from stand_runtime.drafters.candidates import COPY_DECAY
-from stand_runtime.drafters.chain import COPIED, FALLBACK, OWN, ChainCursor
+from stand_runtime.drafters.chain import COPIED, FALLBACK, OWN, ChainCursor, match_rate
+from stand_runtime.drafters.suffix_index import SuffixIndex
 from stand_runtime.drafters.chain_budget import ChainBudget, profile_function
 from stand_runtime.drafters.value import AcceptanceMap, LatencyModel
 from stand_runtime.randomness import RandomStream
@@ -115,9 +116,24 @@ def test_the_surer_of_own_store_and_copy_drafts_a_position_both_cover():
             cursor.take()
         drafts.append(cursor.draft)
     assert drafts[0].tokens == [7, 9, 4] and drafts[0].kinds == [COPIED, COPIED, COPIED]
-    assert drafts[0].scores == pytest.approx([1.0, COPY_DECAY, COPY_DECAY ** 2])
+    assert drafts[0].scores == pytest.approx([COPY_DECAY, COPY_DECAY ** 2, COPY_DECAY ** 3])
     assert drafts[1].tokens == [6] and drafts[1].kinds == [OWN]  # 6 leaves the copy; nothing knows 5 6
     assert drafts[2].tokens == drafts[1].tokens
+
+
+def test_a_longer_copy_match_scores_its_copied_positions_higher():
+    """The copy index reports the length of the suffix it matched; a chain copied after a longer match
+    offers its positions with higher scores (r = 0.8 ** (1 + longest - n))."""
+    index = SuffixIndex(8)
+    assert index.match([1, 2, 3, 4, 9, 1, 2, 3, 4], 3) == ([9, 1, 2], 4)
+    assert index.match([5, 6], 2) == ([], 0) and SuffixIndex(8).match([1, 1], 0) == ([], 0)
+    assert match_rate(8, 8) == COPY_DECAY and match_rate(4, 8) == pytest.approx(COPY_DECAY ** 5)
+    long, short = (ChainCursor(NGramStore(), [1], 2, None, copy=[7, 8], copy_rate=match_rate(n, 8)) for n in (8, 1))
+    for cursor in (long, short):
+        while cursor.peek() is not None:
+            cursor.take()
+    assert long.draft.tokens == short.draft.tokens == [7, 8]
+    assert long.draft.scores == pytest.approx([0.8, 0.64]) and short.draft.scores == pytest.approx([0.8 ** 8, 0.8 ** 16])
 
 
 def test_a_zero_gram_answer_is_no_match():
@@ -127,7 +143,7 @@ def test_a_zero_gram_answer_is_no_match():
     store.update([5], [6], [1.0])
     assert store.blend([2]).count == 0
     assert ChainCursor(store, [2], 3, None).peek() is None
-    assert ChainCursor(store, [2], 3, None, copy=[5]).peek() == (1.0, COPIED)
+    assert ChainCursor(store, [2], 3, None, copy=[5]).peek() == (COPY_DECAY, COPIED)
 
 
 # --- the allocation -------------------------------------------------------------------------------

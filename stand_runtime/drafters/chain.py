@@ -22,10 +22,12 @@ chain, often the surer guess on code, from ever being drafted after a request's 
 
 Every position carries a score, as the dynamic tree's nodes do (:mod:`.best_first`): the position is
 offered with ``running · w · q_(0)`` (q at rank 0, the largest value of its q; w = c / (c + 1) for
-the blend's count c; a copied position: ``running``), fixed *before* its token is drawn, and once
-drawn the running product takes ``w · q(token)`` (a copied one
-:data:`stand_runtime.drafters.candidates.COPY_DECAY`, as the copy chain's j-th token of a tree is
-scored ``COPY_DECAY ** j``: so the acceptance map learns copied positions by their place in the chain). Whether a position is drafted may therefore depend
+the blend's count c; a copied position: ``running · r``), fixed *before* its token is drawn, and once
+drawn the running product takes ``w · q(token)`` (a copied one r). A copy's r grows with the length n
+of the suffix it matched (:meth:`stand_runtime.drafters.suffix_index.SuffixIndex.match`; ``r =
+COPY_DECAY ** (1 + longest - n)``, :data:`stand_runtime.drafters.candidates.COPY_DECAY`, longest the
+index's longest match): a copy after an 8-token match is a surer guess than one after a single
+token, and the acceptance map learns copied positions by match and place in the chain. Whether a position is drafted may therefore depend
 on its score (and on earlier positions' draws), never on its own draw: the rule that keeps a chain cut
 by its scores lossless (:mod:`.chain_budget`, docs/design.md §7.7).
 
@@ -86,6 +88,7 @@ class ChainCursor:
             deterministic drafts (q's most likely token).
         copy: tokens that followed the latest earlier occurrence of the context's suffix (prompt
             lookup's chain); None or empty = no copy chain.
+        copy_rate: r, the factor each copied position takes (module docstring; :func:`match_rate`).
         fallback: a store shared by every request, read where ``store`` and the copy chain have
             nothing; None = none.
         confidence: pseudo-count of the confidence ``w = c / (c + confidence)``.
@@ -98,8 +101,10 @@ class ChainCursor:
 
     def __init__(self, store: NGramStore, context: list[int], limit: int, randomness: RandomStream | None,
                  copy: list[int] | None = None, fallback: NGramStore | None = None, confidence: float = 1.0,
-                 beta: float = 1.0, estimate: Callable[[float, int], float] | None = None) -> None:
+                 beta: float = 1.0, estimate: Callable[[float, int], float] | None = None,
+                 copy_rate: float = COPY_DECAY) -> None:
         self.store, self.fallback, self.randomness = store, fallback, randomness
+        self.copy_rate = copy_rate
         self.estimate = estimate
         self.limit, self.confidence, self.beta = limit, confidence, beta
         self.copy = list(copy or ())
@@ -124,7 +129,8 @@ class ChainCursor:
     def _look(self) -> tuple | None:
         depth = len(self.draft)
         own = self._matched(self.store)
-        copied = (self._running, COPIED, None, 1.0) if self._on_copy and depth < len(self.copy) else None
+        on_copy = self._on_copy and depth < len(self.copy)
+        copied = (self._running * self.copy_rate, COPIED, None, 1.0) if on_copy else None
         if own is not None:
             offer = (self._running * own[1] * own[0].prob_list[0], OWN, *own)
             if copied is None or self.estimate is None or self.estimate(*offer[:2]) >= self.estimate(*copied[:2]):
@@ -161,7 +167,7 @@ class ChainCursor:
         if entry is None:
             token = self.copy[len(draft)]
             draft.support.append(None)
-            self._running *= COPY_DECAY
+            self._running *= self.copy_rate
         else:
             slot = choose_children(entry.log_q, 1, self.randomness)[0]
             token = entry.id_list[slot]
@@ -175,6 +181,12 @@ class ChainCursor:
         self._next = None
         self._ended = len(draft) >= self.limit
         return token
+
+
+def match_rate(match: int, longest: int) -> float:
+    """r of a copy chain whose suffix matched ``match`` tokens of at most ``longest``:
+    ``COPY_DECAY ** (1 + longest - match)`` (module docstring)."""
+    return COPY_DECAY ** (1 + max(0, longest - match))
 
 
 def draft_chain(store: NGramStore, context: list[int], length: int, randomness: RandomStream | None,

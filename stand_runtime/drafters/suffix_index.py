@@ -49,14 +49,18 @@ class SuffixIndex:
     def continuation(self, sequence: list[int], limit: int) -> list[int]:
         """Up to ``limit`` tokens that followed the latest earlier occurrence of the longest suffix
         (n <= max_ngram) of ``sequence``; empty when no suffix occurred before."""
+        return self.match(sequence, limit)[0]
+
+    def match(self, sequence: list[int], limit: int) -> tuple[list[int], int]:
+        """:meth:`continuation` and the length n of the suffix it matched (tokens; 0: none)."""
         self._update(sequence)
         if limit <= 0:
-            return []
+            return [], 0
         for n in range(min(self.max_ngram, len(sequence)), 0, -1):
             end = self._latest.get(tuple(sequence[-n:]))
             if end is not None:
-                return sequence[end + 1 : end + 1 + limit]
-        return []
+                return sequence[end + 1 : end + 1 + limit], n
+        return [], 0
 
     def _indexed_tokens(self) -> list[int]:
         """The tokens indexed so far (the source list's first tokens, if it was not changed in place)."""

@@ -10,8 +10,9 @@ Per running request, every engine step:
    the step (from the previous call to this one) against the tokens of its forward;
 3. **draft**: a chain from the blended store (:class:`stand_runtime.drafters.chain.ChainCursor`),
    each token drawn from q by Gumbel-Top-1 at temperature > 0, q's most likely token for greedy
-   requests; where the request's store has no context, prompt lookup's copy chain continues it
-   (one-hot q), then the fallback store shared by every request. Its length: K, or with ``sized``
+   requests; where the request's store has no context (with ``sized``: also where the rule's
+   acceptance estimate trusts the copy more), prompt lookup's copy chain, matched on up to
+   :data:`COPY_NGRAM` tokens, continues it (one-hot q), then the fallback store shared by every request. Its length: K, or with ``sized``
    what the batch-wide expected-value rule gives the request
    (:class:`stand_runtime.drafters.chain_budget.ChainBudget`, at most K);
 4. **q to the verifier**: the chain's draft distributions go to vLLM's rejection sampler, which then
@@ -40,7 +41,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..drafters.chain import KINDS, ChainCursor, ChainDraft
+from ..drafters.chain import KINDS, ChainCursor, ChainDraft, match_rate
 from ..drafters.chain_budget import FORWARD_SIZES, ChainBudget, default_profile, profile_function
 from ..drafters.suffix_index import SuffixIndex
 from ..drafters.value import LatencyModel
@@ -56,6 +57,10 @@ from .runner_access import LOG, BatchRow, RunnerAccess, StepLogits, check_versio
 __all__ = ["DEFAULT_OPTIONS", "OPTIONS_ENV", "PromptStores", "StandProposer", "read_options"]
 
 _GREEDY_EPS = 1e-5  # vLLM samples greedily below this temperature
+
+COPY_NGRAM = 8
+"""Longest suffix the copy chain matches (tokens; the blended store's longest context): a longer match
+is a surer copy, and the chain's copied positions are scored by it (:func:`match_rate`)."""
 
 FALLBACK_ENTRIES = 200_000
 """Contexts per table of the fallback store (least recently updated evicted)."""
@@ -234,8 +239,9 @@ class StandProposer:
                 self.budget.observe_outcome(scores, kinds, min(len(sampled) - 1, len(scores)))
         state.last = None
         room = min(self.k, self.max_model_len - length - 1)
-        copy = state.index.continuation(context, room) if state.index is not None and room > 0 else None
-        return ChainCursor(state.store, context, room, state.randomness, copy, self.fallback)
+        copy, match = state.index.match(context, room) if state.index is not None and room > 0 else (None, 0)
+        return ChainCursor(state.store, context, room, state.randomness, copy, self.fallback,
+                           copy_rate=match_rate(match, COPY_NGRAM))
 
     def _finish(self, i: int, cursor: ChainCursor | None, req_id: str) -> list[int]:
         """Row ``i``'s drafts: a fixed-K chain runs to its end; its q goes to the buffer."""
@@ -271,7 +277,7 @@ class StandProposer:
             # other negatives) folds into that range: drafts stay reproducible per seed, and lossless
             seed = None if row.seed is None else int(row.seed) % SEED_LIMIT
             randomness = RandomStream.seeded(seed) if stochastic else None
-            index = SuffixIndex() if self.options["copy"] else None
+            index = SuffixIndex(COPY_NGRAM) if self.options["copy"] else None
             state = self._requests[row.req_id] = _Request(self.stores.get(tuple(row.prompt)), params, randomness, index)
             self.totals["requests"] += 1
         return state
