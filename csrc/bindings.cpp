@@ -137,6 +137,8 @@ public:
     ListSuffixIndex(const ListSuffixIndex&) = delete;
     ListSuffixIndex& operator=(const ListSuffixIndex&) = delete;
 
+    int matched() const { return matched_; }
+
     py::list continuation(py::list sequence, int64_t limit) {
         PyObject* list = sequence.ptr();
         size_t length = static_cast<size_t>(PyList_GET_SIZE(list));
@@ -160,8 +162,9 @@ public:
         }
         core_.extend(fresh.data(), fresh.size());
         py::list out;
+        matched_ = 0;
         if (limit <= 0) return out;
-        int64_t end = core_.match();
+        int64_t end = core_.match(&matched_);
         if (end < 0) return out;
         size_t stop = std::min(length, static_cast<size_t>(end + 1 + limit));
         for (size_t i = static_cast<size_t>(end) + 1; i < stop; ++i) out.append(py::reinterpret_borrow<py::object>(items_[i]));
@@ -181,6 +184,7 @@ private:
 
     stand::SuffixIndex core_;
     std::vector<PyObject*> items_;  // the last sequence's items (references held)
+    int matched_ = 0;               // the length of the suffix the last continuation matched (0: none)
 };
 
 }  // namespace
@@ -287,5 +291,6 @@ PYBIND11_MODULE(_native, m) {
 
     py::class_<ListSuffixIndex>(m, "SuffixIndex")
         .def(py::init<int>())
-        .def("continuation", &ListSuffixIndex::continuation);
+        .def("continuation", &ListSuffixIndex::continuation)
+        .def_property_readonly("matched", &ListSuffixIndex::matched);
 }

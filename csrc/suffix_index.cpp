@@ -81,13 +81,17 @@ void SuffixIndex::extend(const Token* tokens, size_t count) {
     indexed_ = std::max(indexed_, last);
 }
 
-int64_t SuffixIndex::match() const {
+int64_t SuffixIndex::match(int* matched) const {
     int64_t length = static_cast<int64_t>(sequence_.size());
+    if (matched != nullptr) *matched = 0;
     for (int64_t n = std::min<int64_t>(max_ngram_, length); n >= 1; --n) {
         const Token* tokens = sequence_.data() + (length - n);
         size_t at = 0;
         int64_t end = find(grams_[n - 1], tokens, static_cast<int>(n), hash(tokens, static_cast<int>(n)), &at);
-        if (end >= 0) return end;
+        if (end >= 0) {
+            if (matched != nullptr) *matched = static_cast<int>(n);
+            return end;
+        }
     }
     return -1;
 }

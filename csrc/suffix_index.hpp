@@ -21,7 +21,8 @@ public:
     void reset();                                   // a new sequence: start over
     void extend(const Token* tokens, size_t count);  // append, then index up to the new last token
     // The end of the latest earlier occurrence of the longest suffix that occurred before; -1: none.
-    int64_t match() const;
+    // `length`, when given, gets that suffix's length (0: none).
+    int64_t match(int* length = nullptr) const;
 
 private:
     struct Grams {  // n-grams of one n by the end of their latest occurrence (open addressing)

@@ -11,8 +11,8 @@ import pytest
 import stand_runtime.drafters.chain as chain_module
 import stand_runtime.target.sampling as sampling_module
 from stand_runtime import NGramStore, StandError
-from stand_runtime.drafters.candidates import COPY_DECAY
-from stand_runtime.drafters.chain import COPIED, FALLBACK, OWN, ChainCursor, match_rate
+from stand_runtime.drafters.candidates import COPY_DECAY, match_rate
+from stand_runtime.drafters.chain import COPIED, FALLBACK, OWN, ChainCursor
 from stand_runtime.drafters.suffix_index import SuffixIndex
 from stand_runtime.drafters.chain_budget import ChainBudget, profile_function
 from stand_runtime.drafters.value import AcceptanceMap, LatencyModel

@@ -111,10 +111,12 @@ def test_an_empty_native_store_drafts_only_the_copy_chain():
 
 
 def test_the_native_copy_index_continues_like_the_python_one():
-    """Growing, restarted, shortened and edited sequences; every suffix length and limit."""
+    """Growing, restarted, shortened and edited sequences; every suffix length and limit; the length of
+    the suffix matched too (every other check)."""
     rng = np.random.default_rng(9)
+    matched = set()
     for trial in range(60):
-        max_ngram = int(rng.integers(1, 5))
+        max_ngram = int(rng.integers(1, 9))
         reference, native = SuffixIndex(max_ngram), NativeSuffixIndex(max_ngram)
         sequence: list[int] = []
         for _ in range(50):
@@ -129,7 +131,13 @@ def test_the_native_copy_index_continues_like_the_python_one():
                 sequence += rng.integers(0, 6, int(rng.integers(0, 4))).tolist()
             limit = int(rng.integers(-1, 12))
             given = tuple(sequence) if trial % 7 == 0 else sequence
-            assert reference.continuation(list(given), limit) == native.continuation(given, limit)
+            if trial % 2:
+                expected = reference.match(list(given), limit)
+                assert expected == native.match(given, limit)
+                matched.add(expected[1])
+            else:
+                assert reference.continuation(list(given), limit) == native.continuation(given, limit)
+    assert len(matched) >= 5  # no match and several suffix lengths were met
 
 
 def test_stand_native_drafts_static_trees_natively(monkeypatch):

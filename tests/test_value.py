@@ -114,14 +114,13 @@ class ScoreIsAcceptance(AcceptanceMap):
         return np.asarray(scores, dtype=float)
 
 
-def test_the_copy_chain_competes_for_the_budget_by_its_value(monkeypatch):
+def test_the_copy_chain_competes_for_the_budget_by_its_value():
     """Drawn nodes (keys 0.9, 0.3, 0.2) and a pending chain 10, 20, 21 (scores 0.5, 0.25, 0.125 with a
-    decay of 0.5) are taken in one order by P; the chain's first token follows the drawn child that
-    equals it, the next hangs under it as a copied node scored by its chain position."""
-    from stand_runtime.drafters.candidates import candidates
+    copy rate of 0.5) are taken in one order by P; the chain's first token follows the drawn child that
+    equals it, the next hangs under it as a copied node scored by its chain position (the rate kept, so
+    the outcome is learned at the score it was sized by)."""
+    from stand_runtime.drafters.candidates import candidates, value_scores
     from stand_runtime.trees.draft import DraftBuilder
-
-    monkeypatch.setattr("stand_runtime.drafters.candidates.COPY_DECAY", 0.5)
 
     builder = DraftBuilder(7)
     builder.set_distribution(0, np.array([10, 11]), np.array([0.7, 0.3]))
@@ -129,13 +128,14 @@ def test_the_copy_chain_competes_for_the_budget_by_its_value(monkeypatch):
     builder.set_distribution(1, np.array([12]), np.array([1.0]))
     builder.add(1, 12, 0)
     draft = builder.build(True, [1.0, 0.9, 0.3, 0.2])
-    draft = type(draft)(**{**draft.__dict__, "pending_chain": (10, 20, 21), "_mask": []})
+    draft = type(draft)(**{**draft.__dict__, "pending_chain": (10, 20, 21), "copy_rate": 0.5, "_mask": []})
     found = candidates(draft, ScoreIsAcceptance())
     assert np.allclose(found.p, [0.9, 0.5, 0.3, 0.25, 0.2, 0.125])
     assert found.from_chain.tolist() == [False, True, False, True, False, True]
     four, predicted = found.realize(4)
     assert four.tokens == [7, 10, 11, 20] and four.parents.tolist() == [-1, 0, 0, 1] and four.copied == {3}
     assert np.allclose(four.scores, [1.0, 0.9, 0.3, 0.5 ** 2]) and np.allclose(predicted, [0.9, 0.3, 0.25])
+    assert four.copy_rate == 0.5 and np.allclose(value_scores(four), [0.9, 0.3, 0.25])
     # 12 was cut, so node 1 drew no children: 20 hangs there alone, verified as a deterministic draft
     assert four.children[1] == [3] and four.draft_ids[1] is None and four.slots[3] == -1 and not four.pending_chain
     everything, _ = found.realize(6)

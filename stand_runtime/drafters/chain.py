@@ -25,7 +25,7 @@ offered with ``running · w · q_(0)`` (q at rank 0, the largest value of its q;
 the blend's count c; a copied position: ``running · r``), fixed *before* its token is drawn, and once
 drawn the running product takes ``w · q(token)`` (a copied one r). A copy's r grows with the length n
 of the suffix it matched (:meth:`stand_runtime.drafters.suffix_index.SuffixIndex.match`; ``r =
-COPY_DECAY ** (1 + longest - n)``, :data:`stand_runtime.drafters.candidates.COPY_DECAY`, longest the
+COPY_DECAY ** (1 + longest - n)``, :func:`stand_runtime.drafters.candidates.match_rate`, longest the
 index's longest match): a copy after an 8-token match is a surer guess than one after a single
 token, and the acceptance map learns copied positions by match and place in the chain. Whether a position is drafted may therefore depend
 on its score (and on earlier positions' draws), never on its own draw: the rule that keeps a chain cut
@@ -88,7 +88,7 @@ class ChainCursor:
             deterministic drafts (q's most likely token).
         copy: tokens that followed the latest earlier occurrence of the context's suffix (prompt
             lookup's chain); None or empty = no copy chain.
-        copy_rate: r, the factor each copied position takes (module docstring; :func:`match_rate`).
+        copy_rate: r, the factor each copied position takes (module docstring; :func:`stand_runtime.drafters.candidates.match_rate`).
         fallback: a store shared by every request, read where ``store`` and the copy chain have
             nothing; None = none.
         confidence: pseudo-count of the confidence ``w = c / (c + confidence)``.
@@ -181,12 +181,6 @@ class ChainCursor:
         self._next = None
         self._ended = len(draft) >= self.limit
         return token
-
-
-def match_rate(match: int, longest: int) -> float:
-    """r of a copy chain whose suffix matched ``match`` tokens of at most ``longest``:
-    ``COPY_DECAY ** (1 + longest - match)`` (module docstring)."""
-    return COPY_DECAY ** (1 + max(0, longest - match))
 
 
 def draft_chain(store: NGramStore, context: list[int], length: int, randomness: RandomStream | None,

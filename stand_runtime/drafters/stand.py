@@ -28,7 +28,7 @@ from .best_first import DynamicTree, best_first_draft
 from .native_draft import DraftRequest, native_fill_tree
 from .suffix_index import NativeSuffixIndex, SuffixIndex
 from .tree_walk import Extension, Proposal, fill_tree
-from .candidates import copied_mask, value_scores
+from .candidates import COPY_DECAY, COPY_NGRAM, copied_mask, match_rate, value_scores
 from .value import ValueRule
 
 __all__ = ["STORE_TOP_K", "StandDrafter", "draft_tree", "store_params", "store_proposer"]
@@ -113,8 +113,10 @@ class StandDrafter:
         self.extend = extend
         self.copy = copy
         native = isinstance(store, NativeNGramStore)  # a native store: the copy index in C++ too (§3.8)
-        self._index = (NativeSuffixIndex() if native else SuffixIndex()) if copy else None
+        longest = COPY_NGRAM if value is not None else 3  # value-sized: copies scored by their match
+        self._index = (NativeSuffixIndex(longest) if native else SuffixIndex(longest)) if copy else None
         self._chain: tuple = ()  # the copy chain of the last request (a value-sized draft grafts it when sized)
+        self._rate = COPY_DECAY  # and its rate (from the length of the suffix it matched)
 
     @property
     def dynamic(self) -> bool:
@@ -161,7 +163,7 @@ class StandDrafter:
             return draft
         if draft.copied:
             draft = truncate_draft(draft, draft.num_nodes - len(draft.copied))
-        draft = replace(draft, pending_chain=self._chain, _mask=[])
+        draft = replace(draft, pending_chain=self._chain, copy_rate=self._rate, _mask=[])
         return draft if self.value.batch_allocated else self.value.size_draft(draft)
 
     def _prepare(self, committed: list[int], max_depth: int) -> list[int] | None:
@@ -169,7 +171,13 @@ class StandDrafter:
         if self.quality is not None:
             match = self.store.match(committed)
             self._root_n = 0 if match is None else match[0]
-        return self._index.continuation(committed, min(self.copy, max_depth)) if self._index is not None else None
+        if self._index is None:
+            return None
+        if self.value is None:
+            return self._index.continuation(committed, min(self.copy, max_depth))
+        chain, match = self._index.match(committed, min(self.copy, max_depth))
+        self._rate = match_rate(match, self._index.max_ngram)
+        return chain
 
     def draft(self, committed: list[int], max_depth: int) -> Draft:
         if self.dynamic:

@@ -94,3 +94,7 @@ class NativeSuffixIndex:
     def continuation(self, sequence: list[int], limit: int) -> list[int]:
         """As :meth:`SuffixIndex.continuation`."""
         return self._core.continuation(sequence if type(sequence) is list else list(sequence), int(limit))
+
+    def match(self, sequence: list[int], limit: int) -> tuple[list[int], int]:
+        """As :meth:`SuffixIndex.match`."""
+        return self.continuation(sequence, limit), int(self._core.matched)

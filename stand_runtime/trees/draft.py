@@ -60,6 +60,10 @@ class Draft:
             value-sized draft keeps it apart until the expected-value rule decides how many of its
             tokens to graft (:func:`stand_runtime.drafters.candidates.candidates`); cutting a draft
             (:func:`truncate_draft`) drops it.
+        copy_rate: the factor r of a value-sized draft's copy chain: its j-th token is scored ``r ** j``
+            (r from the length of the suffix the chain matched,
+            :func:`stand_runtime.drafters.candidates.match_rate`); None = the default decay
+            (:data:`stand_runtime.drafters.candidates.COPY_DECAY`).
     """
 
     tokens: list[int]
@@ -74,6 +78,7 @@ class Draft:
     copied: frozenset = frozenset()
     scores: np.ndarray | None = None
     pending_chain: tuple = ()
+    copy_rate: float | None = None
     _mask: list = field(default_factory=list, repr=False)
 
     @property

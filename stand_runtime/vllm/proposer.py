@@ -12,7 +12,8 @@ Per running request, every engine step:
    each token drawn from q by Gumbel-Top-1 at temperature > 0, q's most likely token for greedy
    requests; where the request's store has no context (with ``sized``: also where the rule's
    acceptance estimate trusts the copy more), prompt lookup's copy chain, matched on up to
-   :data:`COPY_NGRAM` tokens, continues it (one-hot q), then the fallback store shared by every request. Its length: K, or with ``sized``
+   :data:`stand_runtime.drafters.candidates.COPY_NGRAM` tokens, continues it (one-hot q), then the
+   fallback store shared by every request. Its length: K, or with ``sized``
    what the batch-wide expected-value rule gives the request
    (:class:`stand_runtime.drafters.chain_budget.ChainBudget`, at most K);
 4. **q to the verifier**: the chain's draft distributions go to vLLM's rejection sampler, which then
@@ -41,7 +42,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..drafters.chain import KINDS, ChainCursor, ChainDraft, match_rate
+from ..drafters.candidates import COPY_NGRAM, match_rate
+from ..drafters.chain import KINDS, ChainCursor, ChainDraft
 from ..drafters.chain_budget import FORWARD_SIZES, ChainBudget, default_profile, profile_function
 from ..drafters.suffix_index import SuffixIndex
 from ..drafters.value import LatencyModel
@@ -57,10 +59,6 @@ from .runner_access import LOG, BatchRow, RunnerAccess, StepLogits, check_versio
 __all__ = ["DEFAULT_OPTIONS", "OPTIONS_ENV", "PromptStores", "StandProposer", "read_options"]
 
 _GREEDY_EPS = 1e-5  # vLLM samples greedily below this temperature
-
-COPY_NGRAM = 8
-"""Longest suffix the copy chain matches (tokens; the blended store's longest context): a longer match
-is a surer copy, and the chain's copied positions are scored by it (:func:`match_rate`)."""
 
 FALLBACK_ENTRIES = 200_000
 """Contexts per table of the fallback store (least recently updated evicted)."""
