@@ -38,7 +38,7 @@ def run(model, tokenizer, prompt: str, profile: LatencyProfile, tokens: int) -> 
     result = generate(model, tokenizer, prompt, method=method, sampling=SamplingParams(0.6, 0.95, 0),
                       max_new_tokens=tokens, seed=0, eos_token_ids=[])
     latency = method.value.latency
-    return {"sizes": list(method.value.sizes), "acceptance_length": result.stats.tokens_per_step,
+    return {"sizes": list(method.value.sizes), "acceptance_length": result.stats.acceptance_length,
             "modelled_ms": {n: 1000 * latency.at(n) for n in (1, 4, 8, 16)},
             "profile_ms": {n: 1000 * profile.at(n) for n in (1, 4, 8, 16)}}
 
