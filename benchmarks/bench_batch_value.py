@@ -26,6 +26,7 @@ import numpy as np
 
 from stand_runtime import Method, SamplingParams, generate_batch
 from stand_runtime.engine.metrics import padding_waste
+from stand_runtime.files import write_json_atomic
 from stand_runtime.target.model_facts import vocab_size
 from stand_runtime.target.models import load_model
 
@@ -109,8 +110,7 @@ def main() -> None:
                   f"tau {row['acceptance_length']:.2f}  drafted/row-step {row['drafted_per_row_step']:5.1f}  "
                   f"padding {100 * row['padding_waste']:4.1f}%{extra}")
     if args.json:
-        with open(args.json, "w") as handle:
-            json.dump(report, handle, indent=1)
+        write_json_atomic(args.json, report)
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ import time
 import torch
 
 from stand_runtime import SamplingParams, generate_batch, load_model
+from stand_runtime.files import write_json_atomic
 from stand_runtime.method import Method
 
 
@@ -56,8 +57,7 @@ def main() -> None:
     for tree in args.trees.split(","):
         results[tree] = measure(model, tokenizer, prompt, tree, args.rows, args.tokens)
         print(tree, {k: round(v, 4) if isinstance(v, float) else v for k, v in results[tree].items()}, flush=True)
-    with open(args.out, "w") as handle:
-        json.dump(results, handle, indent=1)
+    write_json_atomic(args.out, results)
 
 
 if __name__ == "__main__":

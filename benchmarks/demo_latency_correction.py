@@ -13,9 +13,9 @@ Run (quiet machine): ``python benchmarks/demo_latency_correction.py --json out.j
 from __future__ import annotations
 
 import argparse
-import json
 
 from stand_runtime import LatencyProfile, Method, SamplingParams, generate, load_model
+from stand_runtime.files import write_json_atomic
 from stand_runtime.target.latency import cached_latency, profile_name
 from treeopt.data.datasets import load_prompts
 
@@ -60,8 +60,7 @@ def main() -> None:
               f"after the run {[round(v, 1) for v in row['modelled_ms'].values()]}; "
               f"acceptance length {row['acceptance_length']:.2f}")
     if args.json:
-        with open(args.json, "w") as handle:
-            json.dump(out, handle, indent=1)
+        write_json_atomic(args.json, out)
 
 
 if __name__ == "__main__":

@@ -27,9 +27,9 @@ drawn the running product takes ``w · q(token)`` (a copied one r). A copy's r g
 of the suffix it matched (:meth:`stand_runtime.drafters.suffix_index.SuffixIndex.match`; ``r =
 COPY_DECAY ** (1 + longest - n)``, :func:`stand_runtime.drafters.candidates.match_rate`, longest the
 index's longest match): a copy after an 8-token match is a surer guess than one after a single
-token, and the acceptance map learns copied positions by match and place in the chain. Whether a position is drafted may therefore depend
-on its score (and on earlier positions' draws), never on its own draw: the rule that keeps a chain cut
-by its scores lossless (:mod:`.chain_budget`, docs/design.md §7.7).
+token, and the acceptance map learns copied positions by match and place in the chain. Whether a
+position is drafted may therefore depend on its score (and on earlier positions' draws), never on its
+own draw: the rule that keeps a chain cut by its scores lossless (:mod:`.chain_budget`, docs/design.md §7.7).
 
 Speculative sampling with the recorded q (accept x with probability min(1, p(x) / q(x)), else draw
 from the residual norm(max(p - q, 0)); Leviathan et al., 2023, §2.3) is lossless because every
@@ -88,7 +88,8 @@ class ChainCursor:
             deterministic drafts (q's most likely token).
         copy: tokens that followed the latest earlier occurrence of the context's suffix (prompt
             lookup's chain); None or empty = no copy chain.
-        copy_rate: r, the factor each copied position takes (module docstring; :func:`stand_runtime.drafters.candidates.match_rate`).
+        copy_rate: r, the factor each copied position takes (module docstring;
+            :func:`stand_runtime.drafters.candidates.match_rate`).
         fallback: a store shared by every request, read where ``store`` and the copy chain have
             nothing; None = none.
         confidence: pseudo-count of the confidence ``w = c / (c + confidence)``.

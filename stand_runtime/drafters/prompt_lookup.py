@@ -8,7 +8,7 @@ probabilities, so they are verified with the deterministic-draft rule.
 from __future__ import annotations
 
 from ..trees.draft import Draft
-from .suffix_index import SuffixIndex
+from .suffix_index import PROMPT_LOOKUP_NGRAM, SuffixIndex
 
 
 class PromptLookupDrafter:
@@ -19,7 +19,7 @@ class PromptLookupDrafter:
         num_tokens: longest chain proposed (tokens).
     """
 
-    def __init__(self, max_ngram: int = 3, num_tokens: int = 10) -> None:
+    def __init__(self, max_ngram: int = PROMPT_LOOKUP_NGRAM, num_tokens: int = 10) -> None:
         self.max_ngram = max_ngram
         self.num_tokens = num_tokens
         self._index = SuffixIndex(max_ngram)

@@ -26,7 +26,7 @@ from ..target.sampling import SamplingParams
 from ..trees.tree import DraftTree
 from .best_first import DynamicTree, best_first_draft
 from .native_draft import DraftRequest, native_fill_tree
-from .suffix_index import NativeSuffixIndex, SuffixIndex
+from .suffix_index import PROMPT_LOOKUP_NGRAM, NativeSuffixIndex, SuffixIndex
 from .tree_walk import Extension, Proposal, fill_tree
 from .candidates import COPY_DECAY, COPY_NGRAM, copied_mask, match_rate, value_scores
 from .value import ValueRule
@@ -113,7 +113,7 @@ class StandDrafter:
         self.extend = extend
         self.copy = copy
         native = isinstance(store, NativeNGramStore)  # a native store: the copy index in C++ too (§3.8)
-        longest = COPY_NGRAM if value is not None else 3  # value-sized: copies scored by their match
+        longest = COPY_NGRAM if value is not None else PROMPT_LOOKUP_NGRAM  # value-sized: copies scored by their match
         self._index = (NativeSuffixIndex(longest) if native else SuffixIndex(longest)) if copy else None
         self._chain: tuple = ()  # the copy chain of the last request (a value-sized draft grafts it when sized)
         self._rate = COPY_DECAY  # and its rate (from the length of the suffix it matched)

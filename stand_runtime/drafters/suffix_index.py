@@ -11,6 +11,11 @@ from __future__ import annotations
 
 from ..errors import StandError
 
+PROMPT_LOOKUP_NGRAM = 3
+"""Longest suffix prompt lookup matches by default (tokens; Saxena, 2023): prompt lookup decoding
+and the copy chain of fixed trees (a value-sized tree matches longer:
+:data:`stand_runtime.drafters.candidates.COPY_NGRAM`)."""
+
 
 class SuffixIndex:
     """Incremental n-gram index of one sequence.
@@ -24,7 +29,7 @@ class SuffixIndex:
     does not extend it starts the index over.
     """
 
-    def __init__(self, max_ngram: int = 3) -> None:
+    def __init__(self, max_ngram: int = PROMPT_LOOKUP_NGRAM) -> None:
         self.max_ngram = max_ngram
         self._latest: dict[tuple[int, ...], int] = {}  # n-gram → end index of its latest occurrence
         self._indexed = 0  # n-grams ending before this index are indexed
@@ -83,7 +88,7 @@ class NativeSuffixIndex:
         StandError: the extension is not built.
     """
 
-    def __init__(self, max_ngram: int = 3) -> None:
+    def __init__(self, max_ngram: int = PROMPT_LOOKUP_NGRAM) -> None:
         from ..store.native_store import _native
 
         if _native is None:
