@@ -227,13 +227,13 @@ def value_rule(tree, model, batch: int, allocation: str = "batch",
     if latency is not None:
         acceptance = AcceptanceMap() if model is None else seeded_map(model)
         return ValueRule(LatencyModel(latency.at, latency.sizes, rows=batch, observing=False), acceptance,
-                         batch_allocated=allocation == "batch")
+                         batch_allocated=allocation == "batch", nodes=tree.num_nodes)
     if model is None:
         raise StandError(f"the tree {tree.name!r} is sized from the target's latency on this machine: "
                          f"parse the method with the model")
     profile = cached_latency(model, profile_name(model))
     return ValueRule(LatencyModel(profile.at, profile.sizes, rows=batch), seeded_map(model),
-                     batch_allocated=allocation == "batch")
+                     batch_allocated=allocation == "batch", nodes=tree.num_nodes)
 
 
 def as_method(method: "Method | str", model=None, batch: int = 1) -> Method:

@@ -192,6 +192,23 @@ def test_the_first_forward_of_a_decode_is_not_observed(tiny_qwen2, monkeypatch):
         assert forwards > 2 and len(seen) == forwards - 1
 
 
+def test_the_latency_model_learns_the_whole_step_not_the_forward_alone(tiny_qwen2, monkeypatch):
+    """What a step costs in wall time is what the rule trades against its tokens: the time it
+    observes includes the host work after the forward (here each row's settle made 20 ms slower)."""
+    from stand_runtime.engine.decode_row import DecodeRow
+    import time
+
+    seen = []
+    monkeypatch.setattr("stand_runtime.drafters.value.LatencyModel.observe",
+                        lambda self, tokens, seconds: seen.append(seconds))
+    settle = DecodeRow.settle
+    monkeypatch.setattr(DecodeRow, "settle", lambda self, *args: (time.sleep(0.02), settle(self, *args))[1])
+    method = Method.parse("stand", "dynamic-auto-6", tiny_qwen2, batch=2)
+    generate_batch(tiny_qwen2, None, PROMPTS[:1], n=2, method=method, sampling=SamplingParams(temperature=0),
+                   max_new_tokens=8, eos_token_ids=[])
+    assert seen and min(seen) >= 0.04  # two rows settled in every observed step
+
+
 def test_batch_allocation_option_is_checked_and_labelled(tiny_qwen2):
     with pytest.raises(StandError, match="allocation must be one of"):
         Method.parse("stand", "dynamic-auto", None, allocation="rows")

@@ -225,3 +225,46 @@ def test_value_sized_rows_of_a_batch_equal_plain_decoding(tiny_qwen2, monkeypatc
                           eos_token_ids=[])
     assert [r.tokens for r in rows] == [plain[0], plain[0], plain[1], plain[1]]
     assert method.value.latency.rows == 4 and sum(sum(r.stats.drafted_per_step) for r in rows) > 0
+
+
+def test_a_step_drafts_only_as_far_as_recent_steps_kept():
+    """The rule's draft budget: the whole tree before any sized step, then twice the largest size of
+    the last 8 sized forwards plus 2 (room to double), never above the tree; exploring steps (which
+    draft nothing to observe the root-only forward) are not counted."""
+    from stand_runtime.drafters.value import GROWTH, RECENT, SLACK
+
+    rule = ValueRule(LatencyModel(linear(0.9, 0.1), SIZES), FixedAcceptance([0.9, 0.8, 0.7, 0.2, 0.01]))
+    assert rule.budget(80) == 80
+    assert rule.size(np.ones(5), np.zeros(5, dtype=bool)) == 0 and rule.budget(80) == 80  # explored: not counted
+    rule.chose(1), rule.chose(3)
+    assert rule.budget(80) == GROWTH * 3 + SLACK and rule.budget(5) == 5
+    for _ in range(RECENT):
+        rule.chose(0)
+    assert rule.budget(80) == SLACK
+
+
+@pytest.mark.parametrize("native", [False, True])
+@pytest.mark.parametrize("stochastic", [False, True])
+def test_a_budgeted_best_first_draft_is_the_prefix_of_the_full_one(native, stochastic):
+    """A dynamic tree drafted with a smaller node budget is the first nodes of the full budget's
+    best-first order (same tokens, parents, scores, same noise for them): the budget only stops it
+    early, so cutting it by past steps' sizes leaves the drafts a lossless prefix."""
+    from stand_runtime.drafters.best_first import best_first_draft
+    from stand_runtime.randomness import RandomStream
+    from stand_runtime.store.native_store import NativeNGramStore
+    from stand_runtime.trees.draft import truncate_draft
+
+    rng = np.random.default_rng(0)
+    store = (NativeNGramStore if native else NGramStore)(max_n=8)
+    tokens = rng.integers(0, 12, 300).tolist()
+    for i in range(3, len(tokens)):
+        ids = rng.choice(40, 5, replace=False)
+        store.update(tokens[max(0, i - 8): i], ids, np.sort(rng.dirichlet(np.ones(5)))[::-1])
+    context = tokens[:40]
+    for small in (1, 3, 9):
+        full = best_first_draft(DynamicTree(40), store, context, RandomStream.seeded(5) if stochastic else None)
+        cut = best_first_draft(DynamicTree(small), store, context, RandomStream.seeded(5) if stochastic else None)
+        prefix = truncate_draft(full, cut.num_nodes)
+        assert full.num_nodes > small and cut.num_nodes == small
+        for field in ("tokens", "parents", "scores", "depths"):
+            assert np.array_equal(np.asarray(getattr(cut, field)), np.asarray(getattr(prefix, field))), field

@@ -150,7 +150,12 @@ class StandDrafter:
         goes through :meth:`sized`."""
         chain = self._prepare(committed, max_depth)
         self._chain = tuple(chain or ())[: self.tree.num_nodes]  # a value-sized draft grafts it when sized
-        return (self.tree, self.store, committed, self.randomness, max_depth, chain)
+        tree = self.tree
+        if self.value is not None:  # drawn nodes the rule may keep (a prefix of the full budget's order)
+            drawn = self.value.budget(tree.num_nodes - len(self._chain))
+            if drawn + len(self._chain) < tree.num_nodes:
+                tree = replace(tree, num_nodes=max(1, drawn + len(self._chain)))
+        return (tree, self.store, committed, self.randomness, max_depth, chain)
 
     def sized(self, draft: Draft) -> Draft:
         """A dynamic draft as the value rule sizes it, else as it is. A value-sized draft leaves its

@@ -2,8 +2,9 @@
 
 Rows of a batch go through the target in one forward, so the nodes a step drafts are one budget: a
 confident row should get a long chain and a row with nothing to draft nothing, instead of each row
-sizing its own draft as if it were alone. Each row drafts its whole best-first order (value-sized
-dynamic tree, :mod:`stand_runtime.drafters.value`, ``batch_allocated``); per row r its candidates'
+sizing its own draft as if it were alone. Each row drafts its best-first order, up to the rule's
+draft budget (value-sized dynamic tree, :mod:`stand_runtime.drafters.value`, ``batch_allocated``,
+:meth:`stand_runtime.drafters.value.ValueRule.budget`); per row r its candidates'
 acceptance estimates ``P_r1, P_r2, ...`` (the chance each node's path is accepted) come from the rule's
 acceptance map; the allocator chooses each row's prefix size ``n_r`` for the most expected tokens per
 second of the whole forward,
@@ -69,7 +70,8 @@ def _cumulative(acceptance: Sequence[np.ndarray]) -> list[np.ndarray]:
     return [np.concatenate([[0.0], np.cumsum(np.asarray(p, dtype=np.float64))]) for p in acceptance]
 
 
-def padded_allocation(acceptance: Sequence[np.ndarray], seconds: Callable[[float], float]) -> Allocation:
+def padded_allocation(acceptance: Sequence[np.ndarray], seconds: Callable[[float], float],
+                      span: int | None = None) -> Allocation:
     """The padded forward's allocation: width W grown from 1 (roots only) while the modelled rate
     ``sum_r (1 + G_r(min(W - 1, L_r))) / seconds(B W)`` rises; every row drafts its first
     ``min(W - 1, L_r)`` candidates (the padding up to W is filled for free).
@@ -78,6 +80,8 @@ def padded_allocation(acceptance: Sequence[np.ndarray], seconds: Callable[[float
         acceptance: per row ``[L_r]`` float P of its candidates in best-first order (empty: the row
             drafts nothing).
         seconds: seconds of one forward over that many tokens in all.
+        span: price widths up to ``span + 1`` (the cost curve's convex minorant over that range, so a
+            row's budgeted candidates do not change it); None = up to the longest row's candidates.
 
     Raises:
         StandError: no rows.
@@ -89,7 +93,8 @@ def padded_allocation(acceptance: Sequence[np.ndarray], seconds: Callable[[float
 
     filled = np.array([np.pad(s, (0, longest + 1 - len(s)), mode="edge") for s in sums])  # [B, longest + 1]
     gains = batch + filled.sum(axis=0)  # the forward's expected tokens with n nodes a row (fewer where a row ends)
-    cost = convex_minorant(seconds_of(seconds, batch * np.arange(1, longest + 2)))
+    widths = longest if span is None else max(span, longest)
+    cost = convex_minorant(seconds_of(seconds, batch * np.arange(1, widths + 2)))[: longest + 1]
     n = first_peak_of(gains, cost)
     sizes = tuple(min(n, len(s) - 1) for s in sums)
     return Allocation(sizes, batch * (n + 1), float(gains[n]), seconds(batch * (n + 1)))
@@ -164,8 +169,9 @@ class BatchAllocator:
             sizes = (0,) * len(drafts)
         else:
             seconds = value.latency.frozen()
-            chosen = padded_allocation(acceptance, seconds)
+            chosen = padded_allocation(acceptance, seconds, value.span(max(len(p) for p in acceptance)))
             sizes = chosen.sizes
+            value.chose(max(sizes))
             if len(drafts) > 1:  # one row: packed is padded
                 value.packing.append(packed_allocation(acceptance, seconds).rate / chosen.rate)
         value.batches.append(sizes)

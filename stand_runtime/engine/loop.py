@@ -12,6 +12,7 @@ finish independently (EOS, stop string, budget) and leave at once. One device-aw
 
 from __future__ import annotations
 
+import time
 from typing import Callable, Protocol, Sequence
 
 import torch
@@ -216,8 +217,10 @@ class Loop:
         self._warm = False  # the first forward after the prefill is cold (caches grow): not observed
 
     def _observe_forward(self, rows, tokens: int, seconds: float) -> None:
-        """Hand the forward's measured time to the value rules of the rows' drafters (each once), so
-        their latency model corrects itself (on a CPU; on CUDA the time is only known at a sync). The
+        """Hand the step's measured time (drafting, forward, verification, bookkeeping: what a step
+        costs in wall time, so the host work that grows with the draft is priced too; at 16 rows it
+        was 20-30% of a step) to the value rules of the rows' drafters (each once), so their latency
+        model corrects itself (on a CPU; on CUDA the time is only known at a sync). The
         loop's first forward is left out: it runs cold (measured on this CPU: 133 ms for a batch of 4
         roots that then takes 54-64 ms), and as every decode starts with a roots-only forward, counting
         it made the smallest forward look twice its cost and the rule draft wider than it pays."""
@@ -265,11 +268,10 @@ class Loop:
         rows = [self.rows[i] for i in self.active]
         self.clock.rows = [row.stats for row in rows]
         self.clock.lap(None)
+        started = time.perf_counter()
         drafts = self._allocate(rows, propose_rows(rows, self.max_nodes))  # native trees: one call for the rows
         logits = self.caches.forward(self.model, rows, drafts)
-        seconds = self.clock.lap("forward_s")
-        if seconds is not None:
-            self._observe_forward(rows, self.caches.forwarded(drafts), seconds)
+        timed = self.clock.lap("forward_s") is not None  # on CUDA the step's time is not known here
         verified = self._verify(rows, drafts, logits)
         settled = [row.settle(draft, StepTarget(out, row.params, False if self.batch_verify else None), verification)
                    for row, draft, out, verification in zip(rows, drafts, logits, verified)]
@@ -278,6 +280,8 @@ class Loop:
         finished = [b for b, row in enumerate(rows) if row.finish_reason is not None]
         self.caches.drop(finished, len(rows))
         self.clock.lap("bookkeeping_s")
+        if timed:
+            self._observe_forward(rows, self.caches.forwarded(drafts), time.perf_counter() - started)
         if finished:
             self.clock.settle()
         for b in finished:
