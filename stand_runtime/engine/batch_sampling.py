@@ -32,6 +32,10 @@ from ..target.sampling import SamplingParams, nucleus, sample_index, target_prob
 SPARSE_MASS = 0.999
 """Mass of p kept per position in :attr:`RecordedDistributions.target_probs`."""
 
+RECORD_PROBE = 512
+"""Tokens probed before a full sort for the recorded rows (a 0.999 mass needs more than top-p's
+nucleus: :data:`stand_runtime.target.sampling.NUCLEUS_PROBE` would send more rows to the full sort)."""
+
 
 @dataclass
 class RecordedDistributions:
@@ -104,7 +108,7 @@ def _observe(logits: torch.Tensor, params: SamplingParams):
     probs = target_probs(logits, params)
     store_ids, store_probs = store_observation(ProbsFeed(logits, params, probs), range(len(logits)), params)
     sparse = []  # the smallest prefix of p's most likely tokens holding SPARSE_MASS (float64 sums)
-    for values, ids in nucleus(probs, SPARSE_MASS, probs_of=torch.Tensor.double).host_rows():
+    for values, ids in nucleus(probs, SPARSE_MASS, RECORD_PROBE, probs_of=torch.Tensor.double).host_rows():
         size = max(1, int((values > 0).sum()))
         sparse.append((ids[:size].copy(), values[:size].copy()))
     return store_ids, store_probs, sparse, probs

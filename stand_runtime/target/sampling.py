@@ -22,10 +22,12 @@ from ..errors import StandError
 MIN_TEMPERATURE = 1e-6
 """Smallest positive temperature: below it logits / temperature overflow float32."""
 
-NUCLEUS_PROBE = 512
-"""Tokens :func:`nucleus` sorts first. A full sort of a 49k vocabulary row is slow on a CPU and the
-nucleus almost always lies inside the top few hundred tokens, so a partial top-k of this size comes
-first and a full sort only for the rows whose nucleus is larger."""
+NUCLEUS_PROBE = 128
+"""Tokens :func:`nucleus` sorts first. A full sort of a 49k vocabulary row is slow on a CPU (5.6 ms
+here) and the nucleus almost always lies inside the top hundred tokens, so a partial top-k of this
+size comes first and a full sort only for the rows whose nucleus is larger. Measured with the
+default model on 600 GSM8K positions at T 0.6, top-p 0.95: nucleus sizes 4 (median), 15 (90th
+percentile), 68 (99th); a partial top-k of 512 tokens took 0.50 ms a row, of 128 0.30 ms."""
 
 
 @dataclass(frozen=True)
