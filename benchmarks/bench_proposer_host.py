@@ -22,12 +22,13 @@ import numpy as np
 import torch
 
 
-def logit_bank(tokens: int) -> tuple[list[int], torch.Tensor]:
-    """``tokens`` ids of GSM8K text and the default model's ``[tokens, vocab]`` logits after each."""
+def logit_bank(path: str, tokens: int) -> tuple[list[int], torch.Tensor]:
+    """``tokens`` ids of the problems of the JSONL file ``path`` (GSM8K) and the default model's
+    ``[tokens, vocab]`` float32 logits after each."""
     from stand_runtime import load_model
 
     model, tokenizer = load_model("smollm2-135m")
-    with open("/work/shared/data/gsm8k_test.jsonl") as handle:
+    with open(path) as handle:
         text = " ".join(json.loads(line)["problem"] for line in handle.readlines()[:16])
     ids = tokenizer(text)["input_ids"][:tokens]
     with torch.inference_mode():
@@ -40,6 +41,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--k", type=int, default=8)
     parser.add_argument("--options", default="{}", help="STAND_VLLM_OPTIONS (JSON)")
+    parser.add_argument("--data", default="/work/shared/data/gsm8k_test.jsonl")
     args = parser.parse_args()
     os.environ["STAND_VLLM_OPTIONS"] = args.options
     torch.set_num_threads(2)
@@ -47,7 +49,7 @@ def main() -> None:
     from test_vllm import FakeRunner, _vllm_params
     from stand_runtime.vllm.proposer import StandProposer
 
-    text, bank = logit_bank(600)
+    text, bank = logit_bank(args.data, 600)
     follows = {}
     for a, b in zip(text, text[1:]):
         follows.setdefault(a, b)

@@ -216,7 +216,7 @@ class Loop:
         self.allocator = BatchAllocator.for_rows(self.rows)
         self._warm = False  # the first forward after the prefill is cold (caches grow): not observed
 
-    def _observe_forward(self, rows, tokens: int, seconds: float) -> None:
+    def _observe_step(self, rows, tokens: int, seconds: float) -> None:
         """Hand the step's measured time (drafting, forward, verification, bookkeeping: what a step
         costs in wall time, so the host work that grows with the draft is priced too; at 16 rows it
         was 20-30% of a step) to the value rules of the rows' drafters (each once), so their latency
@@ -281,7 +281,7 @@ class Loop:
         self.caches.drop(finished, len(rows))
         self.clock.lap("bookkeeping_s")
         if timed:
-            self._observe_forward(rows, self.caches.forwarded(drafts), time.perf_counter() - started)
+            self._observe_step(rows, self.caches.forwarded(drafts), time.perf_counter() - started)
         if finished:
             self.clock.settle()
         for b in finished:

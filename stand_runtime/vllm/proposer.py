@@ -226,11 +226,12 @@ class StandProposer:
         groups: dict[SamplingParams, list[int]] = {}
         for i, (row, sampled) in enumerate(zip(batch, sampled_token_ids)):
             if sampled and row.req_id not in self._refused:
+                state = self._requests.get(row.req_id)
                 try:
-                    params = store_params(_target_params(row))
+                    params = state.params if state is not None else _target_params(row)
                 except (StandError, ValueError, TypeError):  # refused in _cursor, with the reason logged
                     continue
-                groups.setdefault(params, []).append(i)
+                groups.setdefault(store_params(params), []).append(i)
         observed = {}
         for params, members in groups.items():
             rows = [r for i in members for r in range(offsets[i], offsets[i] + len(sampled_token_ids[i]))]
