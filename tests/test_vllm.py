@@ -25,6 +25,7 @@ from scipy import stats
 from stand_runtime import NGramStore, SamplingParams, StandError
 from stand_runtime.drafters.chain import draft_chain
 from stand_runtime.randomness import RandomStream
+from stand_runtime.store.native_store import native_available
 from test_engine import chi_square_against, exact_continuations
 
 needs_vllm = pytest.mark.skipif(importlib.util.find_spec("vllm") is None,
@@ -556,3 +557,52 @@ def test_the_stand_server_answers_a_real_openai_client(vllm_session, stand_serve
     cut = client.completions.create(model=model, prompt=ids, temperature=0, max_tokens=64, stop=[stop],
                                     extra_body={"ignore_eos": True}).choices[0]
     assert cut.finish_reason == "stop" and cut.text == greedy[: greedy.find(stop)]
+
+
+def _proposer_run(monkeypatch, native: str, sized: bool):
+    """Drafts and q of 12 steps of 3 requests of one prompt (random logits, 80% of drafts accepted)."""
+    from stand_runtime.vllm.proposer import OPTIONS_ENV, StandProposer
+
+    monkeypatch.setenv("STAND_NATIVE", native)
+    monkeypatch.setenv(OPTIONS_ENV, json.dumps({"sized": sized}))
+    prompt = [5, 6, 5, 6, 7]
+    runner = FakeRunner([(f"r{i}", prompt, _vllm_params(0.8, seed=i)) for i in range(3)])
+    proposer = StandProposer(_fake_config(k=3))
+    runner.load_model(proposer)
+    rng = np.random.default_rng(0)
+    tokens = np.zeros((3, 64), dtype=np.int32)
+    tokens[:, :5] = prompt
+    lengths, drafts, sampled, seen = [5] * 3, None, [[int(rng.integers(16))] for _ in range(3)], []
+    for i in range(3):
+        tokens[i, 5] = sampled[i][0]
+        lengths[i] += 1
+    for _ in range(12):
+        verified = [len(row) for row in sampled]
+        logits = torch.from_numpy(rng.normal(size=(sum(verified), 16)).astype(np.float32) * 3)
+        drafts = runner.step(logits, None if drafts is None else [len(d) for d in drafts], sampled, lengths, tokens)
+        seen.append((drafts, None if runner._draft_probs is None else runner._draft_probs.clone()))
+        sampled = []
+        for i, chain in enumerate(drafts):
+            accepted = 0
+            while accepted < len(chain) and rng.random() < 0.8:
+                accepted += 1
+            out = chain[:accepted] + [int(rng.integers(16))]
+            tokens[i, lengths[i]: lengths[i] + len(out)] = out
+            lengths[i] += len(out)
+            sampled.append(out)
+    return seen, proposer.stores.get(tuple(prompt))
+
+
+@needs_vllm
+@pytest.mark.skipif(not native_available(), reason="native extension not built")
+@pytest.mark.parametrize("sized", [False, True])
+def test_native_stores_give_the_python_stores_drafts(monkeypatch, sized):
+    """The proposer's native stores, fed in one merged call a step, draft what the Python stores draft."""
+    python, python_store = _proposer_run(monkeypatch, "0", sized)
+    native, native_store = _proposer_run(monkeypatch, "1", sized)
+    assert type(native_store).__name__ == "NativeNGramStore" and type(python_store).__name__ == "NGramStore"
+    assert sum(len(d) for drafts, _ in python for d in drafts) > 0, "the run drafted something"
+    for (a, qa), (b, qb) in zip(python, native):
+        assert a == b
+        assert (qa is None) == (qb is None) and (qa is None or torch.allclose(qa, qb, atol=1e-6))
+    assert sorted(python_store.contexts()) == sorted(native_store.contexts())
