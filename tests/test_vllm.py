@@ -560,9 +560,14 @@ def test_the_stand_server_answers_a_real_openai_client(vllm_session, stand_serve
 
 
 def _proposer_run(monkeypatch, native: str, sized: bool):
-    """Drafts and q of 12 steps of 3 requests of one prompt (random logits, 80% of drafts accepted)."""
+    """Drafts and q of 12 steps of 3 requests of one prompt (random logits, 80% of drafts accepted);
+    the proposer's clock reads 50 ms a step, so the sized rule's observed step times do not depend on
+    the store's speed."""
+    from stand_runtime.vllm import proposer as module
     from stand_runtime.vllm.proposer import OPTIONS_ENV, StandProposer
 
+    ticks = iter(range(10**6))
+    monkeypatch.setattr(module, "time", SimpleNamespace(perf_counter=lambda: 0.05 * next(ticks)))
     monkeypatch.setenv("STAND_NATIVE", native)
     monkeypatch.setenv(OPTIONS_ENV, json.dumps({"sized": sized}))
     prompt = [5, 6, 5, 6, 7]

@@ -190,13 +190,14 @@ class NativeNGramStore(NGramStore):
 
 FeedRow = tuple
 """One row of :func:`update_sequences`: ``(store, tokens, positions, ids, probs)``, the arguments of
-:meth:`NativeNGramStore.update_sequence`."""
+:meth:`NGramStore.update_sequence` (``store`` native or Python)."""
 
 
 def update_sequences(rows: Sequence[FeedRow]) -> None:
     """``for store, *args in rows: store.update_sequence(*args)`` with every numeric row of every
-    store merged in one call into C++ (a batch's step observations, docs/design.md §3.8): the same
-    stores, statistics and errors as the per-row calls, in the same order (rows may share a store).
+    native store merged in one call into C++ (a batch's step observations, docs/design.md §3.8): the
+    same stores, statistics and errors as the per-row calls, in the same order (rows may share a
+    store; a Python store's rows take its own ``update_sequence``).
 
     Raises:
         StandError: an observation the Python store refuses (the rows before it were merged, the
@@ -217,7 +218,8 @@ def update_sequences(rows: Sequence[FeedRow]) -> None:
 
     for store, tokens, positions, ids, probs in rows:
         positions = [int(p) for p in positions]
-        numeric = store._numeric(tokens, positions, ids, probs) if positions else None
+        native = positions and isinstance(store, NativeNGramStore)
+        numeric = store._numeric(tokens, positions, ids, probs) if native else None
         if numeric is None:
             flush()  # earlier rows first: they may share this store
             store.update_sequence(tokens, positions, ids, probs)

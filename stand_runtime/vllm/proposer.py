@@ -50,7 +50,7 @@ from ..drafters.value import LatencyModel
 from ..errors import StandError
 from ..drafters.feeds import STORE_TOP_K, LogitsFeed, store_params
 from ..files import write_json_atomic
-from ..store.native_store import NativeNGramStore, store_class, update_sequences
+from ..store.native_store import store_class, update_sequences
 from ..store.ngram_store import NGramStore
 from ..randomness import SEED_LIMIT, RandomStream
 from ..target.sampling import MIN_TEMPERATURE, SamplingParams
@@ -327,17 +327,13 @@ class StandProposer:
                 self._feeds.append((store, context, range(start, start + committed), ids, probs))
 
     def _merge_feeds(self) -> None:
-        """Merge this step's queued observations into their stores, in request order: native stores in
-        one call into C++ (:func:`stand_runtime.store.native_store.update_sequences`; 16 requests'
-        per-store calls were ~6 ms a step), Python ones one by one. Chains are drafted after this
-        (a :class:`ChainCursor` reads its store only when drafting), so every request drafts from
-        what all of this step's requests verified, as before."""
+        """Merge this step's queued observations into their stores, in request order, native stores'
+        in one call into C++ (:func:`stand_runtime.store.native_store.update_sequences`; 16 requests'
+        per-store calls were ~6 ms a step). Chains are drafted after this (a :class:`ChainCursor`
+        reads its store only when drafting), so every request drafts from what all of this step's
+        requests verified, as before."""
         feeds, self._feeds = self._feeds, []
-        if feeds and all(isinstance(feed[0], NativeNGramStore) for feed in feeds):
-            update_sequences(feeds)
-            return
-        for store, *arguments in feeds:
-            store.update_sequence(*arguments)
+        update_sequences(feeds)
 
     def _ensure_probs(self, rows: int, vocab: int) -> None:
         """A zeroed q buffer of at least ``[rows, K, vocab]`` (grown by doubling)."""
