@@ -139,7 +139,7 @@ def _cut(values: torch.Tensor, top_p: float) -> tuple[torch.Tensor, torch.Tensor
     return values * ((cumulative - values) < top_p), cumulative
 
 
-def nucleus(scores: torch.Tensor, top_p: float, at_least: int = 0,
+def nucleus(scores: torch.Tensor, top_p: float | torch.Tensor, at_least: int = 0,
             probs_of: Callable[[torch.Tensor], torch.Tensor] | None = None, full_sort: bool = True) -> Nucleus:
     """The top-p nucleus of each row: the one implementation of p's sort and cut (every function of
     this module and the recorded distributions of batched sampling call it).
@@ -149,7 +149,8 @@ def nucleus(scores: torch.Tensor, top_p: float, at_least: int = 0,
 
     Args:
         scores: ``[..., vocab]`` p before top-p, or any scores in the same order (logits).
-        top_p: nucleus mass; >= 1 keeps every token of positive p.
+        top_p: nucleus mass; >= 1 keeps every token of positive p. Or a ``[...]`` float tensor, one
+            mass per row, each < 1 (vLLM's per-request top-p).
         at_least: probe at least this many tokens (a top-k, the k tokens a caller wants).
         probs_of: maps sorted scores to p before top-p elementwise or row by row (applied to the
             probe and to the full sorts of wide rows); None when ``scores`` are p.
@@ -162,10 +163,11 @@ def nucleus(scores: torch.Tensor, top_p: float, at_least: int = 0,
     vocab = scores.shape[-1]
     top, ids = torch.topk(scores, min(max(NUCLEUS_PROBE, at_least), vocab), dim=-1)
     values = top if probs_of is None else probs_of(top)
-    if top_p >= 1.0:  # tokens past the probe have mass when the last probed one has (ties at a top-k)
+    per_row = isinstance(top_p, torch.Tensor)
+    if not per_row and top_p >= 1.0:  # tokens past the probe have mass when the last probed one has (ties at a top-k)
         wide = values[..., -1] > 0
     else:
-        values, cumulative = _cut(values, top_p)
+        values, cumulative = _cut(values, top_p[..., None] if per_row else top_p)
         wide = cumulative[..., -1] < top_p
     if top.shape[-1] == vocab:
         return Nucleus(values, ids)
@@ -175,8 +177,8 @@ def nucleus(scores: torch.Tensor, top_p: float, at_least: int = 0,
         return Nucleus(values, ids)
     rows, row_ids = torch.sort(scores[wide], dim=-1, descending=True)
     rows = rows if probs_of is None else probs_of(rows)
-    if top_p < 1.0:
-        rows = _cut(rows, top_p)[0]
+    if per_row or top_p < 1.0:
+        rows = _cut(rows, top_p[wide][..., None] if per_row else top_p)[0]
     return Nucleus(values, ids, wide, (rows, row_ids))
 
 

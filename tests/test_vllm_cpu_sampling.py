@@ -1,0 +1,145 @@
+"""vLLM's CPU sampling as this package's plugin changes it (stand_runtime/vllm/cpu_sampling.py):
+the top-p cut from a probe keeps exactly vLLM's nucleus, and the recovery noise drawn only for
+requests with drafts gives vLLM's tokens for seeded requests and the residual law for the others."""
+
+from __future__ import annotations
+
+import importlib.util
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+from scipy import stats
+
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vLLM not installed")
+
+
+@pytest.fixture
+def vllm_sampling():
+    """vLLM's sampling modules, with every attribute the plugin may replace restored afterwards."""
+    from vllm.v1.sample import rejection_sampler
+    from vllm.v1.sample.ops import topk_topp_sampler
+
+    from vllm.platforms import current_platform
+
+    from stand_runtime.vllm import cpu_sampling
+
+    # vLLM's C++ kernels for its Triton ones, as its CPU worker registers them
+    getattr(current_platform, "register_triton_kernel_overrides", lambda: None)()
+    modules = {"expand_batch_to_tokens": rejection_sampler, "sample_recovered_tokens": rejection_sampler,
+               "apply_top_k_top_p_pytorch": topk_topp_sampler}
+    found = {name: getattr(module, name) for name, module in modules.items()}
+    kept = dict(cpu_sampling.VLLM_ORIGINALS)
+    vllms = {name: kept.get(name, function) for name, function in found.items()}  # the plugin may have run here
+    for name, module in modules.items():
+        setattr(module, name, vllms[name])
+    cpu_sampling.VLLM_ORIGINALS.clear()
+    yield SimpleNamespace(rejection=rejection_sampler, topk=topk_topp_sampler, values={
+        "recovered": vllms["sample_recovered_tokens"], "top_p": vllms["apply_top_k_top_p_pytorch"]})
+    for name, module in modules.items():
+        setattr(module, name, found[name])
+    cpu_sampling.VLLM_ORIGINALS.clear()
+    cpu_sampling.VLLM_ORIGINALS.update(kept)
+
+
+def _logits(rows: int, vocab: int, seed: int) -> torch.Tensor:
+    """Logits of several shapes: peaked rows (small nucleus), flat rows (nucleus wider than the
+    probe) and in-between, all values distinct."""
+    generator = torch.Generator().manual_seed(seed)
+    scales = torch.tensor([8.0, 4.0, 2.0, 1.0, 0.3, 0.05])[torch.arange(rows) % 6]
+    return torch.randn(rows, vocab, generator=generator) * scales[:, None]
+
+
+def test_fix_replaces_top_p_and_noise_and_can_be_turned_off(vllm_sampling, monkeypatch):
+    from stand_runtime.vllm import cpu_sampling
+
+    monkeypatch.setenv(cpu_sampling.FAST_SAMPLING_ENV, "0")
+    cpu_sampling.fix_cpu_sampling()
+    assert vllm_sampling.topk.apply_top_k_top_p_pytorch is vllm_sampling.values["top_p"]
+    assert vllm_sampling.rejection.sample_recovered_tokens is vllm_sampling.values["recovered"]
+    monkeypatch.delenv(cpu_sampling.FAST_SAMPLING_ENV)
+    assert cpu_sampling.fix_cpu_sampling()
+    assert vllm_sampling.topk.apply_top_k_top_p_pytorch is cpu_sampling.top_p_by_probe
+    assert vllm_sampling.rejection.sample_recovered_tokens is cpu_sampling.sample_recovered_tokens
+    assert not cpu_sampling.cpu_expand_is_broken()
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_top_p_by_probe_keeps_vllms_nucleus(vllm_sampling, seed):
+    """The same tokens stay (the rest -inf) as with vLLM's full sort, for per-row p (1.0 included),
+    rows whose nucleus fits the probe and rows sorted in full; a top-k goes to vLLM's own."""
+    from stand_runtime.target.sampling import NUCLEUS_PROBE
+    from stand_runtime.vllm import cpu_sampling
+
+    cpu_sampling.fix_cpu_sampling()
+    vllm_top_p = vllm_sampling.values["top_p"]
+    logits = _logits(24, 3000, seed)
+    p = torch.tensor([0.95, 0.5, 0.9, 1.0, 0.99, 0.6, 0.8, 0.95])[torch.arange(24) % 8]
+    ours = cpu_sampling.top_p_by_probe(logits.clone(), None, p)
+    theirs = vllm_top_p(logits.clone(), None, p)
+    kept = torch.isfinite(theirs)
+    assert torch.equal(torch.isfinite(ours), kept)
+    assert torch.equal(ours[kept], theirs[kept])
+    sizes = kept.sum(-1)
+    assert int(sizes.min()) >= 1 and int(sizes.max()) > NUCLEUS_PROBE, "rows of both kinds were exercised"
+    assert int(sizes[p >= 1.0].min()) == 3000
+
+    k = torch.full((24,), 50)
+    assert torch.equal(cpu_sampling.top_p_by_probe(logits.clone(), k, p), vllm_top_p(logits.clone(), k, p))
+    same_p = torch.full((24,), 0.9)  # every row cut: the in-place path without row selection
+    assert torch.equal(torch.isfinite(cpu_sampling.top_p_by_probe(logits.clone(), None, same_p)),
+                       torch.isfinite(vllm_top_p(logits.clone(), None, same_p)))
+
+
+def _recovery_inputs(drafts: list[int], vocab: int, seed: int):
+    generator = torch.Generator().manual_seed(seed)
+    tokens = sum(drafts)
+    target = torch.softmax(torch.randn(tokens, vocab, generator=generator) * 2, dim=-1)
+    draft = torch.softmax(torch.randn(tokens, vocab, generator=generator) * 2, dim=-1)
+    ids = torch.randint(0, vocab, (tokens,), generator=generator, dtype=torch.int32)
+    cumulative = torch.tensor(np.cumsum(drafts), dtype=torch.int32)
+    return ids, cumulative, target, draft
+
+
+def test_seeded_requests_recover_vllms_tokens(vllm_sampling):
+    """Every request seeded: vLLM's noise rows read by its kernel are the seeded draws, which the
+    replacement makes alike, so the recovered tokens are vLLM's."""
+    from stand_runtime.vllm import cpu_sampling
+
+    drafts = [2, 0, 3, 0, 1]
+    ids, cumulative, target, draft = _recovery_inputs(drafts, 500, 0)
+
+    def recovered(function):
+        generators = {i: torch.Generator().manual_seed(100 + i) for i in range(len(drafts))}
+        return function(max(drafts), drafts, cumulative, ids, draft, target, SimpleNamespace(generators=generators),
+                        torch.device("cpu"))
+
+    assert torch.equal(recovered(cpu_sampling.sample_recovered_tokens), recovered(vllm_sampling.values["recovered"]))
+    empty = cpu_sampling.sample_recovered_tokens(0, [0, 0], torch.zeros(2, dtype=torch.int32),
+                                                 torch.zeros(0, dtype=torch.int32), None, torch.zeros(0, 500),
+                                                 SimpleNamespace(generators={}), torch.device("cpu"))
+    assert empty.shape == (0,)
+
+
+def test_unseeded_recovery_follows_the_residual(vllm_sampling):
+    """Requests without seeds (and some without drafts between them): each draft position's
+    recovered token is distributed as max(p - q, 0) normalised (chi-square over 3,000 draws)."""
+    from stand_runtime.vllm import cpu_sampling
+
+    vocab, requests = 6, 3000
+    p = torch.tensor([0.40, 0.25, 0.15, 0.10, 0.06, 0.04])
+    q = torch.tensor([0.10, 0.40, 0.10, 0.30, 0.05, 0.05])
+    drafts = [1 if i % 3 else 0 for i in range(requests)]
+    tokens = sum(drafts)
+    torch.manual_seed(0)
+    out = cpu_sampling.sample_recovered_tokens(
+        1, drafts, torch.tensor(np.cumsum(drafts), dtype=torch.int32), torch.zeros(tokens, dtype=torch.int32),
+        q.repeat(tokens, 1).contiguous(), p.repeat(tokens, 1).contiguous(), SimpleNamespace(generators={}),
+        torch.device("cpu"))
+    residual = (p - q).clamp(min=0).double().numpy()
+    counts = np.bincount(out.numpy(), minlength=vocab)
+    support = residual > 0
+    assert counts[~support].sum() == 0, "a token without residual mass was recovered"
+    expected = residual[support] / residual[support].sum() * counts[support].sum()
+    assert counts.sum() == tokens and stats.chisquare(counts[support], expected).pvalue > 1e-3
