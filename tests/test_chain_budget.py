@@ -14,7 +14,7 @@ from stand_runtime import NGramStore, StandError
 from stand_runtime.drafters.candidates import COPY_DECAY, match_rate
 from stand_runtime.drafters.chain import COPIED, FALLBACK, OWN, ChainCursor
 from stand_runtime.drafters.suffix_index import SuffixIndex
-from stand_runtime.drafters.chain_budget import ChainBudget, profile_function
+from stand_runtime.drafters.chain_budget import PLAIN_OBSERVED, ChainBudget, profile_function
 from stand_runtime.drafters.value import AcceptanceMap, LatencyModel
 from stand_runtime.randomness import RandomStream
 from stand_runtime.trees.draft import DraftBuilder
@@ -33,7 +33,8 @@ def budget(seconds, rows=(1, 2, 3, 4)):
     """A budget whose forward over T tokens takes ``seconds(T)``, the plain forwards at ``rows`` observed."""
     rule = ChainBudget(LatencyModel(seconds, (1, 2, 4, 8, 16, 32, 64)), ScoreIsP(kinds=3))
     for size in rows:
-        rule.observe_forward(size, seconds(size)), rule.observe_forward(size, seconds(size))
+        for _ in range(PLAIN_OBSERVED):
+            rule.observe_forward(size, seconds(size))
     return rule
 
 
@@ -179,15 +180,38 @@ def test_a_later_cheaper_step_is_looked_ahead_across_requests_only():
 
 def test_the_plain_and_a_long_forward_are_observed_before_the_rule_alone_drafts():
     """t(T) = T tokens: the rule alone drafts nothing. Until the plain forward (1 token) and one of at
-    least twice its tokens are observed twice, every 4th step drafts nothing (phase 0) and every 4th
-    step (phase 2) drafts every offered position, so the model sees the curve's shape."""
+    least twice its tokens are observed (3 and 2 times), every 4th step drafts nothing (phase 0) and
+    every 4th step (phase 2) drafts the best offered positions, one per request in all (a forward of
+    twice the plain one's tokens: a 16-request batch drafting every position was 8x a plain step), so
+    the model sees the curve's shape."""
     rule = ChainBudget(LatencyModel(lambda t: float(t), (1, 2, 4, 8)), ScoreIsP(kinds=3))
-    assert [rule.allocate([Offers([0.9, 0.9])], rows=1) for _ in range(4)] == [[0], [0], [2], [0]]
+    assert [rule.allocate([Offers([0.9, 0.9])], rows=1) for _ in range(4)] == [[0], [0], [1], [0]]
+    two = [Offers([0.5, 0.4]), Offers([0.9, 0.8, 0.7]), None]
+    explorer = ChainBudget(LatencyModel(lambda t: float(t), (1, 2, 4, 8)), ScoreIsP(kinds=3))
+    for _ in range(PLAIN_OBSERVED):
+        explorer.observe_forward(2, 2.0)
+    assert [explorer.allocate(two, rows=2) for _ in range(3)][-1] == [0, 2, 0], "the best two: 0.9, 0.8"
     assert rule.explored == 2
-    for tokens in (1, 1, 3, 3):
+    for tokens in (1, 1, 1, 3, 3):
         rule.observe_forward(tokens, float(tokens))
     assert all(rule.allocate([Offers([0.9, 0.9])], rows=1) == [0] for _ in range(8))
-    assert rule.explored == 2 and rule.stats()["forwards_observed"] == 4
+    assert rule.explored == 2 and rule.stats()["forwards_observed"] == 5
+
+
+def test_one_slow_plain_forward_is_outvoted_before_the_rule_drafts_alone():
+    """The plain forward is seen only while exploring (the rule drafts from then on), so one slow
+    one (a cold first forward) must not set its cost: the rule keeps exploring it until a third
+    observation, whose median restores the allocation of the true curve."""
+    seconds = lambda t: 1 + t / 4  # noqa: E731
+    rule = budget(seconds, rows=(3, 4))
+    rule.observe_forward(2, 10 * seconds(2))  # cold: 10x
+    rule.observe_forward(2, seconds(2))
+    assert rule.allocate([Offers([0.9]), None, Offers([0.65])], rows=2) == [0, 0, 0], "still exploring"
+    rule.observe_forward(2, seconds(2))
+    for _ in range(3):
+        rule.allocate([None], rows=2)  # the steps to the next exploring phase draft nothing here
+    a, b = Offers([0.9, 0.8, 0.7, 0.3]), Offers([0.65, 0.2])
+    assert rule.allocate([a, None, b], rows=2) == [3, 0, 1]
 
 
 def test_outcomes_teach_the_acceptance_map_per_kind():

@@ -181,7 +181,7 @@ def test_deterministic_drafts_at_temperature_get_one_hot_q(monkeypatch):
 def test_sized_chains_learn_from_accepted_lengths_and_clean_step_times(monkeypatch):
     """With ``sized`` the proposer explores the plain forward first (no drafts), hands the rule the
     wall time of every step that decoded only requests already decoding (not one with a new
-    request's prefill), and teaches the acceptance map, per drafted position, from the tokens vLLM
+    request's prefill, nor the cold first decoding step after one), and teaches the acceptance map, per drafted position, from the tokens vLLM
     committed (accepted = committed - 1, at most the drafts the step verified)."""
     from stand_runtime.vllm.proposer import OPTIONS_ENV, StandProposer
 
@@ -197,22 +197,28 @@ def test_sized_chains_learn_from_accepted_lengths_and_clean_step_times(monkeypat
     assert budget.explored == 1 and budget.forwards_observed == 0
     tokens[0, 4], tokens[1, 4] = 5, 8
     drafts = runner.step(_rows(5, 8), None, [[5], [8]], [5, 5], tokens)
-    assert budget.forwards_observed == 1, "a step of requests already decoding is timed"
+    assert budget.forwards_observed == 0, "the first decoding forward after requests joined runs cold: not timed"
     assert drafts[0][:2] == [6, 5] and drafts[1][:1] == [8] and all(len(d) <= 4 for d in drafts)
-    # the next step verified both chains: a accepted 2 of them, b none; a new request c was prefilled
-    runner.requests["c"] = SimpleNamespace(prompt_token_ids=[3, 3], sampling_params=_vllm_params(0.0))
-    runner.input_batch.req_ids.append("c")
+    # the next step verified both chains: a accepted 2 of them, b none
     tokens[0, 5:8] = [drafts[0][0], drafts[0][1], 9]
     tokens[1, 5] = 9
+    counts = [len(drafts[0]), len(drafts[1])]
+    logits = torch.cat([_rows(*([5] * (counts[0] + 1))), _rows(*([8] * (counts[1] + 1)))])
+    later = runner.step(logits, counts, [drafts[0][:2] + [9], [9]], [8, 6], tokens)
+    assert budget.forwards_observed == 1, "a step of requests already decoding is timed"
+    # then both rejected their first draft, and a new request c was prefilled
+    runner.requests["c"] = SimpleNamespace(prompt_token_ids=[3, 3], sampling_params=_vllm_params(0.0))
+    runner.input_batch.req_ids.append("c")
+    tokens[0, 8], tokens[1, 6] = 2, 2
     tokens[2, :3] = [3, 3, 4]
-    counts = [len(drafts[0]), len(drafts[1]), 0]
-    logits = torch.cat([_rows(*([5] * (counts[0] + 1))), _rows(*([8] * (counts[1] + 1))), _rows(4)])
-    runner.step(logits, counts, [drafts[0][:2] + [9], [9], [4]], [8, 6, 3], tokens)
+    more = [len(later[0]), len(later[1]), 0]
+    logits = torch.cat([_rows(*([2] * (more[0] + 1))), _rows(*([2] * (more[1] + 1))), _rows(4)])
+    runner.step(logits, more, [[2], [2], [4]], [9, 7, 3], tokens)
     assert budget.forwards_observed == 1, "a step with a prefill is not timed"
     drafted, accepted = budget.acceptance._drafted.sum(), budget.acceptance._accepted.sum()
-    assert drafted == counts[0] + counts[1] and accepted == 2
+    assert drafted == sum(counts) + sum(more) and accepted == 2
     stats = proposer.stats()
-    assert stats["sized"]["steps"] == 3 and sum(stats["chain_lengths"]) == stats["forwards"]
+    assert stats["sized"]["steps"] == 4 and sum(stats["chain_lengths"]) == stats["forwards"]
     assert stats["positions_by_kind"][0] > 0 and stats["fallback_entries"] > 0
 
 
