@@ -87,6 +87,8 @@ def test_top_p_by_probe_keeps_vllms_nucleus(vllm_sampling, seed):
 
     k = torch.full((24,), 50)
     assert torch.equal(cpu_sampling.top_p_by_probe(logits.clone(), k, p), vllm_top_p(logits.clone(), k, p))
+    half = logits.to(torch.bfloat16)  # not float32: vLLM's own cut
+    assert torch.equal(cpu_sampling.top_p_by_probe(half.clone(), None, p), vllm_top_p(half.clone(), None, p))
     same_p = torch.full((24,), 0.9)  # every row cut: the in-place path without row selection
     assert torch.equal(torch.isfinite(cpu_sampling.top_p_by_probe(logits.clone(), None, same_p)),
                        torch.isfinite(vllm_top_p(logits.clone(), None, same_p)))

@@ -97,10 +97,12 @@ def top_p_by_probe(logits: torch.Tensor, k: torch.Tensor | None, p: torch.Tensor
     the other rows are sorted in full (:func:`stand_runtime.target.sampling.nucleus`). The sets kept
     equal vLLM's up to float rounding of the cumulative sum at the cut. Rows with p >= 1 are left as
     they are (vLLM drops only their tokens of probability exactly 0, which cannot be sampled either
-    way). A top-k (``k`` not None) goes to vLLM's own function.
+    way). A top-k (``k`` not None) and logits other than float32 (vLLM's sampler works in float32; in
+    bfloat16 its own cut, summed in bfloat16, differs from an exact one at ties) go to vLLM's own
+    function.
 
     Args:
-        logits: ``[rows, vocab]`` float logits after temperature; changed in place.
+        logits: ``[rows, vocab]`` float32 logits after temperature; changed in place.
         k: ``[rows]`` top-k per row, or None.
         p: ``[rows]`` top-p per row, or None.
         allow_cpu_sync: vLLM's argument, passed on to its own function.
@@ -110,7 +112,7 @@ def top_p_by_probe(logits: torch.Tensor, k: torch.Tensor | None, p: torch.Tensor
     """
     from ..target.sampling import nucleus
 
-    if k is not None or p is None or logits.shape[0] == 0 or logits.dim() != 2:
+    if k is not None or p is None or logits.dim() != 2 or logits.shape[0] == 0 or logits.dtype != torch.float32:
         return VLLM_ORIGINALS["apply_top_k_top_p_pytorch"](logits, k, p, allow_cpu_sync=allow_cpu_sync)
     cut = p < 1.0
     if not bool(cut.any()):
