@@ -88,7 +88,8 @@ VLLM_ORIGINALS: dict[str, object] = {}
 
 def top_p_by_probe(logits: torch.Tensor, k: torch.Tensor | None, p: torch.Tensor | None,
                    allow_cpu_sync: bool = False) -> torch.Tensor:
-    """vLLM's ``apply_top_k_top_p_pytorch`` for top-p alone, from a partial top-k instead of a sort.
+    """vLLM's ``apply_top_k_top_p_pytorch`` for top-p alone (nucleus sampling, Holtzman et al., 2020,
+    §3.1), from a partial top-k instead of a sort.
 
     Each row keeps the tokens whose probability mass strictly before them (most likely first) is
     below the row's p, the rule vLLM's ascending cumulative sum implements (the most likely token
@@ -118,14 +119,14 @@ def top_p_by_probe(logits: torch.Tensor, k: torch.Tensor | None, p: torch.Tensor
     if not bool(cut.any()):
         return logits
     every = bool(cut.all())
-    rows = logits if every else logits[cut]
-    log_total = torch.logsumexp(rows.float(), dim=-1, keepdim=True)
-    found = nucleus(rows, p[cut].float(), probs_of=lambda top: torch.exp(top.float() - log_total), full_sort=False)
+    rows, masses = (logits, p.float()) if every else (logits[cut], p[cut].float())
+    log_total = torch.logsumexp(rows, dim=-1, keepdim=True)
+    found = nucleus(rows, masses, probs_of=lambda top: torch.exp(top - log_total), full_sort=False)
     kept = _masked(rows, found.values, found.ids)
     if found.wide is not None and bool(found.wide.any()):  # nucleus wider than the probe: sort those rows
         wide = found.wide.nonzero().flatten()
-        full = nucleus(rows[wide], p[cut][wide].float(), at_least=rows.shape[-1],
-                       probs_of=lambda top: torch.exp(top.float() - log_total[wide]))
+        full = nucleus(rows[wide], masses[wide], at_least=rows.shape[-1],
+                       probs_of=lambda top: torch.exp(top - log_total[wide]))
         kept[wide] = _masked(rows[wide], full.values, full.ids)
     if every:
         logits.copy_(kept)
@@ -146,14 +147,23 @@ def sample_recovered_tokens(max_spec_len: int, num_draft_tokens: list[int], cu_n
                             draft_token_ids: torch.Tensor, draft_probs: torch.Tensor | None,
                             target_probs: torch.Tensor, sampling_metadata, device: torch.device,
                             use_fp64_gumbel: bool = False) -> torch.Tensor:
-    """vLLM's ``sample_recovered_tokens`` (the residual draw at each draft position, by exponential
-    races ``argmax(max(p - q, 0) / E)``) with the exponentials ``E`` drawn only for requests that have
+    """vLLM's ``sample_recovered_tokens`` (the draw from the residual distribution max(p - q, 0) of
+    speculative sampling, Leviathan et al., 2023, §2.3, at each draft position, by exponential races
+    ``argmax(max(p - q, 0) / E)``) with the exponentials ``E`` drawn only for requests that have
     draft tokens: vLLM's kernel reads no other row. A seeded request's row is drawn from its own
     generator exactly as vLLM draws it (same tokens); the others from the global generator, as
     vLLM does, only fewer of them (same law).
 
-    Args: as vLLM's (``[num_tokens]`` draft ids, ``[num_tokens, vocab]`` float32 target p and draft
-        q or None, ``[batch]`` cumulative draft counts).
+    Args (vLLM's):
+        max_spec_len: the most draft tokens of one request this step.
+        num_draft_tokens: ``[batch]`` draft tokens per request.
+        cu_num_draft_tokens: ``[batch]`` int32 cumulative draft counts.
+        draft_token_ids: ``[num_tokens]`` int32 draft token ids.
+        draft_probs: ``[num_tokens, vocab]`` float32 q, or None (drafts taken as one-hot).
+        target_probs: ``[num_tokens, vocab]`` float32 p (after temperature and top-k/top-p).
+        sampling_metadata: vLLM's; its ``generators`` (request index → ``torch.Generator``) are read.
+        device: where the noise is made.
+        use_fp64_gumbel: float64 noise.
 
     Returns:
         ``[num_tokens]`` recovered token ids, dtype of ``draft_token_ids``.
