@@ -7,12 +7,20 @@ profile of 1135 ms for one token measured under load in issue 23 was). Prints th
 step by step and the latency model's modelled seconds at 1, 4, 8 and 16 tokens after the run, for
 both; the loaded run's sizes start far too large and reach the cached run's within a few steps.
 
+Sizes alone do not say how wrong a step was: near the best size the expected rate is flat, so 5 and
+15 nodes can be worth the same. Each sized step is also priced with the cached profile as the truth:
+its *efficiency* is the expected tokens per second of the size chosen over that of the best size for
+the same candidates, ``(1 + sum_{i<=n} P_i) / t(1 + n)`` against its maximum over n (P: the rule's own
+calibrated estimates). The table gives the mean efficiency over step windows for both runs.
+
 Run (quiet machine): ``python benchmarks/demo_latency_correction.py --json out.json``.
 """
 
 from __future__ import annotations
 
 import argparse
+
+import numpy as np
 
 from stand_runtime import LatencyProfile, Method, SamplingParams, generate, load_model
 from stand_runtime.files import write_json_atomic
@@ -26,8 +34,27 @@ def loaded(profile: LatencyProfile) -> LatencyProfile:
     return LatencyProfile(profile.sizes, tuple(slow * (1 + 1e-4 * (s - 1)) for s in profile.sizes))
 
 
-def run(model, tokenizer, prompt: str, profile: LatencyProfile, tokens: int) -> dict:
-    """One decode with the value rule built on ``profile`` as if it were this machine's cached one."""
+WINDOWS = ((0, 10), (10, 20), (20, 40), (40, None))
+"""Step windows (decode steps, 0-based) the efficiency is averaged over."""
+
+
+def _mean(values: list) -> float | None:
+    """The mean of the steps that had candidates (None: a store miss, nothing to size), None if none."""
+    kept = [v for v in values if v is not None]
+    return round(float(np.mean(kept)), 3) if kept else None
+
+
+def efficiency(acceptance: np.ndarray, chosen: int, truth: LatencyProfile) -> float:
+    """Expected tokens per second of drafting the first ``chosen`` of candidates with P ``acceptance``
+    (``[L]``), over the best size's, both priced by ``truth``."""
+    gains = 1.0 + np.concatenate([[0.0], np.cumsum(acceptance)])
+    rates = gains / np.array([truth.at(float(n)) for n in range(1, len(gains) + 1)])
+    return float(rates[chosen] / rates.max())
+
+
+def run(model, tokenizer, prompt: str, profile: LatencyProfile, tokens: int, truth: LatencyProfile) -> dict:
+    """One decode with the value rule built on ``profile`` as if it were this machine's cached one;
+    every sized step priced by ``truth`` (:func:`efficiency`)."""
     import stand_runtime.method as method_module
 
     measured, method_module.cached_latency = method_module.cached_latency, lambda target, name: profile
@@ -35,10 +62,26 @@ def run(model, tokenizer, prompt: str, profile: LatencyProfile, tokens: int) -> 
         method = Method.parse("stand", "dynamic-auto", model)
     finally:
         method_module.cached_latency = measured
+    import stand_runtime.engine.allocation as allocation
+
+    rule, steps, offered = method.value, [], []
+    found_by = allocation.candidates
+
+    def recorded(draft, *args):  # the allocator's candidates of a step: their P
+        found = found_by(draft, *args)
+        offered.append(found.p)
+        return found
+
+    allocation.candidates = recorded
     result = generate(model, tokenizer, prompt, method=method, sampling=SamplingParams(0.6, 0.95, 0),
                       max_new_tokens=tokens, seed=0, eos_token_ids=[])
+    allocation.candidates = found_by
+    for acceptance, sizes in zip(offered, rule.batches):  # one row a forward: one draft a step
+        steps.append(efficiency(acceptance, sizes[0], truth) if len(acceptance) else None)
     latency = method.value.latency
     return {"sizes": list(method.value.sizes), "acceptance_length": result.stats.acceptance_length,
+            "efficiency": steps,
+            "efficiency_by_window": {f"{a}-{'' if b is None else b - 1}": _mean(steps[a:b]) for a, b in WINDOWS},
             "modelled_ms": {n: 1000 * latency.at(n) for n in (1, 4, 8, 16)},
             "profile_ms": {n: 1000 * profile.at(n) for n in (1, 4, 8, 16)}}
 
@@ -52,13 +95,15 @@ def main() -> None:
     model, tokenizer = load_model("smollm2-135m")
     prompt = load_prompts("humaneval", samples=1, offset=args.offset)[0].text
     cached = cached_latency(model, profile_name(model))
-    out = {"cached": run(model, tokenizer, prompt, cached, args.tokens),
-           "loaded": run(model, tokenizer, prompt, loaded(cached), args.tokens)}
+    out = {"cached": run(model, tokenizer, prompt, cached, args.tokens, cached),
+           "loaded": run(model, tokenizer, prompt, loaded(cached), args.tokens, cached)}
     for name, row in out.items():
         print(f"{name:7s} sizes, first 30 steps: {row['sizes'][:30]}")
         print(f"{'':7s} profile ms at 1/4/8/16 tokens {[round(v, 1) for v in row['profile_ms'].values()]}, "
               f"after the run {[round(v, 1) for v in row['modelled_ms'].values()]}; "
               f"acceptance length {row['acceptance_length']:.2f}")
+        print(f"{'':7s} efficiency (expected tokens/s of the size chosen / of the best size, cached profile as "
+              f"the truth) by step window (steps with candidates) {row['efficiency_by_window']}")
     if args.json:
         write_json_atomic(args.json, out)
 

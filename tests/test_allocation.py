@@ -142,11 +142,13 @@ def test_a_profile_measured_under_load_is_corrected_within_20_batch_forwards():
 
 
 def flat_profile(monkeypatch, slope: float):
-    """The latency profile 1 + slope·tokens, and no correction from this machine's forward times (the
-    sizes, and so what these tests enumerate, must not depend on the machine's load)."""
+    """The latency profile 1 + slope·tokens, and no correction from this machine's forward times and
+    no exploring steps (the sizes, and so what these tests enumerate, must not depend on the
+    machine's load)."""
     from stand_runtime.target import latency
 
     monkeypatch.setattr("stand_runtime.drafters.value.LatencyModel.observe", lambda self, tokens, seconds: None)
+    monkeypatch.setattr("stand_runtime.drafters.value.LatencyModel.explore", lambda self, tokens=None: False)
 
     sizes = (1, 2, 4, 8, 16, 32, 64, 128)
     monkeypatch.setattr("stand_runtime.method.cached_latency",

@@ -8,7 +8,7 @@ import pytest
 from stand_runtime import DynamicTree, Method, NGramStore, SamplingParams, StandError, generate
 from stand_runtime.drafters.best_first import parse_dynamic
 from stand_runtime.drafters.peak import first_peak
-from stand_runtime.drafters.value import AcceptanceMap, LatencyModel, ValueRule
+from stand_runtime.drafters.value import MIN_OBSERVED, AcceptanceMap, LatencyModel, ValueRule
 
 SIZES = (1, 2, 4, 8, 16, 32)
 
@@ -90,8 +90,9 @@ def test_the_acceptance_map_learns_the_observed_rate_and_stays_monotone():
 
 def test_a_latency_profile_measured_under_load_is_corrected_within_20_steps():
     """The profile said 1135 ms for one token and a flat curve (measured under load); the machine
-    takes 76 ms + 2.6% per token. The rule first drafts every node, then, having observed the
-    root-only forward and its own, the size plain arithmetic on the true latency gives."""
+    takes 76 ms + 2.6% per token. The rule first explores the root-only forward (on consecutive
+    steps until it is observed, not every 4th), then drafts every node, then, having observed the root-only forward and its own,
+    the size plain arithmetic on the true latency gives."""
     probabilities = 0.8 ** np.arange(1, 41)
     true = linear(0.074, 0.002)
     loaded = ValueRule(LatencyModel(linear(1.1345, 0.0005), SIZES), FixedAcceptance(probabilities))
@@ -102,8 +103,11 @@ def test_a_latency_profile_measured_under_load_is_corrected_within_20_steps():
         n = loaded.size(scores, copied)
         loaded.latency.observe(1 + n, true(1 + n))
     rate = gains / np.array([true(1 + n) for n in range(41)])
-    before, after = loaded.sizes[1], loaded.sizes[-4:]
+    assert loaded.sizes[:MIN_OBSERVED] == [0] * MIN_OBSERVED  # the root-only forward observed first, at once
+    wrong = [n for n in loaded.sizes if n > best + 5]
+    before, after = loaded.sizes[MIN_OBSERVED], loaded.sizes[-4:]
     assert before > best + 5 and rate[before] < 0.97 * rate[best]  # steered wrong by the loaded profile
+    assert len(wrong) <= 2, loaded.sizes  # for 2 steps: then its own forward is observed
     assert all(rate[n] > 0.995 * rate[best] for n in after), (loaded.sizes, best)  # then right
 
 

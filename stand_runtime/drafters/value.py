@@ -61,7 +61,14 @@ MIN_OBSERVED = 2
 """Forwards a profile size needs before its observed ratio counts."""
 
 EXPLORE_EVERY = 4
-"""While the root-only forward is unobserved, every 4th step drafts nothing (to observe it)."""
+"""While the root-only forward is unobserved, every 4th step drafts nothing (to observe it), after the
+first :data:`EXPLORE_FIRST` steps (:func:`explores`)."""
+
+EXPLORE_FIRST = MIN_OBSERVED + 1
+"""While the root-only forward is unobserved, each of the first 3 steps drafts nothing: a decode's
+first forward runs cold and is not observed, the next two give the :data:`MIN_OBSERVED` the model
+needs. Spread over every 4th step, the same two observations took 8 steps, and until then a profile
+measured under load (flat) priced 80 nodes as free: 6 of the first 8 steps drafted all 80."""
 
 RECENT = 8
 """Sized forwards :meth:`ValueRule.budget` looks back over."""
@@ -83,6 +90,13 @@ and q is the store's, not the target's): on held-out HumanEval with the default 
 scores 0.06-0.1, 0.1-0.18, 0.18-0.32, 0.32-0.56 and 0.56-1 were accepted 0.41, 0.38, 0.44, 0.67 and
 0.86 of the time, near the root of the score (0.27, 0.36, 0.49, 0.65, 0.87). Seeding with the score
 itself kept every node below 0.06 from ever being drafted, so never observed."""
+
+
+def explores(step: int) -> bool:
+    """Whether step ``step`` (0-based, of the rule's sized steps or forwards) drafts nothing to observe
+    the root-only forward, while that forward is unobserved: the first :data:`EXPLORE_FIRST` steps,
+    then every :data:`EXPLORE_EVERY`-th."""
+    return step < EXPLORE_FIRST or step % EXPLORE_EVERY == 0
 
 
 class AcceptanceMap:
@@ -332,9 +346,9 @@ class ValueRule:
 
     def size_p(self, acceptance: np.ndarray) -> int:
         """The n in 0 .. L where the expected tokens per second of the first n candidates (``[L]`` their
-        P, in the order they are taken) first peaks (:func:`.peak.first_peak`; 0 on every
-        :data:`EXPLORE_EVERY`-th step while the latency model explores)."""
-        if len(acceptance) == 0 or (self.latency.explore() and len(self.sizes) % EXPLORE_EVERY == 0):
+        P, in the order they are taken) first peaks (:func:`.peak.first_peak`; 0 on the steps
+        :func:`explores` names while the latency model explores)."""
+        if len(acceptance) == 0 or (self.latency.explore() and explores(len(self.sizes))):
             self.sizes.append(0)
             return 0
         gains = 1.0 + np.concatenate([[0.0], np.cumsum(acceptance)])

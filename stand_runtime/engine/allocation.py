@@ -38,7 +38,7 @@ import numpy as np
 
 from ..drafters.candidates import candidates
 from ..drafters.peak import convex_minorant, first_peak_of, seconds_of
-from ..drafters.value import EXPLORE_EVERY, ValueRule
+from ..drafters.value import ValueRule, explores
 from ..errors import StandError
 from ..trees.draft import Draft
 
@@ -151,8 +151,8 @@ class BatchAllocator:
 
     def allocate(self, drafts: Sequence[Draft]) -> list[Draft]:
         """Each row's draft cut to its allocated prefix (:func:`padded_allocation`); while the latency
-        model has not seen the roots-only forward, every :data:`EXPLORE_EVERY`-th forward drafts
-        nothing. Records the sizes (``value.batches``, ``value.sizes``) and the packed allocation's
+        model has not seen the roots-only forward, the forwards :func:`~stand_runtime.drafters.value.explores`
+        names draft nothing. Records the sizes (``value.batches``, ``value.sizes``) and the packed allocation's
         modelled rate over the padded one's (``value.packing``).
 
         Raises:
@@ -165,7 +165,7 @@ class BatchAllocator:
         table = value.acceptance.table()
         found = [candidates(d, value.acceptance, table) for d in drafts]
         acceptance = [c.p for c in found]
-        if value.latency.explore(len(drafts)) and len(value.batches) % EXPLORE_EVERY == 0:
+        if value.latency.explore(len(drafts)) and explores(len(value.batches)):
             sizes = (0,) * len(drafts)
         else:
             seconds = value.latency.frozen()
