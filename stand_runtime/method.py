@@ -21,7 +21,8 @@ from .drafters.stand import StandDrafter
 from .drafters.suffix_decoding import SuffixDecodingDrafter, SuffixMemory, SuffixSettings
 from .drafters.token_recycling import RecyclingMatrix, TokenRecyclingDrafter
 from .drafters.tree_walk import Extension
-from .drafters.value import AcceptanceMap, LatencyModel, ValueRule
+from .drafters.latency_model import LatencyModel
+from .drafters.value import AcceptanceMap, ValueRule
 from .errors import StandError
 from .randomness import RandomStream
 from .store.ngram_store import NGramStore

@@ -15,7 +15,8 @@ from stand_runtime.drafters.candidates import COPY_DECAY, match_rate
 from stand_runtime.drafters.chain import COPIED, FALLBACK, OWN, ChainCursor
 from stand_runtime.drafters.suffix_index import SuffixIndex
 from stand_runtime.drafters.chain_budget import PLAIN_OBSERVED, ChainBudget, profile_function
-from stand_runtime.drafters.value import AcceptanceMap, LatencyModel
+from stand_runtime.drafters.latency_model import LatencyModel
+from stand_runtime.drafters.value import AcceptanceMap
 from stand_runtime.randomness import RandomStream
 from stand_runtime.trees.draft import DraftBuilder
 from stand_runtime.verify import verify_sampling

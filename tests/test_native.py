@@ -233,7 +233,8 @@ def test_stand_native_selects_the_native_store(monkeypatch):
 def test_value_sized_replays_are_identical_on_the_native_store():
     """A value-sized dynamic tree sizes each step from the native draft's node scores: the replay,
     the rule's sizes and its learned acceptance are the Python store's."""
-    from stand_runtime.drafters.value import LatencyModel, ValueRule
+    from stand_runtime.drafters.latency_model import LatencyModel
+    from stand_runtime.drafters.value import ValueRule
 
     method = Method.parse("stand", "dynamic-40")
     greedy = SamplingParams(temperature=0.0)

@@ -8,7 +8,8 @@ import pytest
 from stand_runtime import DynamicTree, Method, NGramStore, SamplingParams, StandError, generate
 from stand_runtime.drafters.best_first import parse_dynamic
 from stand_runtime.drafters.peak import first_peak
-from stand_runtime.drafters.value import MIN_OBSERVED, AcceptanceMap, LatencyModel, ValueRule
+from stand_runtime.drafters.latency_model import MIN_OBSERVED, LatencyModel
+from stand_runtime.drafters.value import AcceptanceMap, ValueRule
 
 SIZES = (1, 2, 4, 8, 16, 32)
 

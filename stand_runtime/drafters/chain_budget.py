@@ -14,7 +14,7 @@ chain positions across requests, best first:
 - zero positions is an answer (for every request, or for some).
 
 The latency model learns the curve's shape only at the sizes it sees, so two kinds of step explore
-(on every :data:`stand_runtime.drafters.value.EXPLORE_EVERY`-th step, at two phases): while the plain
+(on every :data:`stand_runtime.drafters.latency_model.EXPLORE_EVERY`-th step, at two phases): while the plain
 forward of the batch's size has fewer than :data:`PLAIN_OBSERVED` observations, a step drafts nothing;
 while no forward of twice that size has 2, a step drafts the batch's best offered positions, one per
 request in all, best first as the rule takes them (it drafted every offered position to the end of its
@@ -29,7 +29,7 @@ fate depends on a token it decides on (the argmax over whole prefixes would: a p
 be drafted because of the scores its own token gives the positions after it). vLLM then verifies
 each chain by speculative sampling, lossless for any length fixed this way (docs/design.md §7.7).
 
-t comes from :class:`stand_runtime.drafters.value.LatencyModel` over tokens per forward: a latency
+t comes from :class:`stand_runtime.drafters.latency_model.LatencyModel` over tokens per forward: a latency
 profile of vLLM on this machine (:mod:`stand_runtime.vllm.sizing`) or, without one, the flat
 :func:`default_profile`, corrected by the step times the proposer observes.
 """
@@ -44,7 +44,8 @@ import numpy as np
 
 from ..errors import StandError
 from .chain import KINDS, ChainCursor
-from .value import EXPLORE_EVERY, MIN_OBSERVED, AcceptanceMap, LatencyModel
+from .latency_model import EXPLORE_EVERY, MIN_OBSERVED, LatencyModel
+from .value import AcceptanceMap
 
 PLAIN_OBSERVED = MIN_OBSERVED + 1
 """Plain forwards (no drafts) of a batch's size the rule explores for: one more than a size needs to

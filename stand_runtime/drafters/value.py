@@ -19,8 +19,8 @@ Two estimates steer it, both learned online from this run and both lossless to u
   pseudo-observations per bin) with an offline calibration's rate per bin where one was measured for
   the model (:mod:`stand_runtime.acceptance_seed`), else with the score itself, and kept monotone in
   the score; each verified step adds, per drafted node, whether its path was accepted.
-- :class:`LatencyModel`: ``t(n)`` from a latency profile, corrected by the run's own forward times: per
-  profile size the median ratio observed / profile over its last 16 forwards, elsewhere the median of
+- :class:`.latency_model.LatencyModel`: ``t(n)`` from a latency profile, corrected by the run's own
+  forward times: per profile size the median ratio observed / profile over its last 16 forwards, elsewhere the median of
   all recent ratios, so a profile measured under load or on another machine stops steering the rule
   within a few steps.
 
@@ -46,6 +46,7 @@ import numpy as np
 from ..errors import StandError
 from ..trees.draft import Draft
 from .candidates import candidates
+from .latency_model import LatencyModel, explores
 from .peak import convex_minorant, first_peak_of
 
 EDGES = np.logspace(-4, 0, 17)
@@ -53,22 +54,6 @@ EDGES = np.logspace(-4, 0, 17)
 
 PRIOR_WEIGHT = 8.0
 """Pseudo-observations per bin at the score itself (the seed before any step was verified)."""
-
-WINDOW = 16
-"""Recent forwards per profile size that :class:`LatencyModel` keeps."""
-
-MIN_OBSERVED = 2
-"""Forwards a profile size needs before its observed ratio counts."""
-
-EXPLORE_EVERY = 4
-"""While the root-only forward is unobserved, every 4th step drafts nothing (to observe it), after the
-first :data:`EXPLORE_FIRST` steps (:func:`explores`)."""
-
-EXPLORE_FIRST = MIN_OBSERVED + 1
-"""While the root-only forward is unobserved, each of the first 3 steps drafts nothing: a decode's
-first forward runs cold and is not observed, the next two give the :data:`MIN_OBSERVED` the model
-needs. Spread over every 4th step, the same two observations took 8 steps, and until then a profile
-measured under load (flat) priced 80 nodes as free: 6 of the first 8 steps drafted all 80."""
 
 RECENT = 8
 """Sized forwards :meth:`ValueRule.budget` looks back over."""
@@ -90,13 +75,6 @@ and q is the store's, not the target's): on held-out HumanEval with the default 
 scores 0.06-0.1, 0.1-0.18, 0.18-0.32, 0.32-0.56 and 0.56-1 were accepted 0.41, 0.38, 0.44, 0.67 and
 0.86 of the time, near the root of the score (0.27, 0.36, 0.49, 0.65, 0.87). Seeding with the score
 itself kept every node below 0.06 from ever being drafted, so never observed."""
-
-
-def explores(step: int) -> bool:
-    """Whether step ``step`` (0-based, of the rule's sized steps or forwards) drafts nothing to observe
-    the root-only forward, while that forward is unobserved: the first :data:`EXPLORE_FIRST` steps,
-    then every :data:`EXPLORE_EVERY`-th."""
-    return step < EXPLORE_FIRST or step % EXPLORE_EVERY == 0
 
 
 class AcceptanceMap:
@@ -184,122 +162,6 @@ def _isotonic(values: np.ndarray, weights: np.ndarray) -> np.ndarray:
             (m1, w1, c1), (m2, w2, c2) = blocks.pop(-2), blocks.pop()
             blocks.append([(m1 * w1 + m2 * w2) / (w1 + w2), w1 + w2, c1 + c2])
     return np.concatenate([np.full(count, mean) for mean, _, count in blocks])
-
-
-class LatencyModel:
-    """Seconds of a target forward over n tokens: a profile corrected by observed forwards.
-
-    The correction is a ratio observed / profile per profile size (the median of its last
-    :data:`WINDOW` forwards, once it has :data:`MIN_OBSERVED`), interpolated linearly in tokens between
-    the sizes observed and held constant beyond them; before any observation the profile stands. Shape
-    matters, not scale (the rule's argmax ignores a constant factor), so the smallest forward (the
-    root alone) must be observed too: :meth:`explore` asks for it while it is missing.
-
-    Args:
-        profile: seconds of a forward over ``tokens`` (e.g. :meth:`stand_runtime.LatencyProfile.at`).
-        sizes: the profile's measured sizes (tokens), the buckets observations are kept in.
-        rows: rows per forward (a batch of B rows forwards B times the tokens).
-        observing: False for a profile of other hardware with no forwards of its own to observe (the
-            trace bench's replay, sized for a projection): it never asks to explore.
-    """
-
-    def __init__(self, profile: Callable[[float], float], sizes: Sequence[int], rows: int = 1,
-                 observing: bool = True) -> None:
-        self.profile = profile
-        self.sizes = np.asarray(sorted(sizes), dtype=np.float64)
-        self.rows = rows
-        self.observing = observing
-        self._ratios = [deque(maxlen=WINDOW) for _ in self.sizes]
-        self._medians: list = [None] * len(self.sizes)  # per size its (tokens, ratio) median, None: refit
-        self._profiled = np.zeros(0)  # profile(t) for t = 1 .. len (filled on demand: it never changes)
-
-    def _profile_many(self, tokens: np.ndarray) -> np.ndarray:
-        """``profile`` at integer token counts ``tokens`` (``[m]`` int, >= 1), from a table kept per count."""
-        top = int(tokens.max(initial=0))
-        if top > len(self._profiled):
-            grown = max(top, 2 * len(self._profiled), 64)
-            more = np.arange(len(self._profiled) + 1, grown + 1)
-            self._profiled = np.concatenate([self._profiled, [self.profile(float(t)) for t in more]])
-        return self._profiled[tokens - 1]
-
-    def _fitted(self):
-        """The correction as it stands: ``(tokens, ratios)`` of the sizes observed, or None."""
-        known = self._known()
-        if not known:
-            return None
-        return tuple(np.asarray(v) for v in zip(*sorted(map(tuple, known))))
-
-    def _bucket(self, tokens: float) -> int:
-        return int(np.argmin(np.abs(np.log(self.sizes) - np.log(max(tokens, 1.0)))))
-
-    def ratio(self, tokens: float) -> float:
-        """Observed / profile seconds at ``tokens`` (all rows; 1 before any observation)."""
-        return float(self._ratios_at(np.array([float(tokens)]))[0])
-
-    def _known(self) -> list:
-        """Per profile size with :data:`MIN_OBSERVED` forwards its median ``(tokens, ratio)`` (each
-        refitted only after its size was observed again)."""
-        for b, kept in enumerate(self._ratios):
-            if self._medians[b] is None and len(kept) >= MIN_OBSERVED:
-                self._medians[b] = tuple(np.median(np.asarray(kept), axis=0))
-        return [m for m in self._medians if m is not None]
-
-    def _ratios_at(self, tokens: np.ndarray) -> np.ndarray:
-        fitted = self._fitted()
-        return np.ones_like(tokens) if fitted is None else np.interp(tokens, *fitted)
-
-    def at(self, tokens: float) -> float:
-        """Seconds of one forward over ``tokens`` tokens per row (:attr:`rows` rows)."""
-        total = tokens * self.rows
-        return self.profile(total) * self.ratio(total)
-
-    def frozen(self) -> Callable[[float], float]:
-        """Seconds of one forward over ``tokens`` tokens in all (a padded ``[B, W]`` batch forward:
-        ``B * W``), with the corrections observed so far frozen (cheap to call many times); its
-        ``many`` attribute takes an int array of token counts (:func:`.peak.seconds_of`)."""
-        fitted = self._fitted()
-
-        def seconds(tokens: float) -> float:
-            return self.profile(tokens) * (1.0 if fitted is None else float(np.interp(tokens, *fitted)))
-
-        def many(tokens: np.ndarray) -> np.ndarray:
-            tokens = np.asarray(tokens, dtype=np.int64)
-            return self._profile_many(tokens) * (1.0 if fitted is None else np.interp(tokens, *fitted))
-
-        seconds.many = many
-        return seconds
-
-    def observe(self, tokens: int, seconds: float) -> None:
-        """Add one forward: ``tokens`` in it (all rows) and its measured ``seconds``."""
-        expected = self.profile(tokens)
-        if expected > 0 and seconds > 0:
-            bucket = self._bucket(tokens)
-            self._ratios[bucket].append((tokens, seconds / expected))
-            self._medians[bucket] = None
-
-    def explore(self, tokens: int | None = None) -> bool:
-        """True while the root-only forward (``tokens`` in all; None = :attr:`rows`) has fewer than
-        :data:`MIN_OBSERVED` observations (never when not :attr:`observing`)."""
-        return self.observing and self.observed(self.rows if tokens is None else tokens) < MIN_OBSERVED
-
-    def observed(self, tokens: float) -> int:
-        """Forwards kept in the profile size nearest ``tokens`` (all rows)."""
-        return len(self._ratios[self._bucket(tokens)])
-
-    def observed_from(self, tokens: float) -> int:
-        """Forwards kept over ``tokens`` tokens or more (all rows)."""
-        return sum(1 for kept in self._ratios for seen, _ in kept if seen >= tokens)
-
-    def at_many(self, tokens: np.ndarray) -> np.ndarray:
-        """``[m]`` seconds of forwards over each of ``tokens`` (``[m]`` int) tokens per row
-        (:attr:`rows` rows), the correction fitted once (:meth:`at` for many sizes)."""
-        return self.frozen().many(np.asarray(tokens, dtype=np.int64) * self.rows)
-
-    def curve(self, first: int, last: int) -> np.ndarray:
-        """``[last - first + 1]`` seconds of forwards over ``first .. last`` tokens in all (``rows``
-        ignored: the tokens are a whole forward's), the correction fitted once."""
-        tokens = np.arange(first, last + 1, dtype=np.float64)
-        return np.array([self.profile(t) for t in tokens]) * self._ratios_at(tokens)
 
 
 class ValueRule:

@@ -38,7 +38,8 @@ import numpy as np
 
 from ..drafters.candidates import candidates
 from ..drafters.peak import convex_minorant, first_peak_of, seconds_of
-from ..drafters.value import ValueRule, explores
+from ..drafters.latency_model import explores
+from ..drafters.value import ValueRule
 from ..errors import StandError
 from ..trees.draft import Draft
 
@@ -151,7 +152,7 @@ class BatchAllocator:
 
     def allocate(self, drafts: Sequence[Draft]) -> list[Draft]:
         """Each row's draft cut to its allocated prefix (:func:`padded_allocation`); while the latency
-        model has not seen the roots-only forward, the forwards :func:`~stand_runtime.drafters.value.explores`
+        model has not seen the roots-only forward, the forwards :func:`~stand_runtime.drafters.latency_model.explores`
         names draft nothing. Records the sizes (``value.batches``, ``value.sizes``) and the packed allocation's
         modelled rate over the padded one's (``value.packing``).
 

@@ -46,7 +46,7 @@ from ..drafters.candidates import COPY_NGRAM, match_rate
 from ..drafters.chain import KINDS, ChainCursor, ChainDraft
 from ..drafters.chain_budget import FORWARD_SIZES, ChainBudget, default_profile, profile_function
 from ..drafters.suffix_index import SuffixIndex
-from ..drafters.value import LatencyModel
+from ..drafters.latency_model import LatencyModel
 from ..errors import StandError
 from ..drafters.feeds import STORE_TOP_K, LogitsFeed, store_params
 from ..files import write_json_atomic

@@ -1,0 +1,142 @@
+"""t(n), the seconds of a target forward over n tokens, as the value rule prices drafts (ours;
+docs/design.md §3.7): a latency profile corrected by the run's own forward times
+(:class:`LatencyModel`), and which steps explore the sizes it has not observed (:func:`explores`)."""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Callable, Sequence
+
+import numpy as np
+
+WINDOW = 16
+"""Recent forwards per profile size that :class:`LatencyModel` keeps."""
+
+MIN_OBSERVED = 2
+"""Forwards a profile size needs before its observed ratio counts."""
+
+EXPLORE_FIRST, EXPLORE_EVERY = MIN_OBSERVED + 1, 4
+"""While the root-only forward is unobserved, the first 3 steps draft nothing (the first runs cold and
+is not observed), then every 4th (:func:`explores`). Every 4th from the start took 8 steps to observe
+it, and a profile measured under load (flat) priced all 80 nodes as free until then (6 such steps)."""
+
+
+def explores(step: int) -> bool:
+    """Whether the rule's step ``step`` (0-based) explores, while the root-only forward is unobserved."""
+    return step < EXPLORE_FIRST or step % EXPLORE_EVERY == 0
+
+
+class LatencyModel:
+    """Seconds of a target forward over n tokens: a profile corrected by observed forwards.
+
+    The correction is a ratio observed / profile per profile size (the median of its last
+    :data:`WINDOW` forwards, once it has :data:`MIN_OBSERVED`), interpolated linearly in tokens between
+    the sizes observed and held constant beyond them; before any observation the profile stands. Shape
+    matters, not scale (the rule's argmax ignores a constant factor), so the smallest forward (the
+    root alone) must be observed too: :meth:`explore` asks for it while it is missing.
+
+    Args:
+        profile: seconds of a forward over ``tokens`` (e.g. :meth:`stand_runtime.LatencyProfile.at`).
+        sizes: the profile's measured sizes (tokens), the buckets observations are kept in.
+        rows: rows per forward (a batch of B rows forwards B times the tokens).
+        observing: False for a profile of other hardware with no forwards of its own to observe (the
+            trace bench's replay, sized for a projection): it never asks to explore.
+    """
+
+    def __init__(self, profile: Callable[[float], float], sizes: Sequence[int], rows: int = 1,
+                 observing: bool = True) -> None:
+        self.profile = profile
+        self.sizes = np.asarray(sorted(sizes), dtype=np.float64)
+        self.rows = rows
+        self.observing = observing
+        self._ratios = [deque(maxlen=WINDOW) for _ in self.sizes]
+        self._medians: list = [None] * len(self.sizes)  # per size its (tokens, ratio) median, None: refit
+        self._profiled = np.zeros(0)  # profile(t) for t = 1 .. len (filled on demand: it never changes)
+
+    def _profile_many(self, tokens: np.ndarray) -> np.ndarray:
+        """``profile`` at integer token counts ``tokens`` (``[m]`` int, >= 1), from a table kept per count."""
+        top = int(tokens.max(initial=0))
+        if top > len(self._profiled):
+            grown = max(top, 2 * len(self._profiled), 64)
+            more = np.arange(len(self._profiled) + 1, grown + 1)
+            self._profiled = np.concatenate([self._profiled, [self.profile(float(t)) for t in more]])
+        return self._profiled[tokens - 1]
+
+    def _fitted(self):
+        """The correction as it stands: ``(tokens, ratios)`` of the sizes observed, or None."""
+        known = self._known()
+        if not known:
+            return None
+        return tuple(np.asarray(v) for v in zip(*sorted(map(tuple, known))))
+
+    def _bucket(self, tokens: float) -> int:
+        return int(np.argmin(np.abs(np.log(self.sizes) - np.log(max(tokens, 1.0)))))
+
+    def ratio(self, tokens: float) -> float:
+        """Observed / profile seconds at ``tokens`` (all rows; 1 before any observation)."""
+        return float(self._ratios_at(np.array([float(tokens)]))[0])
+
+    def _known(self) -> list:
+        """Per profile size with :data:`MIN_OBSERVED` forwards its median ``(tokens, ratio)`` (each
+        refitted only after its size was observed again)."""
+        for b, kept in enumerate(self._ratios):
+            if self._medians[b] is None and len(kept) >= MIN_OBSERVED:
+                self._medians[b] = tuple(np.median(np.asarray(kept), axis=0))
+        return [m for m in self._medians if m is not None]
+
+    def _ratios_at(self, tokens: np.ndarray) -> np.ndarray:
+        fitted = self._fitted()
+        return np.ones_like(tokens) if fitted is None else np.interp(tokens, *fitted)
+
+    def at(self, tokens: float) -> float:
+        """Seconds of one forward over ``tokens`` tokens per row (:attr:`rows` rows)."""
+        total = tokens * self.rows
+        return self.profile(total) * self.ratio(total)
+
+    def frozen(self) -> Callable[[float], float]:
+        """Seconds of one forward over ``tokens`` tokens in all (a padded ``[B, W]`` batch forward:
+        ``B * W``), with the corrections observed so far frozen (cheap to call many times); its
+        ``many`` attribute takes an int array of token counts (:func:`.peak.seconds_of`)."""
+        fitted = self._fitted()
+
+        def seconds(tokens: float) -> float:
+            return self.profile(tokens) * (1.0 if fitted is None else float(np.interp(tokens, *fitted)))
+
+        def many(tokens: np.ndarray) -> np.ndarray:
+            tokens = np.asarray(tokens, dtype=np.int64)
+            return self._profile_many(tokens) * (1.0 if fitted is None else np.interp(tokens, *fitted))
+
+        seconds.many = many
+        return seconds
+
+    def observe(self, tokens: int, seconds: float) -> None:
+        """Add one forward: ``tokens`` in it (all rows) and its measured ``seconds``."""
+        expected = self.profile(tokens)
+        if expected > 0 and seconds > 0:
+            bucket = self._bucket(tokens)
+            self._ratios[bucket].append((tokens, seconds / expected))
+            self._medians[bucket] = None
+
+    def explore(self, tokens: int | None = None) -> bool:
+        """True while the root-only forward (``tokens`` in all; None = :attr:`rows`) has fewer than
+        :data:`MIN_OBSERVED` observations (never when not :attr:`observing`)."""
+        return self.observing and self.observed(self.rows if tokens is None else tokens) < MIN_OBSERVED
+
+    def observed(self, tokens: float) -> int:
+        """Forwards kept in the profile size nearest ``tokens`` (all rows)."""
+        return len(self._ratios[self._bucket(tokens)])
+
+    def observed_from(self, tokens: float) -> int:
+        """Forwards kept over ``tokens`` tokens or more (all rows)."""
+        return sum(1 for kept in self._ratios for seen, _ in kept if seen >= tokens)
+
+    def at_many(self, tokens: np.ndarray) -> np.ndarray:
+        """``[m]`` seconds of forwards over each of ``tokens`` (``[m]`` int) tokens per row
+        (:attr:`rows` rows), the correction fitted once (:meth:`at` for many sizes)."""
+        return self.frozen().many(np.asarray(tokens, dtype=np.int64) * self.rows)
+
+    def curve(self, first: int, last: int) -> np.ndarray:
+        """``[last - first + 1]`` seconds of forwards over ``first .. last`` tokens in all (``rows``
+        ignored: the tokens are a whole forward's), the correction fitted once."""
+        tokens = np.arange(first, last + 1, dtype=np.float64)
+        return np.array([self.profile(t) for t in tokens]) * self._ratios_at(tokens)
