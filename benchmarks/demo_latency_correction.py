@@ -76,6 +76,8 @@ def run(model, tokenizer, prompt: str, profile: LatencyProfile, tokens: int, tru
     result = generate(model, tokenizer, prompt, method=method, sampling=SamplingParams(0.6, 0.95, 0),
                       max_new_tokens=tokens, seed=0, eos_token_ids=[])
     allocation.candidates = found_by
+    if len(offered) != len(rule.batches):
+        raise SystemExit(f"{len(offered)} candidate sets for {len(rule.batches)} sized forwards: the engine changed")
     for acceptance, sizes in zip(offered, rule.batches):  # one row a forward: one draft a step
         steps.append(efficiency(acceptance, sizes[0], truth) if len(acceptance) else None)
     latency = method.value.latency
