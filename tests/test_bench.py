@@ -14,7 +14,7 @@ def test_parse_methods_and_unknown_method():
     assert [s.label for s in specs] == ["ar", "pld", "recycle[a.json]", "recycle[heuristic-80]", "stand-det[a.json]",
                                         "stand-det[heuristic-80]", "stand[a.json]", "stand[heuristic-80]"]
     defaults = parse_methods("recycle,stand", None)  # each tree method runs on its own default tree
-    assert [(s.label, s.tree_name) for s in defaults] == [("recycle", "heuristic-80"), ("stand", "auto")]
+    assert [(s.label, s.tree_name) for s in defaults] == [("recycle", "heuristic-80"), ("stand", "dynamic-auto")]
     with pytest.raises(StandError, match="unknown method .beam. .valid: stand, stand-det, pld, recycle, suffix, ar"):
         parse_methods("ar,beam", None)
     both = parse_methods("ar,stand,stand+rejected", None)

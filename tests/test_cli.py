@@ -185,6 +185,8 @@ def test_generate_renders_every_method_and_writes_json(tiny_cli, tmp_path):
         data = json.loads(out.read_text())
         assert data["method"] == method and data["stats"]["new_tokens"] == 4
         assert "stopped at --max-new-tokens 4" in output
+        if method == "stand":  # its default tree is the value-sized dynamic tree, said before decoding
+            assert data["tree"] == "dynamic-auto" and "tree dynamic-auto: each step drafts the best-first" in output
     assert "matrix rows filled" in run("generate", "--method", "recycle", "--max-new-tokens", "2", "3 1 4")[1]
 
 

@@ -316,7 +316,7 @@ def test_bad_input_is_a_one_line_error(tiny_qwen2, tmp_path, kwargs, message):
     kwargs = dict(kwargs)
     kwargs.setdefault("max_new_tokens", 8)
     if kwargs.get("store") == "STORE_FOR_ANOTHER_MODEL":
-        kwargs["store"] = NGramStore()
+        kwargs["store"] = NGramStore(max_n=8)  # the default tree (dynamic-auto) drafts contexts up to 8
         kwargs["store"].update([1], [99], [1.0])
     elif kwargs.get("store") == "SMALL_MATRIX":
         kwargs["store"] = RecyclingMatrix(8)

@@ -24,7 +24,7 @@ def generate_command(
     prompt_file: Optional[Path] = typer.Option(None, help="Read the prompt from this file ('-' = standard input); its trailing line breaks are dropped."),
     keep_newline: bool = typer.Option(False, "--keep-newline", help="--prompt-file: keep the file's trailing line breaks in the prompt."),
     model: str = typer.Option("smollm2-135m", help=MODEL_HELP),
-    tree: Optional[str] = typer.Option(None, help="Draft tree (stand, stand-det, recycle): a tree file, a tree family file (sized for this machine), a bundled name, auto, dynamic[-N] (STAND: N nodes spent best-first each step) or dynamic-auto[-N] (as many as pay for themselves, N at most); default: auto for STAND, heuristic-80 for recycle."),
+    tree: Optional[str] = typer.Option(None, help="Draft tree (stand, stand-det, recycle): a tree file, a tree family file (sized for this machine), a bundled name, auto, dynamic[-N] (STAND: N nodes spent best-first each step) or dynamic-auto[-N] (as many as pay for themselves, N at most); default: dynamic-auto for stand, auto for stand-det, heuristic-80 for recycle."),
     method: str = typer.Option("stand", help="Decoding method: stand | stand-det | pld | recycle | ar (plain decoding)."),
     temperature: float = typer.Option(0.6, help=TEMPERATURE_HELP),
     top_p: float = typer.Option(0.95, help=TOP_P_HELP),

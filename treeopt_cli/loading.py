@@ -33,14 +33,28 @@ def warn_latency(profile, **observed) -> None:
 
 
 def announce_tree(target, method: str, tree: Optional[str]):
-    """Say which tree ``auto`` chose for this machine (measuring the latency profile once if needed,
-    and warning when it looks untrustworthy); returns the :class:`stand_runtime.tree_choice.TreeChoice`, or None
-    when the method does not use ``auto``."""
-    from stand_runtime.drafters import COPY_TOKENS, TREE_METHODS
+    """Say which tree ``auto`` chose for this machine, or how a value-sized dynamic tree
+    (``dynamic-auto``) is sized (measuring the latency profile once if needed, and warning when it
+    looks untrustworthy); returns the :class:`stand_runtime.tree_choice.TreeChoice` (for
+    ``dynamic-auto``: an object with the ``profile``), or None when the method is sized by neither."""
+    from types import SimpleNamespace
+
+    from stand_runtime.drafters import COPY_TOKENS, DYNAMIC_METHODS, TREE_METHODS, parse_dynamic
     from stand_runtime.method import DEFAULT_TREES, sized_family
+    from stand_runtime.target.latency import profile_name
     from stand_runtime.tree_choice import machine_tree
 
     spec = tree or DEFAULT_TREES.get(method)
+    dynamic = parse_dynamic(spec) if method in DYNAMIC_METHODS else None
+    if dynamic is not None and dynamic.sized:
+        profile = cached_profile(target, profile_name(target), "this machine's forward latency to size the drafts "
+                                                               "(once per model, cached)")
+        console.print(f"tree {spec}: each step drafts the best-first nodes and copied tokens that pay for themselves "
+                      f"(at most {dynamic.num_nodes}; a forward over one token {profile.at(1) * 1e3:.0f} ms, over "
+                      f"{dynamic.num_nodes + 1} {profile.at(dynamic.num_nodes + 1) * 1e3:.0f} ms, corrected as it runs)",
+                      style="dim")
+        warn_latency(profile)
+        return SimpleNamespace(profile=profile)
     family = sized_family(spec) if method in TREE_METHODS else None
     if family is None:
         return None
@@ -58,4 +72,4 @@ def cached_profile(target, model: str, what: str = "this machine's forward laten
     """The target's latency profile (:func:`stand_runtime.target.latency.cached_latency`), saying so when it is measured."""
     from stand_runtime.target.latency import cached_latency
 
-    return cached_latency(target, model, on_measure=lambda: console.print(f"measuring {what} ..."))
+    return cached_latency(target, model, on_measure=lambda: console.print(f"measuring {what} ...", style="dim"))

@@ -100,7 +100,8 @@ def check_method(method: str, *, tree=None, memory=None, feed_rejected: bool = F
         raise StandError(f"method {method!r} has no memory to share (store applies to stand, stand-det, recycle, suffix)")
     if dynamic is not None and memory.max_n < DYNAMIC_MAX_N:
         raise StandError(f"a dynamic tree drafts from contexts of up to {DYNAMIC_MAX_N} tokens but the store given keeps "
-                         f"{memory.max_n}: pass NGramStore(max_n={DYNAMIC_MAX_N}) (or no store)")
+                         f"{memory.max_n}: pass NGramStore(max_n={DYNAMIC_MAX_N}) (method.new_memory(vocab) gives the right "
+                         f"kind), or tree='auto' for the static tree")
 
 
 def check_method_available(method: str) -> None:

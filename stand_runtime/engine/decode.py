@@ -55,7 +55,7 @@ def generate(
         prompt_or_ids: a text prompt (wrapped in the tokenizer's chat template when it has one) or
             token ids (used as they are).
         method: a :class:`stand_runtime.Method` (its tree and options), or a method name with its
-            defaults (``"stand"``: the ``auto`` tree sized for this machine).
+            defaults (``"stand"``: the value-sized dynamic tree ``dynamic-auto``).
         sampling: the target sampling distribution; None = ``SamplingParams()`` (temperature 0.6,
             top-p 0.95; ``SamplingParams(temperature=0)`` is greedy).
         max_new_tokens: generation budget (tokens, an int >= 1).
