@@ -12,7 +12,7 @@ from typing import Optional
 import typer
 
 from . import loading, render, render_value
-from .app import app, console, one_line_errors
+from .app import app, console, err_console, one_line_errors
 from .options import (BASE_SEED_HELP, DATASET_HELP, DTYPE_HELP, FIELD_HELP, MODEL_HELP, OFFSET_HELP, PLOT_HELP,
                       TEMPERATURE_HELP, TOP_P_HELP, check_budget_fits, check_outputs, moved_options, write_json)
 
@@ -71,6 +71,10 @@ def bench(
     specs = parse_methods(methods, tree)
     for spec in specs:
         check_tree_spec(spec.method, spec.tree)
+    for spec in specs:
+        if tree and spec.tree is None and spec.tree_name is not None:  # a tree method none of the trees given applies to (recycle: static only)
+            err_console.print(f"note: {spec.method} runs on its own tree {spec.tree_name}: none of --tree "
+                              f"{', '.join(tree)} applies to it", highlight=False)
     sampling = SamplingParams(temperature, top_p, 0)
     check_budget(max_new_tokens)
     check_bench_settings(samples, trajectories, seed)

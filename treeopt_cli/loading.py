@@ -51,7 +51,8 @@ def announce_tree(target, method: str, tree: Optional[str]):
                                                                "(once per model, cached)")
         console.print(f"tree {spec}: each step drafts the best-first nodes and copied tokens that pay for themselves "
                       f"(at most {dynamic.num_nodes}; a forward over one token {profile.at(1) * 1e3:.0f} ms, over "
-                      f"{dynamic.num_nodes + 1} {profile.at(dynamic.num_nodes + 1) * 1e3:.0f} ms, corrected as it runs)",
+                      f"{dynamic.num_nodes + 1} {profile.at(dynamic.num_nodes + 1) * 1e3:.0f} ms"
+                      f"{' extrapolated' if dynamic.num_nodes + 1 > max(profile.sizes) else ''}, corrected as it runs)",
                       style="dim")
         warn_latency(profile)
         return SimpleNamespace(profile=profile)

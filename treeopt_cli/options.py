@@ -20,6 +20,7 @@ TEMPERATURE_HELP = "Sampling temperature of the target (0 = greedy)."
 TOP_P_HELP = "Nucleus (top-p) mass of the target's sampling distribution, in (0, 1]; 1 = off."
 TOP_K_HELP = "Keep the k most likely tokens of the target's distribution (0 = off)."
 SEED_HELP = "Seed of every random draw, an integer in [0, 2**64) (omit for a random run)."
+FIXED_SEED_HELP = "Seed of every random draw, an integer in [0, 2**64) (reproducible runs)."
 BASE_SEED_HELP = "Base seed, an integer in [0, 2**64): prompt i's trajectory t uses seed + 1000 i + t (reproducible runs)."
 DATASET_HELP = "Prompts: humaneval (built in), a JSONL file, or a local Hugging Face dataset."
 FIELD_HELP = "Text field of a JSONL/HF dataset (default: prompt, problem or question)."
@@ -27,7 +28,7 @@ OFFSET_HELP = ("Skip this many prompts first; default: 30 for humaneval (past th
                "0 for any other dataset.")
 DTYPE_HELP = ("Weights of the target: float32, or bfloat16 (a different target, lossless relative to itself; "
               "fast only on CPUs with native bfloat16).")
-PLOT_HELP = "needs matplotlib: pip install -e '.\\[plot]'"
+PLOT_HELP = "needs matplotlib: pip install -e '.[plot]'"
 
 
 def check_paths(outputs: dict[str, Optional[Path]], inputs: dict[str, object]) -> None:

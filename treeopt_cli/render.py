@@ -105,8 +105,9 @@ def bench_tables(results, speedups: dict, title: str, intervals: dict | None = N
     intervals, bounds = intervals or {}, bounds or {}
     label_width = max((len(result.label) for result in results), default=6)  # a label never wraps its "]"
     speed = Table(title=title, caption="τ: tokens per target forward · × ar: tokens/s over plain decoding, "
-                  "95% bootstrap interval over prompts · bound: τ·t(1)/t(K+1), the speedup τ gives at K drafted "
-                  "nodes per step with this machine's cached latency profile and no host work (an estimate) · "
+                  "95% bootstrap interval over prompts · bound: τ·t(1)/t(d+1), the speedup τ gives at d drafted "
+                  "nodes per step (the work table's drafted column) with this machine's cached latency profile and "
+                  "no host work (an estimate) · "
                   "host: time outside the forward", caption_justify="left")
     for column in ("method", "τ", "tokens/s", "× ar", "95% interval", *(["bound"] if bounds else []), "host"):
         speed.add_column(column, justify="left" if column == "method" else "right", no_wrap=True,
@@ -122,8 +123,9 @@ def bench_tables(results, speedups: dict, title: str, intervals: dict | None = N
         speed.add_row(*row)
     graded = any(result.graded for result in results)
     by_trajectory = any(len(result.by_trajectory) > 1 for result in results)
-    caption = ("K: static tree nodes (pld: its chain length) · drafted: nodes drafted per target forward, which "
-               "differs from K: store misses leave tree nodes out, STAND's copy path adds copied tokens beyond them")
+    caption = ("K: static tree nodes, a dynamic tree's node budget (dynamic-auto: its cap) · pld: its chain length · "
+               "drafted: nodes drafted per target forward, which differs from K: store misses leave tree nodes out, "
+               "STAND's copy path adds copied tokens beyond them, dynamic-auto drafts what pays")
     caption += " · τ by trajectory: τ of the t-th trajectory of every prompt" if by_trajectory else ""
     work = Table(title="work per method", caption=caption, caption_justify="left")
     columns = ["method", "K", "drafted", "tokens", "steps", "seconds"]
@@ -222,7 +224,7 @@ def diagnostics_tables(results, depths: int = 6) -> list[Table]:
         max_n = max((int(n) for _, root in rooted for n in root if n != "all"), default=3)
         roots = Table(title="STAND step roots: store table that answered, and q vs p there",
                       caption="n: context tokens of the matching store table · Σmin(p,q): chance a draft sampled "
-                      "from q is accepted · p(top q): chance q's top token is", caption_justify="left")
+                      "from q is accepted · p(top q): the target's probability of q's top token", caption_justify="left")
         roots.add_column("method")
         for n in range(max_n, -1, -1):
             roots.add_column(f"n={n}" if n else "miss", justify="right")

@@ -9,7 +9,7 @@ import typer
 
 from . import loading, render
 from .app import app, console, one_line_errors
-from .options import (DTYPE_HELP, MODEL_HELP, SEED_HELP, TEMPERATURE_HELP, TOP_P_HELP, check_budget_fits, check_outputs,
+from .options import (DTYPE_HELP, FIXED_SEED_HELP, MODEL_HELP, TEMPERATURE_HELP, TOP_P_HELP, check_budget_fits, check_outputs,
                       refuse_options, write_json)
 
 
@@ -36,7 +36,7 @@ def search(
     trust_remote_code: bool = typer.Option(False, "--trust-remote-code", metavar="", help="Let a prm:PATH model run its own code (Qwen2.5-Math-PRM needs it)."),
     temperature: float = typer.Option(0.6, help=TEMPERATURE_HELP),
     top_p: float = typer.Option(0.95, help=TOP_P_HELP),
-    seed: int = typer.Option(0, help=SEED_HELP),
+    seed: int = typer.Option(0, help=FIXED_SEED_HELP),
     json_out: Optional[Path] = typer.Option(None, "--json", help="Write the results as JSON (after every problem)."),
     dtype: str = typer.Option("float32", help=DTYPE_HELP),
 ) -> None:

@@ -159,8 +159,9 @@ def load_tree(path_or_name: str | os.PathLike) -> TreeFile:
             path = bundled[spec]
         else:
             names = ", ".join(sorted(bundled)) or "none"
-            hint = ("; STAND's dynamic tree (dynamic, dynamic-N) has no fixed shape: it applies only to decoding's "
-                    "--tree") if str(spec).strip().lower().startswith("dynamic") else ""
+            hint = ("; STAND's dynamic trees are written in lower case (dynamic, dynamic-N, dynamic-auto, "
+                    "dynamic-auto-N) and have no fixed shape: they apply to decoding only (generate, bench, search), "
+                    "not to export or show") if str(spec).strip().lower().startswith("dynamic") else ""
             raise StandError(f"tree not found: {spec!r} is neither a file nor a bundled tree ({names}){hint}")
     try:
         stat = path.stat()
