@@ -71,8 +71,7 @@ def bench(
     specs = parse_methods(methods, tree)
     for spec in specs:
         check_tree_spec(spec.method, spec.tree)
-    for spec in specs:
-        if tree and spec.tree is None and spec.tree_name is not None:  # a tree method none of the trees given applies to (recycle: static only)
+        if tree and spec.tree is None and spec.tree_name is not None:  # no tree given applies (recycle: static only)
             err_console.print(f"note: {spec.method} runs on its own tree {spec.tree_name}: none of --tree "
                               f"{', '.join(tree)} applies to it", highlight=False)
     sampling = SamplingParams(temperature, top_p, 0)
