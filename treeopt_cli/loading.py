@@ -49,10 +49,11 @@ def announce_tree(target, method: str, tree: Optional[str]):
     if dynamic is not None and dynamic.sized:
         profile = cached_profile(target, profile_name(target), "this machine's forward latency to size the drafts "
                                                                "(once per model, cached)")
+        largest = dynamic.num_nodes + 1  # tokens of the largest forward: the root and every node
         console.print(f"tree {spec}: each step drafts the best-first nodes and copied tokens that pay for themselves "
                       f"(at most {dynamic.num_nodes}; a forward over one token {profile.at(1) * 1e3:.0f} ms, over "
-                      f"{dynamic.num_nodes + 1} {profile.at(dynamic.num_nodes + 1) * 1e3:.0f} ms"
-                      f"{' extrapolated' if dynamic.num_nodes + 1 > max(profile.sizes) else ''}, corrected as it runs)",
+                      f"{largest} {profile.at(largest) * 1e3:.0f} ms"
+                      f"{' extrapolated' if largest > max(profile.sizes) else ''}, corrected as it runs)",
                       style="dim")
         warn_latency(profile)
         return SimpleNamespace(profile=profile)
