@@ -132,7 +132,8 @@ py::ssize_t update_rows(stand::Store& s, const IntArray& tokens, const IntArray&
 // int; any other is compared by value. Only the new items are converted.
 class ListSuffixIndex {
 public:
-    explicit ListSuffixIndex(int max_ngram) : core_(max_ngram) {}
+    // `longest`: a match of max_ngram tokens is extended backward by comparison up to this many tokens.
+    ListSuffixIndex(int max_ngram, int longest) : core_(max_ngram), longest_(std::max(max_ngram, longest)) {}
     ~ListSuffixIndex() { release(); }
     ListSuffixIndex(const ListSuffixIndex&) = delete;
     ListSuffixIndex& operator=(const ListSuffixIndex&) = delete;
@@ -166,6 +167,11 @@ public:
         if (limit <= 0) return out;
         int64_t end = core_.match(&matched_);
         if (end < 0) return out;
+        const std::vector<Token>& tokens = core_.sequence();
+        int64_t last = static_cast<int64_t>(length) - 1;
+        if (matched_ == core_.max_ngram()) {
+            while (matched_ < longest_ && end - matched_ >= 0 && tokens[end - matched_] == tokens[last - matched_]) ++matched_;
+        }
         size_t stop = std::min(length, static_cast<size_t>(end + 1 + limit));
         for (size_t i = static_cast<size_t>(end) + 1; i < stop; ++i) out.append(py::reinterpret_borrow<py::object>(items_[i]));
         return out;
@@ -183,6 +189,7 @@ private:
     }
 
     stand::SuffixIndex core_;
+    int longest_;
     std::vector<PyObject*> items_;  // the last sequence's items (references held)
     int matched_ = 0;               // the length of the suffix the last continuation matched (0: none)
 };
@@ -290,7 +297,7 @@ PYBIND11_MODULE(_native, m) {
     });
 
     py::class_<ListSuffixIndex>(m, "SuffixIndex")
-        .def(py::init<int>())
+        .def(py::init<int, int>(), py::arg("max_ngram"), py::arg("longest"))
         .def("continuation", &ListSuffixIndex::continuation)
         .def_property_readonly("matched", &ListSuffixIndex::matched);
 }

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 from .acceptance_seed import seeded_map
 from .checks import check_bool, check_int
-from .drafters import (COPY_TOKENS, DYNAMIC_METHODS, METHODS, STORE_METHODS, TREE_METHODS, Drafter, Memory,
-                       check_method, new_memory)
+from .drafters import (COPY_TOKENS, DYNAMIC_METHODS, METHODS, STORE_METHODS, TREE_METHODS, VALUE_COPY_TOKENS, Drafter,
+                       Memory, check_method, new_memory)
 from .drafters.best_first import DynamicTree, parse_dynamic
 from .drafters.diagnostics import DraftQuality
 from .drafters.prompt_lookup import PromptLookupDrafter
@@ -54,7 +54,9 @@ class Method:
         feed_rejected: STAND: also feed the store with p at rejected tree nodes.
         extend: STAND: spend the node budget that store misses leave on best-first chains beyond
             the static tree.
-        copy_tokens: STAND: tokens of the prompt-lookup copy path grafted onto the draft (0 = off).
+        copy_tokens: STAND: tokens of the prompt-lookup copy path grafted onto the draft (0 = off);
+            None = the default: :data:`COPY_TOKENS` (10), or for a value-sized tree
+            :data:`VALUE_COPY_TOKENS` (64, of which the rule keeps what pays).
         diagnose: STAND: measure q against p at every step's root (one row at a time only).
         max_nodes: cap on drafted nodes per row and step in a batch (None = none).
         sized: the tree was sized for this machine from a family (``"auto"``).
@@ -74,7 +76,7 @@ class Method:
     tree: DraftTree | DynamicTree | None = None
     feed_rejected: bool = False
     extend: bool = True
-    copy_tokens: int = COPY_TOKENS
+    copy_tokens: int | None = None
     diagnose: bool = False
     max_nodes: int | None = None
     sized: bool = False
@@ -83,6 +85,8 @@ class Method:
     batch_verify: bool | None = None
 
     def __post_init__(self) -> None:
+        if self.copy_tokens is None:
+            object.__setattr__(self, "copy_tokens", VALUE_COPY_TOKENS if self.value is not None else COPY_TOKENS)
         if self.batch_verify is not None:
             object.__setattr__(self, "batch_verify", check_bool("batch_verify", self.batch_verify))
         check_method(self.name, tree=self.tree, feed_rejected=self.feed_rejected, diagnose=self.diagnose,
@@ -101,7 +105,7 @@ class Method:
 
     @classmethod
     def parse(cls, name: str, tree=None, model=None, batch: int = 1, *, feed_rejected: bool = False,
-              extend: bool = True, copy_tokens: int = COPY_TOKENS, diagnose: bool = False, max_nodes=AUTO,
+              extend: bool = True, copy_tokens: int | None = None, diagnose: bool = False, max_nodes=AUTO,
               suffix: SuffixSettings | None = None, allocation: str = "batch",
               batch_verify: bool | None = None, latency: LatencyProfile | None = None) -> "Method":
         """The method ``name`` with its tree resolved and its options checked.

@@ -13,7 +13,7 @@ import stand_runtime.target.sampling as sampling_module
 from stand_runtime import NGramStore, StandError
 from stand_runtime.drafters.candidates import COPY_DECAY, match_rate
 from stand_runtime.drafters.chain import COPIED, FALLBACK, OWN, ChainCursor
-from stand_runtime.drafters.suffix_index import SuffixIndex
+from stand_runtime.drafters.suffix_index import MAX_MATCH, SuffixIndex, repeated
 from stand_runtime.drafters.chain_budget import PLAIN_OBSERVED, ChainBudget, profile_function
 from stand_runtime.drafters.latency_model import LatencyModel
 from stand_runtime.drafters.value import AcceptanceMap
@@ -136,6 +136,21 @@ def test_a_longer_copy_match_scores_its_copied_positions_higher():
             cursor.take()
     assert long.draft.tokens == short.draft.tokens == [7, 8]
     assert long.draft.scores == pytest.approx([0.8, 0.64]) and short.draft.scores == pytest.approx([0.8 ** 8, 0.8 ** 16])
+
+
+def test_a_long_repeated_span_is_measured_and_its_copy_continues_as_a_repeat():
+    """Asked for (``longest``), the index extends a match of its longest n-gram backward by comparison:
+    a span repeated 12 tokens is told from one of 8 and scored with a slower decay; a chain the
+    sequence's end cut continues as an overlapping copy of itself."""
+    period = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]
+    sequence = [0] + period * 2
+    assert SuffixIndex(8).match(sequence, 20) == (period, 8)
+    assert SuffixIndex(8, MAX_MATCH).match(sequence, 20) == (period, 12)
+    assert SuffixIndex(8, 10).match(sequence, 20)[1] == 10  # at most `longest`
+    assert SuffixIndex(8, MAX_MATCH).match([1, 2, 3, 9, 1, 2, 3], 4) == ([9, 1, 2, 3], 3)  # shorter: as before
+    assert repeated(period[:3], 7) == [1, 2, 3, 1, 2, 3, 1] and repeated(period, 5) == period and repeated([], 4) == []
+    assert match_rate(12, 8) == pytest.approx(COPY_DECAY ** (8 / 12)) and match_rate(64, 8) > match_rate(12, 8)
+    assert match_rate(9, 8) > match_rate(8, 8) == COPY_DECAY  # no step down where the measured match begins
 
 
 def test_a_zero_gram_answer_is_no_match():

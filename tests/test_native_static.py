@@ -112,12 +112,14 @@ def test_an_empty_native_store_drafts_only_the_copy_chain():
 
 def test_the_native_copy_index_continues_like_the_python_one():
     """Growing, restarted, shortened and edited sequences; every suffix length and limit; the length of
-    the suffix matched too (every other check)."""
+    the suffix matched too (every other check), measured beyond the index's n-grams in every third trial."""
     rng = np.random.default_rng(9)
     matched = set()
     for trial in range(60):
         max_ngram = int(rng.integers(1, 9))
-        reference, native = SuffixIndex(max_ngram), NativeSuffixIndex(max_ngram)
+        longest = max_ngram + int(rng.integers(1, 12)) if trial % 3 == 0 else None
+        reference, native = SuffixIndex(max_ngram, longest), NativeSuffixIndex(max_ngram, longest)
+        alphabet = 2 if longest else 6  # two tokens: long repeated spans
         sequence: list[int] = []
         for _ in range(50):
             roll = rng.random()
@@ -126,9 +128,9 @@ def test_the_native_copy_index_continues_like_the_python_one():
             elif roll < 0.1 and sequence:
                 sequence = sequence[: int(rng.integers(0, len(sequence)))]
             elif roll < 0.15 and sequence:
-                sequence[int(rng.integers(len(sequence)))] = int(rng.integers(6))  # edited in place
+                sequence[int(rng.integers(len(sequence)))] = int(rng.integers(alphabet))  # edited in place
             else:
-                sequence += rng.integers(0, 6, int(rng.integers(0, 4))).tolist()
+                sequence += rng.integers(0, alphabet, int(rng.integers(0, 4))).tolist()
             limit = int(rng.integers(-1, 12))
             given = tuple(sequence) if trial % 7 == 0 else sequence
             if trial % 2:
@@ -137,7 +139,7 @@ def test_the_native_copy_index_continues_like_the_python_one():
                 matched.add(expected[1])
             else:
                 assert reference.continuation(list(given), limit) == native.continuation(given, limit)
-    assert len(matched) >= 5  # no match and several suffix lengths were met
+    assert len(matched) >= 5 and max(matched) > 8  # no match, several suffix lengths, and measured ones were met
 
 
 def test_stand_native_drafts_static_trees_natively(monkeypatch):

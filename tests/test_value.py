@@ -183,6 +183,27 @@ def test_value_sized_drafts_are_lossless_greedy_and_learn(tiny_qwen2, monkeypatc
     assert method.value.acceptance._drafted[1].sum() > 0  # the copy chain competed and was drafted
 
 
+def test_a_long_repeated_span_is_drafted_past_the_fixed_copy_path(tiny_qwen2):
+    """A value-sized tree offers a copy chain of up to 64 tokens (a fixed tree grafts 10): after a prompt
+    that repeats a 20-token span (over a 16-token vocabulary), the first step's chain copies the span on (measured as a 64-token
+    match, so scored high), more than 10 tokens are drafted as copies, and greedy decoding still
+    equals plain decoding token for token."""
+    from stand_runtime.drafters import COPY_TOKENS, VALUE_COPY_TOKENS
+    from stand_runtime.target import latency
+
+    flat = latency.LatencyProfile((1, 2, 4, 8, 16, 32, 64, 128), (1.0,) * 8)  # given: no step explores
+    prompt = [3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 9, 3, 2, 3, 8, 4] * 4
+    greedy = SamplingParams(temperature=0)
+    plain = generate(tiny_qwen2, None, prompt, method="ar", sampling=greedy, max_new_tokens=24, eos_token_ids=[])
+    method = Method.parse("stand", "dynamic-auto", tiny_qwen2, latency=flat)
+    assert method.copy_tokens == VALUE_COPY_TOKENS and Method.parse("stand", "dynamic-16").copy_tokens == COPY_TOKENS
+    copied = []
+    fast = generate(tiny_qwen2, None, prompt, method=method, sampling=greedy, max_new_tokens=24, eos_token_ids=[],
+                    on_step=lambda settled: copied.append(len(settled.draft.copied)))
+    assert fast.tokens == plain.tokens
+    assert max(copied) > COPY_TOKENS, copied
+
+
 @pytest.mark.parametrize("profile", ["sloped", "steep"])
 def test_value_sized_sampling_keeps_the_exact_three_token_law(tiny_qwen2, monkeypatch, profile):
     """Stochastic drafts, sizes chosen by the rule from earlier outcomes and this step's scores:

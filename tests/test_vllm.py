@@ -135,12 +135,14 @@ def test_proposer_feeds_verified_rows_and_hands_q_to_the_sampler():
     assert proposer.stores.created == 1, "two requests with one prompt share one store"
     store = proposer.stores.get(tuple(prompt))
     assert store.lookup([5, 6, 5]).id_list[0] == 6, "p after the prompt was recorded"
-    # the chain: copy chain first (the store misses after [.., 5, 6]), then the store's q after [6, 5]
-    assert drafts == [[5, 6], [5, 6]]
+    # the chain: copy chain first (the store misses after [.., 5, 6]), then the store's q after [6, 5], then
+    # the copy again (the context's end cut the copied [5, 6]: it continues as a repeat, [5, 6, 5])
+    assert drafts == [[5, 6, 5], [5, 6, 5]]
     assert runner._draft_prob_req_ids == ["a", "b"]
     q = runner._draft_probs
     assert float(q[0, 0, 5]) == 1.0 and float(q[0, 0].sum()) == 1.0, "a copied token's q is one-hot"
     assert float(q[0, 1, 6]) > 0.99 and float(q[0, 1].sum()) == pytest.approx(1.0, abs=1e-5)
+    assert float(q[0, 2, 5]) == 1.0 and float(q[0, 2].sum()) == 1.0
     assert float(q[1].abs().sum()) == 0.0, "greedy requests get no q"
 
     # next step: a verified [5, 6], accepted 5 and resampled 2; b accepted both plus a bonus 12
@@ -172,7 +174,7 @@ def test_deterministic_drafts_at_temperature_get_one_hot_q(monkeypatch):
     logits = torch.zeros((1, 16))
     logits[0, 6], logits[0, 9] = 2.0, 1.0  # p after the prompt: 6 most likely, 9 next
     drafts = runner.step(logits, None, [[6]], [4], tokens)
-    assert drafts == [[5, 6]]
+    assert drafts == [[5, 6, 5]]  # copied 5, the store's 6, the copy repeated
     q = runner._draft_probs[0]
     assert float(q[1, 6]) == 1.0 and float(q[1].sum()) == 1.0, "the store's token is q's top, verified with q one-hot"
 

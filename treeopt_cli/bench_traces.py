@@ -25,7 +25,8 @@ def bench_traces(
     max_tokens: int = typer.Option(3000, help="Tokens replayed per trace at most."),
     min_group_size: int = typer.Option(2, help="Replay only groups with at least this many traces."),
     tokenizer_spec: str = typer.Option("smollm2-135m", "--tokenizer", help="Tokenizer (a model spec)."),
-    copy_tokens: int = typer.Option(10, help="STAND's copy path length (tokens, 0-64)."),
+    copy_tokens: Optional[int] = typer.Option(None, help="STAND's copy path length (tokens, 0-64; default: 10, "
+                                              "64 on a value-sized tree, which keeps what pays)."),
     json_out: Optional[Path] = typer.Option(None, "--json", help="Write the results as JSON."),
     png: Optional[Path] = typer.Option(None, help=f"Plot acceptance length against trajectory index ({PLOT_HELP})."),
     latency: Optional[Path] = typer.Option(None, help="Latency profile JSON of the hardware to project onto (a cached "

@@ -48,6 +48,11 @@ COPY_TOKENS = 10
 """STAND's default copy path: up to 10 tokens that followed the latest earlier occurrence of the
 context's suffix, grafted onto the drafted tree (prompt lookup's chain, inside STAND's draft)."""
 
+VALUE_COPY_TOKENS = MAX_COPY_TOKENS
+"""A value-sized tree's default copy chain (64 tokens): the rule keeps only the tokens that pay, so a
+repeated span (a loop, a copied block) is drafted as far as it holds (a fixed tree grafts its whole
+copy path, so keeps :data:`COPY_TOKENS`)."""
+
 Memory = NGramStore | RecyclingMatrix | SuffixMemory
 """A drafter's memory that several calls may share (best-of-N trajectories of one problem)."""
 
@@ -57,7 +62,7 @@ OPTIONAL_PACKAGES = {"suffix": ("arctic_inference", "pip install --no-deps arcti
 
 
 def check_method(method: str, *, tree=None, memory=None, feed_rejected: bool = False, diagnose: bool = False,
-                 extend: bool = True, copy_tokens: int = COPY_TOKENS) -> None:
+                 extend: bool = True, copy_tokens: int | None = None) -> None:
     """Check that ``method`` exists, can run here and takes the options given (before any model work).
 
     The one home of the method options' checks: every entry point (``generate``, ``generate_batch``,
@@ -66,9 +71,9 @@ def check_method(method: str, *, tree=None, memory=None, feed_rejected: bool = F
 
     Raises:
         StandError: unknown method; a method whose optional package is missing (naming the install
-            command); a non-bool ``feed_rejected`` / ``diagnose`` / ``extend``; ``copy_tokens`` not an
-            integer in [0, 64]; a STAND option (``feed_rejected``, ``diagnose``, ``extend`` off,
-            ``copy_tokens`` other than the default) for another method; a tree for a method without
+            command); a non-bool ``feed_rejected`` / ``diagnose`` / ``extend``; ``copy_tokens`` not None
+            (the method's default) or an integer in [0, 64]; a STAND option (``feed_rejected``,
+            ``diagnose``, ``extend`` off, ``copy_tokens`` other than the default) for another method; a tree for a method without
             one; a memory of the wrong kind; a store whose contexts are shorter than a dynamic tree's.
     """
     if not isinstance(method, str) or method not in METHODS:
@@ -76,10 +81,10 @@ def check_method(method: str, *, tree=None, memory=None, feed_rejected: bool = F
     check_method_available(method)
     options = {"feed_rejected": check_bool("feed_rejected", feed_rejected), "diagnose": check_bool("diagnose", diagnose),
                "extend": not check_bool("extend", extend)}
-    copy_tokens = check_int("copy_tokens", copy_tokens, 0, MAX_COPY_TOKENS)
+    copy_tokens = None if copy_tokens is None else check_int("copy_tokens", copy_tokens, 0, MAX_COPY_TOKENS)
     if method not in STORE_METHODS:
         given = [name if name != "extend" else "extend=False" for name, on in options.items() if on]
-        if copy_tokens != COPY_TOKENS:
+        if copy_tokens not in (None, COPY_TOKENS):
             given.append(f"copy_tokens={copy_tokens}")
         if given:
             raise StandError(f"{', '.join(given)} applies to {' and '.join(STORE_METHODS)}, not {method!r}")

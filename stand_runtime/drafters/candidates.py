@@ -43,11 +43,16 @@ match is a surer copy (:func:`match_rate`)."""
 
 
 def match_rate(match: int, longest: int = COPY_NGRAM) -> float:
-    """r of a copy chain whose suffix matched ``match`` tokens of at most ``longest``: ``COPY_DECAY ** (1 +
-    longest - match)``, so the j-th copied token of a chain after the longest match scores ``COPY_DECAY **
-    j`` and one after a single token far less. Measured in vLLM (HumanEval x 1, 128 tokens): with every
-    copy scored alike and matches of at most 3 tokens STAND's chains reached τ 1.60; scored by a match of
-    up to 8 tokens, τ 2.31 (SuffixDecoding 1.87)."""
+    """r of a copy chain whose suffix matched ``match`` tokens, ``longest`` the index's n-gram length:
+    ``COPY_DECAY ** (1 + longest - match)`` up to ``longest``, so the j-th copied token of a chain after
+    a match of ``longest`` tokens scores ``COPY_DECAY ** j`` and one after a single token far less.
+    Measured in vLLM (HumanEval x 1, 128 tokens): with every copy scored alike and matches of at most 3
+    tokens STAND's chains reached τ 1.60; scored by a match of up to 8 tokens, τ 2.31 (SuffixDecoding
+    1.87). A match measured beyond ``longest`` (:data:`stand_runtime.drafters.suffix_index.MAX_MATCH`)
+    decays slower, ``COPY_DECAY ** (longest / match)``: a span repeated for 64 tokens (a loop, a copied
+    block) is still scored 0.5 at its 25th copied token, where one matched for 8 is at 0.004."""
+    if match > longest:
+        return COPY_DECAY ** (longest / match)
     return COPY_DECAY ** (1 + max(0, longest - match))
 
 

@@ -26,7 +26,7 @@ from ..target.sampling import SamplingParams
 from ..trees.tree import DraftTree
 from .best_first import DynamicTree, best_first_draft
 from .native_draft import DraftRequest, native_fill_tree
-from .suffix_index import PROMPT_LOOKUP_NGRAM, NativeSuffixIndex, SuffixIndex
+from .suffix_index import MAX_MATCH, PROMPT_LOOKUP_NGRAM, NativeSuffixIndex, SuffixIndex, repeated
 from .tree_walk import Extension, Proposal, fill_tree
 from .candidates import COPY_DECAY, COPY_NGRAM, copied_mask, match_rate, value_scores
 from .value import ValueRule
@@ -90,7 +90,10 @@ class StandDrafter:
             tree spends its budget by itself).
         copy: longest copy chain grafted per step (0: none): the tokens that followed the latest
             earlier occurrence of the context's suffix (prompt lookup's match), followed along the
-            drafted children that agree with it and hung below the path's end.
+            drafted children that agree with it and hung below the path's end. A value-sized tree
+            offers the rule at most as many as :meth:`ValueRule.budget` allows, a chain the
+            sequence's end cut continued as a repeat (:func:`.suffix_index.repeated`), scored by the
+            length of its match (:func:`.candidates.match_rate`).
         value: the expected-value rule of a value-sized dynamic tree, or None.
 
     Over a :class:`NativeNGramStore` the tree (static or dynamic) is drafted in C++ and the copy
@@ -113,8 +116,9 @@ class StandDrafter:
         self.extend = extend
         self.copy = copy
         native = isinstance(store, NativeNGramStore)  # a native store: the copy index in C++ too (§3.8)
-        longest = COPY_NGRAM if value is not None else PROMPT_LOOKUP_NGRAM  # value-sized: copies scored by their match
-        self._index = (NativeSuffixIndex(longest) if native else SuffixIndex(longest)) if copy else None
+        # value-sized: copies scored by the length of their match, measured up to MAX_MATCH tokens
+        ngram, longest = (COPY_NGRAM, MAX_MATCH) if value is not None else (PROMPT_LOOKUP_NGRAM, None)
+        self._index = (NativeSuffixIndex if native else SuffixIndex)(ngram, longest) if copy else None
         self._chain: tuple = ()  # the copy chain of the last request (a value-sized draft grafts it when sized)
         self._rate = COPY_DECAY  # and its rate (from the length of the suffix it matched)
 
@@ -151,9 +155,9 @@ class StandDrafter:
         chain = self._prepare(committed, max_depth)
         self._chain = tuple(chain or ())[: self.tree.num_nodes]  # a value-sized draft grafts it when sized
         tree = self.tree
-        if self.value is not None:  # drawn nodes the rule may keep (a prefix of the full budget's order)
-            drawn = self.value.budget(tree.num_nodes - len(self._chain))
-            if drawn + len(self._chain) < tree.num_nodes:
+        if self.value is not None:  # drawn nodes the rule may keep (a prefix of the full budget's order),
+            drawn = self.value.budget(tree.num_nodes)  # the chain beside them: the rule keeps the best of both
+            if drawn + len(self._chain) != tree.num_nodes:
                 tree = replace(tree, num_nodes=max(1, drawn + len(self._chain)))
         return (tree, self.store, committed, self.randomness, max_depth, chain)
 
@@ -180,9 +184,10 @@ class StandDrafter:
             return None
         if self.value is None:
             return self._index.continuation(committed, min(self.copy, max_depth))
-        chain, match = self._index.match(committed, min(self.copy, max_depth))
+        limit = self.value.budget(min(self.copy, max_depth))  # no longer than recent sizes let pay
+        chain, match = self._index.match(committed, limit)
         self._rate = match_rate(match, self._index.max_ngram)
-        return chain
+        return repeated(chain, limit)
 
     def draft(self, committed: list[int], max_depth: int) -> Draft:
         if self.dynamic:

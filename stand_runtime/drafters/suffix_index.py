@@ -17,11 +17,38 @@ and the copy chain of fixed trees (a value-sized tree matches longer:
 :data:`stand_runtime.drafters.candidates.COPY_NGRAM`)."""
 
 
+MAX_MATCH = 64
+"""Longest match a copy chain's index reports when asked to measure it (tokens): a match of
+``max_ngram`` tokens extended backward by comparison, so a long repeated span (a loop, a copied
+block) is told from a match of just ``max_ngram`` tokens (:func:`stand_runtime.drafters.candidates.match_rate`)."""
+
+
+def repeated(chain: list[int], limit: int) -> list[int]:
+    """``chain`` continued to ``limit`` tokens as an overlapping copy (LZ77's) when the sequence's end cut
+    it (fewer than ``limit`` tokens): a chain cut there is the span from the match to the end, so the
+    text it predicts repeats with that period; a chain of ``limit`` tokens or an empty one is returned
+    as it is."""
+    if not chain or len(chain) >= limit:
+        return chain
+    return [chain[k % len(chain)] for k in range(limit)]
+
+
+def extend_match(sequence: list[int], end: int, n: int, longest: int) -> int:
+    """The length of the match of ``sequence``'s suffix ending at ``end`` (``n`` tokens known to agree)
+    extended backward by comparison, at most ``longest`` tokens."""
+    last = len(sequence) - 1
+    while n < longest and end - n >= 0 and sequence[end - n] == sequence[last - n]:
+        n += 1
+    return n
+
+
 class SuffixIndex:
     """Incremental n-gram index of one sequence.
 
     Args:
-        max_ngram: longest suffix matched (tokens).
+        max_ngram: longest suffix matched by the index (tokens).
+        longest: :meth:`match` extends a match of ``max_ngram`` tokens backward by comparison and
+            reports its length up to this many tokens (e.g. :data:`MAX_MATCH`); None = ``max_ngram``.
 
     The engine hands it the same list of committed tokens every step, grown in place: a list object
     it indexed before and no shorter than then is taken to extend what was indexed (no O(length)
@@ -29,8 +56,9 @@ class SuffixIndex:
     does not extend it starts the index over.
     """
 
-    def __init__(self, max_ngram: int = PROMPT_LOOKUP_NGRAM) -> None:
+    def __init__(self, max_ngram: int = PROMPT_LOOKUP_NGRAM, longest: int | None = None) -> None:
         self.max_ngram = max_ngram
+        self.longest = max_ngram if longest is None else max(max_ngram, longest)
         self._latest: dict[tuple[int, ...], int] = {}  # n-gram → end index of its latest occurrence
         self._indexed = 0  # n-grams ending before this index are indexed
         self._sequence: list[int] = []  # a copy of what was indexed (made when another list comes)
@@ -57,13 +85,16 @@ class SuffixIndex:
         return self.match(sequence, limit)[0]
 
     def match(self, sequence: list[int], limit: int) -> tuple[list[int], int]:
-        """:meth:`continuation` and the length n of the suffix it matched (tokens; 0: none)."""
+        """:meth:`continuation` and the length n of the suffix it matched (tokens; 0: none; up to
+        :attr:`longest` when a match of ``max_ngram`` tokens is extended)."""
         self._update(sequence)
         if limit <= 0:
             return [], 0
         for n in range(min(self.max_ngram, len(sequence)), 0, -1):
             end = self._latest.get(tuple(sequence[-n:]))
             if end is not None:
+                if n == self.max_ngram and self.longest > n:
+                    n = extend_match(sequence, end, n, self.longest)
                 return sequence[end + 1 : end + 1 + limit], n
         return [], 0
 
@@ -82,19 +113,20 @@ class NativeSuffixIndex:
     compares by value only where it differs, so a step costs the new tokens, not the whole sequence.
 
     Args:
-        max_ngram: longest suffix matched (tokens).
+        max_ngram, longest: as :class:`SuffixIndex`'s.
 
     Raises:
         StandError: the extension is not built.
     """
 
-    def __init__(self, max_ngram: int = PROMPT_LOOKUP_NGRAM) -> None:
+    def __init__(self, max_ngram: int = PROMPT_LOOKUP_NGRAM, longest: int | None = None) -> None:
         from ..store.native_store import _native
 
         if _native is None:
             raise StandError("NativeSuffixIndex: the native core stand_runtime._native is not built (pip install -e .)")
         self.max_ngram = max_ngram
-        self._core = _native.SuffixIndex(max_ngram)
+        self.longest = max_ngram if longest is None else max(max_ngram, longest)
+        self._core = _native.SuffixIndex(max_ngram, self.longest)
 
     def continuation(self, sequence: list[int], limit: int) -> list[int]:
         """As :meth:`SuffixIndex.continuation`."""

@@ -230,10 +230,10 @@ class ValueRule:
         self._largest.append(int(largest))
 
     def budget(self, nodes: int) -> int:
-        """Drawn nodes a row's best-first draft needs this step, at most ``nodes``: :data:`GROWTH`
-        times the largest size the rule chose over the last :data:`RECENT` sized forwards plus
-        :data:`SLACK` (``nodes`` before any). Lossless: it reads past steps only, and a best-first
-        draft with a smaller budget is the prefix of the larger one's order
+        """Drawn nodes a row's best-first draft needs this step (or copied tokens its chain offers), at
+        most ``nodes``: :data:`GROWTH` times the largest size the rule chose over the last
+        :data:`RECENT` sized forwards plus :data:`SLACK` (``nodes`` before any). Lossless: it reads past
+        steps only, and a best-first draft with a smaller budget is the prefix of the larger one's order
         (:func:`stand_runtime.drafters.best_first.best_first_draft` stops at its budget)."""
         if not self._largest:
             return nodes
@@ -241,9 +241,10 @@ class ValueRule:
 
     def size_draft(self, draft: Draft) -> Draft:
         """``draft`` (drawn nodes in best-first order, its copy chain pending in ``draft.pending_chain``) cut to
-        the candidates :meth:`size_p` keeps (:func:`candidates`), the chain's kept tokens grafted; the P
+        the candidates :meth:`size_p` keeps (:func:`candidates`, the best :attr:`nodes` at most: drawn
+        nodes and the chain beside them share the tree's budget), the chain's kept tokens grafted; the P
         predicted for the kept nodes is remembered for the outcome (:meth:`remember`)."""
-        found = candidates(draft, self.acceptance)
+        found = candidates(draft, self.acceptance, limit=self.nodes)
         sized, predicted = found.realize(self.size_p(found.p))
         self.remember(sized, predicted)
         return sized

@@ -164,7 +164,7 @@ class BatchAllocator:
             raise StandError("a value-sized dynamic tree sizes scored drafts (the dynamic tree's, on either "
                              "store); this draft has nodes but no scores")
         table = value.acceptance.table()
-        found = [candidates(d, value.acceptance, table) for d in drafts]
+        found = [candidates(d, value.acceptance, table, value.nodes) for d in drafts]  # the tree's budget a row
         acceptance = [c.p for c in found]
         if value.latency.explore(len(drafts)) and explores(len(value.batches)):
             sizes = (0,) * len(drafts)

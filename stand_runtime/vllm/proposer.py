@@ -45,7 +45,7 @@ import torch
 from ..drafters.candidates import COPY_NGRAM, match_rate
 from ..drafters.chain import KINDS, ChainCursor, ChainDraft
 from ..drafters.chain_budget import FORWARD_SIZES, ChainBudget, default_profile, profile_function
-from ..drafters.suffix_index import SuffixIndex
+from ..drafters.suffix_index import MAX_MATCH, SuffixIndex, repeated
 from ..drafters.latency_model import LatencyModel
 from ..errors import StandError
 from ..drafters.feeds import STORE_TOP_K, LogitsFeed, store_params
@@ -281,6 +281,7 @@ class StandProposer:
         state.last = None
         room = min(self.k, self.max_model_len - length - 1)
         copy, match = state.index.match(context, room) if state.index is not None and room > 0 else (None, 0)
+        copy = repeated(copy, room) if copy else copy  # a chain the context's end cut, continued as a repeat
         return ChainCursor(state.store, context, room, state.randomness, copy, self.fallback,
                            copy_rate=match_rate(match, COPY_NGRAM))
 
@@ -318,7 +319,7 @@ class StandProposer:
             # other negatives) folds into that range: drafts stay reproducible per seed, and lossless
             seed = None if row.seed is None else int(row.seed) % SEED_LIMIT
             randomness = RandomStream.seeded(seed) if stochastic else None
-            index = SuffixIndex(COPY_NGRAM) if self.options["copy"] else None
+            index = SuffixIndex(COPY_NGRAM, MAX_MATCH) if self.options["copy"] else None
             state = self._requests[row.req_id] = _Request(self.stores.get(tuple(row.prompt)), params, randomness, index)
             self.totals["requests"] += 1
         return state

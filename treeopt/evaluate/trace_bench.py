@@ -17,7 +17,7 @@ from typing import Callable
 import numpy as np
 
 from stand_runtime import SamplingParams, StandError, SuffixSettings
-from stand_runtime.drafters import COPY_TOKENS, STORE_METHODS, SUFFIX_TUNED, TREE_METHODS
+from stand_runtime.drafters import STORE_METHODS, SUFFIX_TUNED, TREE_METHODS
 from stand_runtime.randomness import RandomStream
 from stand_runtime import Method, replay_trace
 from stand_runtime.checks import check_callable, check_int
@@ -85,25 +85,26 @@ def check_tree_spec(spec, latency: bool = False) -> None:
     resolve_tree(spec)
 
 
-def parse_trace_methods(methods: str, tree: str | None = None, copy_tokens: int = COPY_TOKENS,
+def parse_trace_methods(methods: str, tree: str | None = None, copy_tokens: int | None = None,
                         latency=None) -> list[TraceMethod]:
     """``"stand,pld,suffix-tuned"`` → configurations (tree methods on ``tree`` or their default;
     ``stand-static`` always on :data:`STATIC_TRACE_TREE`, ``recycle`` on its own for a dynamic ``tree``;
     methods without a tree ignore it). ``latency``: the :class:`stand_runtime.LatencyProfile` a
     value-sized ``tree`` (``dynamic-auto[-N]``) is sized by (the replay observes no forward).
+    ``copy_tokens``: STAND's copy path (None: each tree's default, the ``copy_tokens`` of :class:`stand_runtime.Method`).
 
     Raises:
         StandError: an unknown or repeated method name.
     """
     names = split_methods(methods, TRACE_METHODS, requires={"suffix-tuned": "suffix"})
-    copy_tokens = check_int("copy_tokens", copy_tokens, 0, MAX_COPY_TOKENS)
+    copy_tokens = None if copy_tokens is None else check_int("copy_tokens", copy_tokens, 0, MAX_COPY_TOKENS)
     if tree is not None:
         check_tree_spec(tree, latency is not None)
         takers = [name for name in names if name in TREE_METHODS and takes_tree(name, tree)]
         if not takers:
             raise StandError(f"tree {tree!r} applies to none of {', '.join(names)} (trees go to "
                              f"{', '.join(m for m in TREE_METHODS if takes_tree(m, tree))}; stand-static keeps its own)")
-    if copy_tokens != COPY_TOKENS and not any(name in STORE_METHODS or name == "stand-static" for name in names):
+    if copy_tokens is not None and not any(name in STORE_METHODS or name == "stand-static" for name in names):
         raise StandError(f"copy_tokens is STAND's copy path: none of {', '.join(names)} has one")
     out = []
     for name in names:
@@ -119,7 +120,7 @@ def parse_trace_methods(methods: str, tree: str | None = None, copy_tokens: int 
             out.append(TraceMethod(name, Method.parse("stand", spec, copy_tokens=copy_tokens), spec))
         elif name in TREE_METHODS:
             spec = (tree if takes_tree(name, tree) else None) or DEFAULT_TRACE_TREES[name]  # recycle: static only
-            copy = copy_tokens if name in STORE_METHODS else COPY_TOKENS  # Token Recycling has no copy path
+            copy = copy_tokens if name in STORE_METHODS else None  # Token Recycling has no copy path
             out.append(TraceMethod(name, Method.parse(name, spec, copy_tokens=copy, latency=latency), spec))
         else:  # pld: no tree, no copy path of STAND's (its chain is its own)
             out.append(TraceMethod(name, Method.parse(name)))
