@@ -185,8 +185,8 @@ def test_value_sized_drafts_are_lossless_greedy_and_learn(tiny_qwen2, monkeypatc
 
 def test_a_long_repeated_span_is_drafted_past_the_fixed_copy_path(tiny_qwen2):
     """A value-sized tree offers a copy chain of up to 64 tokens (a fixed tree grafts 10): after a prompt
-    that repeats a 20-token span (over a 16-token vocabulary), the first step's chain copies the span on (measured as a 64-token
-    match, so scored high), more than 10 tokens are drafted as copies, and greedy decoding still
+    that repeats a 20-token span (over a 16-token vocabulary), the first step's chain copies the span on (its match
+    measured past 8 tokens, 60 here, so scored high), more than 10 tokens are drafted as copies, and greedy decoding still
     equals plain decoding token for token."""
     from stand_runtime.drafters import COPY_TOKENS, VALUE_COPY_TOKENS
     from stand_runtime.target import latency
@@ -294,3 +294,28 @@ def test_a_budgeted_best_first_draft_is_the_prefix_of_the_full_one(native, stoch
         assert full.num_nodes > small and cut.num_nodes == small
         for field in ("tokens", "parents", "scores", "depths"):
             assert np.array_equal(np.asarray(getattr(cut, field)), np.asarray(getattr(prefix, field))), field
+
+
+@pytest.mark.parametrize("nodes", [16, 1024])
+def test_the_copy_chain_takes_none_of_the_drawn_nodes_budget(nodes):
+    """A value-sized tree drafts its budgeted drawn nodes beside the copy chain (cut to the tree's size):
+    a chain as long as a small tree leaves it all its drawn nodes, and the largest tree stays within the
+    dynamic tree's bound (the rule then keeps the best ``nodes`` of both)."""
+    from stand_runtime.drafters.best_first import MAX_DYNAMIC_NODES, best_first_draft
+    from stand_runtime.randomness import RandomStream
+    from stand_runtime.target import latency
+
+    flat = latency.LatencyProfile((1, 2, 4, 8, 16, 32, 64, 128, 1024, 2048), (1.0,) * 10)
+    sequence = [3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 9, 3, 2, 3, 8, 4] * 4
+    method = Method.parse("stand", f"dynamic-auto-{nodes}", latency=flat)
+    store = method.new_memory(50)
+    for i in range(len(sequence) - 1):
+        store.update(sequence[max(0, i - 7): i + 1], [sequence[i + 1]], [1.0])
+    drafter = method.drafter(store, RandomStream.seeded(0), SamplingParams(), 50)
+    request = drafter.request(list(sequence), 100)
+    chain = min(nodes, method.copy_tokens)
+    assert len(request[5]) == chain and request[0].num_nodes == min(nodes + chain, MAX_DYNAMIC_NODES)
+    draft = best_first_draft(*request)
+    assert draft.num_nodes - len(draft.copied) == request[0].num_nodes - chain
+    sized = drafter.sized(draft)
+    assert sized.num_nodes <= nodes

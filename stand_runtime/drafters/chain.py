@@ -26,8 +26,8 @@ the blend's count c; a copied position: ``running · r``), fixed *before* its to
 drawn the running product takes ``w · q(token)`` (a copied one r). A copy's r grows with the length n
 of the suffix it matched (:meth:`stand_runtime.drafters.suffix_index.SuffixIndex.match`; ``r =
 COPY_DECAY ** (1 + longest - n)``, :func:`stand_runtime.drafters.candidates.match_rate`, longest the
-index's longest match): a copy after an 8-token match is a surer guess than one after a single
-token, and the acceptance map learns copied positions by match and place in the chain. Whether a
+index's n-gram length; a match measured past it, n > longest, ``COPY_DECAY ** (longest / n)``): a copy
+after an 8-token match is a surer guess than one after a single token, and the acceptance map learns copied positions by match and place in the chain. Whether a
 position is drafted may therefore depend on its score (and on earlier positions' draws), never on its
 own draw: the rule that keeps a chain cut by its scores lossless (:mod:`.chain_budget`, docs/design.md §7.7).
 

@@ -24,7 +24,7 @@ from ..store.ngram_store import NGramStore
 from ..randomness import RandomStream
 from ..target.sampling import SamplingParams
 from ..trees.tree import DraftTree
-from .best_first import DynamicTree, best_first_draft
+from .best_first import MAX_DYNAMIC_NODES, DynamicTree, best_first_draft
 from .native_draft import DraftRequest, native_fill_tree
 from .suffix_index import MAX_MATCH, PROMPT_LOOKUP_NGRAM, NativeSuffixIndex, SuffixIndex, repeated
 from .tree_walk import Extension, Proposal, fill_tree
@@ -157,9 +157,10 @@ class StandDrafter:
         tree = self.tree
         if self.value is not None:  # drawn nodes the rule may keep (a prefix of the full budget's order),
             drawn = self.value.budget(tree.num_nodes)  # the chain beside them: the rule keeps the best of both
+            drawn = min(drawn, MAX_DYNAMIC_NODES - len(self._chain))
             if drawn + len(self._chain) != tree.num_nodes:
                 tree = replace(tree, num_nodes=max(1, drawn + len(self._chain)))
-        return (tree, self.store, committed, self.randomness, max_depth, chain)
+        return (tree, self.store, committed, self.randomness, max_depth, None if chain is None else list(self._chain))
 
     def sized(self, draft: Draft) -> Draft:
         """A dynamic draft as the value rule sizes it, else as it is. A value-sized draft leaves its
