@@ -319,3 +319,22 @@ def test_the_copy_chain_takes_none_of_the_drawn_nodes_budget(nodes):
     assert draft.num_nodes - len(draft.copied) == request[0].num_nodes - chain
     sized = drafter.sized(draft)
     assert sized.num_nodes <= nodes
+
+
+def test_an_explicit_node_cap_in_a_batch_keeps_the_copy_chain(tiny_qwen2):
+    """With ``max_nodes`` a batch's value-sized rows are capped by the allocator, after the copy chain
+    competed (cutting the unsized draft first dropped its pending chain): no step drafts more than the
+    cap, copied nodes are drafted, and greedy rows stay plain decoding's."""
+    from stand_runtime import generate_batch
+    from stand_runtime.target import latency
+
+    flat = latency.LatencyProfile((1, 2, 4, 8, 16, 32, 64, 128), (1.0,) * 8)
+    prompt = [3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 9, 3, 2, 3, 8, 4] * 4
+    greedy = SamplingParams(temperature=0)
+    plain = generate(tiny_qwen2, None, prompt, method="ar", sampling=greedy, max_new_tokens=20, eos_token_ids=[])
+    method = Method.parse("stand", "dynamic-auto-16", tiny_qwen2, batch=2, max_nodes=4, latency=flat)
+    rows = generate_batch(tiny_qwen2, None, [prompt], n=2, method=method, sampling=greedy, max_new_tokens=20,
+                          eos_token_ids=[])
+    assert [r.tokens for r in rows] == [plain.tokens] * 2
+    assert max(max(r.stats.drafted_per_step) for r in rows) == 4
+    assert method.value.acceptance.counts()[0][1].sum() > 0  # copied nodes were drafted (and learned)

@@ -131,15 +131,18 @@ class BatchAllocator:
 
     Args:
         value: the value rule every row's drafter shares (its acceptance map and latency model).
+        max_nodes: cap on a row's drafted nodes (the method's ``max_nodes``; None = the tree's budget
+            alone): applied here, not before, so an unsized draft keeps its pending copy chain.
     """
 
-    def __init__(self, value: ValueRule) -> None:
+    def __init__(self, value: ValueRule, max_nodes: int | None = None) -> None:
         self.value = value
+        self.limit = value.nodes if max_nodes is None else (max_nodes if value.nodes is None else min(value.nodes, max_nodes))
 
     @classmethod
-    def for_rows(cls, rows) -> "BatchAllocator | None":
-        """The allocator of rows whose drafters share a batch-allocated value rule; None when no row
-        has one (the drafters size their own drafts, or draft fixed trees).
+    def for_rows(cls, rows, max_nodes: int | None = None) -> "BatchAllocator | None":
+        """The allocator of rows whose drafters share a batch-allocated value rule (each row capped at
+        ``max_nodes``); None when no row has one (the drafters size their own drafts, or draft fixed trees).
 
         Raises:
             StandError: rows with different value rules (one batch decodes one method).
@@ -148,7 +151,7 @@ class BatchAllocator:
                  if rule is not None and rule.batch_allocated}
         if len(rules) > 1:
             raise StandError("the rows of one batch share one value rule (one method)")
-        return cls(next(iter(rules.values()))) if rules else None
+        return cls(next(iter(rules.values())), max_nodes) if rules else None
 
     def allocate(self, drafts: Sequence[Draft]) -> list[Draft]:
         """Each row's draft cut to its allocated prefix (:func:`padded_allocation`); while the latency
@@ -164,7 +167,7 @@ class BatchAllocator:
             raise StandError("a value-sized dynamic tree sizes scored drafts (the dynamic tree's, on either "
                              "store); this draft has nodes but no scores")
         table = value.acceptance.table()
-        found = [candidates(d, value.acceptance, table, value.nodes) for d in drafts]  # the tree's budget a row
+        found = [candidates(d, value.acceptance, table, self.limit) for d in drafts]  # the tree's budget (or cap) a row
         acceptance = [c.p for c in found]
         if value.latency.explore(len(drafts)) and explores(len(value.batches)):
             sizes = (0,) * len(drafts)

@@ -169,8 +169,10 @@ class DecodeRow:
 
     def proposed(self, draft: Draft, max_nodes: int | None = None) -> Draft:
         """The drafter's ``draft`` cut to ``max_nodes`` (see :meth:`propose`), the drafting lap closed
-        (a batch drafts its native rows in one call, :func:`stand_runtime.engine.row_batch.propose_rows`)."""
-        if max_nodes is not None and draft.num_nodes > max_nodes:
+        (a batch drafts its native rows in one call, :func:`stand_runtime.engine.row_batch.propose_rows`).
+        A draft the batch allocator still sizes (its copy chain pending) is capped there instead
+        (:class:`stand_runtime.engine.allocation.BatchAllocator`): cutting it here would drop the chain."""
+        if max_nodes is not None and draft.num_nodes > max_nodes and not draft.pending_chain:
             draft = truncate_draft(draft, max_nodes)
         self.lap("drafting_s")
         return draft

@@ -213,7 +213,7 @@ class Loop:
             defer_feeds(self.rows)  # native stores: the rows' feeds merged in one call per step
         self.active: list[int] = list(range(len(self.rows)))
         self.results: list[GenerationResult | None] = [None] * len(self.rows)
-        self.allocator = BatchAllocator.for_rows(self.rows)
+        self.allocator = BatchAllocator.for_rows(self.rows, max_nodes)
         self._warm = False  # the first forward after the prefill is cold (caches grow): not observed
 
     def _observe_step(self, rows, tokens: int, seconds: float) -> None:
