@@ -200,7 +200,7 @@ def test_a_long_repeated_span_is_drafted_past_the_fixed_copy_path(tiny_qwen2):
     copied = []
     fast = generate(tiny_qwen2, None, prompt, method=method, sampling=greedy, max_new_tokens=24, eos_token_ids=[],
                     on_step=lambda settled: copied.append(len(settled.draft.copied)))
-    assert fast.tokens == plain.tokens
+    assert fast.tokens == plain.tokens and sum(fast.stats.accepted_per_step) > 0  # drafts were accepted
     assert max(copied) > COPY_TOKENS, copied
 
 
@@ -336,5 +336,6 @@ def test_an_explicit_node_cap_in_a_batch_keeps_the_copy_chain(tiny_qwen2):
     rows = generate_batch(tiny_qwen2, None, [prompt], n=2, method=method, sampling=greedy, max_new_tokens=20,
                           eos_token_ids=[])
     assert [r.tokens for r in rows] == [plain.tokens] * 2
+    assert all(sum(r.stats.accepted_per_step) > 0 for r in rows)  # drafts were accepted
     assert max(max(r.stats.drafted_per_step) for r in rows) == 4
     assert method.value.acceptance.counts()[0][1].sum() > 0  # copied nodes were drafted (and learned)
