@@ -43,22 +43,41 @@ def test_the_rule_drafts_the_prefix_with_the_most_expected_tokens_per_second():
     assert steep.size(np.ones(0), np.zeros(0, dtype=bool)) == 0
 
 
-def test_a_stepped_profile_is_priced_by_its_convex_minorant():
-    """A profile that rises by a step (1 -> 2 -> 3 tokens cost 10% each, then flat: measurement noise)
-    stopped the first peak at no node although five nodes of P 0.08 pay; its convex minorant (the
-    lower hull) lets the rule reach them, and a convex profile is its own minorant."""
-    from stand_runtime.drafters.peak import convex_minorant
+def test_a_step_in_the_cost_is_crossed_when_the_nodes_past_it_pay():
+    """A profile that rises by a step stopped the first peak at no node although five nodes of P 0.08
+    pay; the bounded rule reaches them. A kernel step (3 -> 4 tokens costs 33%, then 4% a token, as
+    on the Intel Xeon measured): sure nodes cross it, unsure ones stop before it, where a convex
+    minorant priced the step as a ramp and took them."""
+    from stand_runtime.drafters.peak import bounded_peak_of
 
     stepped = np.array([1.0, 1.1, 1.2, 1.2, 1.21, 1.22, 1.23])
-    hull = convex_minorant(stepped)
-    assert np.all(hull <= stepped + 1e-12) and np.all(np.diff(hull, 2) >= -1e-12) and hull[0] == 1.0
-    convex = np.array([1.0, 1.01, 1.03, 1.06, 1.1])
-    assert np.allclose(convex_minorant(convex), convex)
     profile = lambda tokens: float(np.interp(tokens, np.arange(1, 8), stepped))
     rule = ValueRule(LatencyModel(profile, (1, 2, 4, 8)), FixedAcceptance([0.08] * 6))
     rule.latency.observe(1, 1.0), rule.latency.observe(1, 1.0)
-    assert first_peak(lambda n: 1 + 0.08 * n, profile, 6) == 0  # the raw profile: stuck at the step
+    assert first_peak(lambda n: 1 + 0.08 * n, profile, 6) == 0  # stuck at the step
     assert rule.size(np.ones(6), np.zeros(6, dtype=bool)) == 6
+    kernel = np.array([45.0, 46, 48, 64, 66, 68, 70, 72, 74, 76, 78])  # ms, forwards of 1 .. 11 tokens
+    sure = 1.0 + np.concatenate([[0.0], np.cumsum([0.9, 0.85, 0.8, 0.8, 0.75, 0.7, 0.7, 0.6, 0.5, 0.4])])
+    unsure = 1.0 + np.concatenate([[0.0], np.cumsum([0.6, 0.5, 0.25, 0.2, 0.15, 0.1, 0.05, 0.05, 0.02, 0.01])])
+    assert bounded_peak_of(sure, kernel) == int(np.argmax(sure / kernel)) > 2
+    assert bounded_peak_of(unsure, kernel) == int(np.argmax(unsure / kernel)) == 2
+
+
+def test_the_bounded_peak_is_the_first_peak_on_convex_costs():
+    """With falling increments and a convex cost the bounded rule stops where the first peak does (the
+    best size); with a look-ahead of one it is the first peak on any curve."""
+    from stand_runtime.drafters.peak import bounded_peak_of, first_peak_of
+
+    rng = np.random.default_rng(5)
+    for _ in range(300):
+        length = int(rng.integers(0, 20))
+        p = np.sort(rng.random(length))[::-1]
+        gains = 1.0 + np.concatenate([[0.0], np.cumsum(p)])
+        convex = 1.0 + np.cumsum(np.sort(rng.random(length + 1) * 0.2))
+        assert bounded_peak_of(gains, convex) == first_peak_of(gains, convex) == int(np.argmax(gains / convex))
+        bumpy = 1.0 + np.cumsum(rng.random(length + 1) * 0.3)
+        rough = 1.0 + np.concatenate([[0.0], np.cumsum(rng.random(length))])
+        assert bounded_peak_of(rough, bumpy, lookahead=1) == first_peak_of(rough, bumpy)
 
 
 def test_first_peak_of_arrays_is_the_stopping_rule():

@@ -8,9 +8,10 @@ costs ``t(1 + n)`` seconds of target forward. The rule drafts the prefix of the 
     n* = argmax_n (1 + sum_{i <= n} P_i) / t(1 + n),    n = 0 .. budget,
 
 so zero nodes is an answer where nothing the store knows pays for the tokens it adds to the forward.
-The n taken is the *first* peak of that curve (:func:`.peak.first_peak`): whether node k is drafted is decided
-from the first k nodes' scores only, never from nodes after it (its own children's scores read its
-drawn token). In a batch the same rule sizes every row at once (:mod:`stand_runtime.engine.allocation`).
+The n taken is where a stopping rule ends (:func:`.peak.bounded_peak_of`: the draft grows while a size
+just ahead, the later nodes forecast from the ones taken, may still beat the best rate passed; on a
+convex cost the curve's first peak): whether node k is drafted is decided from the first k nodes'
+scores only, never from nodes after it (its own children's scores read its drawn token). In a batch the same rule sizes every row at once (:mod:`stand_runtime.engine.allocation`).
 
 Two estimates steer it, both learned online from this run and both lossless to use:
 
@@ -47,7 +48,7 @@ from ..errors import StandError
 from ..trees.draft import Draft
 from .candidates import candidates
 from .latency_model import LatencyModel, explores
-from .peak import convex_minorant, first_peak_of
+from .peak import bounded_peak_of
 
 EDGES = np.logspace(-4, 0, 17)
 """Bin edges of :class:`AcceptanceMap` over a node's score (16 bins from 1e-4 to 1; below: the first)."""
@@ -174,9 +175,8 @@ class ValueRule:
             all rows' candidates, :mod:`stand_runtime.engine.allocation`) and the drafter drafts its
             best-first order (up to :meth:`budget` nodes); False: each row's drafter sizes its own
             draft (:meth:`size`).
-        nodes: the tree's node budget: forwards are priced over 1 .. ``nodes + 1`` tokens a row
-            whatever a step's (budgeted) draft offers, so that the cost curve, a convex minorant
-            over that range, does not change with :meth:`budget`; None = over the candidates offered.
+        nodes: the tree's node budget: the most candidates a row keeps (drawn nodes and the copy
+            chain together); None = all offered.
 
     Attributes:
         sizes: every drafted row's chosen size, step by step (diagnostics).
@@ -207,23 +207,17 @@ class ValueRule:
         return self.size_p(self.acceptance.estimate(scores, copied) if len(scores) else np.zeros(0))
 
     def size_p(self, acceptance: np.ndarray) -> int:
-        """The n in 0 .. L where the expected tokens per second of the first n candidates (``[L]`` their
-        P, in the order they are taken) first peaks (:func:`.peak.first_peak`; 0 on the steps
-        :func:`explores` names while the latency model explores)."""
+        """The n in 0 .. L the first n candidates (``[L]`` their P, in the order they are taken) grow to
+        while their expected tokens per second may still rise (:func:`.peak.bounded_peak_of`, on the
+        latency model's t itself; 0 on the steps :func:`explores` names while the latency model explores)."""
         if len(acceptance) == 0 or (self.latency.explore() and explores(len(self.sizes))):
             self.sizes.append(0)
             return 0
         gains = 1.0 + np.concatenate([[0.0], np.cumsum(acceptance)])
-        cost = convex_minorant(self.latency.at_many(np.arange(1, self.span(len(acceptance)) + 2)))
-        best = first_peak_of(gains, cost[: len(gains)])
+        best = bounded_peak_of(gains, self.latency.at_many(np.arange(1, len(gains) + 1)))
         self.sizes.append(best)
         self.chose(best)
         return best
-
-    def span(self, longest: int) -> int:
-        """Nodes a row the cost curve is priced over: :attr:`nodes` (at least ``longest``, the
-        candidates offered), or ``longest`` when None."""
-        return longest if self.nodes is None else max(self.nodes, longest)
 
     def chose(self, largest: int) -> None:
         """Record a sized forward's largest row size (for :meth:`budget`); exploring forwards are not recorded."""

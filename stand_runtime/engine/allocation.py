@@ -10,7 +10,6 @@ acceptance map; the allocator chooses each row's prefix size ``n_r`` for the mos
 second of the whole forward,
 
     padded (the engine's forward, ``[B, W]``):  sum_r (1 + G_r(min(W - 1, L_r))) / t(B W),
-    (t priced by its convex minorant over the widths, :func:`stand_runtime.drafters.peak.convex_minorant`)
     packed (rows flattened into one sequence):  sum_r (1 + G_r(n_r)) / t(sum_r (1 + n_r)),
 
 with ``G_r(n) = sum_{i <= n} P_ri``, ``L_r`` the row's candidates and t the latency model's seconds of a
@@ -19,9 +18,10 @@ forwards, padding included). With padding a row fills up to the common width for
 choice is the width W alone; :func:`packed_allocation` is what flattening would give (the engine pads:
 its ratio to the padded choice is recorded as the packing's modelled gain).
 
-Losslessness: both choices are stopping rules (:func:`stand_runtime.drafters.peak.first_peak`, here
-in one pass: :func:`stand_runtime.drafters.peak.first_peak_of`): the
-width grows, or the best remaining candidate is taken, while the modelled rate rises, so whether row
+Losslessness: both choices are stopping rules (:func:`stand_runtime.drafters.peak.bounded_peak_of` for
+the width, which crosses a step in the cost when the widths just past it may pay; the packed choice
+:func:`stand_runtime.drafters.peak.first_peak`'s): the width grows, or the best remaining candidate is
+taken, while the modelled rate may still rise, reading only what was taken so far, so whether row
 r's node k is drafted depends on row r's first k candidates (their scores read q at rank) and on the
 other rows' drafts (drawn with their own random streams), never on row r's node k's own draw nor on
 anything drawn after it; a prefix of the best-first order is a lossless draft
@@ -37,7 +37,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from ..drafters.candidates import candidates
-from ..drafters.peak import convex_minorant, first_peak_of, seconds_of
+from ..drafters.peak import bounded_peak_of, seconds_of
 from ..drafters.latency_model import explores
 from ..drafters.value import ValueRule
 from ..errors import StandError
@@ -71,18 +71,16 @@ def _cumulative(acceptance: Sequence[np.ndarray]) -> list[np.ndarray]:
     return [np.concatenate([[0.0], np.cumsum(np.asarray(p, dtype=np.float64))]) for p in acceptance]
 
 
-def padded_allocation(acceptance: Sequence[np.ndarray], seconds: Callable[[float], float],
-                      span: int | None = None) -> Allocation:
+def padded_allocation(acceptance: Sequence[np.ndarray], seconds: Callable[[float], float]) -> Allocation:
     """The padded forward's allocation: width W grown from 1 (roots only) while the modelled rate
-    ``sum_r (1 + G_r(min(W - 1, L_r))) / seconds(B W)`` rises; every row drafts its first
+    ``sum_r (1 + G_r(min(W - 1, L_r))) / seconds(B W)`` may still rise
+    (:func:`stand_runtime.drafters.peak.bounded_peak_of`); every row drafts its first
     ``min(W - 1, L_r)`` candidates (the padding up to W is filled for free).
 
     Args:
         acceptance: per row ``[L_r]`` float P of its candidates in best-first order (empty: the row
             drafts nothing).
         seconds: seconds of one forward over that many tokens in all.
-        span: price widths up to ``span + 1`` (the cost curve's convex minorant over that range, so a
-            row's budgeted candidates do not change it); None = up to the longest row's candidates.
 
     Raises:
         StandError: no rows.
@@ -94,9 +92,7 @@ def padded_allocation(acceptance: Sequence[np.ndarray], seconds: Callable[[float
 
     filled = np.array([np.pad(s, (0, longest + 1 - len(s)), mode="edge") for s in sums])  # [B, longest + 1]
     gains = batch + filled.sum(axis=0)  # the forward's expected tokens with n nodes a row (fewer where a row ends)
-    widths = longest if span is None else max(span, longest)
-    cost = convex_minorant(seconds_of(seconds, batch * np.arange(1, widths + 2)))[: longest + 1]
-    n = first_peak_of(gains, cost)
+    n = bounded_peak_of(gains, seconds_of(seconds, batch * np.arange(1, longest + 2)))
     sizes = tuple(min(n, len(s) - 1) for s in sums)
     return Allocation(sizes, batch * (n + 1), float(gains[n]), seconds(batch * (n + 1)))
 
@@ -173,7 +169,7 @@ class BatchAllocator:
             sizes = (0,) * len(drafts)
         else:
             seconds = value.latency.frozen()
-            chosen = padded_allocation(acceptance, seconds, value.span(max(len(p) for p in acceptance)))
+            chosen = padded_allocation(acceptance, seconds)
             sizes = chosen.sizes
             value.chose(max(sizes))
             if len(drafts) > 1:  # one row: packed is padded

@@ -1,11 +1,16 @@
-"""A faithful faster CPU forward: ``nn.Linear`` weights prepacked once for oneDNN.
+"""A faithful faster CPU forward: each ``nn.Linear`` computed by the faster of two kernels for its row count.
 
-On a CPU, a transformer forward of a few tokens is dominated by its linear layers, and stock fp32
-GEMM is slow for 2-16 rows (the shapes of a draft-tree step: docs/design.md §5.3). oneDNN with
-the weight reordered once into its blocked layout (``torch.ops.mkldnn._reorder_linear_weight``,
-then ``_linear_pointwise`` per call: the private ops torch.compile's inductor emits for CPU linears)
-computes the same product in the same dtype, flatter in the number of rows. The target model is
-unchanged up to float rounding (max |Δlogit| ~1e-4 on the default model, same argmax): every layer
+On a CPU, a transformer forward of a few tokens is dominated by its linear layers, and which fp32
+GEMM is fastest for 1-16 rows (the shapes of a draft-tree step: docs/design.md §5.3) depends on the
+machine: on an AMD EPYC stock MKL was slow from 2 rows on, so oneDNN with the weight reordered once
+into its blocked layout (``torch.ops.mkldnn._reorder_linear_weight``, then ``_linear_pointwise`` per
+call: the private ops torch.compile's inductor emits for CPU linears) made a tree step much cheaper;
+on an Intel Xeon with AVX-512/AMX stock MKL is ~25% faster for 1-3 rows (a whole forward of the
+default model: 45-49 ms against 57-64 ms) and oneDNN's blocked weight faster from 4 or 8 rows on.
+So every packed layer keeps its stock weight (a reference: no copy) and computes calls of up to S
+rows with it, S measured per machine on whole forwards (:mod:`stand_runtime.target.kernel_choice`;
+0 where the packed kernel wins from one row on). Both kernels compute the same product in the same
+dtype: the target is unchanged up to float rounding (max |Δlogit| ~1e-4 on the default model, same argmax): every layer
 is checked against ``F.linear`` when it is packed and left stock if it disagrees, and tests compare
 the whole model's logits and greedy output with the stock model's.
 """
@@ -35,29 +40,51 @@ def prepacking_supported() -> bool:
 
 
 class PackedLinear(torch.nn.Module):
-    """``y = x W^T + b`` with W prepacked for oneDNN (same dtype, float rounding aside).
+    """``y = x W^T + b`` with W prepacked for oneDNN, and the stock kernel for the row counts in
+    ``stock_rows`` (same dtype, float rounding aside).
 
     Args:
-        linear: the stock layer (its weight is copied into the packed layout).
+        linear: the stock layer (its weight is copied into the packed layout and kept as it is).
+        stock_rows: row counts (tokens in the call) computed by ``F.linear`` on the stock weight.
     """
 
-    def __init__(self, linear: torch.nn.Linear) -> None:
+    def __init__(self, linear: torch.nn.Linear, stock_rows=()) -> None:
         super().__init__()
         self.in_features = linear.in_features
         self.out_features = linear.out_features
         packed = torch.ops.mkldnn._reorder_linear_weight(linear.weight.detach(), None)
         self.weight = torch.nn.Parameter(packed, requires_grad=False)
         self.bias = None if linear.bias is None else torch.nn.Parameter(linear.bias.detach(), requires_grad=False)
+        self.register_buffer("stock_weight", linear.weight.detach(), persistent=False)
+        self.stock_rows = frozenset(stock_rows)
+
+    def use_stock_for(self, rows, release: bool = False) -> None:
+        """Compute calls of these row counts with the stock kernel from now on; with none and
+        ``release``, the stock weight is dropped for good (a tied weight, such as an output layer's,
+        stays with its owner).
+
+        Raises:
+            ValueError: stock rows asked for after the stock weight was released.
+        """
+        self.stock_rows = frozenset(int(r) for r in rows)
+        if self.stock_rows and self.stock_weight is None:
+            raise ValueError("this packed layer's stock weight was released")
+        if not self.stock_rows and release:
+            self.stock_weight = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``x``: ``[..., in_features]`` → ``[..., out_features]``, the weight's dtype."""
         rows = x.reshape(-1, self.in_features)
-        out = torch.ops.mkldnn._linear_pointwise(rows, self.weight, self.bias, "none", [], "")
+        if rows.shape[0] in self.stock_rows:
+            out = F.linear(rows, self.stock_weight, self.bias)
+        else:
+            out = torch.ops.mkldnn._linear_pointwise(rows, self.weight, self.bias, "none", [], "")
         return out.reshape(*x.shape[:-1], self.out_features)
 
 
 def prepack_linears(model: torch.nn.Module) -> int:
-    """Replace every float32 ``nn.Linear`` of a CPU model by a checked :class:`PackedLinear`.
+    """Replace every float32 ``nn.Linear`` of a CPU model by a checked :class:`PackedLinear` (packed
+    kernel at every row count until :func:`use_stock_up_to` says otherwise).
 
     Each layer is packed, run on a random ``[3, in_features]`` input and compared with ``F.linear``;
     a layer whose output differs by more than 1e-4 of its scale stays stock.
@@ -83,3 +110,19 @@ def prepack_linears(model: torch.nn.Module) -> int:
                     setattr(parent, name, packed)
                     replaced += 1
     return replaced
+
+
+def use_stock_up_to(model: torch.nn.Module, rows: int, release: bool = False) -> int:
+    """Compute every packed layer's calls of at most ``rows`` rows with the stock kernel (0: packed
+    for all; with ``release`` the stock weights are then dropped). Returns the layers changed."""
+    layers = [layer for layer in model.modules() if isinstance(layer, PackedLinear)]
+    for layer in layers:
+        layer.use_stock_for(range(1, rows + 1), release)
+    return len(layers)
+
+
+def dispatch_signature(model: torch.nn.Module) -> str:
+    """Which kernel a model's linears use at which row counts (part of a latency profile's key):
+    ``"packed=False"`` without packed layers, else ``"packed=True"`` and the stock row counts."""
+    rows = sorted({tuple(sorted(layer.stock_rows)) for layer in model.modules() if isinstance(layer, PackedLinear)})
+    return "packed=False" if not rows else "packed=True" + "".join(f"|stock_rows={list(r)}" for r in rows if r)

@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from ..files import write_json_atomic
+from .fast_linear import dispatch_signature
 from .forward import model_device, tree_forward
 from .kv_cache import new_cache
 from .models import cache_root
@@ -128,11 +129,11 @@ def profile_name(model) -> str:
 def profile_key(model, model_name: str) -> str:
     """What a cached profile depends on: model (the folder it was loaded from, whatever name the
     user gave it; ``model_name`` for a model built in memory), dtype, device, threads, CPU
-    capability, torch, and whether the linears are prepacked."""
+    capability, torch, and which linear kernel runs at which row count
+    (:func:`stand_runtime.target.fast_linear.dispatch_signature`)."""
     first = next(model.parameters())
-    packed = any(type(m).__name__ == "PackedLinear" for m in model.modules())
     parts = [str(getattr(model.config, "_name_or_path", "") or model_name), str(first.dtype), str(first.device), str(torch.get_num_threads()),
-             torch.backends.cpu.get_cpu_capability(), torch.__version__, f"packed={packed}", str(DEFAULT_SIZES)]
+             torch.backends.cpu.get_cpu_capability(), torch.__version__, dispatch_signature(model), str(DEFAULT_SIZES)]
     return hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
 
 

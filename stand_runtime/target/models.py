@@ -31,6 +31,7 @@ import torch
 
 from ..errors import StandError
 from .fast_linear import native_bf16, prepack_linears
+from .kernel_choice import choose_kernels
 from .tree_attention import use_tree_attention
 
 DEFAULT_MODEL = "smollm2-135m"
@@ -96,8 +97,10 @@ def load_model(
         dtype: weight dtype, ``torch.float32`` (default) or ``torch.bfloat16`` (or their names). A
             bfloat16 model is a different target (lossless relative to itself); every comparison must
             use the same weights and dtype.
-        fast: on a CPU in float32, prepack the linear layers for oneDNN
-            (:mod:`stand_runtime.target.fast_linear`: same target up to float rounding, each layer checked).
+        fast: on a CPU in float32, prepack the linear layers for oneDNN and compute each call with
+            the kernel measured faster here for its row count (:mod:`stand_runtime.target.fast_linear`:
+            same target up to float rounding, each layer checked; the choice is measured once per
+            machine, ~1-2 s, and cached beside the latency profiles).
             Grouped-query models also get tree attention that reads the KV cache without copying
             it (:mod:`stand_runtime.target.tree_attention`, exact), whatever ``fast``.
 
@@ -123,6 +126,7 @@ def load_model(
     use_tree_attention(model)
     if fast and torch.device(device).type == "cpu" and dtype == torch.float32:
         prepack_linears(model)
+        choose_kernels(model, cache_root() / "latency")
     return model, tokenizer
 
 

@@ -1,0 +1,127 @@
+"""Which linear kernel computes a forward of few tokens on this machine: measured on whole forwards.
+
+:mod:`stand_runtime.target.fast_linear` holds each linear layer twice (the stock weight for MKL's
+``F.linear``, a oneDNN-blocked copy) and computes calls of at most S rows with the stock kernel. The
+best S differs between machines of one kind (measured: 0 on an AMD EPYC, where stock fp32 GEMM is slow
+from 2 rows on; 3 on an Intel Xeon with AVX-512/AMX, where stock MKL is ~25% faster for 1-3 rows and
+the blocked weight ~10% faster at 5-12). Timing each layer shape alone mis-chose S (a layer timed in a
+loop sits in the cache, and mixing kernels within one forward cost more than either alone), so S is
+measured on the model's own forwards: :func:`measure_stock_rows` times both kernels at each size of
+:data:`SIZES` on a short cached prefix, interleaved, and S is the largest size up to which the stock
+kernel was faster at every measured size. The choice is cached per model and machine next to the
+latency profiles (:func:`choose_kernels`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import platform
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..files import write_json_atomic
+from ..trees.tree import DraftTree
+from .fast_linear import PackedLinear, use_stock_up_to
+from .forward import model_device, tree_forward
+from .kv_cache import new_cache
+
+SIZES = (1, 2, 3, 4, 5, 6, 8)
+"""Tokens per forward at which the two kernels are timed; beyond the last the packed kernel runs."""
+
+ROUNDS = 5
+"""Interleaved timing rounds (after one warm-up round); each size's time is its median."""
+
+PREFIX = 64
+"""Cached tokens the timed forwards attend to (the linears' cost does not depend on it)."""
+
+
+def measure_stock_rows(model, sizes=SIZES, rounds: int = ROUNDS, seed: int = 0) -> tuple[int, dict]:
+    """The largest S of ``sizes`` such that a forward of n tokens was faster with the stock kernel
+    than with the packed one at every measured n <= S (0: packed from one token on).
+
+    Each round times, for every size in a random order, one chain forward of n random tokens with
+    each kernel (in random order), on a ``PREFIX``-token cache.
+
+    Returns:
+        ``(S, {"sizes", "stock_s", "packed_s"})``: S and the medians (seconds) it was chosen from.
+    """
+    device = model_device(model)
+    vocab = model.config.vocab_size
+    gen = torch.Generator().manual_seed(seed)
+    order = np.random.default_rng(seed)
+    cache = new_cache(model)
+    chains = {n: DraftTree.chain(n - 1) for n in sizes}
+    times = {True: np.zeros((rounds, len(sizes))), False: np.zeros((rounds, len(sizes)))}
+    with torch.inference_mode():
+        model(input_ids=torch.randint(0, vocab, (1, PREFIX), generator=gen).to(device), cache=cache)
+        for round_index in range(rounds + 1):
+            for column in order.permutation(len(sizes)):
+                n = sizes[column]
+                for stock in order.permutation([True, False]):
+                    use_stock_up_to(model, n if stock else 0)
+                    tokens = torch.randint(0, vocab, (n,), generator=gen).tolist()
+                    start = time.perf_counter()
+                    tree_forward(model, cache, tokens, chains[n].depths, chains[n].ancestor_mask, PREFIX)
+                    if round_index:  # round 0 warms both kernels up
+                        times[bool(stock)][round_index - 1, column] = time.perf_counter() - start
+                    cache.crop(-n)
+    stock_s, packed_s = np.median(times[True], axis=0), np.median(times[False], axis=0)
+    rows = 0
+    for n, s, p in zip(sizes, stock_s, packed_s):
+        if s >= p:
+            break
+        rows = n
+    return rows, {"sizes": list(sizes), "stock_s": stock_s.tolist(), "packed_s": packed_s.tolist()}
+
+
+_CPU_FIELDS = ("vendor_id", "cpu family", "model", "model name", "stepping", "cache size", "flags")
+"""``/proc/cpuinfo`` fields naming the CPU (several generations share one model name)."""
+
+
+def machine_key(model) -> str:
+    """What the choice depends on: the model (its folder, its linear shapes), the CPU (its
+    ``/proc/cpuinfo`` identity, else the platform's name), threads, CPU capability and torch."""
+    name = platform.processor()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as info:
+            first = info.read().split("\n\n")[0]  # the first processor's block
+        fields = {key.strip(): value for key, value in (line.split(":", 1) for line in first.splitlines() if ":" in line)}
+        name = "/".join(fields.get(key, "").strip() for key in _CPU_FIELDS)
+    except OSError:
+        pass
+    shapes = sorted({(m.in_features, m.out_features) for m in model.modules() if isinstance(m, PackedLinear)})
+    parts = [str(getattr(model.config, "_name_or_path", "") or getattr(model.config, "model_type", "")), repr(shapes),
+             name, str(torch.get_num_threads()), torch.backends.cpu.get_cpu_capability(), torch.__version__, repr(SIZES)]
+    return hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
+
+
+def choose_kernels(model, cache_dir: Path | None) -> int:
+    """Set the stock kernel for a packed model's forwards of at most S tokens (:func:`measure_stock_rows`,
+    ~3-5 s for the default model), S read from ``cache_dir/linears-<key>.json`` when measured before
+    on this machine (:func:`machine_key`; a corrupt file is measured again). A model without packed
+    layers is left alone.
+
+    Returns:
+        S (0 when the packed kernel runs at every size, or nothing is packed).
+    """
+    if not any(isinstance(m, PackedLinear) for m in model.modules()):
+        return 0
+    path = None if cache_dir is None else Path(cache_dir) / f"linears-{machine_key(model)}.json"
+    rows = None
+    if path is not None and path.is_file():
+        try:
+            rows = int(json.loads(path.read_text())["stock_rows"])
+        except (OSError, ValueError, KeyError, TypeError):
+            rows = None
+    if rows is None:
+        rows, timings = measure_stock_rows(model)
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write_json_atomic(path, {"stock_rows": rows, "cpu": torch.backends.cpu.get_cpu_capability(),
+                                     "threads": torch.get_num_threads(), **timings})
+    use_stock_up_to(model, rows, release=True)
+    return rows

@@ -1,0 +1,84 @@
+"""Linear kernels per row count (stand_runtime.target.kernel_choice, fast_linear): the stock kernel for
+forwards of at most S tokens, the packed one beyond, S measured on whole forwards and cached."""
+
+import copy
+import json
+
+import pytest
+import torch
+
+from conftest import tiny_model
+from stand_runtime.target import kernel_choice
+from stand_runtime.target.fast_linear import PackedLinear, dispatch_signature, prepack_linears, use_stock_up_to
+from stand_runtime.target.forward import tree_forward
+from stand_runtime.target.kv_cache import new_cache
+from stand_runtime.trees.tree import DraftTree
+
+
+def packed_tiny():
+    model = tiny_model("llama", vocab=64, seed=1)
+    stock = copy.deepcopy(model)
+    assert prepack_linears(model) == 2 * 7 + 1  # q, k, v, o, gate, up, down per layer, and the output layer
+    return model, stock
+
+
+def chain_logits(model, prefix, tokens):
+    cache = new_cache(model)
+    with torch.inference_mode():
+        model(input_ids=torch.tensor([prefix]), cache=cache, use_cache=True)
+    chain = DraftTree.chain(len(tokens) - 1)
+    return tree_forward(model, cache, tokens, chain.depths, chain.ancestor_mask, len(prefix))
+
+
+@pytest.mark.parametrize("stock_rows", [0, 3, 8])
+def test_either_kernel_gives_the_stock_model_logits(stock_rows):
+    """Whatever S, forwards of 1-6 tokens (below, at and above S) equal the stock model's logits up to
+    float32 rounding, with the same argmax."""
+    model, stock = packed_tiny()
+    use_stock_up_to(model, stock_rows)
+    prefix = [3, 1, 4, 1, 5, 9, 2, 6]
+    for n in range(1, 7):
+        tokens = list(range(10, 10 + n))
+        fast, reference = chain_logits(model, prefix, tokens), chain_logits(stock, prefix, tokens)
+        assert (fast - reference).abs().max().item() <= 1e-5 * reference.abs().max().item()
+        assert torch.equal(fast.argmax(-1), reference.argmax(-1))
+    layer = next(m for m in model.modules() if isinstance(m, PackedLinear))
+    assert layer.stock_rows == frozenset(range(1, stock_rows + 1))
+
+
+def test_the_choice_is_measured_once_then_read_from_the_cache(tmp_path, monkeypatch):
+    """choose_kernels measures S on whole forwards (a prefix of the measured sizes where the stock
+    kernel was faster), writes it atomically, reads it back on the next load, measures again when
+    the file is corrupt, and releases the stock weights when S is 0."""
+    model, _ = packed_tiny()
+    rows, timings = kernel_choice.measure_stock_rows(model, rounds=1)
+    assert rows == 0 or rows in kernel_choice.SIZES
+    faster = [s < p for s, p in zip(timings["stock_s"], timings["packed_s"])]
+    assert all(faster[: kernel_choice.SIZES.index(rows) + 1] if rows else [True])
+    assert rows == kernel_choice.SIZES[-1] or not faster[kernel_choice.SIZES.index(rows) + 1 if rows else 0]
+
+    calls = []
+
+    def measured(model, sizes=kernel_choice.SIZES, rounds=kernel_choice.ROUNDS, seed=0):
+        calls.append(1)
+        return 2, {"sizes": list(sizes), "stock_s": [], "packed_s": []}
+
+    monkeypatch.setattr(kernel_choice, "measure_stock_rows", measured)
+    assert kernel_choice.choose_kernels(model, tmp_path) == 2 and len(calls) == 1
+    [path] = tmp_path.glob("linears-*.json")
+    assert json.loads(path.read_text())["stock_rows"] == 2
+    fresh, _ = packed_tiny()
+    assert kernel_choice.choose_kernels(fresh, tmp_path) == 2 and len(calls) == 1  # read, not measured
+    assert "stock_rows=[1, 2]" in dispatch_signature(fresh)
+    path.write_text("{not json")
+    assert kernel_choice.choose_kernels(fresh, tmp_path) == 2 and len(calls) == 2
+
+    path.write_text(json.dumps({"stock_rows": 0}))
+    kernel_choice.choose_kernels(fresh, tmp_path)
+    layer = next(m for m in fresh.modules() if isinstance(m, PackedLinear))
+    assert layer.stock_rows == frozenset() and layer.stock_weight is None
+    assert dispatch_signature(fresh) == "packed=True"
+    with pytest.raises(ValueError, match="released"):
+        layer.use_stock_for([1])
+    assert kernel_choice.choose_kernels(tiny_model("llama", vocab=64), tmp_path) == 0  # nothing packed: left alone
+    assert dispatch_signature(tiny_model("llama", vocab=64)) == "packed=False"
