@@ -43,19 +43,24 @@ def test_either_kernel_gives_the_stock_model_logits(stock_rows):
         assert (fast - reference).abs().max().item() <= 1e-5 * reference.abs().max().item()
         assert torch.equal(fast.argmax(-1), reference.argmax(-1))
     layer = next(m for m in model.modules() if isinstance(m, PackedLinear))
-    assert layer.stock_rows == frozenset(range(1, stock_rows + 1))
+    assert layer.stock_up_to == stock_rows
 
 
 def test_the_choice_is_measured_once_then_read_from_the_cache(tmp_path, monkeypatch):
     """choose_kernels measures S on whole forwards (a prefix of the measured sizes where the stock
-    kernel was faster), writes it atomically, reads it back on the next load, measures again when
-    the file is corrupt, and releases the stock weights when S is 0."""
+    kernel was faster; the model's dispatch left as it was), writes it atomically, reads it back on
+    the next load, measures again when the file is corrupt or holds no valid S, survives an unwritable
+    folder, and releases the stock weights when S is 0."""
     model, _ = packed_tiny()
+    use_stock_up_to(model, 2)
     rows, timings = kernel_choice.measure_stock_rows(model, rounds=1)
+    assert all(m.stock_up_to == 2 for m in model.modules() if isinstance(m, PackedLinear))
     assert rows == 0 or rows in kernel_choice.SIZES
     faster = [s < p for s, p in zip(timings["stock_s"], timings["packed_s"])]
-    assert all(faster[: kernel_choice.SIZES.index(rows) + 1] if rows else [True])
-    assert rows == kernel_choice.SIZES[-1] or not faster[kernel_choice.SIZES.index(rows) + 1 if rows else 0]
+    taken = kernel_choice.SIZES.index(rows) + 1 if rows else 0
+    assert all(faster[:taken]) and (taken == len(faster) or not faster[taken])
+    with pytest.raises(ValueError, match="rounds"):
+        kernel_choice.measure_stock_rows(model, rounds=0)
 
     calls = []
 
@@ -69,16 +74,24 @@ def test_the_choice_is_measured_once_then_read_from_the_cache(tmp_path, monkeypa
     assert json.loads(path.read_text())["stock_rows"] == 2
     fresh, _ = packed_tiny()
     assert kernel_choice.choose_kernels(fresh, tmp_path) == 2 and len(calls) == 1  # read, not measured
-    assert "stock_rows=[1, 2]" in dispatch_signature(fresh)
-    path.write_text("{not json")
-    assert kernel_choice.choose_kernels(fresh, tmp_path) == 2 and len(calls) == 2
+    assert dispatch_signature(fresh) == "packed=True|stock_up_to=2"
+    for bad in ("{not json", "[]", '{"stock_rows": Infinity}', '{"stock_rows": 1e9}', '{"stock_rows": -1}',
+                '{"stock_rows": 7}', '{"stock_rows": true}', '{"stock_rows": 3.0}'):
+        path.write_text(bad)
+        assert kernel_choice.choose_kernels(fresh, tmp_path) == 2, bad  # measured again
+    assert len(calls) == 9
+    blocked = tmp_path / "file"
+    blocked.write_text("")
+    assert kernel_choice.choose_kernels(fresh, blocked / "latency") == 2  # no folder can be made there: uncached
 
     path.write_text(json.dumps({"stock_rows": 0}))
     kernel_choice.choose_kernels(fresh, tmp_path)
     layer = next(m for m in fresh.modules() if isinstance(m, PackedLinear))
-    assert layer.stock_rows == frozenset() and layer.stock_weight is None
+    assert layer.stock_up_to == 0 and layer.stock_weight is None
     assert dispatch_signature(fresh) == "packed=True"
     with pytest.raises(ValueError, match="released"):
-        layer.use_stock_for([1])
+        use_stock_up_to(fresh, 1)
+    assert layer.stock_up_to == 0  # unchanged, and a forward still runs
+    chain_logits(fresh, [1, 2, 3], [4, 5])
     assert kernel_choice.choose_kernels(tiny_model("llama", vocab=64), tmp_path) == 0  # nothing packed: left alone
     assert dispatch_signature(tiny_model("llama", vocab=64)) == "packed=False"

@@ -56,11 +56,34 @@ def test_a_step_in_the_cost_is_crossed_when_the_nodes_past_it_pay():
     rule.latency.observe(1, 1.0), rule.latency.observe(1, 1.0)
     assert first_peak(lambda n: 1 + 0.08 * n, profile, 6) == 0  # stuck at the step
     assert rule.size(np.ones(6), np.zeros(6, dtype=bool)) == 6
-    kernel = np.array([45.0, 46, 48, 64, 66, 68, 70, 72, 74, 76, 78])  # ms, forwards of 1 .. 11 tokens
+    kernel = np.concatenate([[45.0, 46, 48], 64 + 2.0 * np.arange(16)])  # ms, forwards of 1 .. 19 tokens
     sure = 1.0 + np.concatenate([[0.0], np.cumsum([0.9, 0.85, 0.8, 0.8, 0.75, 0.7, 0.7, 0.6, 0.5, 0.4])])
     unsure = 1.0 + np.concatenate([[0.0], np.cumsum([0.6, 0.5, 0.25, 0.2, 0.15, 0.1, 0.05, 0.05, 0.02, 0.01])])
-    assert bounded_peak_of(sure, kernel) == int(np.argmax(sure / kernel)) > 2
-    assert bounded_peak_of(unsure, kernel) == int(np.argmax(unsure / kernel)) == 2
+    assert bounded_peak_of(sure, kernel) == int(np.argmax(sure / kernel[:11])) > 2
+    assert bounded_peak_of(unsure, kernel) == int(np.argmax(unsure / kernel[:11])) == 2
+    with pytest.raises(ValueError, match="seconds of 18 sizes"):
+        bounded_peak_of(sure, kernel[:11])
+
+
+def test_whether_a_node_is_taken_reads_neither_the_nodes_after_it_nor_their_number():
+    """The event n >= k is the same when the candidates after k change in P or in number (how many a
+    step offers may depend on node k's draw), on non-monotone P and a stepped cost."""
+    from stand_runtime.drafters.peak import LOOKAHEAD, bounded_peak_of
+
+    rng = np.random.default_rng(11)
+    cost = np.concatenate([[1.0, 1.02, 1.05], 1.35 + 0.03 * np.arange(40)])
+    checked = 0
+    for _ in range(200):
+        p = rng.random(int(rng.integers(1, 12))) ** rng.choice([0.5, 1.0, 3.0])
+        gains = 1.0 + np.concatenate([[0.0], np.cumsum(p)])
+        n = bounded_peak_of(gains, cost[: len(p) + LOOKAHEAD])
+        for k in range(1, len(p) + 1):
+            for tail in (np.zeros(0), rng.random(int(rng.integers(1, 10)))):
+                changed = np.concatenate([p[:k], tail])
+                other = bounded_peak_of(1.0 + np.concatenate([[0.0], np.cumsum(changed)]), cost[: len(changed) + LOOKAHEAD])
+                assert (other >= k) == (n >= k)
+                checked += 1
+    assert checked > 500
 
 
 def test_the_bounded_peak_is_the_first_peak_on_convex_costs():
@@ -73,11 +96,14 @@ def test_the_bounded_peak_is_the_first_peak_on_convex_costs():
         length = int(rng.integers(0, 20))
         p = np.sort(rng.random(length))[::-1]
         gains = 1.0 + np.concatenate([[0.0], np.cumsum(p)])
-        convex = 1.0 + np.cumsum(np.sort(rng.random(length + 1) * 0.2))
-        assert bounded_peak_of(gains, convex) == first_peak_of(gains, convex) == int(np.argmax(gains / convex))
+        convex = 1.0 + np.cumsum(np.sort(rng.random(length + 8) * 0.2))
+        best = int(np.argmax(gains / convex[: length + 1]))
+        assert bounded_peak_of(gains, convex) == first_peak_of(gains, convex[: length + 1]) == best
         bumpy = 1.0 + np.cumsum(rng.random(length + 1) * 0.3)
         rough = 1.0 + np.concatenate([[0.0], np.cumsum(rng.random(length))])
         assert bounded_peak_of(rough, bumpy, lookahead=1) == first_peak_of(rough, bumpy)
+    with pytest.raises(ValueError, match="lookahead"):
+        bounded_peak_of(np.ones(3), np.ones(3), lookahead=0)
 
 
 def test_first_peak_of_arrays_is_the_stopping_rule():

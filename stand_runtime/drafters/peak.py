@@ -48,28 +48,36 @@ def bounded_peak_of(gains: np.ndarray, seconds: np.ndarray, lookahead: int = LOO
     has passed: node k is taken when some size m in k .. k + ``lookahead`` - 1 would reach a higher
     ``gains[m] / seconds[m]`` than every size before k, the increments after node k forecast from the
     prefix alone: the k-th increment ``d_k`` decaying geometrically at ``min(1, d_k / d_(k-1))`` (flat
-    for the first node).
+    for the first node), past L too (how many candidates a step offers may depend on its draws).
 
     Unlike :func:`first_peak_of` it crosses a step in the cost (the forward's kernel changing with its
     row count: on the Intel Xeon measured a forward over 4 tokens costs ~1.3 times one over 3, each
     token after that ~3%) when the nodes past it can pay for it together, as a sure copy chain's do;
     on a convex cost with falling increments the two stop at the same n (the best one). It prices the
     true cost: a convex minorant priced such a step as a ramp and drafted unsure nodes past it. A
-    stopping rule all the same: whether node k is taken reads ``gains`` up to k only (never the nodes
-    after it, whose scores may read node k's draw), so it is lossless where :func:`first_peak` is; it
-    may end past the best size it passed when the later nodes fall short of the forecast.
+    stopping rule all the same: whether node k is taken reads ``gains`` up to k and ``seconds`` only
+    (never the nodes after it nor how many there are: their scores and their number may read node k's
+    draw), so it is lossless where :func:`first_peak` is; it may end past the best size it passed
+    when the later nodes fall short of the forecast.
 
     Args:
         gains: ``[L + 1]`` expected tokens of the forward with n nodes, n = 0 .. L (NaN: stop there).
-        seconds: ``[>= L + 1]`` seconds of that forward.
-        lookahead: sizes looked at past each node (1: :func:`first_peak_of`).
+        seconds: ``[>= L + lookahead]`` seconds of the forward with n nodes, n = 0 .. L + lookahead - 1.
+        lookahead: sizes looked at from each node on (>= 1; 1: :func:`first_peak_of`).
+
+    Raises:
+        ValueError: ``lookahead`` < 1 or ``seconds`` shorter than ``L + lookahead``.
     """
     gains = np.asarray(gains, dtype=np.float64)
     length = len(gains) - 1
+    if lookahead < 1:
+        raise ValueError(f"lookahead must be at least 1, not {lookahead}")
     if length <= 0:
         return 0
-    cost = np.asarray(seconds, dtype=np.float64)[: length + 1]
-    best_before = np.maximum.accumulate(gains / cost)[:-1]  # [L] best rate over the sizes before node k
+    cost = np.asarray(seconds, dtype=np.float64)
+    if len(cost) < length + lookahead:
+        raise ValueError(f"bounded_peak_of needs the seconds of {length + lookahead} sizes, got {len(cost)}")
+    best_before = np.maximum.accumulate(gains / cost[: length + 1])[:-1]  # [L] best rate over the sizes before node k
     step = np.diff(gains)  # [L] the k-th node's increment
     previous = np.concatenate([step[:1], step[:-1]])
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -77,8 +85,7 @@ def bounded_peak_of(gains: np.ndarray, seconds: np.ndarray, lookahead: int = LOO
     ahead = np.arange(lookahead)
     added = step[:, None] * np.cumsum(decay[:, None] ** ahead[None, :], axis=1)  # [L, lookahead] nodes k .. k + j
     size = np.arange(1, length + 1)[:, None] + ahead[None, :]  # [L, lookahead] m = k + j
-    reach = (gains[:-1, None] + added) / cost[np.minimum(size, length)]
-    bound = np.where(size <= length, reach, -np.inf).max(axis=1)
+    bound = ((gains[:-1, None] + added) / cost[size]).max(axis=1)
     stops = np.flatnonzero(~(bound > best_before))
     return int(stops[0]) if len(stops) else length
 

@@ -48,7 +48,7 @@ from ..errors import StandError
 from ..trees.draft import Draft
 from .candidates import candidates
 from .latency_model import LatencyModel, explores
-from .peak import bounded_peak_of
+from .peak import LOOKAHEAD, bounded_peak_of
 
 EDGES = np.logspace(-4, 0, 17)
 """Bin edges of :class:`AcceptanceMap` over a node's score (16 bins from 1e-4 to 1; below: the first)."""
@@ -214,7 +214,7 @@ class ValueRule:
             self.sizes.append(0)
             return 0
         gains = 1.0 + np.concatenate([[0.0], np.cumsum(acceptance)])
-        best = bounded_peak_of(gains, self.latency.at_many(np.arange(1, len(gains) + 1)))
+        best = bounded_peak_of(gains, self.latency.at_many(np.arange(1, len(gains) + LOOKAHEAD)))
         self.sizes.append(best)
         self.chose(best)
         return best

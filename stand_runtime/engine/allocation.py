@@ -37,7 +37,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from ..drafters.candidates import candidates
-from ..drafters.peak import bounded_peak_of, seconds_of
+from ..drafters.peak import LOOKAHEAD, bounded_peak_of, seconds_of
 from ..drafters.latency_model import explores
 from ..drafters.value import ValueRule
 from ..errors import StandError
@@ -92,7 +92,7 @@ def padded_allocation(acceptance: Sequence[np.ndarray], seconds: Callable[[float
 
     filled = np.array([np.pad(s, (0, longest + 1 - len(s)), mode="edge") for s in sums])  # [B, longest + 1]
     gains = batch + filled.sum(axis=0)  # the forward's expected tokens with n nodes a row (fewer where a row ends)
-    n = bounded_peak_of(gains, seconds_of(seconds, batch * np.arange(1, longest + 2)))
+    n = bounded_peak_of(gains, seconds_of(seconds, batch * np.arange(1, longest + 1 + LOOKAHEAD)))
     sizes = tuple(min(n, len(s) - 1) for s in sums)
     return Allocation(sizes, batch * (n + 1), float(gains[n]), seconds(batch * (n + 1)))
 

@@ -5,8 +5,8 @@ GEMM is fastest for 1-16 rows (the shapes of a draft-tree step: docs/design.md Â
 machine: on an AMD EPYC stock MKL was slow from 2 rows on, so oneDNN with the weight reordered once
 into its blocked layout (``torch.ops.mkldnn._reorder_linear_weight``, then ``_linear_pointwise`` per
 call: the private ops torch.compile's inductor emits for CPU linears) made a tree step much cheaper;
-on an Intel Xeon with AVX-512/AMX stock MKL is ~25% faster for 1-3 rows (a whole forward of the
-default model: 45-49 ms against 57-64 ms) and oneDNN's blocked weight faster from 4 or 8 rows on.
+on an Intel Xeon with AVX-512/AMX stock MKL is ~20% faster for 1-3 rows (a whole forward of the
+default model: 47-51 ms against 60-61 ms) and oneDNN's blocked weight 3-6% faster at 4-8 rows.
 So every packed layer keeps its stock weight (a reference: no copy) and computes calls of up to S
 rows with it, S measured per machine on whole forwards (:mod:`stand_runtime.target.kernel_choice`;
 0 where the packed kernel wins from one row on). Both kernels compute the same product in the same
@@ -40,15 +40,19 @@ def prepacking_supported() -> bool:
 
 
 class PackedLinear(torch.nn.Module):
-    """``y = x W^T + b`` with W prepacked for oneDNN, and the stock kernel for the row counts in
-    ``stock_rows`` (same dtype, float rounding aside).
+    """``y = x W^T + b`` with W prepacked for oneDNN, and the stock kernel for calls of at most
+    ``stock_up_to`` rows (same dtype, float rounding aside).
+
+    The stock weight is kept (a reference to the layer's own tensor, so a tied output layer shares
+    its embedding's) until :meth:`use_stock_up_to` releases it: while it is kept the layer holds its
+    weight twice (the packed copy and the stock one), ~2x the linear weights' memory.
 
     Args:
         linear: the stock layer (its weight is copied into the packed layout and kept as it is).
-        stock_rows: row counts (tokens in the call) computed by ``F.linear`` on the stock weight.
+        stock_up_to: calls of at most this many rows (tokens) go to ``F.linear`` on the stock weight.
     """
 
-    def __init__(self, linear: torch.nn.Linear, stock_rows=()) -> None:
+    def __init__(self, linear: torch.nn.Linear, stock_up_to: int = 0) -> None:
         super().__init__()
         self.in_features = linear.in_features
         self.out_features = linear.out_features
@@ -56,26 +60,28 @@ class PackedLinear(torch.nn.Module):
         self.weight = torch.nn.Parameter(packed, requires_grad=False)
         self.bias = None if linear.bias is None else torch.nn.Parameter(linear.bias.detach(), requires_grad=False)
         self.register_buffer("stock_weight", linear.weight.detach(), persistent=False)
-        self.stock_rows = frozenset(stock_rows)
+        self.stock_up_to = int(stock_up_to)
 
-    def use_stock_for(self, rows, release: bool = False) -> None:
-        """Compute calls of these row counts with the stock kernel from now on; with none and
-        ``release``, the stock weight is dropped for good (a tied weight, such as an output layer's,
-        stays with its owner).
+    def use_stock_up_to(self, rows: int, release: bool = False) -> None:
+        """Compute calls of at most ``rows`` rows with the stock kernel from now on (0: none); with 0
+        and ``release``, the stock weight is dropped for good.
 
         Raises:
-            ValueError: stock rows asked for after the stock weight was released.
+            ValueError: ``rows`` < 0, or ``rows`` > 0 after the stock weight was released (the layer
+                is left as it was).
         """
-        self.stock_rows = frozenset(int(r) for r in rows)
-        if self.stock_rows and self.stock_weight is None:
-            raise ValueError("this packed layer's stock weight was released")
-        if not self.stock_rows and release:
+        rows = int(rows)
+        if rows < 0 or rows > 0 and self.stock_weight is None:
+            raise ValueError(f"cannot compute up to {rows} rows with the stock kernel: "
+                             + ("negative" if rows < 0 else "this packed layer's stock weight was released"))
+        self.stock_up_to = rows
+        if rows == 0 and release:
             self.stock_weight = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``x``: ``[..., in_features]`` â†’ ``[..., out_features]``, the weight's dtype."""
         rows = x.reshape(-1, self.in_features)
-        if rows.shape[0] in self.stock_rows:
+        if rows.shape[0] <= self.stock_up_to:
             out = F.linear(rows, self.stock_weight, self.bias)
         else:
             out = torch.ops.mkldnn._linear_pointwise(rows, self.weight, self.bias, "none", [], "")
@@ -114,15 +120,27 @@ def prepack_linears(model: torch.nn.Module) -> int:
 
 def use_stock_up_to(model: torch.nn.Module, rows: int, release: bool = False) -> int:
     """Compute every packed layer's calls of at most ``rows`` rows with the stock kernel (0: packed
-    for all; with ``release`` the stock weights are then dropped). Returns the layers changed."""
+    for all; with ``release`` the stock weights are then dropped). Every layer is checked first, so
+    none changes when one cannot.
+
+    Returns:
+        The layers changed.
+
+    Raises:
+        ValueError: ``rows`` < 0, or ``rows`` > 0 where a layer's stock weight was released.
+    """
     layers = [layer for layer in model.modules() if isinstance(layer, PackedLinear)]
+    if rows < 0 or rows > 0 and any(layer.stock_weight is None for layer in layers):
+        raise ValueError(f"cannot compute up to {rows} rows with the stock kernel: "
+                         + ("negative" if rows < 0 else "a packed layer's stock weight was released"))
     for layer in layers:
-        layer.use_stock_for(range(1, rows + 1), release)
+        layer.use_stock_up_to(rows, release)
     return len(layers)
 
 
 def dispatch_signature(model: torch.nn.Module) -> str:
     """Which kernel a model's linears use at which row counts (part of a latency profile's key):
-    ``"packed=False"`` without packed layers, else ``"packed=True"`` and the stock row counts."""
-    rows = sorted({tuple(sorted(layer.stock_rows)) for layer in model.modules() if isinstance(layer, PackedLinear)})
-    return "packed=False" if not rows else "packed=True" + "".join(f"|stock_rows={list(r)}" for r in rows if r)
+    ``"packed=False"`` without packed layers, ``"packed=True"`` when they all run packed, else with
+    ``"|stock_up_to=S"`` per distinct S."""
+    rows = sorted({layer.stock_up_to for layer in model.modules() if isinstance(layer, PackedLinear)})
+    return "packed=False" if not rows else "packed=True" + "".join(f"|stock_up_to={r}" for r in rows if r)

@@ -3,12 +3,13 @@
 :mod:`stand_runtime.target.fast_linear` holds each linear layer twice (the stock weight for MKL's
 ``F.linear``, a oneDNN-blocked copy) and computes calls of at most S rows with the stock kernel. The
 best S differs between machines of one kind (measured: 0 on an AMD EPYC, where stock fp32 GEMM is slow
-from 2 rows on; 3 on an Intel Xeon with AVX-512/AMX, where stock MKL is ~25% faster for 1-3 rows and
-the blocked weight ~10% faster at 5-12). Timing each layer shape alone mis-chose S (a layer timed in a
+from 2 rows on; 3 on an Intel Xeon with AVX-512/AMX, where stock MKL is ~20% faster for 1-3 rows and
+the blocked weight 3-6% faster at 4-8). Timing each layer shape alone mis-chose S (a layer timed in a
 loop sits in the cache, and mixing kernels within one forward cost more than either alone), so S is
 measured on the model's own forwards: :func:`measure_stock_rows` times both kernels at each size of
 :data:`SIZES` on a short cached prefix, interleaved, and S is the largest size up to which the stock
-kernel was faster at every measured size. The choice is cached per model and machine next to the
+kernel was faster at every measured size. Beyond the last size the packed kernel always runs (at 80
+tokens the two were within 3% on that Xeon). The choice is cached per model and machine next to the
 latency profiles (:func:`choose_kernels`).
 """
 
@@ -23,6 +24,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ..errors import StandError
 from ..files import write_json_atomic
 from ..trees.tree import DraftTree
 from .fast_linear import PackedLinear, use_stock_up_to
@@ -38,59 +40,82 @@ ROUNDS = 5
 PREFIX = 64
 """Cached tokens the timed forwards attend to (the linears' cost does not depend on it)."""
 
+_CPU_FIELDS = ("vendor_id", "cpu family", "model", "model name", "stepping", "cache size", "flags")
+"""``/proc/cpuinfo`` fields naming the CPU (several generations share one model name)."""
+
 
 def measure_stock_rows(model, sizes=SIZES, rounds: int = ROUNDS, seed: int = 0) -> tuple[int, dict]:
     """The largest S of ``sizes`` such that a forward of n tokens was faster with the stock kernel
     than with the packed one at every measured n <= S (0: packed from one token on).
 
     Each round times, for every size in a random order, one chain forward of n random tokens with
-    each kernel (in random order), on a ``PREFIX``-token cache.
+    each kernel (in random order), on a :data:`PREFIX`-token cache (shorter where the model's context
+    is). The model's packed layers end as they were.
+
+    Args:
+        model: a model whose linears :func:`~stand_runtime.target.fast_linear.prepack_linears` packed,
+            stock weights kept.
+        sizes: increasing tokens per forward.
+        rounds: timed rounds (>= 1).
+        seed: of the random tokens and orders.
 
     Returns:
         ``(S, {"sizes", "stock_s", "packed_s"})``: S and the medians (seconds) it was chosen from.
+
+    Raises:
+        ValueError: ``rounds`` < 1, or a packed layer's stock weight was released.
     """
+    if rounds < 1:
+        raise ValueError(f"rounds must be at least 1, not {rounds}")
+    layers = [m for m in model.modules() if isinstance(m, PackedLinear)]
+    before = [layer.stock_up_to for layer in layers]
     device = model_device(model)
     vocab = model.config.vocab_size
+    positions = getattr(model.config, "max_position_embeddings", None) or 4096
+    prefix = max(1, min(PREFIX, positions - max(sizes) - 1))
     gen = torch.Generator().manual_seed(seed)
     order = np.random.default_rng(seed)
     cache = new_cache(model)
     chains = {n: DraftTree.chain(n - 1) for n in sizes}
     times = {True: np.zeros((rounds, len(sizes))), False: np.zeros((rounds, len(sizes)))}
-    with torch.inference_mode():
-        model(input_ids=torch.randint(0, vocab, (1, PREFIX), generator=gen).to(device), cache=cache)
-        for round_index in range(rounds + 1):
-            for column in order.permutation(len(sizes)):
-                n = sizes[column]
-                for stock in order.permutation([True, False]):
-                    use_stock_up_to(model, n if stock else 0)
-                    tokens = torch.randint(0, vocab, (n,), generator=gen).tolist()
-                    start = time.perf_counter()
-                    tree_forward(model, cache, tokens, chains[n].depths, chains[n].ancestor_mask, PREFIX)
-                    if round_index:  # round 0 warms both kernels up
-                        times[bool(stock)][round_index - 1, column] = time.perf_counter() - start
-                    cache.crop(-n)
+    try:
+        with torch.inference_mode():
+            model(input_ids=torch.randint(0, vocab, (1, prefix), generator=gen).to(device), cache=cache)
+            for round_index in range(rounds + 1):
+                for column in order.permutation(len(sizes)):
+                    n = sizes[column]
+                    for stock in order.permutation([True, False]):
+                        use_stock_up_to(model, n if stock else 0)
+                        tokens = torch.randint(0, vocab, (n,), generator=gen).tolist()
+                        start = time.perf_counter()
+                        tree_forward(model, cache, tokens, chains[n].depths, chains[n].ancestor_mask, prefix)
+                        if round_index:  # round 0 warms both kernels up
+                            times[bool(stock)][round_index - 1, column] = time.perf_counter() - start
+                        cache.crop(-n)
+    finally:
+        for layer, rows in zip(layers, before):
+            layer.stock_up_to = rows
     stock_s, packed_s = np.median(times[True], axis=0), np.median(times[False], axis=0)
     rows = 0
     for n, s, p in zip(sizes, stock_s, packed_s):
-        if s >= p:
+        if not s < p:
             break
         rows = n
     return rows, {"sizes": list(sizes), "stock_s": stock_s.tolist(), "packed_s": packed_s.tolist()}
 
 
-_CPU_FIELDS = ("vendor_id", "cpu family", "model", "model name", "stepping", "cache size", "flags")
-"""``/proc/cpuinfo`` fields naming the CPU (several generations share one model name)."""
-
-
 def machine_key(model) -> str:
-    """What the choice depends on: the model (its folder, its linear shapes), the CPU (its
-    ``/proc/cpuinfo`` identity, else the platform's name), threads, CPU capability and torch."""
+    """What the choice depends on, as 16 hex digits of a SHA-256: the model (its folder, its linear
+    shapes), the CPU (its ``/proc/cpuinfo`` identity, else the platform's name), threads, CPU
+    capability, torch and :data:`SIZES`."""
     name = platform.processor()
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as info:
             first = info.read().split("\n\n")[0]  # the first processor's block
         fields = {key.strip(): value for key, value in (line.split(":", 1) for line in first.splitlines() if ":" in line)}
-        name = "/".join(fields.get(key, "").strip() for key in _CPU_FIELDS)
+        identity = [fields.get(key, "").strip() for key in _CPU_FIELDS]
+        if any(identity):
+            name = "/".join(identity)
     except OSError:
         pass
     shapes = sorted({(m.in_features, m.out_features) for m in model.modules() if isinstance(m, PackedLinear)})
@@ -99,29 +124,47 @@ def machine_key(model) -> str:
     return hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
 
 
+def _cached_rows(path: Path | None) -> int | None:
+    """S from a cache file, or None when there is none or it does not hold one of 0 and :data:`SIZES`."""
+    if path is None or not path.is_file():
+        return None
+    try:
+        rows = json.loads(path.read_text())["stock_rows"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return rows if type(rows) is int and (rows == 0 or rows in SIZES) else None
+
+
 def choose_kernels(model, cache_dir: Path | None) -> int:
     """Set the stock kernel for a packed model's forwards of at most S tokens (:func:`measure_stock_rows`,
-    ~3-5 s for the default model), S read from ``cache_dir/linears-<key>.json`` when measured before
-    on this machine (:func:`machine_key`; a corrupt file is measured again). A model without packed
-    layers is left alone.
+    ~5-8 s for the default model) and release the stock weights when S is 0. S is read from
+    ``cache_dir/linears-<key>.json`` (``<key>``: :func:`machine_key`) when measured before on this
+    machine, else measured and written there (``{"stock_rows": S, "cpu", "threads", "sizes",
+    "stock_s", "packed_s"}``); a file that does not hold a valid S is measured again, and a folder
+    that cannot be written only loses the cache. A model without packed layers is left alone.
+
+    Args:
+        model: a model :func:`~stand_runtime.target.fast_linear.prepack_linears` packed, stock weights kept.
+        cache_dir: folder of the cache (None: measure, cache nothing).
 
     Returns:
         S (0 when the packed kernel runs at every size, or nothing is packed).
+
+    Raises:
+        ValueError: a packed layer's stock weight was released before.
     """
     if not any(isinstance(m, PackedLinear) for m in model.modules()):
         return 0
     path = None if cache_dir is None else Path(cache_dir) / f"linears-{machine_key(model)}.json"
-    rows = None
-    if path is not None and path.is_file():
-        try:
-            rows = int(json.loads(path.read_text())["stock_rows"])
-        except (OSError, ValueError, KeyError, TypeError):
-            rows = None
+    rows = _cached_rows(path)
     if rows is None:
         rows, timings = measure_stock_rows(model)
         if path is not None:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            write_json_atomic(path, {"stock_rows": rows, "cpu": torch.backends.cpu.get_cpu_capability(),
-                                     "threads": torch.get_num_threads(), **timings})
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                write_json_atomic(path, {"stock_rows": rows, "cpu": torch.backends.cpu.get_cpu_capability(),
+                                         "threads": torch.get_num_threads(), **timings})
+            except (OSError, StandError):
+                pass  # an unwritable cache folder: measured again next time
     use_stock_up_to(model, rows, release=True)
     return rows

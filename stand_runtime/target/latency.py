@@ -11,7 +11,8 @@ Measuring on a shared, noisy machine (:func:`measure_latency`): sizes are timed 
 time is the median over rounds, and the medians are fitted by a non-decreasing function (isotonic
 regression: a forward over more tokens never costs less), which removes inversions such as
 t(16) > t(32) that noise produces. Profiles are cached as JSON under ``$STAND_CACHE_DIR/latency``,
-keyed by model, dtype, device, thread count, CPU capability and torch version.
+keyed by model, dtype, device, thread count, CPU capability, torch version and which linear kernel
+runs at which row count (:func:`stand_runtime.target.fast_linear.dispatch_signature`).
 """
 
 from __future__ import annotations

@@ -100,7 +100,7 @@ def load_model(
         fast: on a CPU in float32, prepack the linear layers for oneDNN and compute each call with
             the kernel measured faster here for its row count (:mod:`stand_runtime.target.fast_linear`:
             same target up to float rounding, each layer checked; the choice is measured once per
-            machine, ~1-2 s, and cached beside the latency profiles).
+            machine, ~5-8 s for the default model, and cached beside the latency profiles).
             Grouped-query models also get tree attention that reads the KV cache without copying
             it (:mod:`stand_runtime.target.tree_attention`, exact), whatever ``fast``.
 

@@ -76,7 +76,7 @@ def default_model_folder() -> Path:
 
     folder = dequantized_folder(default_gguf_path())
     if not (folder / "config.json").is_file():
-        load_model("smollm2-135m", device="cpu")
+        load_model("smollm2-135m", device="cpu", fast=False)  # dequantizes and caches it; no kernel choice
     return folder
 
 

@@ -18,7 +18,8 @@ keeps no KV cache, so cache compaction after a step is not counted.
 
 Profile files (:func:`load_latency_file`):
 
-- a cached profile of this machine, ``$STAND_CACHE_DIR/latency/*.json`` (written by
+- a cached profile of this machine, ``$STAND_CACHE_DIR/latency/<key>.json`` (not the ``linears-*.json``
+  kernel choices kept beside them; written by
   :func:`stand_runtime.target.latency.cached_latency`: ``{"model", "threads", "cpu", "profile":
   {"sizes", "seconds", ...}}``), or a bare :meth:`LatencyProfile.as_dict` (``{"sizes", "seconds"}``);
 - ``benchmarks/gpu/gpu_check.py``'s output (``benchmarks/results/gpu-check-h200.json``):
