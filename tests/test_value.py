@@ -89,7 +89,7 @@ def test_whether_a_node_is_taken_reads_neither_the_nodes_after_it_nor_their_numb
 def test_the_bounded_peak_is_the_first_peak_on_convex_costs():
     """With falling increments and a convex cost the bounded rule stops where the first peak does (the
     best size); with a look-ahead of one it is the first peak on any curve."""
-    from stand_runtime.drafters.peak import bounded_peak_of, first_peak_of
+    from stand_runtime.drafters.peak import bounded_peak_of
 
     rng = np.random.default_rng(5)
     for _ in range(300):
@@ -98,17 +98,19 @@ def test_the_bounded_peak_is_the_first_peak_on_convex_costs():
         gains = 1.0 + np.concatenate([[0.0], np.cumsum(p)])
         convex = 1.0 + np.cumsum(np.sort(rng.random(length + 8) * 0.2))
         best = int(np.argmax(gains / convex[: length + 1]))
-        assert bounded_peak_of(gains, convex) == first_peak_of(gains, convex[: length + 1]) == best
+        first = first_peak(gains.__getitem__, lambda tokens: convex[tokens - 1], length)
+        assert bounded_peak_of(gains, convex) == first == best
         bumpy = 1.0 + np.cumsum(rng.random(length + 1) * 0.3)
         rough = 1.0 + np.concatenate([[0.0], np.cumsum(rng.random(length))])
-        assert bounded_peak_of(rough, bumpy, lookahead=1) == first_peak_of(rough, bumpy)
+        assert bounded_peak_of(rough, bumpy, lookahead=1) == first_peak(rough.__getitem__, lambda t: bumpy[t - 1], length)
     with pytest.raises(ValueError, match="lookahead"):
         bounded_peak_of(np.ones(3), np.ones(3), lookahead=0)
 
 
-def test_first_peak_of_arrays_is_the_stopping_rule():
-    """The one-pass first peak equals :func:`first_peak` on random, non-monotone curves (NaN included)."""
-    from stand_runtime.drafters.peak import first_peak_of
+def test_the_one_pass_rule_with_a_lookahead_of_one_is_the_first_peak():
+    """bounded_peak_of with a look-ahead of one equals :func:`first_peak` on random, non-monotone
+    curves (NaN included)."""
+    from stand_runtime.drafters.peak import bounded_peak_of
 
     rng = np.random.default_rng(3)
     for _ in range(300):
@@ -118,7 +120,7 @@ def test_first_peak_of_arrays_is_the_stopping_rule():
         if rng.random() < 0.1 and length:
             gains[int(rng.integers(1, length + 1))] = np.nan
         expected = first_peak(gains.__getitem__, lambda tokens: seconds[tokens - 1], length)
-        assert first_peak_of(gains, seconds) == expected
+        assert bounded_peak_of(gains, seconds, lookahead=1) == expected
 
 
 def test_the_acceptance_map_learns_the_observed_rate_and_stays_monotone():

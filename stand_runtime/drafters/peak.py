@@ -1,6 +1,7 @@
 """The value rule's stopping rules over a rate curve (ours; docs/design.md §3.7): :func:`first_peak` (the
-reference), :func:`first_peak_of` (the same over arrays), :func:`bounded_peak_of` (the rule the value rule
-uses: it crosses a step in the cost when the nodes past it can pay for it), and :func:`seconds_of`."""
+reference), :func:`bounded_peak_of` (the rule the value rule uses, over arrays: it crosses a step in the
+cost when the nodes past it can pay for it; with a look-ahead of one it is :func:`first_peak`), and
+:func:`seconds_of`."""
 
 from __future__ import annotations
 
@@ -28,15 +29,6 @@ def first_peak(gain: Callable[[int], float], seconds: Callable[[int], float], lo
     return n
 
 
-def first_peak_of(gains: np.ndarray, seconds: np.ndarray) -> int:
-    """:func:`first_peak` over arrays: ``gains[n]`` and ``seconds[n]`` (``[L + 1]``, the forward with
-    n nodes) for n = 0 .. L; the first n where ``gains / seconds`` stops rising (the same n, in one
-    numpy pass)."""
-    rate = np.asarray(gains, dtype=np.float64) / np.asarray(seconds, dtype=np.float64)
-    falls = np.flatnonzero(~(rate[1:] > rate[:-1]))
-    return int(falls[0]) if len(falls) else len(rate) - 1
-
-
 LOOKAHEAD = 8
 """Sizes past node k that :func:`bounded_peak_of` looks at (m = k .. k + 7): enough to cross the step
 of a kernel change (on the Intel Xeon measured, the 4th token of a forward costs as much as the next
@@ -50,7 +42,7 @@ def bounded_peak_of(gains: np.ndarray, seconds: np.ndarray, lookahead: int = LOO
     prefix alone: the k-th increment ``d_k`` decaying geometrically at ``min(1, d_k / d_(k-1))`` (flat
     for the first node), past L too (how many candidates a step offers may depend on its draws).
 
-    Unlike :func:`first_peak_of` it crosses a step in the cost (the forward's kernel changing with its
+    Unlike :func:`first_peak` it crosses a step in the cost (the forward's kernel changing with its
     row count: on the Intel Xeon measured a forward over 4 tokens costs ~1.3 times one over 3, each
     token after that ~3%) when the nodes past it can pay for it together, as a sure copy chain's do;
     on a convex cost with falling increments the two stop at the same n (the best one). It prices the
@@ -63,7 +55,7 @@ def bounded_peak_of(gains: np.ndarray, seconds: np.ndarray, lookahead: int = LOO
     Args:
         gains: ``[L + 1]`` expected tokens of the forward with n nodes, n = 0 .. L (NaN: stop there).
         seconds: ``[>= L + lookahead]`` seconds of the forward with n nodes, n = 0 .. L + lookahead - 1.
-        lookahead: sizes looked at from each node on (>= 1; 1: :func:`first_peak_of`).
+        lookahead: sizes looked at from each node on (>= 1; 1: :func:`first_peak`, in one numpy pass).
 
     Raises:
         ValueError: ``lookahead`` < 1 or ``seconds`` shorter than ``L + lookahead``.

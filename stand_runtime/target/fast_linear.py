@@ -62,6 +62,16 @@ class PackedLinear(torch.nn.Module):
         self.register_buffer("stock_weight", linear.weight.detach(), persistent=False)
         self.stock_up_to = int(stock_up_to)
 
+    def check_stock_up_to(self, rows: int) -> None:
+        """Raise what :meth:`use_stock_up_to` would raise for ``rows``, changing nothing.
+
+        Raises:
+            ValueError: ``rows`` < 0, or ``rows`` > 0 after the stock weight was released.
+        """
+        if rows < 0 or rows > 0 and self.stock_weight is None:
+            raise ValueError(f"cannot compute up to {rows} rows with the stock kernel: "
+                             + ("negative" if rows < 0 else "a packed layer's stock weight was released"))
+
     def use_stock_up_to(self, rows: int, release: bool = False) -> None:
         """Compute calls of at most ``rows`` rows with the stock kernel from now on (0: none); with 0
         and ``release``, the stock weight is dropped for good.
@@ -71,9 +81,7 @@ class PackedLinear(torch.nn.Module):
                 is left as it was).
         """
         rows = int(rows)
-        if rows < 0 or rows > 0 and self.stock_weight is None:
-            raise ValueError(f"cannot compute up to {rows} rows with the stock kernel: "
-                             + ("negative" if rows < 0 else "this packed layer's stock weight was released"))
+        self.check_stock_up_to(rows)
         self.stock_up_to = rows
         if rows == 0 and release:
             self.stock_weight = None
@@ -130,9 +138,8 @@ def use_stock_up_to(model: torch.nn.Module, rows: int, release: bool = False) ->
         ValueError: ``rows`` < 0, or ``rows`` > 0 where a layer's stock weight was released.
     """
     layers = [layer for layer in model.modules() if isinstance(layer, PackedLinear)]
-    if rows < 0 or rows > 0 and any(layer.stock_weight is None for layer in layers):
-        raise ValueError(f"cannot compute up to {rows} rows with the stock kernel: "
-                         + ("negative" if rows < 0 else "a packed layer's stock weight was released"))
+    for layer in layers:
+        layer.check_stock_up_to(rows)
     for layer in layers:
         layer.use_stock_up_to(rows, release)
     return len(layers)

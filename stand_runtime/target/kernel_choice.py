@@ -18,7 +18,6 @@ from __future__ import annotations
 import hashlib
 import json
 import platform
-import time
 from pathlib import Path
 
 import numpy as np
@@ -28,8 +27,7 @@ from ..errors import StandError
 from ..files import write_json_atomic
 from ..trees.tree import DraftTree
 from .fast_linear import PackedLinear, use_stock_up_to
-from .forward import model_device, tree_forward
-from .kv_cache import new_cache
+from .timing import time_chain, warm_cache
 
 SIZES = (1, 2, 3, 4, 5, 6, 8)
 """Tokens per forward at which the two kernels are timed; beyond the last the packed kernel runs."""
@@ -69,29 +67,21 @@ def measure_stock_rows(model, sizes=SIZES, rounds: int = ROUNDS, seed: int = 0) 
         raise ValueError(f"rounds must be at least 1, not {rounds}")
     layers = [m for m in model.modules() if isinstance(m, PackedLinear)]
     before = [layer.stock_up_to for layer in layers]
-    device = model_device(model)
-    vocab = model.config.vocab_size
-    positions = getattr(model.config, "max_position_embeddings", None) or 4096
-    prefix = max(1, min(PREFIX, positions - max(sizes) - 1))
     gen = torch.Generator().manual_seed(seed)
     order = np.random.default_rng(seed)
-    cache = new_cache(model)
     chains = {n: DraftTree.chain(n - 1) for n in sizes}
     times = {True: np.zeros((rounds, len(sizes))), False: np.zeros((rounds, len(sizes)))}
     try:
         with torch.inference_mode():
-            model(input_ids=torch.randint(0, vocab, (1, prefix), generator=gen).to(device), cache=cache)
+            cache, prefix = warm_cache(model, PREFIX, max(sizes), gen)
             for round_index in range(rounds + 1):
                 for column in order.permutation(len(sizes)):
                     n = sizes[column]
                     for stock in order.permutation([True, False]):
                         use_stock_up_to(model, n if stock else 0)
-                        tokens = torch.randint(0, vocab, (n,), generator=gen).tolist()
-                        start = time.perf_counter()
-                        tree_forward(model, cache, tokens, chains[n].depths, chains[n].ancestor_mask, prefix)
+                        seconds = time_chain(model, cache, chains[n], prefix, gen)
                         if round_index:  # round 0 warms both kernels up
-                            times[bool(stock)][round_index - 1, column] = time.perf_counter() - start
-                        cache.crop(-n)
+                            times[bool(stock)][round_index - 1, column] = seconds
     finally:
         for layer, rows in zip(layers, before):
             layer.stock_up_to = rows

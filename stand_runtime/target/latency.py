@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import time
 from dataclasses import dataclass
 from typing import Callable
 
@@ -28,9 +27,8 @@ import torch
 
 from ..files import write_json_atomic
 from .fast_linear import dispatch_signature
-from .forward import model_device, tree_forward
-from .kv_cache import new_cache
 from .models import cache_root
+from .timing import time_chain, warm_cache
 from ..trees.tree import DraftTree
 
 DEFAULT_SIZES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 80, 96, 128)
@@ -97,27 +95,16 @@ def measure_latency(model, sizes=DEFAULT_SIZES, prefix_len: int = 512, rounds: i
     ``rounds`` interleaved rounds after one warm-up round; each round times every size once, in a
     random order (the tree is a chain: the mask's shape does not change a dense forward's cost).
     """
-    device = model_device(model)
-    vocab = model.config.vocab_size
     gen = torch.Generator().manual_seed(seed)
     order_rng = np.random.default_rng(seed)
-    prefix_len = min(prefix_len, max(1, (getattr(model.config, "max_position_embeddings", None) or 4096) - max(sizes) - 1))
-    cache = new_cache(model)
-    with torch.inference_mode():
-        model(input_ids=torch.randint(0, vocab, (1, prefix_len), generator=gen).to(device), cache=cache)
+    cache, prefix_len = warm_cache(model, prefix_len, max(sizes), gen)
     chains = {n: DraftTree.chain(n - 1) for n in sizes}
     times = np.zeros((rounds, len(sizes)))
     for round_index in range(rounds + 1):
         for column in order_rng.permutation(len(sizes)):
-            n = sizes[column]
-            tokens = torch.randint(0, vocab, (n,), generator=gen).tolist()
-            start = time.perf_counter()
-            tree_forward(model, cache, tokens, chains[n].depths, chains[n].ancestor_mask, prefix_len)
-            if device.type == "cuda":
-                torch.cuda.synchronize()
+            seconds = time_chain(model, cache, chains[sizes[column]], prefix_len, gen)
             if round_index > 0:  # round 0 warms caches up
-                times[round_index - 1, column] = time.perf_counter() - start
-            cache.crop(-n)
+                times[round_index - 1, column] = seconds
     return profile_from_rounds(sizes, times)
 
 

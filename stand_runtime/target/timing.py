@@ -1,0 +1,44 @@
+"""Timing the target's forward (what latency profiles, :mod:`.latency`, and the kernel choice,
+:mod:`.kernel_choice`, are measured with): a KV cache holding a random prefix, and one chain forward
+of random tokens on it, timed and then cropped off again."""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from ..trees.tree import DraftTree
+from .forward import model_device, tree_forward
+from .kv_cache import new_cache
+
+
+def warm_cache(model, prefix_len: int, longest: int, generator: torch.Generator):
+    """A new KV cache holding ``prefix_len`` random tokens (fewer where the model's context has no
+    room for them plus ``longest`` more, at least 1).
+
+    Returns:
+        ``(cache, prefix_len)``: the cache and the tokens it holds.
+    """
+    positions = getattr(model.config, "max_position_embeddings", None) or 4096
+    prefix_len = min(prefix_len, max(1, positions - longest - 1))
+    cache = new_cache(model)
+    with torch.inference_mode():
+        model(input_ids=torch.randint(0, model.config.vocab_size, (1, prefix_len), generator=generator)
+              .to(model_device(model)), cache=cache)
+    return cache, prefix_len
+
+
+def time_chain(model, cache, chain: DraftTree, prefix_len: int, generator: torch.Generator) -> float:
+    """Seconds of one tree forward of ``chain`` (n = ``chain.num_nodes + 1`` random tokens) on
+    ``cache`` holding ``prefix_len`` tokens (on CUDA up to the device's end of it); the n entries are
+    cropped off the cache afterwards."""
+    n = chain.num_nodes + 1
+    tokens = torch.randint(0, model.config.vocab_size, (n,), generator=generator).tolist()
+    start = time.perf_counter()
+    tree_forward(model, cache, tokens, chain.depths, chain.ancestor_mask, prefix_len)
+    if model_device(model).type == "cuda":
+        torch.cuda.synchronize()
+    seconds = time.perf_counter() - start
+    cache.crop(-n)
+    return seconds
