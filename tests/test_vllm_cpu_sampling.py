@@ -1,6 +1,7 @@
 """vLLM's CPU sampling as this package's plugin changes it (stand_runtime/vllm/cpu_sampling.py):
 the top-p cut from a probe keeps exactly vLLM's nucleus, and the recovery noise drawn only for
-requests with drafts gives vLLM's tokens for seeded requests and the residual law for the others."""
+requests with drafts and only inside p's support gives the residual law (reproducibly for seeded
+requests)."""
 
 from __future__ import annotations
 
@@ -104,24 +105,60 @@ def _recovery_inputs(drafts: list[int], vocab: int, seed: int):
     return ids, cumulative, target, draft
 
 
-def test_seeded_requests_recover_vllms_tokens(vllm_sampling):
-    """Every request seeded: vLLM's noise rows read by its kernel are the seeded draws, which the
-    replacement makes alike, so the recovered tokens are vLLM's."""
+def test_seeded_recovery_is_reproducible_and_inside_the_residual(vllm_sampling):
+    """Every request seeded: the same seeds give the same recovered tokens, and each is a token of
+    positive residual max(p - q, 0) (p here zero outside a nucleus, as after top-p)."""
     from stand_runtime.vllm import cpu_sampling
 
     drafts = [2, 0, 3, 0, 1]
     ids, cumulative, target, draft = _recovery_inputs(drafts, 500, 0)
+    target = torch.where(target >= target.topk(40, dim=-1).values[:, -1:], target, torch.zeros(()))
+    target = target / target.sum(dim=-1, keepdim=True)
 
-    def recovered(function):
+    def recovered():
         generators = {i: torch.Generator().manual_seed(100 + i) for i in range(len(drafts))}
-        return function(max(drafts), drafts, cumulative, ids, draft, target, SimpleNamespace(generators=generators),
-                        torch.device("cpu"))
+        return cpu_sampling.sample_recovered_tokens(max(drafts), drafts, cumulative, ids, draft, target,
+                                                    SimpleNamespace(generators=generators), torch.device("cpu"))
 
-    assert torch.equal(recovered(cpu_sampling.sample_recovered_tokens), recovered(vllm_sampling.values["recovered"]))
+    first = recovered()
+    assert torch.equal(first, recovered())
+    residual = (target - draft).clamp(min=0)
+    assert bool((residual[torch.arange(len(first)), first.long()] > 0).all())
     empty = cpu_sampling.sample_recovered_tokens(0, [0, 0], torch.zeros(2, dtype=torch.int32),
                                                  torch.zeros(0, dtype=torch.int32), None, torch.zeros(0, 500),
                                                  SimpleNamespace(generators={}), torch.device("cpu"))
     assert empty.shape == (0,)
+
+
+@pytest.mark.parametrize("one_hot", [False, True])
+@pytest.mark.parametrize("seeded", [False, True])
+def test_recovery_law_with_a_nucleus(vllm_sampling, seeded, one_hot):
+    """p zero outside a nucleus (tokens 0-4 of 8), q with mass outside it or one-hot on the draft
+    token (draft_probs None): each position's recovered token follows max(p - q, 0) normalised
+    (chi-square over 3,000 draws), from seeded generators or the global one, with requests without
+    drafts in between and two positions per drafting request sharing its noise."""
+    from stand_runtime.vllm import cpu_sampling
+
+    vocab, requests = 8, 3000
+    p = torch.tensor([0.40, 0.25, 0.15, 0.12, 0.08, 0.0, 0.0, 0.0])
+    q = torch.tensor([0.10, 0.40, 0.10, 0.05, 0.05, 0.10, 0.20, 0.00])
+    drafts = [2 if i % 3 else 0 for i in range(requests)]
+    tokens = sum(drafts)
+    draft_ids = torch.ones(tokens, dtype=torch.int32)  # every draft is token 1
+    generators = {i: torch.Generator().manual_seed(i) for i in range(requests)} if seeded else {}
+    torch.manual_seed(1)
+    out = cpu_sampling.sample_recovered_tokens(
+        2, drafts, torch.tensor(np.cumsum(drafts), dtype=torch.int32), draft_ids,
+        None if one_hot else q.repeat(tokens, 1).contiguous(), p.repeat(tokens, 1).contiguous(),
+        SimpleNamespace(generators=generators), torch.device("cpu"))
+    residual = (p - (torch.nn.functional.one_hot(torch.tensor(1), vocab).float() if one_hot else q)).clamp(min=0)
+    residual = residual.double().numpy()
+    support = residual > 0
+    for position in (0, 1):  # first and second draft position of each request
+        counts = np.bincount(out[position::2].numpy(), minlength=vocab)
+        assert counts[~support].sum() == 0, "a token without residual mass was recovered"
+        expected = residual[support] / residual[support].sum() * counts[support].sum()
+        assert stats.chisquare(counts[support], expected).pvalue > 1e-3
 
 
 def test_unseeded_recovery_follows_the_residual(vllm_sampling):

@@ -39,6 +39,7 @@ chain grafted onto it is verified after the drawn children it hangs beside. See 
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections import deque
 from typing import Callable, Sequence
 
@@ -68,6 +69,7 @@ the whole budget where the rule keeps a few nodes (at 16 rows a step drafted 80 
 
 CENTRES = np.sqrt(EDGES[:-1] * EDGES[1:])
 """``[16]`` the bins' geometric centres."""
+_EDGE_LIST = EDGES.tolist()
 
 DEFAULT_PRIOR = np.sqrt(CENTRES)
 """``[16]`` the seed of a bin without a calibrated rate: the square root of its centre score. The
@@ -139,10 +141,11 @@ class AcceptanceMap:
     def estimator(self) -> Callable[[float, int], float]:
         """P(path accepted) of one node from its score and kind, on the table as it is now (fitted
         once: for many lookups within one step)."""
-        table = self.table()
+        table, edges, last = self.table().tolist(), _EDGE_LIST, len(EDGES) - 2
 
-        def estimate(score: float, kind: int) -> float:
-            return float(table[kind, self._bins(np.array([score]))[0]])
+        def estimate(score: float, kind: int) -> float:  # :meth:`_bins` of one score, without numpy's per-call cost
+            found = bisect_right(edges, score) - 1
+            return table[kind][0 if found < 0 else last if found > last else found]
 
         return estimate
 

@@ -21,12 +21,17 @@ suffix) get them too, and every engine of a benchmark samples with the same code
    :data:`stand_runtime.target.sampling.NUCLEUS_PROBE` tokens (the project's own
    :func:`~stand_runtime.target.sampling.nucleus`) and sorts fully only the rows whose nucleus is
    wider than the probe (1.1 ms for the same 16 rows).
-3. **Recovery noise only where it is read** (speed): vLLM's ``sample_recovered_tokens`` draws
+3. **Recovery noise only where it can win** (speed): vLLM's ``sample_recovered_tokens`` draws
    ``[requests, vocab]`` exponentials every step (15 ms at 16 requests here), although its kernel
-   reads request r's row only when r has draft tokens; with few drafts this was most of the
-   speculative path's cost over plain decoding. :func:`sample_recovered_tokens` draws the rows of
-   requests with drafts only, each from the same generator as vLLM (a seeded request's row is the
-   very same draw), and leaves the step without drafts at plain decoding's cost.
+   reads request r's row only when r has draft tokens, and wins there only at tokens where the
+   residual max(p - q, 0) is positive, inside p's top-p nucleus (~0.9 ms a request for a whole row
+   of noise). :func:`sample_recovered_tokens` draws noise for those tokens of requests with drafts
+   only (a seeded request from its own generator: reproducible per seed, not vLLM's very tokens),
+   and leaves the step without drafts at plain decoding's cost.
+
+While a :func:`stand_runtime.vllm.nuclei.recording` is open (the STAND proposer's runner access
+opens one around each sampler call), :func:`top_p_by_probe` also records each cut row's top tokens,
+so that the proposer's store feed need not compute p's top-k again (docs/design.md §7.5, 4).
 
 ``STAND_VLLM_FAST_SAMPLING=0`` keeps vLLM's own top-p sort and noise (2 and 3; the fault 1 is fixed
 regardless), e.g. to time vLLM as shipped.
@@ -39,6 +44,7 @@ import os
 
 import torch
 
+from . import nuclei
 from .runner_access import LOG
 
 FAST_SAMPLING_ENV = "STAND_VLLM_FAST_SAMPLING"
@@ -113,10 +119,15 @@ def top_p_by_probe(logits: torch.Tensor, k: torch.Tensor | None, p: torch.Tensor
     """
     from ..target.sampling import nucleus
 
+    wanted = nuclei.recording_k()  # the proposer's store feed wants each cut row's top tokens
     if k is not None or p is None or logits.dim() != 2 or logits.shape[0] == 0 or logits.dtype != torch.float32:
+        if wanted:
+            nuclei.record(nuclei.NucleusCall.unknown(logits.shape[0] if logits.dim() == 2 else 0, wanted))
         return VLLM_ORIGINALS["apply_top_k_top_p_pytorch"](logits, k, p, allow_cpu_sync=allow_cpu_sync)
     cut = p < 1.0
     if not bool(cut.any()):
+        if wanted:
+            nuclei.record(nuclei.NucleusCall.unknown(logits.shape[0], wanted))
         return logits
     every = bool(cut.all())
     rows, masses = (logits, p.float()) if every else (logits[cut], p[cut].float())
@@ -128,11 +139,25 @@ def top_p_by_probe(logits: torch.Tensor, k: torch.Tensor | None, p: torch.Tensor
         full = nucleus(rows[wide], masses[wide], at_least=rows.shape[-1],
                        probs_of=lambda top: torch.exp(top - log_total[wide]))
         kept[wide] = _masked(rows[wide], full.values, full.ids)
+    if wanted:
+        _record_cut(cut, found, full if found.wide is not None and bool(found.wide.any()) else None, wanted)
     if every:
         logits.copy_(kept)
     else:
         logits[cut] = kept
     return logits
+
+
+def _record_cut(cut: torch.Tensor, found, full, k: int) -> None:
+    """Record the top ``k`` of each cut row's nucleus (``found``, and ``full`` for its wide rows) for
+    the open :func:`stand_runtime.vllm.nuclei.recording`."""
+    ids, probs = nuclei.top_of_cut(found.values, found.ids, k)
+    if full is not None:
+        wide = found.wide.nonzero().flatten()
+        ids[wide], probs[wide] = nuclei.top_of_cut(full.values, full.ids, k)
+    call = nuclei.NucleusCall.unknown(cut.shape[0], k)
+    call.known, call.ids[cut], call.probs[cut] = cut.clone(), ids, probs
+    nuclei.record(call)
 
 
 def _masked(rows: torch.Tensor, values: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
@@ -149,15 +174,19 @@ def sample_recovered_tokens(max_spec_len: int, num_draft_tokens: list[int], cu_n
                             use_fp64_gumbel: bool = False) -> torch.Tensor:
     """vLLM's ``sample_recovered_tokens`` (the draw from the residual distribution max(p - q, 0) of
     speculative sampling, Leviathan et al., 2023, §2.3, at each draft position, by exponential races
-    ``argmax(max(p - q, 0) / E)``) with the exponentials ``E`` drawn only for requests that have
-    draft tokens: vLLM's kernel reads no other row. A seeded request's row is drawn from its own
-    generator exactly as vLLM draws it (same tokens); the others from the global generator, as
-    vLLM does, only fewer of them (same law).
+    ``argmax(max(p - q, 0) / E)``) with the exponentials ``E`` drawn only where they can win: for
+    requests that have draft tokens, and there only at the tokens where some draft position's p is
+    positive (p is 0 outside the top-p nucleus, so is the residual: typically a few to a few
+    hundred tokens, not the vocabulary). One noise vector per request serves all its positions, as in
+    vLLM (a step uses at most one recovered token of a request: at its first rejection). Seeded
+    requests draw from their own generator (reproducible per seed; fewer draws than vLLM's, so not
+    vLLM's tokens), the others from the global generator; every draw has the residual law.
 
     Args (vLLM's):
-        max_spec_len: the most draft tokens of one request this step.
+        max_spec_len: the most draft tokens of one request this step (unused: vLLM's argument).
         num_draft_tokens: ``[batch]`` draft tokens per request.
-        cu_num_draft_tokens: ``[batch]`` int32 cumulative draft counts.
+        cu_num_draft_tokens: ``[batch]`` int32 cumulative draft counts (unused: derived from
+            ``num_draft_tokens``).
         draft_token_ids: ``[num_tokens]`` int32 draft token ids.
         draft_probs: ``[num_tokens, vocab]`` float32 q, or None (drafts taken as one-hot).
         target_probs: ``[num_tokens, vocab]`` float32 p (after temperature and top-k/top-p).
@@ -168,24 +197,26 @@ def sample_recovered_tokens(max_spec_len: int, num_draft_tokens: list[int], cu_n
     Returns:
         ``[num_tokens]`` recovered token ids, dtype of ``draft_token_ids``.
     """
-    from vllm.v1.sample import rejection_sampler
-
     recovered = torch.empty_like(draft_token_ids)
     if draft_token_ids.shape[0] == 0:
         return recovered
-    vocab = target_probs.shape[-1]
     dtype = torch.float64 if use_fp64_gumbel else torch.float32
-    inv_q = torch.ones((len(num_draft_tokens), vocab), dtype=dtype, device=device)
     generators = sampling_metadata.generators
-    drafted = [i for i, count in enumerate(num_draft_tokens) if count > 0]
-    unseeded = [i for i in drafted if i not in generators]
-    if unseeded:
-        inv_q[unseeded] = torch.empty((len(unseeded), vocab), dtype=dtype, device=device).exponential_().reciprocal_()
-    for i in drafted:
-        if i in generators:
-            inv_q[i].exponential_(generator=generators[i]).reciprocal_()
-    rejection_sampler._sample_recovered_tokens(recovered, cu_num_draft_tokens, draft_token_ids, draft_probs,
-                                               target_probs, inv_q, max_spec_len=max_spec_len)
+    start = 0
+    for i, count in enumerate(num_draft_tokens):
+        if count <= 0:
+            continue
+        end = start + int(count)
+        p = target_probs[start:end]
+        tokens = (p.amax(dim=0) > 0).nonzero().flatten()  # where any position's residual can be positive
+        residual = p[:, tokens]
+        if draft_probs is not None:
+            residual = (residual - draft_probs[start:end, tokens]).clamp_(min=0)
+        else:  # one-hot q: p with the draft token removed
+            residual = residual.masked_fill(tokens[None, :] == draft_token_ids[start:end, None].long(), 0.0)
+        noise = torch.empty(tokens.shape[0], dtype=dtype, device=device).exponential_(generator=generators.get(i))
+        recovered[start:end] = tokens[(residual.to(dtype) / noise).argmax(dim=-1)].to(recovered.dtype)
+        start = end
     return recovered
 
 

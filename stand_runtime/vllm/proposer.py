@@ -112,6 +112,20 @@ class _Request:
     last: tuple[list[float], list[int]] | None = None
 
 
+def _sampler_top(step: StepLogits, rows: list[int], params: SamplingParams) -> tuple[np.ndarray, np.ndarray] | None:
+    """The store observation of ``rows`` (``([n, k] ids, [n, k] float64 probs)``) from the nuclei
+    vLLM's sampler cut this step, when it cut every one of them and ``params`` is the p it cut
+    (temperature > 0, top-p < 1, no top-k); else None (the proposer computes them). Saves a partial
+    top-k and a log-sum-exp over the vocabulary per row (:mod:`stand_runtime.vllm.nuclei`)."""
+    found = step.nuclei
+    if found is None or params.greedy or params.top_k or params.top_p >= 1.0 or not rows:
+        return None
+    index = torch.as_tensor(rows)
+    if not bool(found.known[index].all()):
+        return None
+    return found.ids[index].numpy(), found.probs[index].double().numpy()
+
+
 def _target_params(row: BatchRow) -> SamplingParams:
     """Our :class:`SamplingParams` for a vLLM request (greedy below vLLM's epsilon)."""
     if row.temperature < _GREEDY_EPS:
@@ -233,7 +247,8 @@ class StandProposer:
         """What the stores record of this step's verified rows, per batch row ``i`` ``([c, k] ids, [c, k]
         probs)`` for its ``c`` committed tokens (:func:`stand_runtime.drafters.feeds.store_observation`):
         the rows of all requests sampled alike in one batched top-k (one call per sampling
-        distribution, not one per request: at 16 requests the per-request calls were 12 ms a step)."""
+        distribution, not one per request: at 16 requests the per-request calls were 12 ms a step),
+        or the top-k the sampler's top-p cut found for those rows (:func:`_sampler_top`)."""
         if offsets is None:
             return {}
         groups: dict[SamplingParams, list[int]] = {}
@@ -248,7 +263,7 @@ class StandProposer:
         observed = {}
         for params, members in groups.items():
             rows = [r for i in members for r in range(offsets[i], offsets[i] + len(sampled_token_ids[i]))]
-            ids, probs = LogitsFeed(step.logits, params).top(rows, STORE_TOP_K, params)
+            ids, probs = _sampler_top(step, rows, params) or LogitsFeed(step.logits, params).top(rows, STORE_TOP_K, params)
             start = 0
             for i in members:
                 count = len(sampled_token_ids[i])

@@ -8,7 +8,8 @@ holds; this module reaches them and nothing else does:
    parameters (``runner.requests[req_id]``);
 2. the target's logits of the step, to feed the n-gram store with p: ``runner._sample`` is wrapped
    so that every call stashes a copy of its ``logits`` (``[rows, vocab]``; one row per request plus
-   one per draft token, in batch order) and the draft counts of its spec-decode metadata;
+   one per draft token, in batch order), the draft counts of its spec-decode metadata, and the
+   top-p nuclei its sampler cut (:mod:`stand_runtime.vllm.nuclei`);
 3. the draft distributions q, so that vLLM's rejection sampler verifies stochastic drafts with
    q (``min(1, p/q)``, residual ``max(p - q, 0)``) rather than as deterministic drafts (q = 1):
    ``runner._draft_probs`` (``[num_reqs, K, vocab]`` float32) and ``runner._draft_prob_req_ids``,
@@ -27,7 +28,9 @@ from dataclasses import dataclass
 
 import torch
 
+from ..drafters.feeds import STORE_TOP_K
 from ..errors import StandError
+from .nuclei import NucleusCall, recording, step_nuclei
 
 LOG = logging.getLogger("vllm.stand_treeopt")
 """This package's lines in vLLM's log: under vLLM's own ``vllm`` logger, so they reach the server's
@@ -120,10 +123,13 @@ class StepLogits:
         logits: ``[rows, vocab]`` float32 copy of the raw logits (before temperature).
         num_draft_tokens: per request in batch order, the draft tokens verified this step (0 = the
             request had one row); ``None`` when the step verified no drafts (one row per request).
+        nuclei: per row, the top-k of p that the sampler's top-p cut found (None when the sampler's
+            cuts did not match the rows; :mod:`stand_runtime.vllm.nuclei`).
     """
 
     logits: torch.Tensor
     num_draft_tokens: list[int] | None
+    nuclei: NucleusCall | None = None
 
     def row_offsets(self, num_reqs: int) -> list[int] | None:
         """Index of each request's first row (``num_reqs + 1`` offsets), or None when the rows do not
@@ -173,10 +179,14 @@ class RunnerAccess:
         original = runner._sample
 
         def sample_and_record(logits, spec_decode_metadata, *args, **kwargs):
-            if logits is not None:
-                counts = None if spec_decode_metadata is None else list(spec_decode_metadata.num_draft_tokens)
-                self._step = StepLogits(logits.detach().to(torch.float32, copy=True), counts)
-            return original(logits, spec_decode_metadata, *args, **kwargs)
+            if logits is None:
+                return original(logits, spec_decode_metadata, *args, **kwargs)
+            counts = None if spec_decode_metadata is None else list(spec_decode_metadata.num_draft_tokens)
+            copy = logits.detach().to(torch.float32, copy=True)
+            with recording(STORE_TOP_K) as calls:
+                sampled = original(logits, spec_decode_metadata, *args, **kwargs)
+            self._step = StepLogits(copy, counts, step_nuclei(calls, copy.shape[0], spec_decode_metadata))
+            return sampled
 
         runner._sample = sample_and_record
 
