@@ -276,6 +276,7 @@ def fix_cpu_sampling() -> bool:
             and hasattr(rejection_sampler, "_sample_recovered_tokens")):
         VLLM_ORIGINALS["sample_recovered_tokens"] = current
         rejection_sampler.sample_recovered_tokens = sample_recovered_tokens
-        LOG.info("stand-treeopt: vLLM's rejection sampler draws recovery noise for requests with drafts only")
+        LOG.info("stand-treeopt: vLLM's rejection sampler draws recovery noise for requests with drafts only, "
+                 "inside p's nucleus")
         changed = True
     return changed
