@@ -182,7 +182,7 @@ class StandProposer:
         if self._access is None:
             runner = find_runner(self, required=False)
             if runner is not None:
-                self._access = RunnerAccess(runner)
+                self._access = RunnerAccess(runner, nucleus_k=STORE_TOP_K)
 
     def propose(self, sampled_token_ids: list[list[int]], num_tokens_no_spec: np.ndarray, token_ids_cpu: np.ndarray,
                 slot_mappings=None) -> list[list[int]]:
@@ -200,7 +200,7 @@ class StandProposer:
         """
         started = time.perf_counter()
         if self._access is None:
-            self._access = RunnerAccess(find_runner(self))
+            self._access = RunnerAccess(find_runner(self), nucleus_k=STORE_TOP_K)
         access = self._access
         batch = access.batch()
         step = access.take_step()

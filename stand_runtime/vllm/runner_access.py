@@ -28,7 +28,6 @@ from dataclasses import dataclass
 
 import torch
 
-from ..drafters.feeds import STORE_TOP_K
 from ..errors import StandError
 from .nuclei import NucleusCall, recording, step_nuclei
 
@@ -167,12 +166,14 @@ class RunnerAccess:
 
     Args:
         runner: vLLM's (CPU or GPU) model runner, e.g. from :func:`find_runner`.
+        nucleus_k: tokens a row to keep of each top-p nucleus the sampler cuts (``StepLogits.nuclei``;
+            0: keep none).
 
     Raises:
         VLLMInternalsChanged: the runner lacks an attribute used here.
     """
 
-    def __init__(self, runner) -> None:
+    def __init__(self, runner, nucleus_k: int = 0) -> None:
         check_runner(runner)
         self.runner = runner
         self._step: StepLogits | None = None
@@ -183,7 +184,10 @@ class RunnerAccess:
                 return original(logits, spec_decode_metadata, *args, **kwargs)
             counts = None if spec_decode_metadata is None else list(spec_decode_metadata.num_draft_tokens)
             copy = logits.detach().to(torch.float32, copy=True)
-            with recording(STORE_TOP_K) as calls:
+            if not nucleus_k:
+                self._step = StepLogits(copy, counts)
+                return original(logits, spec_decode_metadata, *args, **kwargs)
+            with recording(nucleus_k) as calls:
                 sampled = original(logits, spec_decode_metadata, *args, **kwargs)
             self._step = StepLogits(copy, counts, step_nuclei(calls, copy.shape[0], spec_decode_metadata))
             return sampled
