@@ -428,6 +428,27 @@ def test_tree_attention_packs_grouped_query_heads_exactly(tiny_qwen2):
     assert_tree_logits_match_paths(packed, tree, prefix, range(tree.num_nodes + 1), tol=1e-4)
 
 
+def test_tree_attention_repeats_each_forwards_own_mask():
+    """The packed mask is made once per forward (one mask object for every layer), never reused for
+    another mask of the same shape: each call equals SDPA on the heads expanded."""
+    from types import SimpleNamespace
+
+    from stand_runtime.target.tree_attention import tree_sdpa_attention
+
+    generator = torch.Generator().manual_seed(0)
+    module = SimpleNamespace(num_key_value_groups=2, training=False)
+    query = torch.randn(1, 4, 3, 8, generator=generator)
+    key, value = torch.randn(1, 2, 5, 8, generator=generator), torch.randn(1, 2, 5, 8, generator=generator)
+    for allowed in (torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 0], [1, 1, 1, 0, 1]]),
+                    torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 0], [1, 1, 1, 1, 1]])):
+        mask = torch.zeros(1, 1, 3, 5).masked_fill_(allowed[None, None] == 0, torch.finfo(torch.float32).min)
+        for _ in range(2):  # two layers of one forward
+            out, _ = tree_sdpa_attention(module, query, key, value, mask, scaling=0.5)
+            expected = torch.nn.functional.scaled_dot_product_attention(
+                query, key.repeat_interleave(2, dim=1), value.repeat_interleave(2, dim=1), attn_mask=mask, scale=0.5)
+            assert torch.allclose(out, expected.transpose(1, 2), atol=1e-6)
+
+
 @pytest.mark.model
 def test_fast_cpu_forward_matches_the_stock_model(default_model):
     """The default model as load_model gives it (linears prepacked for oneDNN, the stock kernel for

@@ -42,9 +42,24 @@ def tree_sdpa_attention(module, query: torch.Tensor, key: torch.Tensor, value: t
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
                                       is_causal=is_causal, **kwargs)
     packed = query.reshape(batch, heads // groups, groups * n, dim)  # row g * n + i = head (kv, g), token i
-    mask = attention_mask.repeat(1, 1, groups, 1)
+    mask = _repeated(attention_mask, groups)
     out = torch.nn.functional.scaled_dot_product_attention(packed, key, value, attn_mask=mask, scale=scaling)
     return out.reshape(batch, heads, n, dim).transpose(1, 2).contiguous(), None
+
+
+_LAST_MASK: tuple = (None, 0, None)
+"""The last ``(mask, groups, repeated mask)``: every layer of a forward gets the same mask object."""
+
+
+def _repeated(mask: torch.Tensor, groups: int) -> torch.Tensor:
+    """``mask.repeat(1, 1, groups, 1)``, made once per forward rather than once per layer (the one
+    entry kept holds its mask alive, so a later mask cannot be mistaken for it)."""
+    global _LAST_MASK
+    last, last_groups, repeated = _LAST_MASK
+    if last is not mask or last_groups != groups:
+        repeated = mask.repeat(1, 1, groups, 1)
+        _LAST_MASK = (mask, groups, repeated)
+    return repeated
 
 
 def use_tree_attention(model) -> bool:
