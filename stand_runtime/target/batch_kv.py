@@ -16,6 +16,8 @@ from typing import Sequence
 import torch
 from transformers import DynamicCache
 
+from .growing_cache import grow_in_place
+
 REPACK_HOLES = 0.25
 """Re-align the cache (one copy) once re-aligning would drop this fraction of its columns."""
 
@@ -42,7 +44,7 @@ class BatchedCache:
         valid = torch.zeros(len(caches), length, dtype=torch.bool)
         for b, c in enumerate(caches):
             valid[b, length - c.get_seq_length():] = True
-        batched = DynamicCache(config=config)
+        batched = grow_in_place(DynamicCache(config=config))
         if length == 0:
             return cls(batched, valid)
         reference = next(c for c in caches if c.get_seq_length() == length)

@@ -47,7 +47,8 @@ def _move_to_front(cache: Cache, block_start: int, keep: Sequence[int]) -> None:
 
 
 def new_cache(model) -> Cache:
-    """An empty KV cache for ``model`` on transformers' own ``DynamicCache``.
+    """An empty KV cache for ``model`` on transformers' own ``DynamicCache``, its layers growing in
+    place (:mod:`stand_runtime.target.growing_cache`).
 
     Models with sliding-window layers get full-length layers (no trimming): compaction needs every
     entry in place, and the window is applied by the tree mask instead
@@ -55,8 +56,9 @@ def new_cache(model) -> Cache:
     """
     from transformers import DynamicCache
 
+    from .growing_cache import grow_in_place
     from .model_facts import attention_layout
 
     if attention_layout(model).window is not None:
-        return DynamicCache()
-    return DynamicCache(config=model.config)
+        return grow_in_place(DynamicCache())
+    return grow_in_place(DynamicCache(config=model.config))
