@@ -56,6 +56,20 @@ def test_appends_write_into_spare_slots():
     assert layer.keys.data_ptr() == buffer and layer.get_seq_length() == 10 + 20 * 2
 
 
+def test_appends_outside_inference_mode_after_appends_inside_it():
+    """A buffer made under torch.inference_mode cannot be written outside it: the layer then copies
+    into a new buffer instead of failing, and holds what DynamicLayer holds."""
+    generator = torch.Generator().manual_seed(3)
+    stock, grown = DynamicLayer(), GrowingLayer()
+    first, second = _states(generator, 5), _states(generator, 2)
+    with torch.inference_mode():
+        for layer in (stock, grown):
+            layer.update(*first)
+    for layer in (stock, grown):
+        layer.update(*second)
+    assert torch.equal(stock.keys, grown.keys) and torch.equal(stock.values, grown.values)
+
+
 def test_grow_in_place_converts_plain_layers_and_lazy_caches(tiny_qwen2):
     cache = grow_in_place(DynamicCache(config=tiny_qwen2.config))
     assert cache.layers and all(type(layer) is GrowingLayer for layer in cache.layers)

@@ -53,7 +53,9 @@ class GrowingLayer(DynamicLayer):
         end = length + new.shape[-2]
         buffer = self._buffers.get(name)
         if not (_is_prefix_view(current, buffer) and buffer.shape[-2] >= end and buffer.dtype == new.dtype
-                and buffer.shape[:2] == new.shape[:2] and buffer.shape[-1] == new.shape[-1]):
+                and buffer.shape[:2] == new.shape[:2] and buffer.shape[-1] == new.shape[-1]
+                and (torch.is_inference_mode_enabled() or not buffer.is_inference())):
+            # (a buffer made under torch.inference_mode cannot be written outside it: a new one then)
             shape = (*new.shape[:2], end + max(SPARE_SLOTS, end // 2), new.shape[-1])
             buffer = torch.empty(shape, dtype=new.dtype, device=new.device)
             if length:
