@@ -70,6 +70,17 @@ def test_appends_outside_inference_mode_after_appends_inside_it():
     assert torch.equal(stock.keys, grown.keys) and torch.equal(stock.values, grown.values)
 
 
+def test_a_lower_precision_append_keeps_the_promoted_dtype():
+    generator = torch.Generator().manual_seed(4)
+    stock, grown = DynamicLayer(), GrowingLayer()
+    first, second = _states(generator, 4), [s.to(torch.bfloat16) for s in _states(generator, 2)]
+    for layer in (stock, grown):
+        layer.update(*first)
+        layer.update(*second)
+    assert grown.keys.dtype == stock.keys.dtype == torch.float32
+    assert torch.equal(stock.keys, grown.keys) and torch.equal(stock.values, grown.values)
+
+
 def test_grow_in_place_converts_plain_layers_and_lazy_caches(tiny_qwen2):
     cache = grow_in_place(DynamicCache(config=tiny_qwen2.config))
     assert cache.layers and all(type(layer) is GrowingLayer for layer in cache.layers)

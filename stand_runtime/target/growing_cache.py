@@ -12,9 +12,12 @@ views. Whenever ``keys`` or ``values`` is anything else (a tensor another method
 selection, a repack, a reorder), the next append first copies it into a new buffer, so the layer is
 never wrong, at worst as slow as ``DynamicLayer`` once.
 
-A buffer is owned by one layer: slots past a crop are overwritten by the next append, so no other
-cache may keep a view of them (nothing in this package does: prefill caches shared by batch rows
-are read and padded into a new cache, :meth:`stand_runtime.target.batch_kv.BatchedCache.from_rows`).
+A buffer is owned by one layer: slots past a crop are overwritten by the next append, so neither
+another cache nor a caller may keep a view of them (keys or values an earlier ``update`` returned
+are not to be read after a crop and a later append; nothing in this package does: prefill caches
+shared by batch rows are read and padded into a new cache,
+:meth:`stand_runtime.target.batch_kv.BatchedCache.from_rows`). Appended states of another dtype make a
+new buffer of the promoted dtype, as ``torch.cat`` would.
 """
 
 from __future__ import annotations
@@ -52,12 +55,13 @@ class GrowingLayer(DynamicLayer):
         length = current.shape[-2] if current.dim() == 4 else 0
         end = length + new.shape[-2]
         buffer = self._buffers.get(name)
-        if not (_is_prefix_view(current, buffer) and buffer.shape[-2] >= end and buffer.dtype == new.dtype
+        dtype = torch.promote_types(current.dtype, new.dtype) if length else new.dtype
+        if not (_is_prefix_view(current, buffer) and buffer.shape[-2] >= end and buffer.dtype == dtype
                 and buffer.shape[:2] == new.shape[:2] and buffer.shape[-1] == new.shape[-1]
                 and (torch.is_inference_mode_enabled() or not buffer.is_inference())):
             # (a buffer made under torch.inference_mode cannot be written outside it: a new one then)
             shape = (*new.shape[:2], end + max(SPARE_SLOTS, end // 2), new.shape[-1])
-            buffer = torch.empty(shape, dtype=new.dtype, device=new.device)
+            buffer = torch.empty(shape, dtype=dtype, device=new.device)
             if length:
                 buffer[:, :, :length] = current
             self._buffers[name] = buffer
