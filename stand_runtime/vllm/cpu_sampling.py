@@ -134,13 +134,15 @@ def top_p_by_probe(logits: torch.Tensor, k: torch.Tensor | None, p: torch.Tensor
     log_total = torch.logsumexp(rows, dim=-1, keepdim=True)
     found = nucleus(rows, masses, probs_of=lambda top: torch.exp(top - log_total), full_sort=False)
     kept = _masked(rows, found.values, found.ids)
+    sorted_wide = None  # (wide rows, their full sort)
     if found.wide is not None and bool(found.wide.any()):  # nucleus wider than the probe: sort those rows
         wide = found.wide.nonzero().flatten()
         full = nucleus(rows[wide], masses[wide], at_least=rows.shape[-1],
                        probs_of=lambda top: torch.exp(top - log_total[wide]))
         kept[wide] = _masked(rows[wide], full.values, full.ids)
+        sorted_wide = (wide, full)
     if wanted:
-        _record_cut(cut, found, full if found.wide is not None and bool(found.wide.any()) else None, wanted)
+        _record_cut(cut, found, sorted_wide, wanted)
     if every:
         logits.copy_(kept)
     else:
@@ -148,12 +150,13 @@ def top_p_by_probe(logits: torch.Tensor, k: torch.Tensor | None, p: torch.Tensor
     return logits
 
 
-def _record_cut(cut: torch.Tensor, found, full, k: int) -> None:
-    """Record the top ``k`` of each cut row's nucleus (``found``, and ``full`` for its wide rows) for
-    the open :func:`stand_runtime.vllm.nuclei.recording`."""
+def _record_cut(cut: torch.Tensor, found, sorted_wide, k: int) -> None:
+    """Record the top ``k`` of each cut row's nucleus (``found``, and for the wide rows their full
+    sort: ``sorted_wide`` = ``(wide row indices, Nucleus)`` or None) for the open
+    :func:`stand_runtime.vllm.nuclei.recording`."""
     ids, probs = nuclei.top_of_cut(found.values, found.ids, k)
-    if full is not None:
-        wide = found.wide.nonzero().flatten()
+    if sorted_wide is not None:
+        wide, full = sorted_wide
         ids[wide], probs[wide] = nuclei.top_of_cut(full.values, full.ids, k)
     call = nuclei.NucleusCall.unknown(cut.shape[0], k)
     call.known, call.ids[cut], call.probs[cut] = cut.clone(), ids, probs
