@@ -95,3 +95,50 @@ def test_the_choice_is_measured_once_then_read_from_the_cache(tmp_path, monkeypa
     chain_logits(fresh, [1, 2, 3], [4, 5])
     assert kernel_choice.choose_kernels(tiny_model("llama", vocab=64), tmp_path) == 0  # nothing packed: left alone
     assert dispatch_signature(tiny_model("llama", vocab=64)) == "packed=False"
+
+
+def test_bfloat16_linears_are_packed_only_where_the_cpu_computes_bfloat16(monkeypatch):
+    """A bfloat16 model's linears are packed where the CPU has native bfloat16 (the packed layers then
+    give the stock bfloat16 model's very logits at every row count, and the kernel choice is keyed
+    apart from float32's); without it they stay stock."""
+    from stand_runtime.target import fast_linear
+
+    model = tiny_model("llama", vocab=64, seed=1).to(torch.bfloat16)
+    monkeypatch.setattr(fast_linear, "native_bf16", lambda: False)
+    assert fast_linear.packable_dtypes() == (torch.float32,)
+    assert prepack_linears(copy.deepcopy(model)) == 0
+    monkeypatch.undo()
+    if not fast_linear.native_bf16():
+        pytest.skip("this CPU has no native bfloat16")
+    stock = copy.deepcopy(model)
+    assert prepack_linears(model) == 2 * 7 + 1
+    layer = next(m for m in model.modules() if isinstance(m, PackedLinear))
+    assert layer.weight.dtype == torch.bfloat16
+    prefix = [3, 1, 4, 1, 5, 9, 2, 6]
+    for n in (1, 3, 8):
+        tokens = list(range(10, 10 + n))
+        fast, reference = chain_logits(model, prefix, tokens), chain_logits(stock, prefix, tokens)
+        assert (fast.float() - reference.float()).abs().max().item() <= 1e-2 * reference.float().abs().max().item()
+        assert torch.equal(fast.argmax(-1), reference.argmax(-1))
+    fp32, _ = packed_tiny()
+    assert kernel_choice.machine_key(model) != kernel_choice.machine_key(fp32)
+
+
+def test_a_packed_bfloat16_model_decodes_greedy_as_plain_decoding():
+    """The packed bfloat16 target, greedy: STAND (value-sized tree) and prompt lookup emit plain
+    decoding's tokens, one token after another, with drafts accepted (native bfloat16 CPUs only)."""
+    from stand_runtime import Method, SamplingParams, generate
+    from stand_runtime.target.fast_linear import native_bf16
+
+    if not native_bf16():
+        pytest.skip("this CPU has no native bfloat16")
+    model = tiny_model("llama", vocab=16, seed=1).to(torch.bfloat16)
+    assert prepack_linears(model) == 2 * 7 + 1
+    prompt = [1, 2, 3, 4, 5, 6, 1, 2, 3, 4, 5, 6, 1, 2, 3]
+    greedy = SamplingParams(temperature=0)
+    plain = generate(model, None, prompt, method="ar", sampling=greedy, eos_token_ids=[], max_new_tokens=40)
+    for name, tree in (("stand", "dynamic-auto"), ("pld", None)):
+        fast = generate(model, None, prompt, method=Method.parse(name, tree, model), sampling=greedy,
+                        eos_token_ids=[], max_new_tokens=40)
+        assert fast.tokens == plain.tokens and len(fast.tokens) == 40, name
+        assert fast.stats.target_forwards < 40, name

@@ -96,8 +96,8 @@ def measure_stock_rows(model, sizes=SIZES, rounds: int = ROUNDS, seed: int = 0) 
 
 def machine_key(model) -> str:
     """What the choice depends on, as 16 hex digits of a SHA-256: the model (its folder, its linear
-    shapes), the CPU (its ``/proc/cpuinfo`` identity, else the platform's name), threads, CPU
-    capability, torch and :data:`SIZES`."""
+    shapes, a packed dtype other than float32), the CPU (its ``/proc/cpuinfo`` identity, else the
+    platform's name), threads, CPU capability, torch and :data:`SIZES`."""
     name = platform.processor()
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as info:
@@ -108,9 +108,13 @@ def machine_key(model) -> str:
             name = "/".join(identity)
     except OSError:
         pass
-    shapes = sorted({(m.in_features, m.out_features) for m in model.modules() if isinstance(m, PackedLinear)})
+    packed = [m for m in model.modules() if isinstance(m, PackedLinear)]
+    shapes = sorted({(m.in_features, m.out_features) for m in packed})
     parts = [str(getattr(model.config, "_name_or_path", "") or getattr(model.config, "model_type", "")), repr(shapes),
              name, str(torch.get_num_threads()), torch.backends.cpu.get_cpu_capability(), torch.__version__, repr(SIZES)]
+    dtypes = sorted({str(m.weight.dtype) for m in packed} - {str(torch.float32)})
+    if dtypes:  # a bfloat16 model's kernels are timed apart (float32 keys stay those measured before)
+        parts.append(repr(dtypes))
     return hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
 
 

@@ -30,7 +30,7 @@ from pathlib import Path
 import torch
 
 from ..errors import StandError
-from .fast_linear import native_bf16, prepack_linears
+from .fast_linear import native_bf16, packable_dtypes, prepack_linears
 from .kernel_choice import choose_kernels
 from .tree_attention import use_tree_attention
 
@@ -124,7 +124,7 @@ def load_model(
     model = model.to(device).eval()
     model.requires_grad_(False)
     use_tree_attention(model)
-    if fast and torch.device(device).type == "cpu" and dtype == torch.float32:
+    if fast and torch.device(device).type == "cpu" and dtype in packable_dtypes():
         prepack_linears(model)
         choose_kernels(model, cache_root() / "latency")
     return model, tokenizer
