@@ -224,12 +224,15 @@ class TargetRow:
         tokens = np.asarray(tokens, dtype=np.int64)
         if self.ids is None:
             return self.probs[tokens]
-        out = np.zeros(len(tokens))
-        for i, token in enumerate(tokens.tolist()):
-            where = np.flatnonzero(self.ids == token)
-            if len(where):
-                out[i] = self.probs[where[0]]
-        return out
+        where, found = self._positions(tokens)
+        return np.where(found, self.probs[where], 0.0)
+
+    def _positions(self, tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Each token's first index in ``ids`` (0 where absent) and whether it is there: ``([t] int64,
+        [t] bool)`` (one comparison of the ``[t, m]`` grid: t, m are a node's drafted children and its
+        nucleus, tens at most)."""
+        grid = tokens[:, None] == self.ids[None, :]
+        return grid.argmax(axis=1), grid.any(axis=1)
 
     def sample(self, uniform: float) -> int:
         """A token drawn from p by inverting its CDF at ``uniform`` (see :func:`sample_index`)."""
@@ -245,10 +248,8 @@ class TargetRow:
         if self.ids is None:
             probs[tokens] = weights
         else:
-            for token, weight in zip(tokens.tolist(), weights):
-                where = np.flatnonzero(self.ids == token)
-                if len(where):
-                    probs[where[0]] = weight
+            where, found = self._positions(tokens)
+            probs[where[found]] = np.asarray(weights, dtype=np.float64)[found]
         return self.token(sample_index(probs, uniform))
 
 
