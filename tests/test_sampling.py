@@ -156,3 +156,28 @@ def test_greedy_is_one_hot_on_the_first_argmax(logits):
     assert torch.equal(p.argmax(-1), logits.argmax(-1)) and torch.all(p.sum(-1) == 1)
     assert int(p[7].argmax()) == 0 and int(p[8].argmax()) == 0  # ties: the first index
     assert torch.equal(target_probs(logits.reshape(2, 16, -1), SamplingParams(temperature=0)).reshape(p.shape), p)
+
+
+def test_a_sparse_rows_lookups_equal_the_dense_rows():
+    """TargetRow.at on a nucleus row gives what the dense row of the same p gives; sample_replaced
+    inverts the CDF of p in the row's order with the drafted tokens' weights swapped in."""
+    from stand_runtime.target.sampling import TargetRow, sample_index
+    rng = np.random.default_rng(0)
+    for _ in range(50):
+        vocab = 30
+        ids = rng.permutation(vocab)[: rng.integers(1, 10)]
+        probs = rng.dirichlet(np.ones(len(ids)))
+        dense = np.zeros(vocab)
+        dense[ids] = probs
+        sparse, full = TargetRow(probs, ids), TargetRow.dense(dense)
+        tokens = rng.permutation(vocab)[: rng.integers(0, 6)]
+        assert np.array_equal(sparse.at(tokens), full.at(tokens))
+        weights = [w * float(p) for w, p in zip(rng.random(len(tokens)), full.at(tokens))]  # a residual: <= p
+        uniform = float(rng.random())
+        replaced = probs.copy()  # the reference: p in the row's order, each drafted token's weight swapped in
+        for token, weight in zip(tokens.tolist(), weights):
+            if token in ids.tolist():
+                replaced[ids.tolist().index(token)] = weight
+        assert sparse.sample_replaced(tokens, weights, uniform) == int(ids[sample_index(replaced, uniform)])
+    empty = TargetRow(np.zeros(0), np.zeros(0, dtype=np.int64))
+    assert empty.at(np.array([3, 4])).tolist() == [0.0, 0.0]

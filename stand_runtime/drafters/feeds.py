@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Protocol, Sequence
 import numpy as np
 import torch
 
+from ..errors import StandError
 from ..target.sampling import SamplingParams, TargetRow, target_probs, top_target_probs
 
 if TYPE_CHECKING:
@@ -76,22 +77,36 @@ class LogitsFeed:
         params: the target sampling distribution p.
         rows: p rows already computed (:class:`stand_runtime.target.sampling.TargetRow`, by row), reused
             when a drafter asks for p itself.
+        source: where the logits come from, for the error :meth:`top` raises when the rows it computes
+            are not finite (None: no check; a prompt's prefill names its positions, so a drafter never
+            learns NaN, and only the rows a drafter reads are checked).
     """
 
     one_hot = False
 
-    def __init__(self, logits: torch.Tensor, params: SamplingParams, rows: dict[int, TargetRow] | None = None) -> None:
+    def __init__(self, logits: torch.Tensor, params: SamplingParams, rows: dict[int, TargetRow] | None = None,
+                 source: str | None = None) -> None:
         self.logits = logits
         self.params = params
         self.rows: dict[int, TargetRow] = {} if rows is None else rows
+        self.source = source
 
     def observed(self, accepted: Sequence[int]) -> list[int]:
         return list(range(self.logits.shape[0]))
 
     def top(self, positions: Sequence[int], k: int, params: SamplingParams) -> tuple[np.ndarray, np.ndarray]:
         """See :meth:`TargetFeed.top`: rows verification already computed are reused when ``params``
-        is p (and not greedy); the others come from one batched :func:`top_target_probs`."""
-        positions = list(positions)
+        is p (and not greedy); the others come from one batched :func:`top_target_probs`.
+
+        Raises:
+            StandError: with a ``source``, the rows computed are not finite (NaN or inf logits).
+        """
+        ids, probs = self._top(list(positions), k, params)
+        if self.source is not None and not np.isfinite(probs).all():
+            raise StandError(f"the target's logits are not finite (NaN or inf) in {self.source}")
+        return ids, probs
+
+    def _top(self, positions: list[int], k: int, params: SamplingParams) -> tuple[np.ndarray, np.ndarray]:
         n, k = len(positions), min(k, self.logits.shape[-1])
         if params.top_p >= 1.0 and params.top_k == 0 and not params.greedy:  # no nucleus: one partial top-k
             logits = self.logits[positions].float() / params.temperature

@@ -20,6 +20,7 @@ from ..trees.draft import Draft, truncate_draft
 from .feeds import STORE_TOP_K, TargetFeed, feed_store, store_observation, store_params
 from ..store.native_store import FeedRow, NativeNGramStore
 from .gumbel import choose_children
+from ..store.learned import learned_sequences
 from ..store.ngram_store import NGramStore
 from ..randomness import RandomStream
 from ..target.sampling import SamplingParams
@@ -133,8 +134,16 @@ class StandDrafter:
         return self.tree.num_nodes + (0 if self.dynamic else self.copy)
 
     def observe_prompt(self, prompt: list[int], feed: TargetFeed, positions: range) -> None:
-        if len(positions):
-            feed_store(self.store, prompt, list(positions), feed, range(len(positions)), self.params)
+        """Feed the store p at ``positions`` of ``prompt``, but those it learned from an earlier sequence
+        (:mod:`stand_runtime.store.learned`: a tree search's prompts repeat what it decoded)."""
+        learned = learned_sequences(self.store).covered(prompt) if len(positions) else 0
+        rows = [r for r, position in enumerate(positions) if position >= learned]
+        if rows:
+            feed_store(self.store, prompt, [positions[r] for r in rows], feed, rows, self.params)
+
+    def learn_sequence(self, tokens: list[int]) -> None:
+        """Register ``tokens`` (a row's committed list, fed as it grows) as learned by the store."""
+        learned_sequences(self.store).add(tokens)
 
     @property
     def native(self) -> bool:

@@ -228,3 +228,13 @@ class DecodeRow:
         text = self.stop_rule.text(self.generated, self.finish_reason)
         return GenerationResult(tokens=self.generated, text=text, stats=self.finish_stats(),
                                 finish_reason=self.finish_reason, logprobs=self.logprobs)
+
+
+def learn_rows(rows, prompt: list[int]) -> None:
+    """Register the committed tokens of each of ``rows`` that starts from ``prompt`` (just fed to its
+    drafter) with the drafter's memory, where the drafter keeps such a ledger
+    (:mod:`stand_runtime.store.learned`: a later prompt that repeats them is not fed again)."""
+    for row in rows:
+        learn = getattr(row.drafter, "learn_sequence", None)
+        if learn is not None and row.committed == prompt:
+            learn(row.committed)

@@ -21,7 +21,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .decode_row import DecodeRow
+from .decode_row import DecodeRow, learn_rows
 from ..drafters import Drafter
 from ..errors import StandError
 from ..drafters.feeds import OneHotFeed, RowsFeed, one_hot_rows
@@ -146,6 +146,7 @@ def replay_trace(drafter: Drafter | None, prompt: Sequence[int], tokens: Sequenc
         feed = OneHotFeed(prompt[1:]) if recorded is None else RowsFeed(recorded.ids[: len(prompt) - 1],
                                                                          recorded.probs[: len(prompt) - 1])
         drafter.observe_prompt(prompt, feed, positions)
+    learn_rows([row], prompt)
     clock.lap(None)
     allocator = BatchAllocator.for_rows([row])  # a value-sized row sized as a batch of one
     while row.finish_reason is None:

@@ -225,13 +225,17 @@ class TargetRow:
         if self.ids is None:
             return self.probs[tokens]
         where, found = self._positions(tokens)
-        return np.where(found, self.probs[where], 0.0)
+        out = np.zeros(len(tokens))
+        out[found] = self.probs[where[found]]
+        return out
 
     def _positions(self, tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Each token's first index in ``ids`` (0 where absent) and whether it is there: ``([t] int64,
         [t] bool)`` (one comparison of the ``[t, m]`` grid: t, m are a node's drafted children and its
         nucleus, tens at most)."""
         grid = tokens[:, None] == self.ids[None, :]
+        if not grid.shape[1]:  # no ids: no token is there
+            return np.zeros(len(tokens), dtype=np.int64), np.zeros(len(tokens), dtype=bool)
         return grid.argmax(axis=1), grid.any(axis=1)
 
     def sample(self, uniform: float) -> int:
