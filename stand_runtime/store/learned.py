@@ -10,7 +10,8 @@ engine registers every decoded row's committed tokens (the row's own list, which
 it decodes: p after each of its prefixes but the whole is in the store at every step boundary), and
 the drafter feeds a prompt only from the first position no registered sequence covers
 (:meth:`LearnedSequences.covered`). What the memory learns is unchanged otherwise; drafts are never
-part of the lossless path, so this changes speed and draft statistics, never the output distribution.
+part of the lossless path, so this changes speed and draft statistics, never the output distribution
+(nor is a context fed again that the store evicted since: eviction only bounds its memory).
 """
 
 from __future__ import annotations
