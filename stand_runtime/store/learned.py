@@ -43,7 +43,7 @@ class LearnedSequences:
         i with p after ``prompt[: i + 1]``: positions 0 .. c - 1 need no feeding); 0 when none."""
         tokens = np.asarray(prompt, dtype=np.int64)
         best = 0
-        for known in self._sequences:
+        for known in list(self._sequences):  # a snapshot: another thread may register meanwhile
             length = min(len(known), len(tokens))
             if min(length, len(known) - 1) <= best:
                 continue
