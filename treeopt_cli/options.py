@@ -26,8 +26,9 @@ DATASET_HELP = "Prompts: humaneval (built in), a JSONL file, or a local Hugging 
 FIELD_HELP = "Text field of a JSONL/HF dataset (default: prompt, problem or question)."
 OFFSET_HELP = ("Skip this many prompts first; default: 30 for humaneval (past the 30 calibration prompts), "
                "0 for any other dataset.")
-DTYPE_HELP = ("Weights of the target: float32, or bfloat16 (a different target, lossless relative to itself; "
-              "fast only on CPUs with native bfloat16).")
+DTYPE_HELP = ("Weights of the target: float32, or bfloat16 (a different target, lossless relative to itself "
+              "up to bfloat16 rounding: greedy output with drafts may differ from plain greedy decoding where two "
+              "tokens tie; fast only on CPUs with native bfloat16).")
 PLOT_HELP = "needs matplotlib: pip install -e '.[plot]'"
 
 
