@@ -122,6 +122,7 @@ class StandDrafter:
         self._index = (NativeSuffixIndex if native else SuffixIndex)(ngram, longest) if copy else None
         self._chain: tuple = ()  # the copy chain of the last request (a value-sized draft grafts it when sized)
         self._rate = COPY_DECAY  # and its rate (from the length of the suffix it matched)
+        self._covered: tuple | None = None  # (prompt, its length, positions its store learned already)
 
     @property
     def dynamic(self) -> bool:
@@ -136,7 +137,12 @@ class StandDrafter:
     def observe_prompt(self, prompt: list[int], feed: TargetFeed, positions: range) -> None:
         """Feed the store p at ``positions`` of ``prompt``, but those it learned from an earlier sequence
         (:mod:`stand_runtime.store.learned`: a tree search's prompts repeat what it decoded)."""
-        learned = learned_sequences(self.store).covered(prompt) if len(positions) else 0
+        if not len(positions):
+            return
+        if self._covered is None or self._covered[0] is not prompt or self._covered[1] != len(prompt):
+            # once per prompt, not per prefill chunk (the ledger does not change during a prefill)
+            self._covered = (prompt, len(prompt), learned_sequences(self.store).covered(prompt))
+        learned = self._covered[2]
         rows = [r for r, position in enumerate(positions) if position >= learned]
         if rows:
             feed_store(self.store, prompt, [positions[r] for r in rows], feed, rows, self.params)

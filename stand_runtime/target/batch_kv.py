@@ -95,8 +95,8 @@ class BatchedCache:
         for b, offsets in enumerate(keep):
             index[b, : len(offsets)] = offsets
             valid[b, : len(offsets)] = True
-        moved = (index != np.arange(kept)) & valid
-        first = int(moved.any(axis=0).argmax()) if moved.any() else kept  # columns before it stay as they are
+        moved = ((index != np.arange(kept)) & valid).any(axis=0)  # [kept] some row's entry moves into the column
+        first = int(moved.argmax()) if moved.any() else kept  # columns before it stay as they are
         if first < kept:
             gather = torch.from_numpy(index[:, first:] + block_start)
             with torch.inference_mode():
