@@ -35,7 +35,7 @@ computes p only for the nodes the walk visits (as sparse nucleus rows when top-p
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Generator
 
 import numpy as np
 
@@ -67,9 +67,24 @@ class Verification:
     bonus: bool
 
 
+Walk = Generator[int, object, Verification]
+"""A verification walk: yields each draft position it visits and is sent what it reads there (the
+argmax token, or p as a :class:`TargetRow`); its return value is the :class:`Verification`. Every
+walk of a step can then be advanced level by level, the rows of one level computed together
+(:func:`stand_runtime.engine.walks.walk_rows`)."""
+
+
 def _target_at(target: TargetAt, node: int) -> TargetRow:
-    """p at ``node``, checked: a NaN or infinite p would be silently accepted (``min(1, nan)`` is 1)."""
-    row = target(node)
+    """p at ``node``, checked (:func:`checked_row`)."""
+    return checked_row(target(node), node)
+
+
+def checked_row(row: "TargetRow | np.ndarray", node: int) -> TargetRow:
+    """``row`` (p at draft position ``node``) as a :class:`TargetRow`, checked: a NaN or infinite p would
+    be silently accepted (``min(1, nan)`` is 1).
+
+    Raises:
+        StandError: p is not finite."""
     if isinstance(row, np.ndarray):
         row = TargetRow.dense(row)
     if not np.isfinite(row.total):
@@ -84,14 +99,29 @@ def verify_greedy(draft: Draft, argmax_at: ArgmaxAt) -> Verification:
         draft: the drafted tree.
         argmax_at: the argmax token per draft position (the engine checks its logits are finite).
     """
+    return _drive(greedy_walk(draft), argmax_at)
+
+
+def greedy_walk(draft: Draft) -> Walk:
+    """:func:`verify_greedy` as a :data:`Walk` (sent the argmax token at each position it yields)."""
     node, accepted = 0, []
     while True:
-        best = int(argmax_at(node))
+        best = int((yield node))
         match = next((child for child in draft.children[node] if draft.tokens[child] == best), None)
         if match is None:
             return Verification(accepted, best, not draft.children[node])
         accepted.append(match)
         node = match
+
+
+def _drive(walk: Walk, read: Callable[[int], object]) -> Verification:
+    """Run ``walk`` to its end, sending it ``read(position)`` for each position it yields."""
+    node = next(walk)
+    while True:
+        try:
+            node = walk.send(read(node))
+        except StopIteration as done:
+            return done.value
 
 
 def verify_sampling(draft: Draft, target: TargetAt, randomness: RandomStream) -> Verification:
@@ -115,9 +145,15 @@ def verify_sampling(draft: Draft, target: TargetAt, randomness: RandomStream) ->
     Raises:
         StandError: p is not finite at a visited node.
     """
+    return _drive(sampling_walk(draft, randomness), lambda node: _target_at(target, node))
+
+
+def sampling_walk(draft: Draft, randomness: RandomStream) -> Walk:
+    """:func:`verify_sampling` as a :data:`Walk`: sent p at each position it yields (a :class:`TargetRow`
+    checked finite, :func:`checked_row`); draws from ``randomness`` in the same order."""
     node, accepted = 0, []
     while True:
-        row = _target_at(target, node)
+        row = yield node
         kids = draft.children[node]
         if not kids:
             return Verification(accepted, row.sample(randomness.uniform()), True)

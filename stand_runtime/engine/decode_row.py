@@ -16,7 +16,7 @@ and trace replay share one lossless path instead of copies.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Sequence
 
 import torch
 
@@ -81,6 +81,31 @@ class StepTarget(LogitsFeed):
         if position not in self.rows:
             self.rows[position] = target_row(self.logits[position], self.params)
         return self.rows[position]
+
+
+def compute_rows(wanted: Sequence[tuple[StepTarget, int]]) -> None:
+    """Fill each lazy target's row at its draft position (p, :func:`stand_runtime.target.sampling.target_rows`,
+    or greedy, the argmax) in one batched call per sampling distribution, skipping those already
+    there. On a CPU one ``[n, vocab]`` call costs about what one row's does (0.38 ms for 8 rows against
+    8 x 0.16 ms, default model, bfloat16 logits). Pure computation: no draw reads it.
+
+    Args:
+        wanted: ``(target, position)`` pairs, at most one per target and position.
+    """
+    groups: dict[SamplingParams, list[tuple[StepTarget, int]]] = {}
+    for target, position in wanted:
+        if not target._batched and position not in (target._best if target.params.greedy else target.rows):
+            groups.setdefault(target.params, []).append((target, position))
+    for params, group in groups.items():
+        stacked = torch.stack([target.logits[position] for target, position in group])  # [n, vocab]
+        if params.greedy:
+            maxima = torch.max(stacked, dim=-1)
+            for (target, position), best, finite in zip(group, maxima.indices.tolist(),
+                                                         torch.isfinite(maxima.values).tolist()):
+                target._best[position], target._finite[position] = best, finite
+        else:
+            for (target, position), row in zip(group, target_rows(stacked, params)):
+                target.rows[position] = row
 
 
 @dataclass(frozen=True)

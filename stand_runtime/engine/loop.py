@@ -28,6 +28,7 @@ from .allocation import BatchAllocator
 from ..verify_batch import verify_rows
 from .clock import Clock
 from .decode_row import DecodeRow, Settled, StepTarget, learn_rows
+from .walks import walk_rows
 from .metrics import GenerationResult
 from .row_batch import defer_feeds, feed_rows, propose_rows
 
@@ -248,12 +249,13 @@ class Loop:
             row.stats.padding_tokens += width - len(draft.tokens)
         return drafts
 
-    def _verify(self, rows, drafts, logits) -> list:
-        """Every row's :class:`stand_runtime.verify.Verification` from the batched verifier, or None per
-        row (each settles by the walk) when it is off."""
-        if not self.batch_verify:
-            return [None] * len(rows)
-        verified = verify_rows(drafts, logits, [row.params for row in rows], [row.randomness for row in rows])
+    def _verify(self, rows, drafts, logits, targets) -> list:
+        """Every row's :class:`stand_runtime.verify.Verification`: from the batched verifier when it is
+        on, else from the rows' walks advanced level by level (:func:`.walks.walk_rows`)."""
+        if self.batch_verify:
+            verified = verify_rows(drafts, logits, [row.params for row in rows], [row.randomness for row in rows])
+        else:
+            verified = walk_rows(rows, drafts, targets)
         self.clock.lap("verification_s")
         return verified
 
@@ -273,9 +275,10 @@ class Loop:
         drafts = self._allocate(rows, propose_rows(rows, self.max_nodes))  # native trees: one call for the rows
         logits = self.caches.forward(self.model, rows, drafts)
         timed = self.clock.lap("forward_s") is not None  # on CUDA the step's time is not known here
-        verified = self._verify(rows, drafts, logits)
-        settled = [row.settle(draft, StepTarget(out, row.params, False if self.batch_verify else None), verification)
-                   for row, draft, out, verification in zip(rows, drafts, logits, verified)]
+        targets = [StepTarget(out, row.params, False if self.batch_verify else None) for row, out in zip(rows, logits)]
+        verified = self._verify(rows, drafts, logits, targets)
+        settled = [row.settle(draft, target, verification)
+                   for row, draft, target, verification in zip(rows, drafts, targets, verified)]
         feed_rows(rows)  # the native stores' updates deferred by settle, in one call
         self.caches.keep(settled, drafts)
         finished = [b for b, row in enumerate(rows) if row.finish_reason is not None]

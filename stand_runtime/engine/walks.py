@@ -1,0 +1,49 @@
+"""Every row's verification walk of one step, advanced level by level (ours; docs/design.md §4.7).
+
+A walk (:data:`stand_runtime.verify.Walk`) visits one draft position per level, root first, and reads
+p (or the argmax) there. Walking the rows one after another computes one target row per call; on a
+CPU such a call costs about what one over the whole batch does (:func:`.decode_row.compute_rows`), so
+here every row's walk takes one level at a time and the positions a level visits are computed
+together. Each walk draws from its own row's stream in its own order, so the verifications are
+those of the walks run one by one (tests/test_walks.py).
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from ..trees.draft import Draft
+from ..verify import Verification, Walk, checked_row, greedy_walk, sampling_walk
+from .decode_row import DecodeRow, StepTarget, compute_rows
+
+
+def walk_rows(rows: Sequence[DecodeRow], drafts: Sequence[Draft], targets: Sequence[StepTarget]) -> list[Verification]:
+    """Each row's :class:`stand_runtime.verify.Verification` of its draft: greedy or sampling as its
+    sampling parameters say, equal to :func:`stand_runtime.verify.verify_greedy` /
+    :func:`stand_runtime.verify.verify_sampling` on that row alone.
+
+    Args:
+        rows: the step's rows (their ``params`` and ``randomness``).
+        drafts: the drafts forwarded, one per row.
+        targets: the forward's output, one :class:`StepTarget` per row.
+
+    Raises:
+        StandError: p (or the logits) not finite at a visited position.
+    """
+    walks: list[Walk] = [greedy_walk(draft) if row.params.greedy else sampling_walk(draft, row.randomness)
+                         for row, draft in zip(rows, drafts)]
+    results: list[Verification | None] = [None] * len(walks)
+    pending = {b: next(walk) for b, walk in enumerate(walks)}  # row -> the position its walk reads next
+    while pending:
+        compute_rows([(targets[b], position) for b, position in pending.items()])
+        advanced = {}
+        for b, position in pending.items():
+            target = targets[b]
+            read = (target.argmax_at(position) if target.params.greedy
+                    else checked_row(target.target_at(position), position))
+            try:
+                advanced[b] = walks[b].send(read)
+            except StopIteration as done:
+                results[b] = done.value
+        pending = advanced
+    return results
