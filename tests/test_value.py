@@ -386,3 +386,46 @@ def test_an_explicit_node_cap_in_a_batch_keeps_the_copy_chain(tiny_qwen2):
     assert all(sum(r.stats.accepted_per_step) > 0 for r in rows)  # drafts were accepted
     assert max(max(r.stats.drafted_per_step) for r in rows) == 4
     assert method.value.acceptance.counts()[0][1].sum() > 0  # copied nodes were drafted (and learned)
+
+
+def vectorised_bounded_peak(gains, seconds, lookahead):
+    """The stopping rule of :func:`stand_runtime.drafters.peak.bounded_peak_of` over whole arrays (its
+    first implementation, kept as the reference): every node's bound over the sizes ahead at once."""
+    gains = np.asarray(gains, dtype=np.float64)
+    length = len(gains) - 1
+    if length <= 0:
+        return 0
+    cost = np.asarray(seconds, dtype=np.float64)
+    best_before = np.maximum.accumulate(gains / cost[: length + 1])[:-1]
+    step = np.diff(gains)
+    previous = np.concatenate([step[:1], step[:-1]])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        decay = np.clip(np.where(previous > 0, step / previous, 1.0), 0.0, 1.0)
+    ahead = np.arange(lookahead)
+    added = step[:, None] * np.cumsum(decay[:, None] ** ahead[None, :], axis=1)
+    size = np.arange(1, length + 1)[:, None] + ahead[None, :]
+    bound = ((gains[:-1, None] + added) / cost[size]).max(axis=1)
+    stops = np.flatnonzero(~(bound > best_before))
+    return int(stops[0]) if len(stops) else length
+
+
+def test_the_node_by_node_rule_equals_the_vectorised_reference():
+    """bounded_peak_of (node by node, early exit) equals the whole-array version on random curves:
+    falling, rising and non-monotone P, stepped and bumpy costs, NaN gains, look-aheads 1-10."""
+    from stand_runtime.drafters.peak import bounded_peak_of
+
+    rng = np.random.default_rng(5)
+    for trial in range(3000):
+        length = int(rng.integers(0, 30))
+        lookahead = int(rng.integers(1, 11))
+        p = rng.random(length) ** rng.choice([0.3, 1.0, 4.0])
+        if trial % 3 == 0:
+            p = np.sort(p)[::-1]
+        gains = float(rng.integers(1, 9)) + np.concatenate([[0.0], np.cumsum(p)])
+        if trial % 50 == 0 and length:
+            gains[int(rng.integers(1, length + 1))] = np.nan
+        base = np.cumsum(rng.random(length + lookahead) * rng.choice([0.01, 0.1, 1.0])) + 1.0
+        if trial % 4 == 0:
+            base[int(rng.integers(0, length + lookahead)):] *= 1.3  # a kernel step
+        seconds = base if trial % 5 else base + rng.normal(0, 0.05, len(base))  # a bumpy profile
+        assert bounded_peak_of(gains, seconds, lookahead) == vectorised_bounded_peak(gains, seconds, lookahead), trial

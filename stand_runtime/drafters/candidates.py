@@ -141,14 +141,19 @@ def candidates(draft: Draft, acceptance: AcceptanceMap, table: np.ndarray | None
     chain_p = (acceptance.estimate(chain_rate(draft) ** np.arange(1.0, len(chain) + 1),
                                    np.ones(len(chain), dtype=np.int64), table) if chain else np.zeros(0))
     limit = len(drawn) + len(chain) if limit is None else min(limit, len(drawn) + len(chain))
-    p, from_chain = np.empty(limit), np.zeros(limit, dtype=bool)
+    if not chain:
+        return Candidates(draft, drawn[:limit], np.zeros(limit, dtype=bool), chain_p)
+    drawn_p, copied_p = drawn.tolist(), chain_p.tolist()
+    p, from_chain = [], []
     a = b = 0
-    for i in range(limit):
-        if b < len(chain) and (a >= len(drawn) or chain_p[b] > drawn[a]):
-            p[i], from_chain[i], b = chain_p[b], True, b + 1
+    for _ in range(limit):
+        if b < len(copied_p) and (a >= len(drawn_p) or copied_p[b] > drawn_p[a]):
+            p.append(copied_p[b]), from_chain.append(True)
+            b += 1
         else:
-            p[i], a = drawn[a], a + 1
-    return Candidates(draft, p, from_chain, chain_p)
+            p.append(drawn_p[a]), from_chain.append(False)
+            a += 1
+    return Candidates(draft, np.array(p), np.array(from_chain, dtype=bool), chain_p)
 
 
 def copied_mask(draft: Draft) -> np.ndarray:

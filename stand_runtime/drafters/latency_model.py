@@ -5,6 +5,7 @@ docs/design.md §3.7): a latency profile corrected by the run's own forward time
 from __future__ import annotations
 
 from collections import deque
+from statistics import median
 from typing import Callable, Sequence
 
 import numpy as np
@@ -80,8 +81,8 @@ class LatencyModel:
         """Per profile size with :data:`MIN_OBSERVED` forwards its median ``(tokens, ratio)`` (each
         refitted only after its size was observed again)."""
         for b, kept in enumerate(self._ratios):
-            if self._medians[b] is None and len(kept) >= MIN_OBSERVED:
-                self._medians[b] = tuple(np.median(np.asarray(kept), axis=0))
+            if self._medians[b] is None and len(kept) >= MIN_OBSERVED:  # (statistics: numpy's per-call cost
+                self._medians[b] = tuple(median(column) for column in zip(*kept))  # was most of a step's sizing)
         return [m for m in self._medians if m is not None]
 
     def _ratios_at(self, tokens: np.ndarray) -> np.ndarray:

@@ -1,5 +1,5 @@
 """The value rule's stopping rules over a rate curve (ours; docs/design.md §3.7): :func:`first_peak` (the
-reference), :func:`bounded_peak_of` (the rule the value rule uses, over arrays: it crosses a step in the
+reference), :func:`bounded_peak_of` (the rule the value rule uses, node by node: it crosses a step in the
 cost when the nodes past it can pay for it; with a look-ahead of one it is :func:`first_peak`), and
 :func:`seconds_of`."""
 
@@ -55,31 +55,41 @@ def bounded_peak_of(gains: np.ndarray, seconds: np.ndarray, lookahead: int = LOO
     Args:
         gains: ``[L + 1]`` expected tokens of the forward with n nodes, n = 0 .. L (NaN: stop there).
         seconds: ``[>= L + lookahead]`` seconds of the forward with n nodes, n = 0 .. L + lookahead - 1.
-        lookahead: sizes looked at from each node on (>= 1; 1: :func:`first_peak`, in one numpy pass).
+        lookahead: sizes looked at from each node on (>= 1; 1: :func:`first_peak`).
 
     Raises:
         ValueError: ``lookahead`` < 1 or ``seconds`` shorter than ``L + lookahead``.
     """
-    gains = np.asarray(gains, dtype=np.float64)
+    gains = np.asarray(gains, dtype=np.float64).tolist()
     length = len(gains) - 1
     if lookahead < 1:
         raise ValueError(f"lookahead must be at least 1, not {lookahead}")
     if length <= 0:
         return 0
-    cost = np.asarray(seconds, dtype=np.float64)
-    if len(cost) < length + lookahead:
-        raise ValueError(f"bounded_peak_of needs the seconds of {length + lookahead} sizes, got {len(cost)}")
-    best_before = np.maximum.accumulate(gains / cost[: length + 1])[:-1]  # [L] best rate over the sizes before node k
-    step = np.diff(gains)  # [L] the k-th node's increment
-    previous = np.concatenate([step[:1], step[:-1]])
-    with np.errstate(divide="ignore", invalid="ignore"):
-        decay = np.clip(np.where(previous > 0, step / previous, 1.0), 0.0, 1.0)
-    ahead = np.arange(lookahead)
-    added = step[:, None] * np.cumsum(decay[:, None] ** ahead[None, :], axis=1)  # [L, lookahead] nodes k .. k + j
-    size = np.arange(1, length + 1)[:, None] + ahead[None, :]  # [L, lookahead] m = k + j
-    bound = ((gains[:-1, None] + added) / cost[size]).max(axis=1)
-    stops = np.flatnonzero(~(bound > best_before))
-    return int(stops[0]) if len(stops) else length
+    if len(seconds) < length + lookahead:
+        raise ValueError(f"bounded_peak_of needs the seconds of {length + lookahead} sizes, got {len(seconds)}")
+    cost = np.asarray(seconds, dtype=np.float64)[: length + lookahead].tolist()
+    # Node by node, in Python floats: the rule ends after a few nodes, where numpy's per-call cost over
+    # all L x lookahead bounds was most of a step's sizing (tests/test_value.py keeps that version as
+    # the reference).
+    best = gains[0] / cost[0]  # the best rate over the sizes before node k
+    previous = gains[1] - gains[0]
+    for k in range(1, length + 1):
+        step = gains[k] - gains[k - 1]
+        decay = min(max(step / previous, 0.0), 1.0) if previous > 0 else 1.0
+        if decay != decay:  # NaN gains: stop (as no bound beats the best)
+            return k - 1
+        added, power = 0.0, 1.0
+        for j in range(lookahead):  # some size k + j may beat the best: take node k
+            added += step * power
+            power *= decay
+            if (gains[k - 1] + added) / cost[k + j] > best:
+                break
+        else:
+            return k - 1
+        best = max(best, gains[k] / cost[k])
+        previous = step
+    return length
 
 
 def seconds_of(seconds: Callable[[float], float], tokens: np.ndarray) -> np.ndarray:

@@ -128,8 +128,9 @@ class AcceptanceMap:
         if self._table is None:  # refit after new counts only (read-only: shared by every caller)
             weights = self._drafted + PRIOR_WEIGHT
             estimate = (self._accepted + PRIOR_WEIGHT * self._prior) / weights
-            self._table = np.stack([_isotonic(row, w) for row, w in zip(estimate, weights)])
-            self._table.setflags(write=False)
+            table = np.array([_isotonic(row, w) for row, w in zip(estimate, weights)])
+            table.setflags(write=False)
+            self._table = table
         return self._table
 
     def estimate(self, scores: np.ndarray, copied: np.ndarray, table: np.ndarray | None = None) -> np.ndarray:
@@ -160,12 +161,12 @@ class AcceptanceMap:
 def _isotonic(values: np.ndarray, weights: np.ndarray) -> np.ndarray:
     """The weighted least-squares non-decreasing fit of ``values`` (pool adjacent violators)."""
     blocks: list[list[float]] = []  # [mean, weight, count]
-    for value, weight in zip(values, weights):
-        blocks.append([float(value), float(weight), 1])
+    for value, weight in zip(np.asarray(values, dtype=np.float64).tolist(), np.asarray(weights, dtype=np.float64).tolist()):
+        blocks.append([value, weight, 1])
         while len(blocks) > 1 and blocks[-2][0] > blocks[-1][0]:
             (m1, w1, c1), (m2, w2, c2) = blocks.pop(-2), blocks.pop()
             blocks.append([(m1 * w1 + m2 * w2) / (w1 + w2), w1 + w2, c1 + c2])
-    return np.concatenate([np.full(count, mean) for mean, _, count in blocks])
+    return np.array([mean for mean, _, count in blocks for _ in range(count)])
 
 
 class ValueRule:

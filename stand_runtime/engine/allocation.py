@@ -89,9 +89,11 @@ def padded_allocation(acceptance: Sequence[np.ndarray], seconds: Callable[[float
         raise StandError("an allocation needs at least one row")
     sums, batch = _cumulative(acceptance), len(acceptance)
     longest = max(len(s) - 1 for s in sums)
-
-    filled = np.array([np.pad(s, (0, longest + 1 - len(s)), mode="edge") for s in sums])  # [B, longest + 1]
-    gains = batch + filled.sum(axis=0)  # the forward's expected tokens with n nodes a row (fewer where a row ends)
+    if batch == 1:
+        gains = 1.0 + sums[0]
+    else:
+        filled = np.array([np.pad(s, (0, longest + 1 - len(s)), mode="edge") for s in sums])  # [B, longest + 1]
+        gains = batch + filled.sum(axis=0)  # the forward's expected tokens with n nodes a row (fewer where a row ends)
     n = bounded_peak_of(gains, seconds_of(seconds, batch * np.arange(1, longest + 1 + LOOKAHEAD)))
     sizes = tuple(min(n, len(s) - 1) for s in sums)
     return Allocation(sizes, batch * (n + 1), float(gains[n]), seconds(batch * (n + 1)))
