@@ -94,6 +94,9 @@ def main() -> None:
     for batch in args.batches:
         methods = {label: Method.parse(name, tree, model, batch=batch, allocation=allocation)
                    for label, (name, tree, allocation) in METHODS.items()}
+        for method in methods.values():
+            if method.value is not None:
+                method.value.packing = []  # record the packed allocation's modelled gain
         runs = {label: ([], 0.0) for label in methods}
         labels = list(methods)
         for p, prompt in enumerate(prompts):

@@ -123,6 +123,7 @@ def test_a_profile_measured_under_load_is_corrected_within_20_batch_forwards():
     rows = [0.9 ** np.arange(1, 41), 0.7 ** np.arange(1, 41), 0.4 ** np.arange(1, 11), np.zeros(0)]
     true = linear(0.074, 0.002)
     value = ValueRule(LatencyModel(linear(1.1345, 0.0005), SIZES), ScoreIsAcceptance(), batch_allocated=True)
+    value.packing = []
     allocator = BatchAllocator(value)
     drafts = [chain(7, p) for p in rows]
     for _ in range(20):
@@ -139,7 +140,7 @@ def test_a_profile_measured_under_load_is_corrected_within_20_batch_forwards():
     assert wrong > best + 5 and true_rate(wrong) < 0.97 * true_rate(best)  # steered wrong by the profile
     assert all(true_rate(w) > 0.995 * true_rate(best) for w in widths[-4:]), (widths, best)
     assert value.batches[0] == (0, 0, 0, 0)  # the roots-only forward explored first
-    assert all(sizes[3] == 0 for sizes in value.batches) and len(value.packing) >= 15
+    assert all(sizes[3] == 0 for sizes in value.batches) and len(value.packing) >= 15  # recorded when asked
 
 
 def flat_profile(monkeypatch, slope: float):

@@ -155,7 +155,7 @@ class BatchAllocator:
         """Each row's draft cut to its allocated prefix (:func:`padded_allocation`); while the latency
         model has not seen the roots-only forward, the forwards :func:`~stand_runtime.drafters.latency_model.explores`
         names draft nothing. Records the sizes (``value.batches``, ``value.sizes``) and the packed allocation's
-        modelled rate over the padded one's (``value.packing``).
+        modelled rate over the padded one's (``value.packing``, when it is a list).
 
         Raises:
             StandError: a draft with nodes but no scores (not drafted by the dynamic tree).
@@ -174,7 +174,7 @@ class BatchAllocator:
             chosen = padded_allocation(acceptance, seconds)
             sizes = chosen.sizes
             value.chose(max(sizes))
-            if len(drafts) > 1:  # one row: packed is padded
+            if len(drafts) > 1 and value.packing is not None:  # one row: packed is padded
                 value.packing.append(packed_allocation(acceptance, seconds).rate / chosen.rate)
         value.batches.append(sizes)
         value.sizes.extend(sizes)
