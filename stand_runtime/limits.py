@@ -1,6 +1,12 @@
-"""The toolkit's documented bounds, in one module that imports nothing (so the CLI can hand them to
-its option parser without loading numpy or torch, and every check reads the same number).
+"""The toolkit's documented bounds and its decoding methods' names, in one module that imports nothing
+(so the CLI can hand them to its option parser and help texts without loading numpy or torch, and every
+check reads the same number).
 """
+
+METHODS = ("stand", "stand-det", "pld", "recycle", "suffix", "ar")
+"""Decoding methods: STAND with stochastic (Gumbel-Top-K) drafts, STAND with deterministic top-m
+drafts (the paper's ablation), prompt lookup decoding, Token Recycling, SuffixDecoding, and plain
+decoding (exported as :data:`stand_runtime.drafters.METHODS`, where each method's options are checked)."""
 
 SEED_LIMIT = 2**64
 """Seeds are ints in [0, 2**64), the range of a ``torch.Generator`` seed."""

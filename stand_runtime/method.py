@@ -160,7 +160,11 @@ class Method:
         return self.name
 
     def new_memory(self, vocab: int) -> Memory | None:
-        """A fresh drafter memory of this method's kind (None for methods without one)."""
+        """A fresh drafter memory of this method's kind (None for methods without one).
+
+        Raises:
+            StandError: ``vocab`` (the target's vocabulary size) not an integer >= 1.
+        """
         return new_memory(self.name, vocab, self.tree)
 
     def check_memory(self, memory: Memory | None, vocab: int) -> None:

@@ -1,6 +1,7 @@
 """The treeopt CLI: bad input gives a one-line error and exit code 2, and writes nothing."""
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -69,6 +70,7 @@ def test_export_writes_a_valid_tree_and_rejects_bad_input(tmp_path, calibration_
         ("", [], "is empty"),
         ('{"text": "x"}\n', [], "has none of the fields"),
         ('{"prompt": "x"}\n', ["--field", "question"], "has no text field 'question'"),
+        ('{"problem": ""}\n', [], "line 1: field 'problem' is empty"),
     ],
 )
 def test_calibrate_bad_dataset_fails_before_loading_the_model(tmp_path, content, extra, message):
@@ -140,6 +142,38 @@ def test_show_draws_profiles_and_trees_as_png(tmp_path, calibration_file):
 def test_bench_unknown_method_lists_valid_ones():
     code, output = run("bench", "--methods", "ar,medusa")
     one_line_error(output, "unknown method 'medusa' (valid: stand, stand-det, pld, recycle, suffix, ar, stand+rejected, stand-det+rejected)")
+
+
+def test_method_help_lists_every_method():
+    """The help of every command that takes a method lists each accepted one (from the one list)."""
+    from stand_runtime.drafters import METHODS
+
+    for command, option in (("generate", "--method"), ("search", "--methods"), ("bench", "--methods")):
+        code, output = run(command, "--help")
+        assert code == 0, output
+        text = output.split("  " + option, 1)[1].split("\n  --", 1)[0].split("[default:")[0]
+        assert set(METHODS) <= set(re.findall(r"[\w-]+", text)), (command, text)
+
+
+def test_search_says_when_tree_does_not_apply_to_a_method(tmp_path, monkeypatch):
+    """recycle drafts into a static tree only: under --tree dynamic-auto it runs on its own tree, said on
+    stderr in one line (as bench says it), not silently; a method that takes the tree gets no note."""
+    from stand_runtime import StandError
+
+    def stop(*args):
+        raise StandError("stopped before loading the model")
+
+    monkeypatch.setattr(loading, "load_model", stop)
+    data = tmp_path / "problems.jsonl"
+    data.write_text(json.dumps({"problem": "3 1 4", "answer": "1"}) + "\n")
+    for tree, methods, notes in (("dynamic-auto", "ar,stand,recycle", ["recycle"]), ("heuristic-80", "stand,recycle", []),
+                                 (None, "stand,recycle", [])):
+        result = runner.invoke(app, ["search", "--dataset", str(data), "--samples", "1", "--methods", methods,
+                                     *(["--tree", tree] if tree else [])])
+        assert result.exit_code == 2, result.output
+        lines = [line for line in result.stderr.splitlines() if line.startswith("note:")]
+        assert lines == [f"note: {name} runs on its own tree heuristic-80: --tree {tree} does not apply to it"
+                         for name in notes], result.stderr
 
 
 def test_generate_feed_rejected_needs_a_store_method():

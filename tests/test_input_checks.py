@@ -349,6 +349,22 @@ def test_prompts_stops_and_recycling_matrices_are_checked_where_they_are_made(ti
             RecyclingMatrix(*args)
 
 
+@pytest.mark.parametrize("vocab", [0, -5, 16.0, "16", True, None])
+def test_every_method_refuses_a_vocabulary_size_that_is_not_a_positive_int(vocab):
+    """A fresh memory takes the same vocabulary sizes for every method (stand and suffix took any, while
+    recycle's matrix refused them): a positive int, numpy integers too; never a bool."""
+    from stand_runtime.drafters import METHODS, new_memory
+
+    message = "^" + re.escape(f"vocab must be an integer >= 1, got {vocab!r}")
+    for name in METHODS:
+        with pytest.raises(StandError, match=message) as error:
+            new_memory(name, vocab)
+        one_line(error)
+    with pytest.raises(StandError, match=message):
+        Method.parse("stand", "heuristic-80").new_memory(vocab)
+    assert isinstance(Method.parse("stand", "heuristic-80").new_memory(np.int64(16)), NGramStore)
+
+
 def test_options_that_would_be_ignored_are_refused(tiny_qwen2):
     with pytest.raises(StandError, match="method 'ar' drafts none"):
         generate_batch(tiny_qwen2, None, [PROMPT], method=Method.parse("ar", None, tiny_qwen2, batch=len([PROMPT]), max_nodes=5))

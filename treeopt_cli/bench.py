@@ -11,6 +11,8 @@ from typing import Optional
 
 import typer
 
+from stand_runtime.limits import METHODS
+
 from . import loading, render, render_value
 from .app import app, console, err_console, one_line_errors
 from .options import (BASE_SEED_HELP, DATASET_HELP, DTYPE_HELP, FIELD_HELP, MODEL_HELP, OFFSET_HELP, PLOT_HELP,
@@ -45,7 +47,7 @@ def bench(
     field: Optional[str] = typer.Option(None, help=FIELD_HELP),
     samples: int = typer.Option(5, help="Prompts."),
     offset: Optional[int] = typer.Option(None, help=OFFSET_HELP),
-    methods: str = typer.Option("ar,stand", help="Comma-separated: ar, pld, recycle, suffix, stand-det, stand; "
+    methods: str = typer.Option("ar,stand", help=f"Comma-separated: {', '.join(METHODS)}; "
                                 "stand+rejected (or stand-det+rejected) also feeds the store at rejected tree nodes."),
     tree: Optional[list[str]] = typer.Option(None, metavar="TEXT", help="Tree file, bundled name, auto, dynamic[-N] (STAND: N nodes spent best-first each step) or dynamic-auto[-N] (as many as pay for themselves, N at most) for every tree method (repeat to compare trees); default: each method's own."),
     temperature: float = typer.Option(0.6, help=TEMPERATURE_HELP),
@@ -73,7 +75,7 @@ def bench(
         check_tree_spec(spec.method, spec.tree)
         if tree and spec.tree is None and spec.tree_name is not None:  # no tree given applies (recycle: static only)
             err_console.print(f"note: {spec.method} runs on its own tree {spec.tree_name}: none of --tree "
-                              f"{', '.join(tree)} applies to it", highlight=False)
+                              f"{', '.join(tree)} applies to it", highlight=False, soft_wrap=True)
     sampling = SamplingParams(temperature, top_p, 0)
     check_budget(max_new_tokens)
     check_bench_settings(samples, trajectories, seed)

@@ -7,6 +7,8 @@ from typing import Optional
 
 import typer
 
+from stand_runtime.limits import METHODS
+
 from . import loading, render
 from .app import app, console, one_line_errors
 from .options import (DTYPE_HELP, MODEL_HELP, SEED_HELP, TEMPERATURE_HELP, TOP_K_HELP, TOP_P_HELP, check_budget_fits,
@@ -25,7 +27,7 @@ def generate_command(
     keep_newline: bool = typer.Option(False, "--keep-newline", help="--prompt-file: keep the file's trailing line breaks in the prompt."),
     model: str = typer.Option("smollm2-135m", help=MODEL_HELP),
     tree: Optional[str] = typer.Option(None, help="Draft tree (stand, stand-det, recycle): a tree file, a tree family file (sized for this machine), a bundled name, auto, dynamic[-N] (STAND: N nodes spent best-first each step) or dynamic-auto[-N] (as many as pay for themselves, N at most); default: dynamic-auto for stand, auto for stand-det, heuristic-80 for recycle."),
-    method: str = typer.Option("stand", help="Decoding method: stand | stand-det | pld | recycle | ar (plain decoding)."),
+    method: str = typer.Option("stand", help=f"Decoding method: {' | '.join(METHODS)} (ar: plain decoding)."),
     temperature: float = typer.Option(0.6, help=TEMPERATURE_HELP),
     top_p: float = typer.Option(0.95, help=TOP_P_HELP),
     top_k: int = typer.Option(0, help=TOP_K_HELP),

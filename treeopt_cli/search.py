@@ -7,8 +7,10 @@ from typing import Optional
 
 import typer
 
+from stand_runtime.limits import METHODS
+
 from . import loading, render
-from .app import app, console, one_line_errors
+from .app import app, console, err_console, one_line_errors
 from .options import (DTYPE_HELP, FIXED_SEED_HELP, MODEL_HELP, TEMPERATURE_HELP, TOP_P_HELP, check_budget_fits, check_outputs,
                       refuse_options, write_json)
 
@@ -21,7 +23,7 @@ def search(
     strategy: str = typer.Option("best-of-n", help="best-of-n (N samples, majority vote) or dvts (verifier-guided tree search)."),
     n: int = typer.Option(4, help="Samples (best-of-n) or beams (dvts) per problem."),
     subtrees: int = typer.Option(1, help="DVTS: independent subtrees (must divide --n; each extends n/subtrees candidates per step)."),
-    methods: str = typer.Option("ar,stand", help="Comma-separated decoding methods, run interleaved per problem (ar, pld, recycle, stand-det, stand)."),
+    methods: str = typer.Option("ar,stand", help=f"Comma-separated decoding methods, run interleaved per problem ({', '.join(METHODS)})."),
     tree: Optional[str] = typer.Option(None, help="Tree for the tree methods (default: each method's own; auto is sized for --max-batch rows)."),
     max_batch: int = typer.Option(4, help="Rows decoded together per target forward (1 = one sample after another)."),
     allocation: str = typer.Option("batch", help="How a value-sized tree (--tree dynamic-auto) sizes a batch: batch (one node budget per forward, spent over every row's candidates) or row (each row sized alone)."),
@@ -59,6 +61,7 @@ def search(
     problems = load_prompts(dataset, field=field, samples=samples, offset=offset)
     settings.check_seeds(len(problems))
     judge = make_verifier(verifier, trust_remote_code=trust_remote_code) if strategy == "dvts" else None
+    _note_own_trees(names, tree)  # after every check: a bad option stays a one-line error
     config = {"dataset": dataset, "strategy": strategy, "n": n, "subtrees": subtrees, "max_batch": max_batch,
               "model": model, "dtype": dtype, "samples": samples, "offset": offset, "max_new_tokens": max_new_tokens,
               "step_tokens": step_tokens, "max_rounds": max_rounds, "verifier": verifier if judge else None,
@@ -69,6 +72,18 @@ def search(
     console.print(render.search_table(data["summary"], title))
     if json_out is not None:
         console.print(f"results written to {json_out}")
+
+
+def _note_own_trees(names: list, tree: Optional[str]) -> None:
+    """Say (on stderr, one line each) which tree methods run on their own tree because --tree does not
+    apply to them (recycle under a dynamic tree), as ``treeopt bench`` does."""
+    from stand_runtime.drafters import TREE_METHODS, takes_tree
+    from stand_runtime.method import DEFAULT_TREES
+
+    for name in names:
+        if tree is not None and name in TREE_METHODS and not takes_tree(name, tree):
+            err_console.print(f"note: {name} runs on its own tree {DEFAULT_TREES[name]}: --tree {tree} does not "
+                              f"apply to it", highlight=False, soft_wrap=True)
 
 
 def _search(model: str, dtype: str, names: list, tree: Optional[str], max_batch: int, problems: list, settings, judge,

@@ -19,7 +19,7 @@ import importlib.util
 
 from ..checks import check_bool, check_int
 from ..errors import StandError
-from ..limits import MAX_COPY_TOKENS
+from ..limits import MAX_COPY_TOKENS, METHODS
 from ..store.native_store import store_class
 from ..store.ngram_store import NGramStore
 from .base import Drafter
@@ -30,10 +30,7 @@ from .suffix_decoding import SUFFIX_TUNED, SuffixDecodingDrafter, SuffixMemory, 
 from .token_recycling import RecyclingMatrix, TokenRecyclingDrafter
 from .tree_walk import Extension
 
-METHODS = ("stand", "stand-det", "pld", "recycle", "suffix", "ar")
-"""Decoding methods: STAND with stochastic (Gumbel-Top-K) drafts, STAND with deterministic top-m
-drafts (the paper's ablation), prompt lookup decoding, Token Recycling, SuffixDecoding, and plain
-decoding."""
+# METHODS, the decoding methods, is defined in stand_runtime.limits (the CLI's help lists it without numpy)
 
 STORE_METHODS = ("stand", "stand-det")
 """The methods that draft from an n-gram store (and so take ``feed_rejected`` and ``diagnose``)."""
@@ -128,7 +125,12 @@ def new_memory(method: str, vocab: int, tree=None) -> Memory | None:
     ``tree`` keeps contexts up to :data:`DYNAMIC_MAX_N` tokens (the paper's store: 3); under
     ``STAND_NATIVE=1`` the store is the native one, over which every STAND tree (static, fixed-budget
     or value-sized dynamic) is drafted in C++ (:mod:`stand_runtime.store.native_store`,
-    :mod:`stand_runtime.drafters.native_draft`)."""
+    :mod:`stand_runtime.drafters.native_draft`).
+
+    Raises:
+        StandError: ``vocab`` not an integer >= 1 (for every method, so none accepts what another refuses).
+    """
+    vocab = check_int("vocab", vocab, 1)
     if method in STORE_METHODS:
         dynamic = parse_dynamic(tree)
         return store_class(True)(top_k=STORE_TOP_K, max_n=DYNAMIC_MAX_N if dynamic is not None else 3)

@@ -73,7 +73,7 @@ def load_prompts(
     if not isinstance(dataset, str) or not dataset:
         raise StandError(f"dataset must be a name or a file path, got {dataset!r}")
     if dataset == "humaneval":
-        records = _read_jsonl(humaneval_path())
+        records = [record for _, record in _read_jsonl(humaneval_path())]
         prompts = [Prompt(str(r.get("task_id", i)), r["prompt"]) for i, r in enumerate(records)]
     elif dataset.endswith((".jsonl", ".jsonl.gz", ".json")) or Path(dataset).exists():
         path = Path(dataset)
@@ -81,7 +81,9 @@ def load_prompts(
             raise StandError(f"dataset {dataset} is a folder, not a JSONL file")
         if not path.is_file():
             raise StandError(f"dataset file not found: {dataset}")
-        prompts = _prompts_from_records(_read_jsonl(path), field, str(path))
+        numbered = _read_jsonl(path)
+        prompts = _prompts_from_records([record for _, record in numbered], field, str(path),
+                                        [line for line, _ in numbered])
     else:
         prompts = _prompts_from_records(_read_hf(dataset), field, dataset)
     _check_ids(prompts, dataset)
@@ -125,34 +127,47 @@ def jsonl_records(path: Path, what: str, hint: str = ""):
             yield number, parse_json_object(line, f"{path}:{number}", hint)
 
 
-def _read_jsonl(path: Path) -> list[dict]:
-    records = [record for _, record in jsonl_records(path, "dataset", JSONL_HINT)]
+def _read_jsonl(path: Path) -> list[tuple[int, dict]]:
+    """``(line number, record)`` for every record of a JSONL dataset file.
+
+    Raises:
+        StandError: what :func:`jsonl_records` raises, or a file without records.
+    """
+    records = list(jsonl_records(path, "dataset", JSONL_HINT))
     if not records:
         raise StandError(f"dataset {path} is empty")
     return records
 
 
-def _prompts_from_records(records: list[dict], field: str | None, source: str) -> list[Prompt]:
+def _prompts_from_records(records: list[dict], field: str | None, source: str,
+                          lines: list[int] | None = None) -> list[Prompt]:
+    """The prompts of ``records`` (``lines``: each record's line in the file ``source``, which errors name;
+    None = a dataset without lines, whose errors name the record).
+
+    Raises:
+        StandError: no default text field; a record whose text field is missing, not text or empty
+            (naming the field and the record's line or number); a bad answer or id.
+    """
     if field is None:
         field = next((name for name in DEFAULT_FIELDS if name in records[0]), None)
         if field is None:
             raise StandError(f"dataset {source} has none of the fields {', '.join(DEFAULT_FIELDS)} (use --field)")
     prompts = []
     for index, record in enumerate(records):
+        where = f"dataset {source} " + (f"record {index + 1}" if lines is None else f"line {lines[index]}")
         text = record.get(field)
         if field in record and not isinstance(text, str):
-            raise StandError(f"dataset {source} record {index + 1}: field {field!r} is not text "
-                             f"(a {type(text).__name__})")
-        if not isinstance(text, str) or not text.strip():
-            raise StandError(f"dataset {source} record {index + 1} has no text field {field!r}")
+            raise StandError(f"{where}: field {field!r} is not text (a {type(text).__name__})")
+        if not isinstance(text, str):
+            raise StandError(f"{where} has no text field {field!r}")
+        if not text.strip():
+            raise StandError(f"{where}: field {field!r} is empty" + (" (only whitespace)" if text else ""))
         answer = record.get("answer")
         if answer is not None and (isinstance(answer, bool) or not isinstance(answer, (str, int, float))):
-            raise StandError(f"dataset {source} record {index + 1}: answer must be text or a number, got "
-                             f"{json.dumps(answer)[:40]}")
+            raise StandError(f"{where}: answer must be text or a number, got {json.dumps(answer)[:40]}")
         given = record.get("id", record.get("task_id"))
         if given is not None and (isinstance(given, bool) or not isinstance(given, (str, int))):
-            raise StandError(f"dataset {source} record {index + 1}: id must be text or an integer, got "
-                             f"{json.dumps(given)[:40]}")
+            raise StandError(f"{where}: id must be text or an integer, got {json.dumps(given)[:40]}")
         prompts.append(Prompt(str(index) if given is None else str(given), text, None if answer is None else str(answer)))
     return prompts
 
