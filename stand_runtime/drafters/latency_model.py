@@ -80,9 +80,9 @@ class LatencyModel:
     def _known(self) -> list:
         """Per profile size with :data:`MIN_OBSERVED` forwards its median ``(tokens, ratio)`` (each
         refitted only after its size was observed again)."""
-        for b, kept in enumerate(self._ratios):
-            if self._medians[b] is None and len(kept) >= MIN_OBSERVED:  # (statistics: numpy's per-call cost
-                self._medians[b] = tuple(median(column) for column in zip(*kept))  # was most of a step's sizing)
+        for b, kept in enumerate(self._ratios):  # statistics.median: numpy's per-call cost was most of a step's sizing
+            if self._medians[b] is None and len(kept) >= MIN_OBSERVED:
+                self._medians[b] = tuple(median(column) for column in zip(*kept))
         return [m for m in self._medians if m is not None]
 
     def _ratios_at(self, tokens: np.ndarray) -> np.ndarray:

@@ -56,12 +56,36 @@ class StepTarget(LogitsFeed):
         self._best: dict[int, int] = {}
         self._finite: dict[int, bool] = {}
         if self._batched:
-            if params.greedy:
-                maxima = torch.max(logits, dim=-1)
-                self._best = dict(enumerate(maxima.indices.tolist()))
-                self._finite = dict(enumerate(torch.isfinite(maxima.values).tolist()))
+            self._keep(range(logits.shape[0]), _maxima(logits) if params.greedy else target_rows(logits, params))
+
+    def _keep(self, positions, computed) -> None:
+        """Store what was computed at ``positions``: ``(argmax, finite)`` pairs (:func:`_maxima`) for greedy
+        decoding, else :class:`stand_runtime.target.sampling.TargetRow` rows."""
+        for position, value in zip(positions, computed):
+            if self.params.greedy:
+                self._best[position], self._finite[position] = value
             else:
-                self.rows.update(enumerate(target_rows(logits, params)))
+                self.rows[position] = value
+
+    @staticmethod
+    def compute(wanted: Sequence[tuple["StepTarget", int]]) -> None:
+        """Fill each lazy target's row at its draft position (p, :func:`stand_runtime.target.sampling.target_rows`,
+        or greedy, the argmax) in one batched call per sampling distribution, skipping those already
+        there. On a CPU one ``[n, vocab]`` call costs about what one row's does (0.38 ms for 8 rows against
+        8 x 0.16 ms, default model, bfloat16 logits). Pure computation: no draw reads it.
+
+        Args:
+            wanted: ``(target, position)`` pairs, at most one per target and position.
+        """
+        groups: dict[SamplingParams, list[tuple[StepTarget, int]]] = {}
+        for target, position in wanted:
+            if not target._batched and position not in (target._best if target.params.greedy else target.rows):
+                groups.setdefault(target.params, []).append((target, position))
+        for params, group in groups.items():
+            stacked = torch.stack([target.logits[position] for target, position in group])  # [n, vocab]
+            computed = _maxima(stacked) if params.greedy else target_rows(stacked, params)
+            for (target, position), value in zip(group, computed):
+                target._keep((position,), (value,))
 
     def argmax_at(self, position: int) -> int:
         """The argmax token of the logits at draft ``position``.
@@ -70,8 +94,7 @@ class StepTarget(LogitsFeed):
             StandError: the logits there are not finite.
         """
         if position not in self._best:
-            value, index = torch.max(self.logits[position], dim=-1)
-            self._best[position], self._finite[position] = int(index), bool(torch.isfinite(value))
+            (self._best[position], self._finite[position]), = _maxima(self.logits[position][None])
         if not self._finite[position]:
             raise StandError(f"the target's logits at draft node {position} are not finite (NaN or inf)")
         return self._best[position]
@@ -83,29 +106,11 @@ class StepTarget(LogitsFeed):
         return self.rows[position]
 
 
-def compute_rows(wanted: Sequence[tuple[StepTarget, int]]) -> None:
-    """Fill each lazy target's row at its draft position (p, :func:`stand_runtime.target.sampling.target_rows`,
-    or greedy, the argmax) in one batched call per sampling distribution, skipping those already
-    there. On a CPU one ``[n, vocab]`` call costs about what one row's does (0.38 ms for 8 rows against
-    8 x 0.16 ms, default model, bfloat16 logits). Pure computation: no draw reads it.
-
-    Args:
-        wanted: ``(target, position)`` pairs, at most one per target and position.
-    """
-    groups: dict[SamplingParams, list[tuple[StepTarget, int]]] = {}
-    for target, position in wanted:
-        if not target._batched and position not in (target._best if target.params.greedy else target.rows):
-            groups.setdefault(target.params, []).append((target, position))
-    for params, group in groups.items():
-        stacked = torch.stack([target.logits[position] for target, position in group])  # [n, vocab]
-        if params.greedy:
-            maxima = torch.max(stacked, dim=-1)
-            for (target, position), best, finite in zip(group, maxima.indices.tolist(),
-                                                         torch.isfinite(maxima.values).tolist()):
-                target._best[position], target._finite[position] = best, finite
-        else:
-            for (target, position), row in zip(group, target_rows(stacked, params)):
-                target.rows[position] = row
+def _maxima(logits: torch.Tensor) -> list[tuple[int, bool]]:
+    """Per row of ``[n, vocab]`` logits its argmax (the first index on ties) and whether its maximum is
+    finite (False for NaN or inf logits), on the host."""
+    maxima = torch.max(logits, dim=-1)
+    return list(zip(maxima.indices.tolist(), torch.isfinite(maxima.values).tolist()))
 
 
 @dataclass(frozen=True)

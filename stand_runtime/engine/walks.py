@@ -2,7 +2,7 @@
 
 A walk (:data:`stand_runtime.verify.Walk`) visits one draft position per level, root first, and reads
 p (or the argmax) there. Walking the rows one after another computes one target row per call; on a
-CPU such a call costs about what one over the whole batch does (:func:`.decode_row.compute_rows`), so
+CPU such a call costs about what one over the whole batch does (:meth:`.decode_row.StepTarget.compute`), so
 here every row's walk takes one level at a time and the positions a level visits are computed
 together. Each walk draws from its own row's stream in its own order, so the verifications are
 those of the walks run one by one (tests/test_walks.py).
@@ -14,7 +14,7 @@ from typing import Sequence
 
 from ..trees.draft import Draft
 from ..verify import Verification, Walk, checked_row, greedy_walk, sampling_walk
-from .decode_row import DecodeRow, StepTarget, compute_rows
+from .decode_row import DecodeRow, StepTarget
 
 
 def walk_rows(rows: Sequence[DecodeRow], drafts: Sequence[Draft], targets: Sequence[StepTarget]) -> list[Verification]:
@@ -35,7 +35,7 @@ def walk_rows(rows: Sequence[DecodeRow], drafts: Sequence[Draft], targets: Seque
     results: list[Verification | None] = [None] * len(walks)
     pending = {b: next(walk) for b, walk in enumerate(walks)}  # row -> the position its walk reads next
     while pending:
-        compute_rows([(targets[b], position) for b, position in pending.items()])
+        StepTarget.compute([(targets[b], position) for b, position in pending.items()])
         advanced = {}
         for b, position in pending.items():
             target = targets[b]
