@@ -27,6 +27,7 @@ from .errors import StandError
 from .randomness import RandomStream
 from .store.ngram_store import NGramStore
 from .target.latency import LatencyProfile, cached_latency, profile_name
+from .target.model_facts import check_model
 from .target.sampling import SamplingParams
 from .tree_choice import AUTO, DEFAULT_FAMILY, check_auto_available, machine_tree
 from .trees.tree import DraftTree
@@ -131,10 +132,13 @@ class Method:
 
         Raises:
             StandError: unknown method, a missing optional package, an option the method does not
-                take, a bad tree (or one without draft nodes), a family to size without a model.
+                take, a bad tree (or one without draft nodes), a family to size without a model, a
+                model that is not a loaded causal LM.
         """
         if isinstance(name, Method):
             raise StandError("Method.parse takes a method name; this is already a Method")
+        if model is not None:
+            check_model(model)
         batch = check_int("batch", batch, 1)
         check_method(name, tree=tree, feed_rejected=feed_rejected, diagnose=diagnose, extend=extend,
                      copy_tokens=copy_tokens)

@@ -179,4 +179,12 @@ def test_calibrate_cli_writes_the_seed_the_runtime_then_reads(cache, tmp_path, m
     assert np.allclose(method.value.acceptance.table(), written.prior())
     bad = CliRunner().invoke(app, ["calibrate", "--dataset", str(data), "--field", "question", "--samples", "1",
                                    "--acceptance-nodes", "5000", "--out", str(out)])
-    assert bad.exit_code == 2 and "bad dynamic tree 'dynamic-5000'" in bad.output
+    assert bad.exit_code == 2 and "--acceptance-nodes 5000: bad dynamic tree 'dynamic-5000'" in bad.output
+    # a smaller measurement (one prompt) is written next to its calibration but keeps the larger cached seed
+    small = CliRunner().invoke(app, ["calibrate", "--dataset", str(data), "--field", "question", "--samples", "1",
+                                     "--candidate-nodes", "8", "--max-new-tokens", "12", "--acceptance-nodes", "8",
+                                     "--out", str(tmp_path / "small.json")])
+    assert small.exit_code == 0, small.output
+    assert load_acceptance_seed(tmp_path / "small.acceptance.json").drafted.sum() < written.drafted.sum()
+    assert np.array_equal(load_acceptance_seed(seed_path("qwen2")).drafted, written.drafted)
+    assert "counted more drafted nodes and was kept" in " ".join(small.output.split())

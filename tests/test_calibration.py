@@ -83,6 +83,8 @@ def test_replay_and_direct_agree_on_the_default_model(default_model, tmp_path):
 
 
 def test_resume_skips_finished_prompts_and_rejects_other_settings(tmp_path):
+    """A resumed run skips finished prompts, gives what the uninterrupted run gave, and refuses a file
+    made with other settings, or with duplicate prompt ids or non-object metadata."""
     model = tiny_model()
     prompts = [Prompt(f"p{i}", " ".join(map(str, p))) for i, p in enumerate(PROMPTS)]
     config = CalibrationConfig(samples=3, max_new_tokens=12, candidate_nodes=15, batch_size=1)
@@ -90,6 +92,7 @@ def test_resume_skips_finished_prompts_and_rejects_other_settings(tmp_path):
     full = calibrate(config, model, DigitsTokenizer(), out, prompts=prompts)
     # simulate an interruption after the first prompt
     data = json.loads(out.read_text())
+    uninterrupted = data["per_prompt"]
     first = data["per_prompt"][0]
     data["per_prompt"] = [first]
     data["steps"] = first["steps"]
@@ -103,8 +106,19 @@ def test_resume_skips_finished_prompts_and_rejects_other_settings(tmp_path):
     assert seen == ["p1", "p2"]  # the finished prompt was not redone
     assert [p["id"] for p in load_calibration(out).per_prompt] == ["p0", "p1", "p2"]
     assert resumed.steps > 0 and full.steps > 0
+    assert config.stochastic_drafts  # each prompt replays from its own stream: the same as uninterrupted
+    assert json.loads(out.read_text())["per_prompt"] == uninterrupted
     other = CalibrationConfig(samples=3, max_new_tokens=13, candidate_nodes=15, batch_size=1)
     with pytest.raises(StandError, match="other settings .*max_new_tokens"):
         calibrate(other, model, DigitsTokenizer(), out, resume=True, prompts=prompts)
     with pytest.raises(StandError, match="does not exist"):
         calibrate(config, model, DigitsTokenizer(), tmp_path / "nope" / "cal.json", prompts=prompts)
+    twice = json.loads(out.read_text())
+    twice["per_prompt"][1]["id"] = "p0"
+    out.write_text(json.dumps(twice))
+    with pytest.raises(StandError, match="prompt 'p0' appears twice"):
+        calibrate(config, model, DigitsTokenizer(), out, resume=True, prompts=prompts)
+    twice["per_prompt"][1]["id"], twice["metadata"]["settings"] = "p1", "x"
+    out.write_text(json.dumps(twice))
+    with pytest.raises(StandError, match=r"^corrupt calibration file .*: metadata.settings is not an object$"):
+        calibrate(config, model, DigitsTokenizer(), out, resume=True, prompts=prompts)

@@ -197,6 +197,7 @@ def tiny_cli(monkeypatch):
         (["--max-new-tokens", "0", "hi"], "Invalid value for '--max-new-tokens'"),
         (["--method", "ar", "--tree", "heuristic-80", "hi"], "method 'ar' drafts no static tree"),
         (["--top-p", "0", "hi"], "top_p must be in"),
+        (["--top-p", "1e-100", "hi"], "top_p must be >= 1.2e-38"),
         ([], "give a prompt or --prompt-file"),
     ],
 )

@@ -162,6 +162,12 @@ def test_method_options_are_checked_once_when_the_method_is_made(tiny_qwen2, cal
     one_line(error)
 
 
+def test_method_parse_refuses_a_model_name_for_a_model():
+    with pytest.raises(StandError, match=re.escape("model must be a transformers causal LM (from load_model), not str")) as error:
+        Method.parse("stand", "auto", "smollm2-135m")
+    one_line(error)
+
+
 def test_a_memory_the_method_cannot_use_is_refused_on_every_entry_point(tiny_qwen2):
     method = Method.parse("stand", "dynamic-80", tiny_qwen2)
     message = "a dynamic tree drafts from contexts of up to 8 tokens but the store given keeps 3"

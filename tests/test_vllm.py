@@ -458,7 +458,12 @@ def test_vllm_bench_bad_input_one_line():
                           (["bench-vllm", "--methods", "stand"], "add ar to --methods"),
                           (["bench-vllm", "--methods", "stand-auto", "--k", "4"], "stand-auto starts from vLLM's latency"),
                           (["serve", "--k", "zero", "--dry-run"], "--k must be auto or an integer in [1, 128]"),
-                          (["serve", "--method", "ngram", "--k", "auto"], "--k must be an integer in [1, 128]")):
+                          (["serve", "--method", "ngram", "--k", "auto"], "--k must be an integer in [1, 128]"),
+                          (["bench-vllm", "--dtype", "float16"], "unknown dtype 'float16' (use float32 or bfloat16)"),
+                          (["bench-vllm", "--max-new-tokens", "100000"], "context too long: --max-new-tokens 100000"),
+                          (["serve", "--dry-run", "--host", "not a host"], "host must be an address or host name"),
+                          (["serve", "--dry-run", "--max-model-len", "100000"],
+                           "max_model_len 100000 is longer than the model's context of 8192 tokens")):
         code, output = run(*args)
         assert code == 2
         one_line_error(output, message)

@@ -10,7 +10,10 @@ import typer
 from . import loading, render
 from .app import app, console, one_line_errors
 from .options import (DATASET_HELP, DTYPE_HELP, FIELD_HELP, MODEL_HELP, OFFSET_HELP, TEMPERATURE_HELP, TOP_P_HELP,
-                      check_outputs, write_json)
+                      check_budget_fits, check_outputs, write_json)
+
+VLLM_DTYPES = ("float32", "bfloat16")
+"""Weights bench-vllm runs the engines in (as generate, bench and serve take)."""
 
 
 @app.command("bench-vllm")
@@ -36,7 +39,7 @@ def bench_vllm(
                           "latency here) and ngram/suffix (auto: their defaults 5/16), or an integer."),
 ) -> None:
     """Compare vLLM's plain decoding, its ngram and suffix proposers and STAND's (needs the vllm extra)."""
-    from stand_runtime import DEFAULT_MODEL, SamplingParams, load_tokenizer
+    from stand_runtime import DEFAULT_MODEL, SamplingParams, StandError, load_tokenizer
     from stand_runtime.engine.rows import check_budget
     from stand_runtime.target.prompts import encode_prompt
     from stand_runtime.vllm import check_model_folder, check_version, default_model_folder
@@ -45,6 +48,10 @@ def bench_vllm(
     from treeopt.evaluate.vllm_bench import parse_k, parse_vllm_methods
 
     check_outputs({"--json": json_out}, {"--dataset": dataset})
+    if dtype not in VLLM_DTYPES:
+        raise StandError(f"unknown dtype {dtype!r} (use {' or '.join(VLLM_DTYPES)})")
+    check_budget(max_new_tokens)
+    check_budget_fits(model, max_new_tokens)
     names = parse_vllm_methods(methods)
     chain = parse_k(k, names)
     check_version()

@@ -93,10 +93,12 @@ def _calibrate_decoding(config, candidate_file: Optional[Path], out: Path, resum
     console.print(render.profile_table(f"calibrated candidate ({config.method})",
                                        depth_profile(result.candidate, result.alpha)))
     timings = result.metadata.get("timings", {})
-    console.print(f"{result.steps:.0f} decoding steps (target forwards) over {len(result.per_prompt)} prompts; "
-                  "trajectories that reach EOS end before --max-new-tokens, so the tokens bar may stop short of its "
-                  "total; times (s): " +
-                  ", ".join(f"{k.removesuffix('_s')} {v:.1f}" for k, v in timings.items() if v))
+    counted = ("decoding steps (target forwards)" if config.method == "direct" else
+               "replayed steps (several step sequences walked along each trajectory)")
+    times = ", ".join(f"{k.removesuffix('_s')} {v:.1f}" for k, v in timings.items() if v)
+    console.print(f"{result.steps:.0f} {counted} over {len(result.per_prompt)} prompts; trajectories that reach "
+                  "EOS end before --max-new-tokens, so the tokens bar may stop short of its total"
+                  + (f"; times (s): {times}" if times else ""))
     console.print(f"calibration written to {out}")
     if seed_out is not None:
         _measure_acceptance(config, target, tokenizer, prompts, seed_out, acceptance_nodes)
@@ -112,7 +114,10 @@ def _check_acceptance(out: Path, nodes: int) -> Optional[Path]:
         return None
     if nodes < 0:
         raise StandError(f"--acceptance-nodes must be >= 0 (0: skip), got {nodes}")
-    parse_dynamic(f"dynamic-{nodes}")  # its range, said now
+    try:
+        parse_dynamic(f"dynamic-{nodes}")  # its range, said now
+    except StandError as error:
+        raise StandError(f"--acceptance-nodes {nodes}: {error}") from None
     path = acceptance_path(out)
     check_writable(path)
     return path
@@ -120,6 +125,7 @@ def _check_acceptance(out: Path, nodes: int) -> Optional[Path]:
 
 def _measure_acceptance(config, target, tokenizer, prompts: list, out: Path, nodes: int) -> None:
     """Decode the prompts on dynamic-``nodes`` and save the value rule's acceptance seed (with progress)."""
+    from stand_runtime.acceptance_seed import seed_path
     from treeopt.optimize.acceptance import calibrate_acceptance
 
     with render.progress(console) as bar:
@@ -129,7 +135,10 @@ def _measure_acceptance(config, target, tokenizer, prompts: list, out: Path, nod
     drafted = int(seed.drafted.sum())
     accepted = int(seed.accepted.sum())
     console.print(f"acceptance seed for {seed.model}: {drafted} nodes drafted, {accepted} on accepted paths; "
-                  f"written to {paths[0]} and {paths[1]}")
+                  f"written to {' and '.join(map(str, paths))}")
+    if len(paths) == 1:
+        console.print(f"[yellow]note:[/yellow] the acceptance seed value-sized trees use on this machine counted more "
+                      f"drafted nodes and was kept ({seed_path(seed.model)}; remove it to use this one)")
 
 
 def _calibration_hooks(bar, prompts: int):

@@ -155,7 +155,8 @@ RANGES = {"max_new_tokens": (1, None), "samples": (1, None), "trajectories": (1,
           "base": (0.0, 1.0, True, True), "decay": (0.0, None, True)}
 """Numeric options' ranges (the toolkit's bounds from :mod:`stand_runtime.limits`), checked by click as
 the command line is read: a bad value is refused at once (in a fraction of a second, before torch is
-imported), as click refuses a malformed one."""
+imported), as click refuses a malformed one. ``(low, high, low_open, high_open)``: an open end is not
+given to click (it shows and checks closed ranges only) but checked by the toolkit."""
 
 
 def describe_parameters(application: typer.Typer) -> None:
@@ -172,8 +173,10 @@ def describe_parameters(application: typer.Typer) -> None:
                 continue
             if name in RANGES and ("int" in annotation or "float" in annotation):
                 low, high, *open_ends = RANGES[name]
-                info.min, info.max = low, high
-                info.min_open, info.max_open = (list(open_ends) + [False, False])[:2]
+                low_open, high_open = (list(open_ends) + [False, False])[:2]
+                # typer checks and shows closed ranges only: an open end is left to the toolkit's own
+                # check (one line, before the model loads), so the help never shows 0<=x for (0, ...]
+                info.min, info.max = (None if low_open else low), (None if high_open else high)
             if isinstance(info, typer.models.ArgumentInfo):
                 info.metavar = {"files": "FILE"}.get(name, name.upper())
             elif name in PLACEHOLDERS:

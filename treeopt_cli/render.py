@@ -98,7 +98,7 @@ def bench_tables(results, speedups: dict, title: str, intervals: dict | None = N
     """The benchmark in two narrow tables (each fits 80 columns).
 
     Speed: acceptance length τ, tokens/s, the speedup over ar with its 95% interval over prompts,
-    the latency bound τ·t(1)/t(K+1) and the share of time outside the target forward. Work:
+    the latency bound τ·t(1)/t(d+1) (d: drafted nodes a step) and the share of time outside the target forward. Work:
     tree size, drafted nodes per step, tokens, steps and seconds, τ per trajectory index. Answers
     (when the prompts have reference answers): majority-vote and per-trajectory accuracy.
     """

@@ -19,7 +19,7 @@ from .options import (DTYPE_HELP, FIXED_SEED_HELP, MODEL_HELP, TEMPERATURE_HELP,
 @one_line_errors
 def search(
     ctx: typer.Context,
-    dataset: str = typer.Option(..., help="Problems: a JSONL file (e.g. GSM8K: problem + answer fields) or a local Hugging Face dataset."),
+    dataset: str = typer.Option(..., help="Problems: a JSONL file (e.g. GSM8K: problem + answer fields; accuracy needs answers), a local Hugging Face dataset, or humaneval (built in: no answers to grade)."),
     strategy: str = typer.Option("best-of-n", help="best-of-n (N samples, majority vote) or dvts (verifier-guided tree search)."),
     n: int = typer.Option(4, help="Samples (best-of-n) or beams (dvts) per problem."),
     subtrees: int = typer.Option(1, help="DVTS: independent subtrees (must divide --n; each extends n/subtrees candidates per step)."),

@@ -22,6 +22,10 @@ from ..errors import StandError
 MIN_TEMPERATURE = 1e-6
 """Smallest positive temperature: below it logits / temperature overflow float32."""
 
+MIN_TOP_P = float(np.finfo(np.float32).tiny)
+"""Smallest top-p (float32's smallest normal, ~1.2e-38): float32 rounds a smaller one to 0, which
+would cut every token. Any top-p up to the top token's probability keeps that token alone."""
+
 NUCLEUS_PROBE = 128
 """Tokens :func:`nucleus` sorts first. A full sort of a 49k vocabulary row is slow on a CPU (5.6 ms
 here) and the nucleus almost always lies inside the top hundred tokens, so a partial top-k of this
@@ -58,6 +62,9 @@ class SamplingParams:
                              f"overflow), got {self.temperature:g}")
         if not (0.0 < self.top_p <= 1.0):
             raise StandError(f"top_p must be in (0, 1], got {self.top_p}")
+        if self.top_p < MIN_TOP_P:
+            raise StandError(f"top_p must be >= {MIN_TOP_P:.2g} (float32 rounds a smaller one to 0; any top_p below "
+                             f"the top token's probability keeps that token alone), got {self.top_p:g}")
         if self.top_k < 0:
             raise StandError(f"top_k must be >= 0, got {self.top_k}")
 

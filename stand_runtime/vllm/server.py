@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from pathlib import Path
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -77,8 +78,11 @@ class ServerSettings:
         check_int("max_model_len", self.max_model_len, 16, 1 << 20)
         if self.dtype not in ("float32", "bfloat16"):
             raise StandError(f"dtype must be float32 or bfloat16, got {self.dtype!r}")
-        if not isinstance(self.host, str) or not self.host:
-            raise StandError(f"host must be an address, got {self.host!r}")
+        if not isinstance(self.host, str) or not self.host or any(c.isspace() for c in self.host):
+            raise StandError(f"host must be an address or host name, got {self.host!r}")
+        context = _context(self.folder)
+        if context is not None and self.max_model_len > context:
+            raise StandError(f"max_model_len {self.max_model_len} is longer than the model's context of {context} tokens")
 
     @cached_property
     def speculative_config(self) -> dict | None:
@@ -89,6 +93,15 @@ class ServerSettings:
         if self.stand_options:
             raise StandError(f"STAND options {sorted(self.stand_options)} apply to method 'stand' only")
         return method_config(self.method, self.k)
+
+
+def _context(folder) -> int | None:
+    """The model folder's context length (``max_position_embeddings`` of its config.json), or None."""
+    try:
+        value = json.loads((Path(folder) / "config.json").read_text()).get("max_position_embeddings")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
 def server_command(settings: ServerSettings) -> tuple[list[str], dict[str, str]]:

@@ -20,7 +20,8 @@ from typing import Callable
 import numpy as np
 
 from stand_runtime import Method, NGramStore, generate
-from stand_runtime.acceptance_seed import AcceptanceSeed, model_identity, seed_path
+from stand_runtime.acceptance_seed import AcceptanceSeed, find_acceptance_seed, model_identity, seed_path
+from stand_runtime.errors import StandError
 from stand_runtime.drafters import DYNAMIC_MAX_N, STORE_TOP_K
 from stand_runtime.drafters.candidates import copied_mask, value_scores
 from stand_runtime.drafters.value import AcceptanceMap
@@ -90,7 +91,7 @@ def acceptance_path(calibration_out: str | Path) -> Path:
 def calibrate_acceptance(config, model, tokenizer, prompts: list, out: str | Path, *, nodes: int = DEFAULT_NODES,
                          on_tokens: Callable[[int], None] | None = None) -> tuple[AcceptanceSeed, list[Path]]:
     """Measure the acceptance seed on a calibration's prompts (:func:`measure_acceptance`, prompt i
-    seeded ``config.seed + 1000 i`` as the calibration seeds it) and save it at ``out`` and at
+    seeded ``config.seed + 1000 i`` as the calibration seeds it) and save it at ``out`` and, unless the seed in use counted more drafted nodes, at
     :func:`stand_runtime.acceptance_seed.seed_path` of the model (where value-sized trees look for it).
 
     Args:
@@ -99,7 +100,8 @@ def calibrate_acceptance(config, model, tokenizer, prompts: list, out: str | Pat
         out: the seed file to write.
 
     Returns:
-        The seed and the paths written.
+        The seed and the paths written: ``out``, then the cache path when the seed replaced the one in
+        use (not when that one counted more drafted nodes, :func:`_replaces`).
 
     Raises:
         StandError: unwritable paths, or what :func:`measure_acceptance` raises.
@@ -115,9 +117,24 @@ def calibrate_acceptance(config, model, tokenizer, prompts: list, out: str | Pat
                 "top_p": config.top_p, "top_k": config.top_k, "max_new_tokens": config.max_new_tokens,
                 "seed": config.seed, "deterministic_drafts": config.deterministic_drafts}
     seed = AcceptanceSeed.from_map(model_identity(model), acceptance, metadata)
-    cached = seed_path(seed.model)
-    cached.parent.mkdir(parents=True, exist_ok=True)
-    return seed, [seed.save(out), seed.save(cached)]
+    written = [seed.save(out)]
+    if _replaces(seed, model):
+        cached = seed_path(seed.model)
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        written.append(seed.save(cached))
+    return seed, written
+
+
+def _replaces(seed: AcceptanceSeed, model) -> bool:
+    """True when ``seed`` is to be the one value-sized trees read for ``model``: the seed in use (cached
+    or bundled, :func:`stand_runtime.acceptance_seed.find_acceptance_seed`) counted no more drafted
+    nodes, or there is none (or a bad one). A smaller measurement (a quick test run) does not replace
+    a larger one machine-wide; it is written next to the calibration only."""
+    try:
+        current = find_acceptance_seed(model)
+    except StandError:
+        return True
+    return current is None or float(current.drafted.sum()) <= float(seed.drafted.sum())
 
 
 __all__ = ["DEFAULT_NODES", "acceptance_path", "calibrate_acceptance", "measure_acceptance", "observe_step"]

@@ -150,7 +150,6 @@ def calibrate(
     progress.start(len(todo), len(todo) * config.trajectories * config.max_new_tokens)
     seeds = {prompt.id: config.seed + SEED_STRIDE * number for number, prompt in enumerate(prompts)}
     backend = HFBackend(model, tokenizer, "ar", batch_size=config.batch_size)
-    randomness = RandomStream.seeded(config.seed + 1)
 
     def finish(prompt_id: str) -> None:
         _finish_prompt(calibration, config, settings, timings, out, progress, prompt_id)
@@ -159,7 +158,7 @@ def calibrate(
     for start in range(0, len(todo), per_batch):
         batch = todo[start : start + per_batch]
         if config.method == "replay":
-            _replay_batch(config, backend, batch, seeds, candidate, randomness, calibration, timings, progress, finish)
+            _replay_batch(config, backend, batch, seeds, candidate, calibration, timings, progress, finish)
         else:
             _direct_batch(config, model, tokenizer, batch, seeds, candidate, calibration, timings, progress, finish)
     calibration.metadata = _metadata(config, settings, timings, calibration)
@@ -188,8 +187,9 @@ def _direct_batch(config, model, tokenizer, batch, seeds, candidate, calibration
         finish(prompt.id)
 
 
-def _replay_batch(config, backend, batch, seeds, candidate, randomness, calibration, timings, progress, finish) -> None:
-    """Sample the trajectories of a batch of prompts together, then replay each prompt's."""
+def _replay_batch(config, backend, batch, seeds, candidate, calibration, timings, progress, finish) -> None:
+    """Sample the trajectories of a batch of prompts together, then replay each prompt's, its drafting
+    noise from its own stream (seeded from the prompt's seed: a resumed run replays as an uninterrupted one)."""
     tick = time.perf_counter()
     progress.stage("sampling")
     requests = [DecodeRequest(p.text, n=config.trajectories, max_new_tokens=config.max_new_tokens,
@@ -200,6 +200,7 @@ def _replay_batch(config, backend, batch, seeds, candidate, randomness, calibrat
     progress.stage("replay")
     for prompt, samples in zip(batch, completions):
         store = NGramStore()
+        randomness = RandomStream.seeded(seeds[prompt.id] + SEED_STRIDE - 1)  # past its trajectories' seeds
         alpha_sum = np.zeros(candidate.num_nodes + 1)
         steps = tokens = 0
         for sample in samples:

@@ -137,19 +137,7 @@ def load_calibration(path: str | Path) -> Calibration:
         if [list(p) for p in candidate.paths] != data["candidate"]:
             raise StandError("candidate paths are not in breadth-first order")
         per_prompt = list(data["per_prompt"])
-        alpha_sum = np.zeros(candidate.num_nodes + 1)
-        for entry in per_prompt:
-            label = entry.get("id") if isinstance(entry, dict) else entry
-            if not isinstance(entry, dict) or not isinstance(entry.get("alpha_sum"), list):
-                raise StandError(f"prompt {label!r} has no alpha_sum list")
-            if not all(_is_number(a) and a >= 0 for a in entry["alpha_sum"]):
-                raise StandError(f"prompt {label!r} has alpha_sum values that are not finite numbers >= 0")
-            if not _is_number(entry.get("steps")) or entry["steps"] < 0:
-                raise StandError(f"prompt {label!r} has steps {entry.get('steps')!r} (a finite number >= 0 expected)")
-            row = np.asarray(entry["alpha_sum"], dtype=float)
-            if row.shape != alpha_sum.shape:
-                raise StandError(f"prompt {label!r} has {row.shape[0]} values for {alpha_sum.shape[0]} nodes")
-            alpha_sum += row
+        alpha_sum = _prompt_sums(per_prompt, candidate.num_nodes + 1)
         if not _is_number(data["steps"]):
             raise StandError(f"steps {data['steps']!r} is not a finite number")
         steps = float(data["steps"])
@@ -163,6 +151,9 @@ def load_calibration(path: str | Path) -> Calibration:
         metadata = data.get("metadata") or {}
         if not isinstance(metadata, dict):
             raise StandError("metadata is not an object")
+        for key in ("settings", "timings"):
+            if not isinstance(metadata.get(key, {}), dict):
+                raise StandError(f"metadata.{key} is not an object")
     except StandError as error:
         raise StandError(f"corrupt calibration file {path}: {error}") from None
     except (KeyError, TypeError, ValueError, AttributeError) as error:
@@ -172,3 +163,32 @@ def load_calibration(path: str | Path) -> Calibration:
 
 def _is_number(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _prompt_sums(per_prompt: list, nodes: int) -> np.ndarray:
+    """``[nodes]`` the sum of the prompts' ``alpha_sum`` rows, each prompt checked (a unique string id,
+    finite counts >= 0 of the right length, steps >= 0).
+
+    Raises:
+        StandError: the first bad prompt entry (the caller names the file).
+    """
+    alpha_sum = np.zeros(nodes)
+    seen = set()
+    for entry in per_prompt:
+        label = entry.get("id") if isinstance(entry, dict) else entry
+        if not isinstance(entry, dict) or not isinstance(entry.get("alpha_sum"), list):
+            raise StandError(f"prompt {label!r} has no alpha_sum list")
+        if not isinstance(label, str):
+            raise StandError(f"prompt id {label!r} is not a string")
+        if label in seen:
+            raise StandError(f"prompt {label!r} appears twice")
+        seen.add(label)
+        if not all(_is_number(a) and a >= 0 for a in entry["alpha_sum"]):
+            raise StandError(f"prompt {label!r} has alpha_sum values that are not finite numbers >= 0")
+        if not _is_number(entry.get("steps")) or entry["steps"] < 0:
+            raise StandError(f"prompt {label!r} has steps {entry.get('steps')!r} (a finite number >= 0 expected)")
+        row = np.asarray(entry["alpha_sum"], dtype=float)
+        if row.shape != alpha_sum.shape:
+            raise StandError(f"prompt {label!r} has {row.shape[0]} values for {alpha_sum.shape[0]} nodes")
+        alpha_sum += row
+    return alpha_sum
