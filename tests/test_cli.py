@@ -2,6 +2,7 @@
 
 import json
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,6 +15,7 @@ from treeopt.optimize.calibration import Calibration
 from treeopt.optimize.candidate import candidate_tree
 
 runner = CliRunner()
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def run(*args):
@@ -495,3 +497,24 @@ def test_export_nodes_auto_sizes_the_tree_from_the_latency_profile(tmp_path, mon
             assert chosen["batch"] == 2 and chosen["chosen"] == load_tree(out).tree.num_nodes >= 1
         else:
             assert code == 2 and expected in output, output
+
+
+@pytest.mark.parametrize("args, message", [
+    (["search", "--dataset", "DATA", "--methods", "ar", "--allocation", "row"],
+     "--allocation does not apply to these methods"),
+    (["calibrate", "--candidate", "trees/heuristic-80.json", "--candidate-nodes", "50", "--out", "OUT"],
+     "--candidate-nodes does not apply to --candidate"),
+    (["calibrate", "--method", "direct", "--batch-size", "4", "--out", "OUT"],
+     "--batch-size does not apply to --method direct"),
+    (["serve", "--dry-run", "--method", "ar", "--k", "4"], "--k does not apply to --method ar"),
+    (["serve", "--dry-run", "--method", "suffix", "--max-prompts", "5"], "--max-prompts does not apply to --method suffix"),
+])
+def test_options_that_do_not_apply_are_refused(tmp_path, args, message):
+    """An option accepted and then ignored reads as if it had taken effect: refused in one line."""
+    data = tmp_path / "d.jsonl"
+    data.write_text('{"problem": "1 + 1?", "answer": "2"}\n')
+    args = [str(data) if a == "DATA" else str(tmp_path / "out.json") if a == "OUT" else
+            str(ROOT / a) if a.startswith("trees/") else a for a in args]
+    code, output = run(*args)
+    assert code == 2
+    one_line_error(output, message)

@@ -37,7 +37,8 @@ def print_error(message: str) -> None:
 
 
 def one_line_errors(command):
-    """Print StandError as ``error: ...`` on stderr and exit 2."""
+    """Print StandError as ``error: ...`` on stderr and exit 2; an interrupt (Ctrl-C) as one line on
+    stderr, exit 130 (every file is written atomically: what was written before is complete)."""
 
     @functools.wraps(command)
     def wrapper(*args, **kwargs):
@@ -46,6 +47,9 @@ def one_line_errors(command):
         except StandError as error:
             print_error(str(error))
             raise typer.Exit(2) from None
+        except KeyboardInterrupt:
+            err_console.print("interrupted (files already written are complete)", highlight=False)
+            raise typer.Exit(130) from None
 
     return wrapper
 

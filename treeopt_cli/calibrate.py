@@ -56,6 +56,10 @@ def calibrate(
         return _calibrate_traces(traces, candidate_file, candidate_nodes, group_field, text_field, prompt_field,
                                  max_tokens, tokenizer_spec or model, out)
     refuse_options(ctx, TRACE_ONLY, "calibrate without --traces")
+    if candidate_file is not None:
+        refuse_options(ctx, ["candidate_nodes"], "--candidate (the file is the candidate tree)")
+    if method == "direct":
+        refuse_options(ctx, ["batch_size"], "--method direct (it decodes one prompt at a time; --batch-size batches replay's sampling)")
     from treeopt import CalibrationConfig
 
     config = CalibrationConfig(

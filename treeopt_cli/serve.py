@@ -9,6 +9,7 @@ from typing import Optional
 import typer
 
 from .app import app, console, one_line_errors
+from .options import refuse_options
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
@@ -33,6 +34,10 @@ def serve(
     from stand_runtime.vllm import check_version, default_model_folder
     from stand_runtime.vllm.server import ServerSettings, describe, server_command
 
+    if method == "ar":
+        refuse_options(ctx, ["k"], "--method ar (plain decoding drafts nothing)")
+    if method != "stand":
+        refuse_options(ctx, ["max_prompts"], f"--method {method} (STAND's prompt stores)")
     check_version()
     chain = _chain_length(k, method)
     folder = str(default_model_folder() if model == DEFAULT_MODEL else model)

@@ -32,6 +32,10 @@ MAX_DEPTH = 128
 
 
 def _format_path(path: Sequence[int]) -> str:
+    """A path as ``[0, 1, 2]``; a long one shortened to its ends and its length (one-line errors)."""
+    if len(path) > 12:
+        return ("[" + ", ".join(str(r) for r in path[:6]) + ", ..., " + ", ".join(str(r) for r in path[-3:])
+                + f"] ({len(path)} ranks)")
     return "[" + ", ".join(str(r) for r in path) + "]"
 
 
