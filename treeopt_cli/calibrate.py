@@ -11,7 +11,7 @@ import typer
 from stand_runtime import StandError
 
 from . import loading, render
-from .app import app, console, one_line_errors
+from .app import app, console, err_console, one_line_errors
 from .options import (BASE_SEED_HELP, DATASET_HELP, FIELD_HELP, MODEL_HELP, TEMPERATURE_HELP, TOP_K_HELP, TOP_P_HELP,
                       check_paths, refuse_options)
 
@@ -141,8 +141,10 @@ def _measure_acceptance(config, target, tokenizer, prompts: list, out: Path, nod
     console.print(f"acceptance seed for {seed.model}: {drafted} nodes drafted, {accepted} on accepted paths; "
                   f"written to {' and '.join(map(str, paths))}")
     if len(paths) == 1:
-        console.print(f"[yellow]note:[/yellow] the acceptance seed value-sized trees use on this machine counted more "
-                      f"drafted nodes and was kept ({seed_path(seed.model)}; remove it to use this one)")
+        cached = seed_path(seed.model)
+        kept = f"the cached one ({cached}; remove it to use this one)" if cached.is_file() else "the bundled one"
+        err_console.print(f"note: this seed counted fewer drafted nodes than the one value-sized trees use for this "
+                          f"model, so that one was kept: {kept}", highlight=False)
 
 
 def _calibration_hooks(bar, prompts: int):
