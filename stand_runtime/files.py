@@ -2,8 +2,9 @@
 
 An interrupted write leaves the old file (or none) in place, never half a file. Every error is one
 line naming the path (:class:`stand_runtime.errors.StandError`). A symbolic link is followed (the file
-it points to is replaced, the link stays); a path that is not a regular file (``/dev/null``, ``/dev/stdout``,
-a FIFO) is written directly: renaming over it would replace a device or pipe with a file.
+it points to is replaced, keeping its mode; the link stays); a path that is not a regular file
+(``/dev/null``, a FIFO) or lies under /dev or /proc (``/dev/stdout``, whatever it points to) is
+appended to in place: renaming over it would replace a device, a pipe or a shell's redirected output.
 """
 
 from __future__ import annotations
@@ -21,40 +22,65 @@ def _folder(path: Path) -> Path:
     return path.parent if str(path.parent) else Path(".")
 
 
-def _target(path: Path) -> Path:
-    """The file a write to ``path`` replaces: the file a symbolic link points to, else ``path``."""
-    return Path(os.path.realpath(path)) if path.is_symlink() else path
+def _target(path: Path) -> tuple[Path, bool]:
+    """``(the file a write to path replaces, whether it is written in place)``.
+
+    A symbolic link is followed to its target (a dangling one to the file it names). Written in place
+    (appended to, never renamed over or truncated): a path that exists and is not a regular file or a
+    folder (a device, a FIFO), and anything under /dev or /proc (``/dev/stdout`` is a link to
+    ``/proc/self/fd/1``: a pipe, or the file the shell redirected output to, which the table printed
+    before must not lose).
+
+    Raises:
+        StandError: a loop of symbolic links.
+    """
+    if path.is_symlink():
+        try:
+            target = Path(os.path.realpath(path, strict=True))
+        except FileNotFoundError:
+            target = Path(os.path.realpath(path))
+        except OSError as error:
+            raise StandError(f"cannot write {path}: {error.strerror}") from None
+    else:
+        target = path
+    absolute = str(path.absolute())
+    special = target.exists() and not target.is_file() and not target.is_dir()
+    in_place = special or (os.path.exists(path)
+                           and (absolute.startswith(("/dev/", "/proc/")) or str(target).startswith(("/dev/", "/proc/"))))
+    return target, in_place
 
 
-def _special(path: Path) -> bool:
-    """True when ``path`` exists and is not a regular file or a folder (a device, a FIFO, a socket)."""
-    return path.exists() and not path.is_file() and not path.is_dir()
+def _check_folder(path: Path, folder: Path) -> None:
+    if not folder.exists():
+        raise StandError(f"cannot write {path}: folder {folder} does not exist")
+    if not folder.is_dir():
+        raise StandError(f"cannot write {path}: {folder} is not a folder")
 
 
 def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
     """Write ``text`` (UTF-8) to ``path`` through a temporary file in the same folder and a rename
-    (a link's target is replaced; a device or FIFO is written directly, module docstring).
+    (a link's target is replaced, keeping its mode; a device, FIFO or /dev/stdout is written in place:
+    :func:`_target`).
 
     Returns:
         The path written.
 
     Raises:
-        StandError: the folder does not exist or is not writable, or the write failed.
+        StandError: the folder does not exist or is not writable, a loop of links, or the write failed.
     """
     path = Path(path)
-    target = _target(path)
-    if _special(target):
+    target, in_place = _target(path)
+    if in_place:
         try:
-            with open(target, "w", encoding="utf-8") as out:
+            with open(path, "a", encoding="utf-8") as out:
                 out.write(text)
         except OSError as error:
             raise StandError(f"cannot write {path}: {error.strerror}") from None
         return path
     folder = _folder(target)
-    if not folder.is_dir():
-        raise StandError(f"cannot write {path}: folder {folder} does not exist")
+    _check_folder(path, folder)
     try:
-        handle, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
+        handle, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=folder)
     except OSError as error:
         raise StandError(f"cannot write {path}: {error.strerror}") from None
     try:
@@ -62,9 +88,13 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
             out.write(text)
             out.flush()
             os.fsync(out.fileno())
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp_name, 0o666 & ~umask)  # mkstemp makes 0600; give the file the usual mode
+        try:
+            mode = target.stat().st_mode & 0o7777  # a replaced file keeps its mode
+        except OSError:
+            umask = os.umask(0)
+            os.umask(umask)
+            mode = 0o666 & ~umask  # mkstemp makes 0600; a new file gets the usual mode
+        os.chmod(tmp_name, mode)
         os.replace(tmp_name, target)
     except OSError as error:
         Path(tmp_name).unlink(missing_ok=True)
@@ -92,16 +122,15 @@ def check_writable(path: str | os.PathLike) -> None:
             device or FIFO that is not writable.
     """
     path = Path(path)
-    target = _target(path)
+    target, in_place = _target(path)
     if target.is_dir():
         raise StandError(f"cannot write {path}: it is a folder")
-    if _special(target):
-        if not os.access(target, os.W_OK):
+    if in_place:
+        if not os.access(path, os.W_OK):
             raise StandError(f"cannot write {path}: permission denied")
         return
     folder = _folder(target)
-    if not folder.is_dir():
-        raise StandError(f"cannot write {path}: folder {folder} does not exist")
+    _check_folder(path, folder)
     try:
         handle, probe = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".probe", dir=folder)
     except OSError as error:

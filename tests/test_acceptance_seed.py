@@ -188,5 +188,6 @@ def test_calibrate_cli_writes_the_seed_the_runtime_then_reads(cache, tmp_path, m
     assert load_acceptance_seed(tmp_path / "small.acceptance.json").drafted.sum() < written.drafted.sum()
     assert np.array_equal(load_acceptance_seed(seed_path("qwen2")).drafted, written.drafted)
     said = "".join(small.output.split())  # the console wraps lines, even inside the path
-    assert "".join(("counted fewer drafted nodes than the one value-sized trees use for this model, so that one was "
-                    f"kept: the cached one ({seed_path('qwen2')}").split()) in said
+    assert "".join((f"(cached at {seed_path('qwen2')}, {int(written.drafted.sum())} nodes drafted) counted more than "
+                    f"this one and stays in use; to use this one instead: cp {tmp_path / 'small.acceptance.json'} "
+                    f"{seed_path('qwen2')}").split()) in said

@@ -92,6 +92,7 @@ def test_resume_skips_finished_prompts_and_rejects_other_settings(tmp_path):
     full = calibrate(config, model, DigitsTokenizer(), out, prompts=prompts)
     # simulate an interruption after the first prompt
     data = json.loads(out.read_text())
+    uninterrupted_file = json.loads(out.read_text())
     uninterrupted = data["per_prompt"]
     first = data["per_prompt"][0]
     data["per_prompt"] = [first]
@@ -122,3 +123,12 @@ def test_resume_skips_finished_prompts_and_rejects_other_settings(tmp_path):
     out.write_text(json.dumps(twice))
     with pytest.raises(StandError, match=r"^corrupt calibration file .*: metadata.settings is not an object$"):
         calibrate(config, model, DigitsTokenizer(), out, resume=True, prompts=prompts)
+    for edit, message in ((lambda d: d["per_prompt"][0].update(tokens=None), r"prompt 'p0' has tokens None"),
+                          (lambda d: d["metadata"]["timings"].update(sampling_s="abc"), r"metadata.timings.sampling_s is 'abc'"),
+                          (lambda d: d["metadata"].pop("settings"), r"cannot resume .*: it records no settings"),
+                          (lambda d: d["per_prompt"][0].update(id="Foo/9"), r"holds prompt 'Foo/9', not among this run's")):
+        edited = json.loads(json.dumps(uninterrupted_file))
+        edit(edited)
+        out.write_text(json.dumps(edited))
+        with pytest.raises(StandError, match=message):
+            calibrate(config, model, DigitsTokenizer(), out, resume=True, prompts=prompts)

@@ -199,7 +199,7 @@ def tiny_cli(monkeypatch):
         (["--max-new-tokens", "0", "hi"], "Invalid value for '--max-new-tokens'"),
         (["--method", "ar", "--tree", "heuristic-80", "hi"], "method 'ar' drafts no static tree"),
         (["--top-p", "0", "hi"], "top_p must be in"),
-        (["--top-p", "1e-100", "hi"], "top_p must be >= 1.2e-38"),
+        (["--top-p", "1e-100", "hi"], "top_p must be >= 1.1754943508222875e-38"),
         ([], "give a prompt or --prompt-file"),
     ],
 )
@@ -501,7 +501,7 @@ def test_export_nodes_auto_sizes_the_tree_from_the_latency_profile(tmp_path, mon
 
 @pytest.mark.parametrize("args, message", [
     (["search", "--dataset", "DATA", "--methods", "ar", "--allocation", "row"],
-     "--allocation does not apply to these methods"),
+     "--allocation does not apply to --methods ar"),
     (["calibrate", "--candidate", "trees/heuristic-80.json", "--candidate-nodes", "50", "--out", "OUT"],
      "--candidate-nodes does not apply to --candidate"),
     (["calibrate", "--method", "direct", "--batch-size", "4", "--out", "OUT"],

@@ -291,7 +291,7 @@ def test_shared_store_across_calls_grows(tiny_qwen2):
         ({"prompt_or_ids": [1, 2], "method": "recycle", "store": NGramStore(), "max_new_tokens": 8}, "RecyclingMatrix"),
         ({"prompt_or_ids": [1, 2], "method": "pld", "feed_rejected": True, "max_new_tokens": 8}, "feed_rejected applies to stand and stand-det"),
         ({"prompt_or_ids": [1, 2], "top_p": 0}, "top_p must be in"),
-        ({"prompt_or_ids": [1, 2], "top_p": 1e-100}, "top_p must be >= 1.2e-38 .float32 rounds"),
+        ({"prompt_or_ids": [1, 2], "top_p": 1e-100}, "top_p must be >= 1.1754943508222875e-38 .float32's smallest normal"),
         ({"prompt_or_ids": [1, 2], "tree": "no-such-tree", "max_new_tokens": 8}, "tree not found"),
         ({"prompt_or_ids": [1, 16]}, "prompt token id 16 is outside the model's vocabulary .16 tokens."),
         ({"prompt_or_ids": [1, 2], "store": "STORE_FOR_ANOTHER_MODEL"}, "store holds token id 99, outside the model's vocabulary"),

@@ -66,3 +66,40 @@ def test_check_writable_probes_the_folder(tmp_path):
     if Path("/proc/self").is_dir():  # permission bits say yes to root; the folder refuses new files
         with pytest.raises(StandError, match=r"^cannot write /proc/out.json: folder /proc: "):
             check_writable("/proc/out.json")
+
+
+def test_dev_stdout_is_appended_to_whatever_it_is(tmp_path):
+    """/dev/stdout is a link into /proc: to a pipe, or to the file the shell redirected output to,
+    which must keep what was printed before (no rename over it, no truncation)."""
+    import subprocess
+    import sys
+
+    code = ("from stand_runtime.files import check_writable, write_text_atomic\n"
+            "print('table', flush=True)\ncheck_writable('/dev/stdout')\nwrite_text_atomic('/dev/stdout', 'json\\n')\n")
+    piped = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert piped.returncode == 0 and piped.stdout == "table\njson\n", piped.stderr
+    log = tmp_path / "log.txt"
+    log.write_text("before\n")
+    with open(log, "a") as out:
+        done = subprocess.run([sys.executable, "-c", code], stdout=out, stderr=subprocess.PIPE, text=True)
+    assert done.returncode == 0, done.stderr
+    assert log.read_text() == "before\ntable\njson\n" and log.is_file()
+
+
+def test_a_loop_of_links_is_one_line_error_and_stays(tmp_path):
+    (tmp_path / "a").symlink_to(tmp_path / "b")
+    (tmp_path / "b").symlink_to(tmp_path / "a")
+    for call in (check_writable, lambda p: write_text_atomic(p, "x")):
+        with pytest.raises(StandError, match="Too many levels of symbolic links"):
+            call(tmp_path / "a")
+    assert (tmp_path / "a").is_symlink()
+
+
+def test_a_replaced_file_keeps_its_mode_and_a_file_is_not_a_folder(tmp_path):
+    out = tmp_path / "ro.json"
+    out.write_text("old")
+    out.chmod(0o600)
+    write_text_atomic(out, "new")
+    assert out.read_text() == "new" and stat.S_IMODE(out.stat().st_mode) == 0o600
+    with pytest.raises(StandError, match=r"ro.json is not a folder"):
+        check_writable(out / "x.json")

@@ -462,6 +462,7 @@ def test_vllm_bench_bad_input_one_line():
                           (["bench-vllm", "--dtype", "float16"], "unknown dtype 'float16' (use float32 or bfloat16)"),
                           (["bench-vllm", "--max-new-tokens", "100000"], "context too long: --max-new-tokens 100000"),
                           (["serve", "--dry-run", "--host", "not a host"], "host must be an address or host name"),
+                          (["serve", "--dry-run", "--method", "bogus", "--max-prompts", "5"], "unknown vLLM method 'bogus'"),
                           (["serve", "--dry-run", "--max-model-len", "100000"],
                            "max_model_len 100000 is longer than the model's context of 8192 tokens")):
         code, output = run(*args)

@@ -87,7 +87,7 @@ def _calibrate_decoding(config, candidate_file: Optional[Path], out: Path, resum
         raise StandError(f"candidate tree {candidate_file} has no nodes")
     done = 0
     if resume and out.exists():  # a corrupt file or other settings fail now, not after the model has loaded
-        done = len(resumable(config, out, tree).per_prompt)
+        done = len(resumable(config, out, tree, [p.id for p in prompts]).per_prompt)
     target, tokenizer = loading.load_model(config.model)
     with render.progress(console, *render.calibration_columns()) as bar:
         if done:
@@ -141,10 +141,13 @@ def _measure_acceptance(config, target, tokenizer, prompts: list, out: Path, nod
     console.print(f"acceptance seed for {seed.model}: {drafted} nodes drafted, {accepted} on accepted paths; "
                   f"written to {' and '.join(map(str, paths))}")
     if len(paths) == 1:
-        cached = seed_path(seed.model)
-        kept = f"the cached one ({cached}; remove it to use this one)" if cached.is_file() else "the bundled one"
-        err_console.print(f"note: this seed counted fewer drafted nodes than the one value-sized trees use for this "
-                          f"model, so that one was kept: {kept}", highlight=False)
+        from stand_runtime.acceptance_seed import find_acceptance_seed
+
+        cached, kept = seed_path(seed.model), find_acceptance_seed(target)
+        where = f"cached at {cached}" if cached.is_file() else "bundled with the package"
+        err_console.print(f"note: the acceptance seed value-sized trees use for this model ({where}, "
+                          f"{int(kept.drafted.sum())} nodes drafted) counted more than this one and stays in use; "
+                          f"to use this one instead: cp {paths[0]} {cached}", highlight=False, soft_wrap=True)
 
 
 def _calibration_hooks(bar, prompts: int):

@@ -34,6 +34,11 @@ def serve(
     from stand_runtime.vllm import check_version, default_model_folder
     from stand_runtime.vllm.server import ServerSettings, describe, server_command
 
+    from stand_runtime.errors import StandError
+    from stand_runtime.vllm.engine import VLLM_METHODS
+
+    if method not in VLLM_METHODS:
+        raise StandError(f"unknown vLLM method {method!r} (valid: {', '.join(VLLM_METHODS)})")
     if method == "ar":
         refuse_options(ctx, ["k"], "--method ar (plain decoding drafts nothing)")
     if method != "stand":

@@ -63,8 +63,8 @@ class SamplingParams:
         if not (0.0 < self.top_p <= 1.0):
             raise StandError(f"top_p must be in (0, 1], got {self.top_p}")
         if self.top_p < MIN_TOP_P:
-            raise StandError(f"top_p must be >= {MIN_TOP_P:.2g} (float32 rounds a smaller one to 0; any top_p below "
-                             f"the top token's probability keeps that token alone), got {self.top_p:g}")
+            raise StandError(f"top_p must be >= {MIN_TOP_P!r} (float32's smallest normal: it rounds a smaller one to 0; "
+                             f"any top_p below the top token's probability keeps that token alone), got {self.top_p!r}")
         if self.top_k < 0:
             raise StandError(f"top_k must be >= 0, got {self.top_k}")
 

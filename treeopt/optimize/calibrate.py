@@ -143,7 +143,7 @@ def calibrate(
     if candidate is None:
         candidate = default_candidate(config)
     settings = asdict(config)
-    calibration = _open_calibration(config, out, candidate, resume)
+    calibration = _open_calibration(config, out, candidate, resume, [p.id for p in prompts])
     done = {p["id"] for p in calibration.per_prompt}
     todo = [p for p in prompts if p.id not in done]
     timings = dict(calibration.metadata.get("timings", {"sampling_s": 0.0, "replay_s": 0.0, "direct_s": 0.0}))
@@ -166,11 +166,12 @@ def calibrate(
     return calibration
 
 
-def _open_calibration(config: CalibrationConfig, out: str | Path, candidate: DraftTree, resume: bool) -> Calibration:
-    """The run to continue: the one saved in ``out`` when resuming (checked against the settings), else
-    an empty one (``out`` checked writable first: fail now, not after an hour)."""
+def _open_calibration(config: CalibrationConfig, out: str | Path, candidate: DraftTree, resume: bool,
+                      prompt_ids: list[str]) -> Calibration:
+    """The run to continue: the one saved in ``out`` when resuming (checked against the settings and
+    the prompts), else an empty one (``out`` checked writable first: fail now, not after an hour)."""
     if resume and Path(out).exists():
-        return resumable(config, out, candidate)
+        return resumable(config, out, candidate, prompt_ids)
     calibration = Calibration(candidate, np.zeros(candidate.num_nodes + 1))
     check_writable(out)
     return calibration
@@ -217,16 +218,25 @@ def default_candidate(config: CalibrationConfig) -> DraftTree:
     return candidate_tree(config.candidate_nodes, Prior(config.prior_base, config.prior_decay))
 
 
-def resumable(config: CalibrationConfig, out: str | Path, candidate: DraftTree | None = None) -> Calibration:
+def resumable(config: CalibrationConfig, out: str | Path, candidate: DraftTree | None = None,
+              prompt_ids: list[str] | None = None) -> Calibration:
     """The interrupted calibration in ``out``, checked to have been made with ``config``'s settings
-    and candidate tree (call it before loading a model: a mismatch fails at once).
+    and candidate tree, on prompts among ``prompt_ids`` when given (call it before loading a model: a
+    mismatch fails at once).
 
     Raises:
-        StandError: a corrupt file, or one made with other settings (naming them).
+        StandError: a corrupt file, one without settings, one made with other settings (naming them),
+            or one holding a prompt this run does not calibrate.
     """
     calibration = load_calibration(out)
     candidate = candidate if candidate is not None else default_candidate(config)
-    settings, previous = asdict(config), calibration.metadata.get("settings", {})
+    settings, previous = asdict(config), calibration.metadata.get("settings")
+    if not previous:
+        raise StandError(f"cannot resume {out}: it records no settings (metadata.settings; not written by "
+                         "treeopt calibrate)")
+    unknown = [p["id"] for p in calibration.per_prompt if prompt_ids is not None and p["id"] not in prompt_ids]
+    if unknown:
+        raise StandError(f"cannot resume {out}: it holds prompt {unknown[0]!r}, not among this run's prompts")
     if previous != settings or calibration.candidate.paths != candidate.paths:
         changed = sorted(k for k in settings if previous.get(k) != settings[k]) or ["candidate tree"]
         raise StandError(f"cannot resume {out}: it was made with other settings ({', '.join(changed)})")

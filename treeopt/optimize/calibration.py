@@ -154,6 +154,9 @@ def load_calibration(path: str | Path) -> Calibration:
         for key in ("settings", "timings"):
             if not isinstance(metadata.get(key, {}), dict):
                 raise StandError(f"metadata.{key} is not an object")
+        for key, seconds in metadata.get("timings", {}).items():
+            if not _is_number(seconds) or seconds < 0:
+                raise StandError(f"metadata.timings.{key} is {seconds!r} (seconds, a finite number >= 0)")
     except StandError as error:
         raise StandError(f"corrupt calibration file {path}: {error}") from None
     except (KeyError, TypeError, ValueError, AttributeError) as error:
@@ -187,6 +190,9 @@ def _prompt_sums(per_prompt: list, nodes: int) -> np.ndarray:
             raise StandError(f"prompt {label!r} has alpha_sum values that are not finite numbers >= 0")
         if not _is_number(entry.get("steps")) or entry["steps"] < 0:
             raise StandError(f"prompt {label!r} has steps {entry.get('steps')!r} (a finite number >= 0 expected)")
+        tokens = entry.get("tokens")
+        if not isinstance(tokens, int) or isinstance(tokens, bool) or tokens < 0:
+            raise StandError(f"prompt {label!r} has tokens {tokens!r} (an integer >= 0 expected)")
         row = np.asarray(entry["alpha_sum"], dtype=float)
         if row.shape != alpha_sum.shape:
             raise StandError(f"prompt {label!r} has {row.shape[0]} values for {alpha_sum.shape[0]} nodes")
