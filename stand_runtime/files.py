@@ -50,11 +50,18 @@ def _target(path: Path) -> tuple[Path, bool]:
     return target, in_place
 
 
-def _check_folder(path: Path, folder: Path) -> None:
+def _temporary(path: Path, target: Path, suffix: str) -> tuple[int, str]:
+    """A new temporary file beside ``target`` (``(descriptor, name)``), the one-line error naming
+    ``path`` when its folder is missing, is not a folder, or refuses new files."""
+    folder = _folder(target)
     if not folder.exists():
         raise StandError(f"cannot write {path}: folder {folder} does not exist")
     if not folder.is_dir():
         raise StandError(f"cannot write {path}: {folder} is not a folder")
+    try:
+        return tempfile.mkstemp(prefix=f".{target.name}.", suffix=suffix, dir=folder)
+    except OSError as error:
+        raise StandError(f"cannot write {path}: folder {folder}: {error.strerror}") from None
 
 
 def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
@@ -77,12 +84,7 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
         except OSError as error:
             raise StandError(f"cannot write {path}: {error.strerror}") from None
         return path
-    folder = _folder(target)
-    _check_folder(path, folder)
-    try:
-        handle, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=folder)
-    except OSError as error:
-        raise StandError(f"cannot write {path}: {error.strerror}") from None
+    handle, tmp_name = _temporary(path, target, ".tmp")
     try:
         with os.fdopen(handle, "w", encoding="utf-8") as out:
             out.write(text)
@@ -129,12 +131,7 @@ def check_writable(path: str | os.PathLike) -> None:
         if not os.access(path, os.W_OK):
             raise StandError(f"cannot write {path}: permission denied")
         return
-    folder = _folder(target)
-    _check_folder(path, folder)
-    try:
-        handle, probe = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".probe", dir=folder)
-    except OSError as error:
-        raise StandError(f"cannot write {path}: folder {folder}: {error.strerror}") from None
+    handle, probe = _temporary(path, target, ".probe")
     os.close(handle)
     Path(probe).unlink(missing_ok=True)
 
