@@ -12,9 +12,6 @@ from .app import app, console, one_line_errors
 from .options import (DATASET_HELP, DTYPE_HELP, FIELD_HELP, MODEL_HELP, OFFSET_HELP, TEMPERATURE_HELP, TOP_P_HELP,
                       check_budget_fits, check_outputs, write_json)
 
-VLLM_DTYPES = ("float32", "bfloat16")
-"""Weights bench-vllm runs the engines in (as generate, bench and serve take)."""
-
 
 @app.command("bench-vllm")
 @one_line_errors
@@ -43,6 +40,7 @@ def bench_vllm(
     from stand_runtime.engine.rows import check_budget
     from stand_runtime.target.prompts import encode_prompt
     from stand_runtime.vllm import check_model_folder, check_version, default_model_folder
+    from stand_runtime.vllm.engine import VLLM_DTYPES
     from treeopt import load_prompts
     from treeopt.evaluate.bench import check_bench_settings, default_offset
     from treeopt.evaluate.vllm_bench import parse_k, parse_vllm_methods
@@ -56,7 +54,6 @@ def bench_vllm(
     chain = parse_k(k, names)
     check_version()
     sampling = SamplingParams(temperature, top_p, 0)
-    check_budget(max_new_tokens)
     check_bench_settings(samples, trajectories, seed)
     offset = default_offset(dataset, offset)
     prompts = load_prompts(dataset, field=field, samples=samples, offset=offset)

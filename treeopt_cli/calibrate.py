@@ -129,7 +129,7 @@ def _check_acceptance(out: Path, nodes: int) -> Optional[Path]:
 
 def _measure_acceptance(config, target, tokenizer, prompts: list, out: Path, nodes: int) -> None:
     """Decode the prompts on dynamic-``nodes`` and save the value rule's acceptance seed (with progress)."""
-    from stand_runtime.acceptance_seed import seed_path
+    from stand_runtime.acceptance_seed import find_acceptance_seed, seed_path
     from treeopt.optimize.acceptance import calibrate_acceptance
 
     with render.progress(console) as bar:
@@ -141,8 +141,6 @@ def _measure_acceptance(config, target, tokenizer, prompts: list, out: Path, nod
     console.print(f"acceptance seed for {seed.model}: {drafted} nodes drafted, {accepted} on accepted paths; "
                   f"written to {' and '.join(map(str, paths))}")
     if len(paths) == 1:
-        from stand_runtime.acceptance_seed import find_acceptance_seed
-
         cached, kept = seed_path(seed.model), find_acceptance_seed(target)
         where = f"cached at {cached}" if cached.is_file() else "bundled with the package"
         err_console.print(f"note: the acceptance seed value-sized trees use for this model ({where}, "

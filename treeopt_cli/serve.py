@@ -34,11 +34,9 @@ def serve(
     from stand_runtime.vllm import check_version, default_model_folder
     from stand_runtime.vllm.server import ServerSettings, describe, server_command
 
-    from stand_runtime.errors import StandError
-    from stand_runtime.vllm.engine import VLLM_METHODS
+    from stand_runtime.vllm.engine import check_vllm_method
 
-    if method not in VLLM_METHODS:
-        raise StandError(f"unknown vLLM method {method!r} (valid: {', '.join(VLLM_METHODS)})")
+    check_vllm_method(method)  # before the option checks below, which name the method
     if method == "ar":
         refuse_options(ctx, ["k"], "--method ar (plain decoding drafts nothing)")
     if method != "stand":

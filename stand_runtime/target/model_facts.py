@@ -24,6 +24,19 @@ SLIDING = "sliding_attention"
 _EXACT_LAYER_TYPES = (FULL, SLIDING)
 
 
+def folder_context(folder) -> int | None:
+    """The context length (tokens, ``max_position_embeddings``) in a model folder's ``config.json``, read
+    without loading anything; None when the file or the field is missing or not a positive integer."""
+    import json
+    from pathlib import Path
+
+    try:
+        value = json.loads((Path(folder) / "config.json").read_text()).get("max_position_embeddings")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
 def check_model(model) -> None:
     """Raises StandError unless ``model`` looks like a transformers causal LM (a config and a forward)."""
     if not callable(model) or not hasattr(getattr(model, "config", None), "vocab_size"):

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import importlib.util
 import io
 import os
@@ -32,6 +31,7 @@ import torch
 from ..errors import StandError
 from .fast_linear import native_bf16, packable_dtypes, prepack_linears
 from .kernel_choice import choose_kernels
+from .model_facts import folder_context
 from .tree_attention import use_tree_attention
 
 DEFAULT_MODEL = "smollm2-135m"
@@ -233,14 +233,7 @@ def known_context(spec: str) -> int | None:
     """
     kind, where = resolve_model_spec(spec)
     folder = dequantized_folder(Path(where)) if kind == "gguf" else Path(where) if kind == "dir" else None
-    if folder is None or not (folder / "config.json").is_file():
-        return None
-    try:
-        config = json.loads((folder / "config.json").read_text())
-    except (OSError, ValueError):
-        return None
-    value = config.get("max_position_embeddings")
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+    return None if folder is None else folder_context(folder)
 
 
 def first_load_note(spec: str) -> str | None:

@@ -18,11 +18,20 @@ VLLM_METHODS = ("ar", "ngram", "suffix", "stand")
 """Methods a vLLM engine runs: plain decoding, vLLM's n-gram (prompt lookup) and suffix proposers,
 and STAND."""
 
+VLLM_DTYPES = ("float32", "bfloat16")
+"""Weights a vLLM engine of this package runs the target in (as generate, bench and serve take)."""
+
 DEFAULT_K = {"ngram": 5, "suffix": 16, "stand": 4}
 """Draft tokens per step when none is given: vLLM's examples for ngram, its suffix default depth
 cap (its trees are sized per step by the spec factor), and a chain length for STAND when none is
 chosen (``treeopt bench-vllm --k auto`` sizes it from the calibration and vLLM's latency
 here: :func:`stand_runtime.vllm.choose_k`)."""
+
+
+def check_vllm_method(method: str) -> None:
+    """Raises StandError unless ``method`` is one of :data:`VLLM_METHODS`."""
+    if method not in VLLM_METHODS:
+        raise StandError(f"unknown vLLM method {method!r} (valid: {', '.join(VLLM_METHODS)})")
 
 
 def method_config(method: str, k: int | str | None = None, **stand_options) -> dict | None:
@@ -37,8 +46,7 @@ def method_config(method: str, k: int | str | None = None, **stand_options) -> d
     Raises:
         StandError: an unknown method, options for a method other than ``stand``, or a bad k.
     """
-    if method not in VLLM_METHODS:
-        raise StandError(f"unknown vLLM method {method!r} (valid: {', '.join(VLLM_METHODS)})")
+    check_vllm_method(method)
     if stand_options and method != "stand":
         raise StandError(f"options {sorted(stand_options)} apply to method 'stand' only")
     if method == "ar":

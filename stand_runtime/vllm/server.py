@@ -20,13 +20,13 @@ from __future__ import annotations
 import json
 import os
 import sys
-from pathlib import Path
 from dataclasses import dataclass, field
 from functools import cached_property
 
 from ..checks import check_int
 from ..errors import StandError
-from .engine import VLLM_METHODS, check_model_folder, method_config
+from ..target.model_facts import folder_context
+from .engine import VLLM_DTYPES, check_model_folder, check_vllm_method, method_config
 from .options import OPTIONS_ENV, proposer_summary, read_options
 
 SERVER_MODULE = "vllm.entrypoints.openai.api_server"
@@ -71,16 +71,15 @@ class ServerSettings:
 
     def __post_init__(self) -> None:
         check_model_folder(self.folder)
-        if self.method not in VLLM_METHODS:
-            raise StandError(f"unknown vLLM method {self.method!r} (valid: {', '.join(VLLM_METHODS)})")
+        check_vllm_method(self.method)
         check_int("port", self.port, 1, 65535)
         check_int("kv_cache_gib", self.kv_cache_gib, 1, 1024)
         check_int("max_model_len", self.max_model_len, 16, 1 << 20)
-        if self.dtype not in ("float32", "bfloat16"):
+        if self.dtype not in VLLM_DTYPES:
             raise StandError(f"dtype must be float32 or bfloat16, got {self.dtype!r}")
         if not isinstance(self.host, str) or not self.host or any(c.isspace() for c in self.host):
             raise StandError(f"host must be an address or host name, got {self.host!r}")
-        context = _context(self.folder)
+        context = folder_context(self.folder)
         if context is not None and self.max_model_len > context:
             raise StandError(f"max_model_len {self.max_model_len} is longer than the model's context of {context} tokens")
 
@@ -93,15 +92,6 @@ class ServerSettings:
         if self.stand_options:
             raise StandError(f"STAND options {sorted(self.stand_options)} apply to method 'stand' only")
         return method_config(self.method, self.k)
-
-
-def _context(folder) -> int | None:
-    """The model folder's context length (``max_position_embeddings`` of its config.json), or None."""
-    try:
-        value = json.loads((Path(folder) / "config.json").read_text()).get("max_position_embeddings")
-    except (OSError, ValueError, AttributeError):
-        return None
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
 def server_command(settings: ServerSettings) -> tuple[list[str], dict[str, str]]:
