@@ -75,19 +75,28 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
     Raises:
         StandError: the folder does not exist or is not writable, a loop of links, or the write failed.
     """
+    return write_bytes_atomic(path, text.encode("utf-8"))
+
+
+def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> Path:
+    """Write ``data`` to ``path`` as :func:`write_text_atomic` writes text.
+
+    Raises:
+        StandError: the folder does not exist or is not writable, a loop of links, or the write failed.
+    """
     path = Path(path)
     target, in_place = _target(path)
     if in_place:
         try:
-            with open(path, "a", encoding="utf-8") as out:
-                out.write(text)
+            with open(path, "ab") as out:
+                out.write(data)
         except OSError as error:
             raise StandError(f"cannot write {path}: {error.strerror}") from None
         return path
     handle, tmp_name = _temporary(path, target, ".tmp")
     try:
-        with os.fdopen(handle, "w", encoding="utf-8") as out:
-            out.write(text)
+        with os.fdopen(handle, "wb") as out:
+            out.write(data)
             out.flush()
             os.fsync(out.fileno())
         try:

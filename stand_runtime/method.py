@@ -26,6 +26,7 @@ from .drafters.value import AcceptanceMap, ValueRule
 from .errors import StandError
 from .randomness import RandomStream
 from .store.ngram_store import NGramStore
+from .drafters.prior import SuccessorPrior
 from .target.latency import LatencyProfile, cached_latency, profile_name
 from .target.model_facts import check_model
 from .target.sampling import SamplingParams
@@ -67,6 +68,9 @@ class Method:
             online from all of them); None otherwise.
         batch_verify: verify a step's rows at once on the logits' device (:mod:`stand_runtime.verify_batch`):
             True, False, or None = for a batch on an accelerator (docs/design.md §4.7).
+        prior: STAND: the target's successor prior, filling the 1-token context of a step's root
+            where the store has none (:mod:`stand_runtime.drafters.prior`;
+            :func:`stand_runtime.drafters.prior.method_prior` gives it); None = no prior.
 
     Raises:
         StandError: options the method does not take (:func:`stand_runtime.drafters.check_method`),
@@ -84,6 +88,7 @@ class Method:
     suffix: SuffixSettings | None = None
     value: ValueRule | None = None
     batch_verify: bool | None = None
+    prior: SuccessorPrior | None = None
 
     def __post_init__(self) -> None:
         if self.copy_tokens is None:
@@ -101,6 +106,8 @@ class Method:
             object.__setattr__(self, "max_nodes", check_max_nodes(self.max_nodes, self.name))
         if self.suffix is not None and (self.name != "suffix" or not isinstance(self.suffix, SuffixSettings)):
             raise StandError("suffix settings apply to method 'suffix' (a SuffixSettings)")
+        if self.prior is not None and (self.name not in STORE_METHODS or not isinstance(self.prior, SuccessorPrior)):
+            raise StandError(f"a successor prior drafts for {', '.join(STORE_METHODS)}, not {self.name!r}")
         if (self.value is not None) != (isinstance(self.tree, DynamicTree) and self.tree.sized):
             raise StandError("a value rule goes with a value-sized dynamic tree (dynamic-auto): build it with Method.parse")
 
@@ -108,7 +115,8 @@ class Method:
     def parse(cls, name: str, tree=None, model=None, batch: int = 1, *, feed_rejected: bool = False,
               extend: bool = True, copy_tokens: int | None = None, diagnose: bool = False, max_nodes=AUTO,
               suffix: SuffixSettings | None = None, allocation: str = "batch",
-              batch_verify: bool | None = None, latency: LatencyProfile | None = None) -> "Method":
+              batch_verify: bool | None = None, latency: LatencyProfile | None = None,
+              prior: SuccessorPrior | None = None) -> "Method":
         """The method ``name`` with its tree resolved and its options checked.
 
         Args:
@@ -129,6 +137,7 @@ class Method:
             latency: the profile a value-sized tree is sized by when it is not this machine's (e.g. the
                 trace bench's projection onto other hardware: no forward is observed, so the rule
                 never explores); None = the target's, measured here (needs ``model``).
+            prior: the successor prior STAND drafts with (see :class:`Method`).
 
         Raises:
             StandError: unknown method, a missing optional package, an option the method does not
@@ -150,7 +159,7 @@ class Method:
             max_nodes = auto_node_cap(resolved, sized, batch)
         value = value_rule(resolved, model, batch, allocation, latency)
         return cls(name, resolved, feed_rejected, extend, copy_tokens, diagnose, max_nodes, sized, suffix, value,
-                   batch_verify)
+                   batch_verify, prior)
 
     @property
     def label(self) -> str:
@@ -210,8 +219,10 @@ class Method:
         stochastic = self.name == "stand" and not params.greedy
         quality = DraftQuality(seed=seed) if self.diagnose else None
         extension = Extension(budget=self.tree.num_nodes) if self.extend and isinstance(self.tree, DraftTree) else None
+        if self.prior is not None and self.prior.vocab != vocab:
+            raise StandError(f"the successor prior covers {self.prior.vocab} tokens, the target's vocabulary {vocab}")
         return StandDrafter(self.tree, memory, randomness if stochastic else None, params, self.feed_rejected, quality,
-                            extension, self.copy_tokens, self.value)
+                            extension, self.copy_tokens, self.value, self.prior)
 
 
 ALLOCATIONS = ("batch", "row")

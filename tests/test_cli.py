@@ -143,7 +143,8 @@ def test_show_draws_profiles_and_trees_as_png(tmp_path, calibration_file):
 
 def test_bench_unknown_method_lists_valid_ones():
     code, output = run("bench", "--methods", "ar,medusa")
-    one_line_error(output, "unknown method 'medusa' (valid: stand, stand-det, pld, recycle, suffix, ar, stand+rejected, stand-det+rejected)")
+    one_line_error(output, "unknown method 'medusa' (valid: stand, stand-det, pld, recycle, suffix, ar, stand+rejected, stand-det+rejected, "
+                   "stand+noprior, stand-det+noprior)")
 
 
 def test_method_help_lists_every_method():
@@ -460,7 +461,7 @@ def test_each_bench_command_lists_only_its_own_options():
                 "--max-new-tokens", "--seed", "--trajectories", "--ignore-eos", "--dtype"}
     trace = {"--tree", "--group-field", "--text-field", "--prompt-field", "--max-tokens", "--min-group-size",
              "--tokenizer", "--copy-tokens", "--png", "--latency"}
-    assert _options("bench") == shared | decoding | {"--tree", "--share-store", "--png"}
+    assert _options("bench") == shared | decoding | {"--tree", "--share-store", "--png", "--prior", "--no-prior"}
     assert _options("bench-traces") == shared | trace
     assert _options("bench-vllm") == shared | decoding | {"--k"}
     code, output = run("--help")

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from stand_runtime.errors import StandError
-from stand_runtime.files import check_writable, write_json_atomic, write_text_atomic
+from stand_runtime.files import check_writable, write_bytes_atomic, write_json_atomic, write_text_atomic
 
 
 def test_replaces_a_regular_file_and_leaves_no_temporary(tmp_path):
@@ -18,6 +18,14 @@ def test_replaces_a_regular_file_and_leaves_no_temporary(tmp_path):
     write_json_atomic(out, {"x": 1})
     assert out.read_text() == '{\n "x": 1\n}\n'
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.json"]
+
+
+def test_bytes_are_written_as_they_are_and_a_missing_folder_is_one_line(tmp_path):
+    out = tmp_path / "a.npz"
+    write_bytes_atomic(out, b"\x00\xffdata")
+    assert out.read_bytes() == b"\x00\xffdata"
+    with pytest.raises(StandError, match="does not exist"):
+        write_bytes_atomic(tmp_path / "missing" / "a.npz", b"x")
 
 
 def test_a_symbolic_link_stays_and_its_target_is_written(tmp_path):

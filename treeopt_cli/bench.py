@@ -16,7 +16,7 @@ from stand_runtime.limits import METHODS
 from . import loading, render, render_value
 from .app import app, console, err_console, one_line_errors
 from .options import (BASE_SEED_HELP, DATASET_HELP, DTYPE_HELP, FIELD_HELP, MODEL_HELP, OFFSET_HELP, PLOT_HELP,
-                      TEMPERATURE_HELP, TOP_P_HELP, check_budget_fits, check_outputs, moved_options, write_json)
+                      PRIOR_HELP, TEMPERATURE_HELP, TOP_P_HELP, check_budget_fits, check_outputs, moved_options, write_json)
 
 TRACE_OPTIONS = ("--group-field", "--text-field", "--prompt-field", "--max-tokens", "--min-group-size", "--tokenizer",
                  "--copy-tokens")
@@ -48,7 +48,8 @@ def bench(
     samples: int = typer.Option(5, help="Prompts."),
     offset: Optional[int] = typer.Option(None, help=OFFSET_HELP),
     methods: str = typer.Option("ar,stand", help=f"Comma-separated: {', '.join(METHODS)}; "
-                                "stand+rejected (or stand-det+rejected) also feeds the store at rejected tree nodes."),
+                                "stand+rejected (or stand-det+rejected) also feeds the store at rejected tree nodes; "
+                                "stand+noprior drafts without the successor prior."),
     tree: Optional[list[str]] = typer.Option(None, metavar="TEXT", help="Tree file, bundled name, auto, dynamic[-N] (STAND: N nodes spent best-first each step) or dynamic-auto[-N] (as many as pay for themselves, N at most) for every tree method (repeat to compare trees); default: each method's own."),
     temperature: float = typer.Option(0.6, help=TEMPERATURE_HELP),
     top_p: float = typer.Option(0.95, help=TOP_P_HELP),
@@ -59,6 +60,7 @@ def bench(
     ignore_eos: bool = typer.Option(False, "--ignore-eos", metavar="", help="Decode every trajectory to --max-new-tokens (equal token counts for speed; answers are read before the first EOS)."),
     json_out: Optional[Path] = typer.Option(None, "--json", help="Write the results as JSON (after every prompt)."),
     dtype: str = typer.Option("float32", help=DTYPE_HELP),
+    prior: bool = typer.Option(True, "--prior/--no-prior", help=PRIOR_HELP),
     png: Optional[Path] = typer.Option(None, help=f"Plot acceptance length against trajectory index, and for value-sized trees (dynamic-auto) the reliability diagram into NAME-reliability.png ({PLOT_HELP})."),
 ) -> None:
     """Decode the same prompts with several methods, interleaved, and compare them (recorded traces:
@@ -84,7 +86,7 @@ def bench(
     prompts = load_prompts(dataset, field=field, samples=samples, offset=offset)
     settings = {"model": model, "dtype": dtype, "dataset": dataset, "samples": samples, "offset": offset,
                 "temperature": temperature, "top_p": top_p, "max_new_tokens": max_new_tokens, "seed": seed,
-                "trajectories": trajectories, "share_store": share_store, "ignore_eos": ignore_eos}
+                "trajectories": trajectories, "share_store": share_store, "ignore_eos": ignore_eos, "prior": prior}
     results, profile = _decode(prompts, specs, sampling, settings, json_out)
     title = (f"{len(prompts)} prompts from {dataset} (offset {offset}) x {trajectories} trajectories, "
              f"{max_new_tokens} tokens, T={temperature}, top-p={top_p}")
@@ -102,6 +104,7 @@ def _decode(prompts: list, specs: list, sampling, settings: dict, json_out: Opti
     check_prompts_fit(target, tokenizer, prompts, settings["max_new_tokens"])
     any(loading.announce_tree(target, spec.method, spec.tree) is not None for spec in specs)  # once: STAND methods share it
     profile = loading.cached_profile(target, model)
+    loading.successor_prior(target, tokenizer, [s.method for s in specs if s.prior], sampling, settings["prior"])
 
     def save(done: int, partial: list) -> None:  # after every prompt: an interrupted run keeps what it measured
         if json_out is not None:
@@ -112,7 +115,8 @@ def _decode(prompts: list, specs: list, sampling, settings: dict, json_out: Opti
         results = run_bench(target, tokenizer, prompts, specs, sampling=sampling,
                             max_new_tokens=settings["max_new_tokens"], seed=settings["seed"], trajectories=trajectories,
                             on_run=lambda *_: bar.advance(task), on_prompt=save,
-                            share_across_prompts=settings["share_store"], ignore_eos=settings["ignore_eos"])
+                            share_across_prompts=settings["share_store"], ignore_eos=settings["ignore_eos"],
+                            priors=settings["prior"])
     return results, profile
 
 

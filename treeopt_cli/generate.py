@@ -11,7 +11,7 @@ from stand_runtime.limits import METHODS
 
 from . import loading, render
 from .app import app, console, one_line_errors
-from .options import (DTYPE_HELP, MODEL_HELP, SEED_HELP, TEMPERATURE_HELP, TOP_K_HELP, TOP_P_HELP, check_budget_fits,
+from .options import (DTYPE_HELP, PRIOR_HELP, MODEL_HELP, SEED_HELP, TEMPERATURE_HELP, TOP_K_HELP, TOP_P_HELP, check_budget_fits,
                       check_paths, read_prompt, write_json)
 
 FINISH_NOTES = {"length": "(stopped at --max-new-tokens {})", "stop": "(stopped at a --stop string, which the text leaves out)",
@@ -36,6 +36,7 @@ def generate_command(
     stop: Optional[list[str]] = typer.Option(None, metavar="TEXT", help="Stop once the text contains this string (repeatable)."),
     feed_rejected: bool = typer.Option(False, "--feed-rejected", metavar="", help="STAND: also feed the store at rejected tree nodes."),
     dtype: str = typer.Option("float32", help=DTYPE_HELP),
+    prior: bool = typer.Option(True, "--prior/--no-prior", help=PRIOR_HELP),
     json_out: Optional[Path] = typer.Option(None, "--json", help="Also write the statistics to this JSON file."),
 ) -> None:
     """Decode one prompt, streaming the text, then show the decoding statistics."""
@@ -61,7 +62,8 @@ def generate_command(
         check_writable(json_out)
     target, tokenizer = loading.load_model(model, dtype)
     choice = loading.announce_tree(target, method, tree)
-    result = _decode(target, tokenizer, text, method, tree, sampling, max_new_tokens, seed, stops, feed_rejected)
+    seeded = loading.successor_prior(target, tokenizer, [method], sampling, prior)
+    result = _decode(target, tokenizer, text, method, tree, sampling, max_new_tokens, seed, stops, feed_rejected, seeded)
     if result.finish_reason in FINISH_NOTES:
         console.print(FINISH_NOTES[result.finish_reason].format(max_new_tokens), style="dim")
     console.print(render.stats_table(result.stats, title=f"{method} on {model}"))
@@ -78,12 +80,13 @@ def generate_command(
 
 
 def _decode(target, tokenizer, text: str, method: str, tree, sampling, max_new_tokens: int, seed: Optional[int],
-            stops: tuple, feed_rejected: bool):
+            stops: tuple, feed_rejected: bool, prior=None):
     """The CLI's one call of :func:`stand_runtime.generate`, streaming the text to the console."""
     from stand_runtime import Method, generate as run_generate
 
     stream = render.TextStream(tokenizer, console, stops)
-    result = run_generate(target, tokenizer, text, method=Method.parse(method, tree, target, feed_rejected=feed_rejected),
+    result = run_generate(target, tokenizer, text, method=Method.parse(method, tree, target, feed_rejected=feed_rejected,
+                                                                           prior=prior),
                           sampling=sampling, max_new_tokens=max_new_tokens, seed=seed, stop=stops,
                           on_step=lambda step: stream(step.tokens))
     stream.end()

@@ -75,3 +75,34 @@ def cached_profile(target, model: str, what: str = "this machine's forward laten
     from stand_runtime.target.latency import cached_latency
 
     return cached_latency(target, model, on_measure=lambda: console.print(f"measuring {what} ...", style="dim"))
+
+
+def successor_prior(target, tokenizer, methods, sampling, enabled: bool = True):
+    """The target's successor prior for ``sampling`` (:mod:`stand_runtime.drafters.prior`) when one of
+    ``methods`` is a STAND method and ``enabled``: measured once per model (announced, with a progress
+    bar) and cached; else None."""
+    from stand_runtime.drafters.prior import method_prior
+    from stand_runtime.target.model_facts import vocab_size
+
+    from . import render
+
+    shown: list = []  # [bar, task, tokens done] once a measurement starts
+
+    def report(done: int, total: int) -> None:
+        if not shown:
+            console.print("measuring the target's successor prior (once per model, cached) ...", style="dim")
+            bar = render.progress(console)
+            bar.__enter__()
+            shown.extend([bar, bar.add_task("successor prior", total=total), 0])
+        shown[0].advance(shown[1], done - shown[2])
+        shown[2] = done
+
+    try:
+        for name in methods:
+            prior = method_prior(name, target, tokenizer, sampling, vocab_size(target), enabled, report)
+            if prior is not None:
+                return prior
+        return None
+    finally:
+        if shown:
+            shown[0].__exit__(None, None, None)

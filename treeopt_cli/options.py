@@ -29,6 +29,8 @@ OFFSET_HELP = ("Skip this many prompts first; default: 30 for humaneval (past th
 DTYPE_HELP = ("Weights of the target: float32, or bfloat16 (a different target, lossless relative to itself "
               "up to bfloat16 rounding: greedy output with drafts may differ from plain greedy decoding where two "
               "tokens tie; fast only on CPUs with native bfloat16).")
+PRIOR_HELP = ("STAND: where the store has not seen a step's root token as a context, draft from the target's "
+              "successor prior (p after that token alone; measured once per model, ~1 min, and cached).")
 PLOT_HELP = "needs matplotlib: pip install -e '.[plot]'"
 
 

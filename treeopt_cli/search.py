@@ -11,7 +11,7 @@ from stand_runtime.limits import METHODS
 
 from . import loading, render
 from .app import app, console, err_console, one_line_errors
-from .options import (DTYPE_HELP, FIXED_SEED_HELP, MODEL_HELP, TEMPERATURE_HELP, TOP_P_HELP, check_budget_fits, check_outputs,
+from .options import (DTYPE_HELP, FIXED_SEED_HELP, MODEL_HELP, PRIOR_HELP, TEMPERATURE_HELP, TOP_P_HELP, check_budget_fits, check_outputs,
                       refuse_options, write_json)
 
 
@@ -41,6 +41,7 @@ def search(
     seed: int = typer.Option(0, help=FIXED_SEED_HELP),
     json_out: Optional[Path] = typer.Option(None, "--json", help="Write the results as JSON (after every problem)."),
     dtype: str = typer.Option("float32", help=DTYPE_HELP),
+    prior: bool = typer.Option(True, "--prior/--no-prior", help=PRIOR_HELP),
 ) -> None:
     """Test-time scaling: best-of-N or DVTS on a dataset, each problem decoded by every method (interleaved)."""
     from stand_runtime import SamplingParams
@@ -53,7 +54,7 @@ def search(
     names = parse_search_methods(methods, tree)
     check_allocation(allocation)
     if not any(name.startswith("stand") for name in names):
-        refuse_options(ctx, ["allocation"], f"--methods {','.join(names)} (it sizes STAND's value-sized trees in a batch)")
+        refuse_options(ctx, ["allocation", "prior"], f"--methods {','.join(names)} (it sizes STAND's value-sized trees in a batch)")
     if strategy != "dvts":
         refuse_options(ctx, ["subtrees", "verifier", "trust_remote_code", "step_tokens", "max_rounds"],
                        f"--strategy {strategy} (they steer dvts)")
@@ -67,7 +68,8 @@ def search(
     config = {"dataset": dataset, "strategy": strategy, "n": n, "subtrees": subtrees, "max_batch": max_batch,
               "model": model, "dtype": dtype, "samples": samples, "offset": offset, "max_new_tokens": max_new_tokens,
               "step_tokens": step_tokens, "max_rounds": max_rounds, "verifier": verifier if judge else None,
-              "temperature": temperature, "top_p": top_p, "seed": seed, "tree": tree, "allocation": allocation}
+              "temperature": temperature, "top_p": top_p, "seed": seed, "tree": tree, "allocation": allocation,
+              "prior": prior}
     data = _search(model, dtype, names, tree, max_batch, problems, settings, judge, config, json_out)
     title = (f"{strategy} n={n}" + (f", {subtrees} subtrees" if strategy == "dvts" else "")
              + f", {len(problems)} problems from {Path(dataset).name}, batch {max_batch}, T={temperature}")
@@ -95,7 +97,8 @@ def _search(model: str, dtype: str, names: list, tree: Optional[str], max_batch:
     from treeopt.evaluate.search import compare_methods, method_backends, search_report
 
     target, tokenizer = loading.load_model(model, dtype)
-    backends = method_backends(target, tokenizer, names, tree, max_batch, config["allocation"])
+    prior = loading.successor_prior(target, tokenizer, names, settings.sampling, config["prior"])
+    backends = method_backends(target, tokenizer, names, tree, max_batch, config["allocation"], prior)
 
     def save(results: dict) -> None:
         if json_out is not None:

@@ -17,6 +17,7 @@ import numpy as np
 
 from .diagnostics import DraftQuality
 from ..trees.draft import Draft, truncate_draft
+from .prior import SuccessorPrior
 from .feeds import STORE_TOP_K, TargetFeed, feed_store, store_observation, store_params
 from ..store.native_store import FeedRow, NativeNGramStore
 from .gumbel import choose_children
@@ -96,6 +97,8 @@ class StandDrafter:
             sequence's end cut continued as a repeat (:func:`.suffix_index.repeated`), scored by the
             length of its match (:func:`.candidates.match_rate`).
         value: the expected-value rule of a value-sized dynamic tree, or None.
+        prior: the target's successor prior (:mod:`.prior`): a step whose root token has no 1-token
+            context in the store gets the prior's row for it first; None = none.
 
     Over a :class:`NativeNGramStore` the tree (static or dynamic) is drafted in C++ and the copy
     chain found by :class:`NativeSuffixIndex`: the same drafts as over the Python store (§3.8).
@@ -103,8 +106,9 @@ class StandDrafter:
 
     def __init__(self, tree: DraftTree | DynamicTree, store: NGramStore, randomness: RandomStream | None, params: SamplingParams,
                  feed_rejected: bool = False, quality: DraftQuality | None = None, extend: Extension | None = None,
-                 copy: int = 0, value: ValueRule | None = None) -> None:
+                 copy: int = 0, value: ValueRule | None = None, prior: SuccessorPrior | None = None) -> None:
         self.value = value
+        self.prior = prior
         self.tree = tree
         self.store = store
         self.randomness = randomness
@@ -192,7 +196,10 @@ class StandDrafter:
         return draft if self.value.batch_allocated else self.value.size_draft(draft)
 
     def _prepare(self, committed: list[int], max_depth: int) -> list[int] | None:
-        """Before a draft: the root's match for diagnostics, and the copy chain."""
+        """Before a draft: the root's context from the prior where the store lacks it, the root's
+        match for diagnostics, and the copy chain."""
+        if self.prior is not None:
+            self.prior.fill(self.store, committed[-1])
         if self.quality is not None:
             match = self.store.match(committed)
             self._root_n = 0 if match is None else match[0]

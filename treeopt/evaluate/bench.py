@@ -23,6 +23,8 @@ from stand_runtime.drafters.diagnostics import summarise_draft_quality
 from stand_runtime.engine.metrics import acceptance_by_depth
 from stand_runtime.method import DEFAULT_TREES
 from stand_runtime.randomness import check_seed
+from stand_runtime.drafters.prior import method_prior
+from stand_runtime.target.model_facts import vocab_size
 from stand_runtime.drafters import takes_tree
 
 from .answers import extract_answer, majority_vote, normalise
@@ -39,11 +41,14 @@ class BenchMethod:
         method: one of :data:`stand_runtime.METHODS`.
         tree: the tree spec as the user gave it (a file or bundled name); None = the method's default.
         feed_rejected: STAND fed at rejected tree nodes too.
+        prior: STAND drafts with the target's successor prior where the bench gives it one
+            (:func:`run_bench`'s ``priors``); False: without (``+noprior``).
     """
 
     method: str
     tree: str | None = None
     feed_rejected: bool = False
+    prior: bool = True
 
     @property
     def tree_name(self) -> str | None:
@@ -55,11 +60,14 @@ class BenchMethod:
     @property
     def label(self) -> str:
         label = self.method if self.tree is None else f"{self.method}[{self.tree}]"
-        return label + REJECTED_SUFFIX if self.feed_rejected else label
+        return label + (REJECTED_SUFFIX if self.feed_rejected else "") + ("" if self.prior else NOPRIOR_SUFFIX)
 
 
 REJECTED_SUFFIX = "+rejected"
 """Appended to a STAND method name: feed the store at rejected tree nodes too (docs/design.md §2.4 option)."""
+
+NOPRIOR_SUFFIX = "+noprior"
+"""Appended to a STAND method name: it drafts without the successor prior (docs/design.md §2.8)."""
 
 
 def parse_methods(methods: str, trees: list[str] | None) -> list[BenchMethod]:
@@ -68,28 +76,31 @@ def parse_methods(methods: str, trees: list[str] | None) -> list[BenchMethod]:
     Every tree method (stand, stand-det, recycle) runs on each tree given, or on its own default
     tree (:data:`stand_runtime.method.DEFAULT_TREES`) when none is; a dynamic tree (``dynamic-N``) is given
     to the STAND methods only (Token Recycling then runs on the static trees given, or its own). A STAND method name with the
-    ``+rejected`` suffix feeds its store at rejected tree nodes too.
+    ``+rejected`` suffix feeds its store at rejected tree nodes too; with ``+noprior`` it drafts without
+    the successor prior where the bench gives the others one.
 
     Raises:
         StandError: an unknown method name (the message lists the valid ones), or a duplicate.
     """
-    valid = [*METHODS, *(method + REJECTED_SUFFIX for method in STORE_METHODS)]
+    valid = [*METHODS, *(method + suffix for suffix in (REJECTED_SUFFIX, NOPRIOR_SUFFIX) for method in STORE_METHODS)]
     names = split_methods(methods, valid)
     trees = list(trees or [])
     if len(set(trees)) < len(trees):
         raise StandError(f"a tree is listed twice in {trees!r}")
-    if trees and not any(name.removesuffix(REJECTED_SUFFIX) in TREE_METHODS for name in names):
+    bases = [name.removesuffix(REJECTED_SUFFIX).removesuffix(NOPRIOR_SUFFIX) for name in names]
+    if trees and not any(base in TREE_METHODS for base in bases):
         raise StandError(f"--tree applies to {', '.join(TREE_METHODS)}; none of {methods!r} drafts into a tree")
     for tree in trees:
-        if not any(takes_tree(name.removesuffix(REJECTED_SUFFIX), tree) for name in names):
+        if not any(takes_tree(base, tree) for base in bases):
             raise StandError(f"tree {tree!r} applies to none of {methods!r} (a dynamic tree applies to "
                              f"{', '.join(m for m in TREE_METHODS if takes_tree(m, 'dynamic'))})")
     out = []
     for name in names:
-        base, rejected = name.removesuffix(REJECTED_SUFFIX), name.endswith(REJECTED_SUFFIX)
+        rejected, prior = name.endswith(REJECTED_SUFFIX), not name.endswith(NOPRIOR_SUFFIX)
+        base = name.removesuffix(REJECTED_SUFFIX).removesuffix(NOPRIOR_SUFFIX)
         if base in TREE_METHODS:
             usable = [tree for tree in trees if takes_tree(base, tree)]
-            out += [BenchMethod(base, tree, rejected) for tree in (usable or [None])]
+            out += [BenchMethod(base, tree, rejected, prior) for tree in (usable or [None])]
         else:
             out.append(BenchMethod(name))
     return out
@@ -214,7 +225,7 @@ def run_bench(
     model, tokenizer, prompts: list[Prompt], methods: list[BenchMethod], *, sampling: SamplingParams,
     max_new_tokens: int, seed: int, trajectories: int = 1, on_run: Callable[[str, str, object], None] | None = None,
     on_prompt: Callable[[int, list[MethodResult]], None] | None = None, share_across_prompts: bool = False,
-    ignore_eos: bool = False,
+    ignore_eos: bool = False, priors: bool = False,
 ) -> list[MethodResult]:
     """Decode every prompt with every method (N trajectories each), interleaved; per-method totals.
 
@@ -223,7 +234,9 @@ def run_bench(
     with ``share_across_prompts``. ``on_run(prompt_id, label, completion)`` is called after every
     trajectory and ``on_prompt(prompts_done, results)`` after every prompt (e.g. to save partial
     results). ``ignore_eos`` decodes every trajectory to ``max_new_tokens`` (equal token counts for a
-    speed comparison; answers are read from the text before the first EOS).
+    speed comparison; answers are read from the text before the first EOS). ``priors`` gives the
+    STAND configurations the target's successor prior for ``sampling``
+    (:mod:`stand_runtime.drafters.prior`; measured once per model and cached) unless they say ``+noprior``.
 
     Raises:
         StandError: a bad tree (before any decoding), or trajectories < 1.
@@ -231,8 +244,9 @@ def run_bench(
     check_bench_settings(len(prompts), trajectories, seed)
     backends, results = [], []
     for spec in methods:
+        prior = method_prior(spec.method, model, tokenizer, sampling, vocab_size(model), priors and spec.prior)
         method = Method.parse(spec.method, spec.tree, model, feed_rejected=spec.feed_rejected,
-                              diagnose=spec.method in STORE_METHODS)
+                              diagnose=spec.method in STORE_METHODS, prior=prior)
         backend = HFBackend(model, tokenizer, method, share_memory=share_across_prompts)
         nodes = {"ar": 0, "pld": 10, "suffix": 64}.get(spec.method) if method.tree is None else method.tree.num_nodes
         result = MethodResult(spec.label, spec.method, spec.tree_name, nodes, spec.feed_rejected)

@@ -292,14 +292,17 @@ def parse_search_methods(methods: str, tree: str | None = None) -> list[str]:
 
 
 def method_backends(target, tokenizer, names: Sequence[str], tree: str | None, max_batch: int,
-                    allocation: str = "batch") -> dict:
+                    allocation: str = "batch", prior=None) -> dict:
     """One :class:`stand_runtime.HFBackend` per method (``tree`` only for the methods that take it;
-    ``allocation``: how a value-sized tree is sized in a batch, :meth:`stand_runtime.Method.parse`)."""
+    ``allocation``: how a value-sized tree is sized in a batch, :meth:`stand_runtime.Method.parse`;
+    ``prior``: the successor prior STAND drafts with, :mod:`stand_runtime.drafters.prior`)."""
     from stand_runtime import HFBackend, Method
-    from stand_runtime.drafters import takes_tree
+    from stand_runtime.drafters import STORE_METHODS, takes_tree
 
     return {name: HFBackend(target, tokenizer, Method.parse(name, tree if takes_tree(name, tree) else None, target,
-                                                            max_batch, allocation=allocation), max_batch=max_batch)
+                                                            max_batch, allocation=allocation,
+                                                            prior=prior if name in STORE_METHODS else None),
+                            max_batch=max_batch)
             for name in names}
 
 

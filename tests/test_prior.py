@@ -1,0 +1,182 @@
+"""The target's successor prior (stand_runtime/drafters/prior.py): measured exactly, cached, filling the
+contexts a store lacks, and STAND drafting with it still lossless (greedy token for token, sampling by
+chi-square)."""
+
+import numpy as np
+import pytest
+
+from conftest import DigitsTokenizer, full_logits, tiny_model
+from stand_runtime import Method, SamplingParams, StandError, generate
+from stand_runtime.randomness import RandomStream
+from stand_runtime.drafters.feeds import LogitsFeed, store_observation
+from stand_runtime.drafters import prior as prior_module
+from stand_runtime.store.native_store import NativeNGramStore
+from stand_runtime.store.ngram_store import NGramStore
+from stand_runtime.drafters.prior import SuccessorPrior, cached_prior, measure_prior, method_prior, prior_context
+from test_engine import chi_square_against, exact_continuations
+
+SAMPLING = SamplingParams(temperature=0.8, top_p=0.95)
+VOCAB = 16
+
+
+@pytest.fixture(scope="module")
+def model():
+    return tiny_model("llama", vocab=VOCAB, seed=3)
+
+
+@pytest.fixture(scope="module")
+def prior(model):
+    return measure_prior(model, [3, 5, 7], SAMPLING, VOCAB)
+
+
+@pytest.mark.parametrize("context", [[3, 5, 7], []])
+@pytest.mark.parametrize("params", [SAMPLING, SamplingParams(temperature=0)])
+def test_measured_rows_are_the_stores_observation_after_context_and_token(model, monkeypatch, context, params):
+    """Row t is what the store would record after ``context + [t]`` (greedy: the softmax), in batches
+    that split the vocabulary (the context's cache shared by each batch's rows)."""
+    monkeypatch.setattr(prior_module, "BATCH", 5)
+    measured = measure_prior(model, context, params, VOCAB)
+    assert measured.ids.shape == measured.probs.shape == (VOCAB, 10)
+    for token in range(VOCAB):
+        logits = full_logits(model, context + [token])[-1:]
+        ids, probs = store_observation(LogitsFeed(logits, params), [0], params)
+        k = ids.shape[1]
+        assert measured.ids[token, :k].tolist() == ids[0].tolist()
+        assert np.allclose(measured.probs[token, :k], probs[0], atol=1e-5)
+        assert (measured.probs[token, k:] == 0).all()
+
+
+@pytest.mark.parametrize("store_class", [NGramStore, NativeNGramStore])
+def test_fill_gives_a_missing_one_token_context_its_row_and_leaves_a_seen_one(prior, store_class):
+    store = store_class(max_n=8)
+    store.update((1, 4), [2], [1.0])
+    seen = store.lookup((4,))
+    assert prior.fill(store, 6) is True
+    entry = store.lookup((6,))
+    ids, probs = prior.row(6)
+    assert entry.id_list == ids and np.allclose(entry.prob_list, probs) and entry.count == 1
+    assert prior.fill(store, 6) is False  # now seen: left as it is
+    if seen is not None:
+        assert prior.fill(store, 4) is False and store.lookup((4,)).id_list == seen.id_list
+    with pytest.raises(StandError, match="outside the successor prior"):
+        prior.fill(store, VOCAB)
+
+
+def test_prior_file_round_trip_and_bad_files(prior):
+    again = SuccessorPrior.from_bytes(prior.to_bytes())
+    assert (again.ids == prior.ids).all() and np.allclose(again.probs, prior.probs, atol=1e-7)
+    with pytest.raises(StandError, match="not a successor prior file"):
+        SuccessorPrior.from_bytes(b"not an npz")
+    bad = SuccessorPrior(prior.ids, prior.probs * 3)
+    with pytest.raises(StandError, match="bad ids or probabilities"):
+        SuccessorPrior.from_bytes(bad.to_bytes())
+
+
+def test_cached_prior_is_measured_once_and_again_when_corrupt(model, monkeypatch, tmp_path):
+    monkeypatch.setenv("STAND_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(prior_module, "_LOADED", {})
+    measured = []
+    real = prior_module.measure_prior
+    monkeypatch.setattr(prior_module, "measure_prior", lambda *a, **k: measured.append(1) or real(*a, **k))
+    announced = []
+    first = cached_prior(model, DigitsTokenizer(), SAMPLING, VOCAB, on_batch=lambda done, total: announced.append(done))
+    assert measured == [1] and announced == [0, VOCAB]
+    (path,) = (tmp_path / "prior").glob("*.npz")
+    monkeypatch.setattr(prior_module, "_LOADED", {})
+    second = cached_prior(model, DigitsTokenizer(), SAMPLING, VOCAB)
+    assert measured == [1] and (second.ids == first.ids).all()
+    path.write_bytes(b"garbage")
+    monkeypatch.setattr(prior_module, "_LOADED", {})
+    cached_prior(model, DigitsTokenizer(), SAMPLING, VOCAB)
+    assert measured == [1, 1]
+    assert SuccessorPrior.from_bytes(path.read_bytes()).vocab == VOCAB
+
+
+def test_prior_context_and_which_methods_get_one(model):
+    class Chat:
+        chat_template = "{{ messages }}"
+
+        def apply_chat_template(self, messages, add_generation_prompt, tokenize):
+            assert add_generation_prompt and not tokenize and messages[0]["content"] == "Hi"
+            return "1 2 3"
+
+        def encode(self, text, add_special_tokens):
+            return [int(t) for t in text.split()]
+
+    assert prior_context(Chat()) == [1, 2, 3]
+    assert prior_context(DigitsTokenizer()) == []
+    assert method_prior("suffix", model, DigitsTokenizer(), SAMPLING, VOCAB) is None
+    assert method_prior("stand", model, DigitsTokenizer(), SAMPLING, VOCAB, enabled=False) is None
+    assert method_prior("stand", model, None, SAMPLING, VOCAB) is None
+
+
+def test_method_drafts_from_the_prior_and_refuses_a_prior_it_cannot_use(model, prior):
+    method = Method.parse("stand", "dynamic-6", model, prior=prior)
+    plain = Method.parse("stand", "dynamic-6", model)
+    for drafting, drafts in ((method, True), (plain, False)):
+        store = drafting.new_memory(VOCAB)
+        assert len(store) == 0  # nothing up front
+        draft = drafting.drafter(store, RandomStream.seeded(0), SAMPLING, VOCAB).draft([9], 3)
+        assert (draft.num_nodes > 0) == drafts  # the root's context came from the prior, or nothing did
+        assert (store.match((9,)) is not None) == drafts
+    with pytest.raises(StandError, match="successor prior drafts for"):
+        Method.parse("pld", None, model, prior=prior)
+    with pytest.raises(StandError, match="vocabulary"):
+        method.drafter(None, RandomStream.seeded(0), SAMPLING, VOCAB - 1)
+
+
+@pytest.mark.parametrize("tree", ["dynamic-6", "heuristic-80"])
+def test_greedy_stand_from_the_prior_equals_plain_decoding(model, tree):
+    greedy = SamplingParams(temperature=0)
+    seeded = measure_prior(model, [], greedy, VOCAB)
+    method = Method.parse("stand", tree, model, prior=seeded)
+    for prompt in ([1, 2, 3], [5, 9, 5, 9, 5], [0]):
+        plain = generate(model, None, prompt, method="ar", sampling=greedy, max_new_tokens=24, eos_token_ids=[])
+        fast = generate(model, None, prompt, method=method, sampling=greedy, max_new_tokens=24, eos_token_ids=[])
+        assert fast.tokens == plain.tokens
+        assert fast.stats.target_forwards < plain.stats.target_forwards  # the prior's drafts were accepted
+
+
+def test_sampling_from_the_prior_keeps_the_targets_distribution(model, prior):
+    """Every run drafts from a fresh store filled from the prior (chi-square of 2000 runs of 3 tokens
+    against the exact law; seeds fixed, threshold 1e-3 as tests/test_engine.py's)."""
+    prompt = [2, 7, 2, 7, 2]
+    exact = exact_continuations(model, prompt, SAMPLING, 3)
+    method = Method.parse("stand", "dynamic-6", model, prior=prior)
+    counts: dict = {}
+    accepted = 0
+    samples = 2000
+    for seed in range(2_000_000, 2_000_000 + samples):
+        result = generate(model, None, prompt, method=method, sampling=SAMPLING, max_new_tokens=3, seed=seed,
+                          eos_token_ids=[])
+        counts[tuple(result.tokens)] = counts.get(tuple(result.tokens), 0) + 1
+        accepted += result.stats.new_tokens - result.stats.target_forwards
+    assert accepted >= samples // 4, f"drafts were rarely accepted ({accepted} in {samples} runs)"
+    assert chi_square_against(counts, exact, samples).pvalue > 0.001
+
+
+def test_batched_greedy_from_the_prior_equals_plain_decoding(model):
+    from stand_runtime import generate_batch
+
+    greedy = SamplingParams(temperature=0)
+    method = Method.parse("stand", "dynamic-auto", model, batch=3, prior=measure_prior(model, [], greedy, VOCAB))
+    prompts = [[1, 2, 3], [5, 9, 5, 9, 5, 9], [4]]
+    rows = generate_batch(model, None, prompts, n=1, method=method, sampling=greedy, max_new_tokens=20, eos_token_ids=[])
+    for prompt, row in zip(prompts, rows):
+        plain = generate(model, None, prompt, method="ar", sampling=greedy, max_new_tokens=20, eos_token_ids=[])
+        assert row.tokens == plain.tokens
+
+
+def test_bench_gives_stand_the_prior_unless_told_noprior(model, monkeypatch, tmp_path):
+    from treeopt.data.datasets import Prompt
+    from treeopt.evaluate.bench import parse_methods, run_bench
+
+    monkeypatch.setenv("STAND_CACHE_DIR", str(tmp_path))
+    specs = parse_methods("stand,stand+noprior", ["dynamic-6"])
+    assert [s.label for s in specs] == ["stand[dynamic-6]", "stand[dynamic-6]+noprior"]
+    results = run_bench(model, DigitsTokenizer(), [Prompt("0", "1 2 3 1 2")], specs, sampling=SAMPLING,
+                        max_new_tokens=8, seed=0, priors=True)
+    assert [r.tokens for r in results] == [8, 8]
+    assert len(list((tmp_path / "prior").glob("*.npz"))) == 1
+    with pytest.raises(StandError):
+        parse_methods("pld+noprior", None)
