@@ -90,6 +90,12 @@ def test_cached_prior_is_measured_once_and_again_when_corrupt(model, monkeypatch
     cached_prior(model, DigitsTokenizer(), SAMPLING, VOCAB)
     assert measured == [1, 1]
     assert SuccessorPrior.from_bytes(path.read_bytes()).vocab == VOCAB
+    blocked = tmp_path / "blocked"
+    blocked.write_text("a file where the cache folder would be")
+    monkeypatch.setenv("STAND_CACHE_DIR", str(blocked))
+    monkeypatch.setattr(prior_module, "_LOADED", {})
+    assert (cached_prior(model, DigitsTokenizer(), SAMPLING, VOCAB).ids == first.ids).all()  # measured, not cached
+    assert measured == [1, 1, 1]
 
 
 def test_prior_context_and_which_methods_get_one(model):

@@ -180,7 +180,8 @@ def cached_prior(model, tokenizer, params: SamplingParams, vocab: int,
                  on_batch: Callable[[int, int], None] | None = None) -> SuccessorPrior:
     """The successor prior of ``model`` for ``params`` (:func:`measure_prior` on :func:`prior_context`):
     measured once, kept under the cache folder (``$STAND_CACHE_DIR`` or ``~/.cache/stand``, ``prior/``)
-    and in this process; a corrupt file is measured again.
+    and in this process; a corrupt file is measured again, and where the folder takes no file the
+    prior is kept in this process only.
 
     Args:
         on_batch: while measuring, called as ``on_batch(done, vocab)`` before the first batch (done 0)
@@ -203,8 +204,11 @@ def cached_prior(model, tokenizer, params: SamplingParams, vocab: int,
         if on_batch is not None:
             on_batch(0, vocab)
         prior = measure_prior(model, context, params, vocab, on_batch)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        write_bytes_atomic(path, prior.to_bytes())
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write_bytes_atomic(path, prior.to_bytes())
+        except (OSError, StandError):
+            pass  # a cache folder that takes no file: this process keeps the prior, the next one measures again
     _LOADED[key] = prior
     return prior
 
