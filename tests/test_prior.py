@@ -67,6 +67,8 @@ def test_prior_file_round_trip_and_bad_files(prior):
     assert (again.ids == prior.ids).all() and np.allclose(again.probs, prior.probs, atol=1e-7)
     with pytest.raises(StandError, match="not a successor prior file"):
         SuccessorPrior.from_bytes(b"not an npz")
+    with pytest.raises(StandError, match="not a successor prior file"):
+        SuccessorPrior.from_bytes(prior.to_bytes()[:1000])  # truncated: a bad zip
     bad = SuccessorPrior(prior.ids, prior.probs * 3)
     with pytest.raises(StandError, match="bad ids or probabilities"):
         SuccessorPrior.from_bytes(bad.to_bytes())

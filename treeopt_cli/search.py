@@ -54,7 +54,8 @@ def search(
     names = parse_search_methods(methods, tree)
     check_allocation(allocation)
     if not any(name.startswith("stand") for name in names):
-        refuse_options(ctx, ["allocation", "prior"], f"--methods {','.join(names)} (it sizes STAND's value-sized trees in a batch)")
+        refuse_options(ctx, ["prior"], f"--methods {','.join(names)} (it drafts for STAND only)")
+        refuse_options(ctx, ["allocation"], f"--methods {','.join(names)} (it sizes STAND's value-sized trees in a batch)")
     if strategy != "dvts":
         refuse_options(ctx, ["subtrees", "verifier", "trust_remote_code", "step_tokens", "max_rounds"],
                        f"--strategy {strategy} (they steer dvts)")

@@ -30,6 +30,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import zipfile
 from dataclasses import dataclass
 from typing import Callable
 
@@ -100,7 +101,7 @@ class SuccessorPrior:
         try:
             with np.load(io.BytesIO(data)) as arrays:
                 ids, probs = arrays["ids"].astype(np.int64), arrays["probs"].astype(np.float64)
-        except (OSError, ValueError, KeyError, EOFError) as error:
+        except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as error:
             raise StandError(f"not a successor prior file ({error})") from None
         if ids.ndim != 2 or ids.shape != probs.shape or ids.min(initial=0) < 0 or ids.max(initial=0) >= len(ids) \
                 or not (np.isfinite(probs).all() and (probs >= 0).all() and (probs <= 1).all()):
