@@ -135,6 +135,7 @@ def measure_prior(model, context: list[int], params: SamplingParams, vocab: int,
         vocab: the target's vocabulary size (rows of the prior).
         on_batch: called as ``on_batch(done, vocab)`` after each batch (progress).
     """
+    from ..target.batch_kv import BatchedCache
     from ..target.forward import model_device, prefill
     from ..target.kv_cache import new_cache
 
@@ -147,10 +148,7 @@ def measure_prior(model, context: list[int], params: SamplingParams, vocab: int,
         for start in range(0, vocab, BATCH):
             tokens = torch.arange(start, min(vocab, start + BATCH), device=device)
             rows = len(tokens)
-            cache = new_cache(model)
-            for index, layer in enumerate(prefix.layers if context else []):
-                cache.update(layer.keys.expand(rows, -1, -1, -1).contiguous(),
-                             layer.values.expand(rows, -1, -1, -1).contiguous(), index)
+            cache = BatchedCache.from_rows([prefix] * rows, model.config).cache  # the context's cache, one per row
             positions = torch.full((rows, 1), len(context), device=device)
             logits = model(input_ids=tokens[:, None], position_ids=positions, cache=cache, use_cache=True).logits[:, -1]
             top_ids, top_probs = store_observation(LogitsFeed(logits, params), range(rows), params)
