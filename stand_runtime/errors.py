@@ -12,3 +12,9 @@ class StandError(ValueError):
 
     def __init__(self, message: str) -> None:
         super().__init__(" ".join(str(message).split()))
+
+
+class StandWarning(UserWarning):
+    """Something the runtime worked around and the user should hear of (one line): e.g. a cache
+    folder that takes no file, so a measurement is repeated in every run. The CLI prints these as
+    one ``warning:`` line each."""

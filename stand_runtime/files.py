@@ -107,10 +107,35 @@ def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> Path:
             mode = 0o666 & ~umask  # mkstemp makes 0600; a new file gets the usual mode
         os.chmod(tmp_name, mode)
         os.replace(tmp_name, target)
-    except OSError as error:
+    except BaseException as error:  # an interrupt (Ctrl-C) mid-write leaves no temporary file either
         Path(tmp_name).unlink(missing_ok=True)
-        raise StandError(f"cannot write {path}: {error.strerror}") from None
+        if isinstance(error, OSError):
+            raise StandError(f"cannot write {path}: {error.strerror}") from None
+        raise
     return path
+
+
+def write_cache_file(path: str | os.PathLike, data: bytes) -> str | None:
+    """Store a cache entry: ``data`` written atomically to ``path``, its folders made first.
+
+    Unlike :func:`write_bytes_atomic`, only a regular file (or nothing) at ``path`` is replaced: a
+    FIFO, device or folder there is left alone (written in place, a FIFO would wait for a reader).
+
+    Returns:
+        None when written, else why not (one line naming the path): the caller keeps what it
+        measured in memory and says so.
+    """
+    path = Path(path)
+    if os.path.lexists(path) and not path.is_file():
+        return f"cannot write {path}: not a regular file"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_bytes_atomic(path, data)
+    except OSError as error:
+        return f"cannot write {path}: {error.strerror or error}"
+    except StandError as error:
+        return str(error)
+    return None
 
 
 def write_json_atomic(path: str | os.PathLike, data: Any, indent: int | None = 1) -> Path:

@@ -144,7 +144,7 @@ def test_show_draws_profiles_and_trees_as_png(tmp_path, calibration_file):
 def test_bench_unknown_method_lists_valid_ones():
     code, output = run("bench", "--methods", "ar,medusa")
     one_line_error(output, "unknown method 'medusa' (valid: stand, stand-det, pld, recycle, suffix, ar, stand+rejected, stand-det+rejected, "
-                   "stand+noprior, stand-det+noprior)")
+                   "stand+noprior, stand-det+noprior, stand+rejected+noprior, stand-det+rejected+noprior)")
 
 
 def test_method_help_lists_every_method():
@@ -507,6 +507,11 @@ def test_export_nodes_auto_sizes_the_tree_from_the_latency_profile(tmp_path, mon
      "--candidate-nodes does not apply to --candidate"),
     (["calibrate", "--method", "direct", "--batch-size", "4", "--out", "OUT"],
      "--batch-size does not apply to --method direct"),
+    (["search", "--dataset", "DATA", "--methods", "ar,pld", "--no-prior"], "--no-prior does not apply to --methods ar,pld"),
+    (["generate", "hi", "--method", "pld", "--no-prior"], "--no-prior does not apply to --method pld"),
+    (["generate", "hi", "--method", "ar", "--prior"], "--prior does not apply to --method ar"),
+    (["bench", "--methods", "ar,suffix", "--no-prior"], "--no-prior does not apply to --methods ar, suffix"),
+    (["bench", "--methods", "stand,stand+noprior", "--no-prior"], "a +noprior method in --methods would repeat"),
     (["serve", "--dry-run", "--method", "ar", "--k", "4"], "--k does not apply to --method ar"),
     (["serve", "--dry-run", "--method", "suffix", "--max-prompts", "5"], "--max-prompts does not apply to --method suffix"),
 ])
@@ -519,3 +524,17 @@ def test_options_that_do_not_apply_are_refused(tmp_path, args, message):
     code, output = run(*args)
     assert code == 2
     one_line_error(output, message)
+
+
+def test_runtime_warnings_print_one_line_each_after_the_block(capsys):
+    import warnings
+
+    from stand_runtime.errors import StandWarning
+
+    with loading.runtime_warnings():
+        warnings.warn(StandWarning("the successor prior is kept for this run only (cannot write X: denied)"))
+        print("inside")
+    captured = capsys.readouterr()
+    assert captured.out == "inside\n"
+    assert captured.err.strip().splitlines() == ["warning: the successor prior is kept for this run only "
+                                                 "(cannot write X: denied)"]

@@ -7,6 +7,7 @@ import pytest
 
 from conftest import tiny_model
 from stand_runtime import LatencyProfile, StandError
+from stand_runtime.errors import StandWarning
 from stand_runtime.target.latency import cached_latency
 from stand_runtime.tree_choice import machine_tree
 from stand_runtime.trees.families import family_to_json
@@ -49,6 +50,12 @@ def test_profile_round_trip_and_cache(tmp_path, monkeypatch):
     assert measured == [1] and first == second  # measured once, then read from the cache
     assert np.all(np.diff(first.seconds) >= 0) and first.at(1) > 0
     assert LatencyProfile.from_dict(json.loads(json.dumps(first.as_dict()))) == first
+    blocked = tmp_path / "blocked"
+    blocked.write_text("a file where the cache folder would be")
+    monkeypatch.setenv("STAND_CACHE_DIR", str(blocked))
+    with pytest.warns(StandWarning, match="latency profile is kept for this run only .cannot write"):
+        cached_latency(model, "tiny", on_measure=lambda: measured.append(1))
+    assert measured == [1, 1]
 
 
 def test_machine_tree_picks_the_best_member_for_the_profile(tmp_path, monkeypatch):

@@ -2,11 +2,14 @@
 contexts a store lacks, and STAND drafting with it still lossless (greedy token for token, sampling by
 chi-square)."""
 
+import os
+
 import numpy as np
 import pytest
 
 from conftest import DigitsTokenizer, full_logits, tiny_model
 from stand_runtime import Method, SamplingParams, StandError, generate
+from stand_runtime.errors import StandWarning
 from stand_runtime.randomness import RandomStream
 from stand_runtime.drafters.feeds import LogitsFeed, store_observation
 from stand_runtime.drafters import prior as prior_module
@@ -69,9 +72,18 @@ def test_prior_file_round_trip_and_bad_files(prior):
         SuccessorPrior.from_bytes(b"not an npz")
     with pytest.raises(StandError, match="not a successor prior file"):
         SuccessorPrior.from_bytes(prior.to_bytes()[:1000])  # truncated: a bad zip
-    bad = SuccessorPrior(prior.ids, prior.probs * 3)
-    with pytest.raises(StandError, match="bad ids or probabilities"):
-        SuccessorPrior.from_bytes(bad.to_bytes())
+    repeated = prior.ids.copy()
+    repeated[4, 1] = repeated[4, 0]  # a token twice in a row, both with mass
+    flat = np.full_like(prior.probs, 0.0)
+    flat[:, 0] = 1.0
+    for ids, probs, reason in ((prior.ids, prior.probs * 3, "summing above 1"),
+                               (prior.ids, -prior.probs, "negative"),
+                               (repeated, np.where(prior.probs > 0, prior.probs, 0.01) / 2, "repeated within a row"),
+                               (prior.ids[:, :0], prior.probs[:, :0], "shape"),
+                               (prior.ids + VOCAB, flat, "token ids outside")):
+        with pytest.raises(StandError, match=reason):
+            SuccessorPrior.from_bytes(SuccessorPrior(ids, probs).to_bytes())
+    assert SuccessorPrior.from_bytes(SuccessorPrior(prior.ids + VOCAB, flat).to_bytes(), id_bound=2 * VOCAB).vocab == VOCAB
 
 
 def test_cached_prior_is_measured_once_and_again_when_corrupt(model, monkeypatch, tmp_path):
@@ -96,16 +108,61 @@ def test_cached_prior_is_measured_once_and_again_when_corrupt(model, monkeypatch
     blocked.write_text("a file where the cache folder would be")
     monkeypatch.setenv("STAND_CACHE_DIR", str(blocked))
     monkeypatch.setattr(prior_module, "_LOADED", {})
-    assert (cached_prior(model, DigitsTokenizer(), SAMPLING, VOCAB).ids == first.ids).all()  # measured, not cached
-    assert measured == [1, 1, 1]
+    with pytest.warns(StandWarning, match="kept for this run only .cannot write .*: the next run measures it again"):
+        again = cached_prior(model, DigitsTokenizer(), SAMPLING, VOCAB)
+    assert (again.ids == first.ids).all() and measured == [1, 1, 1]  # measured, not cached
+    monkeypatch.setenv("STAND_CACHE_DIR", str(tmp_path))
+    path.unlink()
+    os.mkfifo(path)  # a FIFO at the file's name: neither read nor written (either would wait for the other end)
+    monkeypatch.setattr(prior_module, "_LOADED", {})
+    with pytest.warns(StandWarning, match="not a regular file"):
+        cached_prior(model, DigitsTokenizer(), SAMPLING, VOCAB)
+    assert measured == [1, 1, 1, 1] and not path.is_file()
+
+
+def test_cached_prior_is_keyed_by_the_weights_not_the_folder(model, monkeypatch, tmp_path):
+    """A model loaded from another folder (a moved cache) finds its prior; other weights do not."""
+    monkeypatch.setenv("STAND_CACHE_DIR", str(tmp_path))
+    key = prior_module.prior_key(model, [1], SAMPLING, VOCAB)
+    monkeypatch.setattr(model.config, "_name_or_path", "/somewhere/else", raising=False)
+    assert prior_module.prior_key(model, [1], SAMPLING, VOCAB) == key
+    assert prior_module.prior_key(tiny_model("llama", vocab=VOCAB, seed=4), [1], SAMPLING, VOCAB) != key
+    assert prior_module.prior_key(model, [2], SAMPLING, VOCAB) != key
+    assert prior_module.prior_key(model, [1], SamplingParams(temperature=0.5), VOCAB) != key
+
+
+def test_measurement_names_non_finite_logits(model, monkeypatch):
+    real = model.forward
+
+    def broken(*args, **kwargs):
+        out = real(*args, **kwargs)
+        out.logits[0, -1, 0] = float("nan")
+        return out
+
+    monkeypatch.setattr(model, "forward", broken)
+    with pytest.raises(StandError, match="not finite .* in the successor prior's measurement .tokens 0-"):
+        measure_prior(model, [3], SAMPLING, VOCAB)
+
+
+def test_interrupted_write_leaves_no_temporary_file(monkeypatch, tmp_path):
+    from stand_runtime import files
+
+    def interrupted(*_):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(files.os, "replace", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        files.write_bytes_atomic(tmp_path / "prior.npz", b"data")
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_prior_context_and_which_methods_get_one(model):
     class Chat:
         chat_template = "{{ messages }}"
 
-        def apply_chat_template(self, messages, add_generation_prompt, tokenize):
+        def apply_chat_template(self, messages, add_generation_prompt, tokenize, **template_kwargs):
             assert add_generation_prompt and not tokenize and messages[0]["content"] == "Hi"
+            assert template_kwargs == {"date_string": prior_module.PRIOR_DATE}  # not today's: the key stays
             return "1 2 3"
 
         def encode(self, text, add_special_tokens):
@@ -186,5 +243,8 @@ def test_bench_gives_stand_the_prior_unless_told_noprior(model, monkeypatch, tmp
                         max_new_tokens=8, seed=0, priors=True)
     assert [r.tokens for r in results] == [8, 8]
     assert len(list((tmp_path / "prior").glob("*.npz"))) == 1
+    assert results[0].prior and not results[1].prior
     with pytest.raises(StandError):
         parse_methods("pld+noprior", None)
+    (both,) = parse_methods("stand+rejected+noprior", ["dynamic-6"])
+    assert both.feed_rejected and not both.prior and both.label == "stand[dynamic-6]+rejected+noprior"

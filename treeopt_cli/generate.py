@@ -12,7 +12,7 @@ from stand_runtime.limits import METHODS
 from . import loading, render
 from .app import app, console, one_line_errors
 from .options import (DTYPE_HELP, PRIOR_HELP, MODEL_HELP, SEED_HELP, TEMPERATURE_HELP, TOP_K_HELP, TOP_P_HELP, check_budget_fits,
-                      check_paths, read_prompt, write_json)
+                      check_paths, read_prompt, refuse_options, write_json)
 
 FINISH_NOTES = {"length": "(stopped at --max-new-tokens {})", "stop": "(stopped at a --stop string, which the text leaves out)",
                 "eos": "(stopped at the model's end-of-sequence token)"}
@@ -22,6 +22,7 @@ FINISH_NOTES = {"length": "(stopped at --max-new-tokens {})", "stop": "(stopped 
 @app.command("generate")
 @one_line_errors
 def generate_command(
+    ctx: typer.Context,
     prompt: Optional[str] = typer.Argument(None, help="Prompt text (wrapped in the model's chat template).", show_default=False),
     prompt_file: Optional[Path] = typer.Option(None, help="Read the prompt from this file ('-' = standard input); its trailing line breaks are dropped."),
     keep_newline: bool = typer.Option(False, "--keep-newline", help="--prompt-file: keep the file's trailing line breaks in the prompt."),
@@ -41,7 +42,7 @@ def generate_command(
 ) -> None:
     """Decode one prompt, streaming the text, then show the decoding statistics."""
     from stand_runtime import SamplingParams
-    from stand_runtime.drafters import check_method
+    from stand_runtime.drafters import STORE_METHODS, check_method
     from stand_runtime.engine.rows import check_budget
     from stand_runtime.files import check_writable
     from stand_runtime.method import DEFAULT_TREES
@@ -52,6 +53,8 @@ def generate_command(
     check_paths({"--json": json_out}, {"--prompt-file": prompt_file, "--tree": tree})
     text = read_prompt(prompt, prompt_file, keep_newline)
     check_method(method, tree=tree, feed_rejected=feed_rejected)
+    if method not in STORE_METHODS:
+        refuse_options(ctx, ["prior"], f"--method {method} (it drafts for STAND only)")
     check_budget(max_new_tokens)
     check_seed(seed)
     stops = check_stop_strings(tuple(stop or ()))
@@ -75,6 +78,7 @@ def generate_command(
     if json_out is not None:
         write_json(json_out, {"method": method, "model": model, "tree": tree or DEFAULT_TREES.get(method), "seed": seed,
                               "temperature": temperature, "top_p": top_p, "top_k": top_k, "max_new_tokens": max_new_tokens,
+                              "dtype": dtype, "prior": seeded is not None,
                               "text": result.text, "finish_reason": result.finish_reason, "stats": result.stats.as_dict()})
         console.print(f"statistics written to {json_out}")
 

@@ -6,6 +6,8 @@ replace the loading with a tiny model in one place.
 
 from __future__ import annotations
 
+import contextlib
+import warnings
 from typing import Optional
 
 from .app import console, err_console
@@ -30,6 +32,25 @@ def warn_latency(profile, **observed) -> None:
 
     for line in latency_warnings(profile, **observed):
         err_console.print(f"warning: {line}", style="yellow", highlight=False)
+
+
+@contextlib.contextmanager
+def runtime_warnings():
+    """Print each :class:`stand_runtime.errors.StandWarning` raised inside as one ``warning:`` line on
+    stderr once the block ends (after any progress bar in it); other warnings pass on as they were."""
+    from stand_runtime.errors import StandWarning
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", StandWarning)
+        try:
+            yield
+        finally:
+            shown = [w for w in caught if issubclass(w.category, StandWarning)]
+            others = [w for w in caught if not issubclass(w.category, StandWarning)]
+    for w in others:
+        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    for w in shown:
+        err_console.print(f"warning: {w.message}", style="yellow", highlight=False, soft_wrap=True)
 
 
 def announce_tree(target, method: str, tree: Optional[str]):
@@ -60,8 +81,9 @@ def announce_tree(target, method: str, tree: Optional[str]):
     family = sized_family(spec) if method in TREE_METHODS else None
     if family is None:
         return None
-    choice = machine_tree(target, family, on_measure=lambda: console.print(
-        "measuring this machine's forward latency to size the draft tree (once per model, cached) ...", style="dim"))
+    with runtime_warnings():
+        choice = machine_tree(target, family, on_measure=lambda: console.print(
+            "measuring this machine's forward latency to size the draft tree (once per model, cached) ...", style="dim"))
     copy = f"; STAND's copy path adds up to {COPY_TOKENS} copied tokens where the text repeats" if method == "stand" else ""
     console.print(f"tree {spec}: {choice.nodes} nodes for this machine (calibrated τ̂ {choice.expected_acceptance_length:.2f}; "
                   f"a forward over {choice.nodes + 1} tokens {choice.profile.at(choice.nodes + 1) * 1e3:.0f} ms, over one "
@@ -74,13 +96,14 @@ def cached_profile(target, model: str, what: str = "this machine's forward laten
     """The target's latency profile (:func:`stand_runtime.target.latency.cached_latency`), saying so when it is measured."""
     from stand_runtime.target.latency import cached_latency
 
-    return cached_latency(target, model, on_measure=lambda: console.print(f"measuring {what} ...", style="dim"))
+    with runtime_warnings():
+        return cached_latency(target, model, on_measure=lambda: console.print(f"measuring {what} ...", style="dim"))
 
 
 def successor_prior(target, tokenizer, methods, sampling, enabled: bool = True):
     """The target's successor prior for ``sampling`` (:mod:`stand_runtime.drafters.prior`) when one of
-    ``methods`` is a STAND method and ``enabled``: measured once per model (announced, with a progress
-    bar) and cached; else None."""
+    ``methods`` is a STAND method and ``enabled``: measured once per model, dtype and distribution
+    (announced, with a progress bar) and cached; else None."""
     from stand_runtime.drafters.prior import method_prior
     from stand_runtime.target.model_facts import vocab_size
 
@@ -90,19 +113,20 @@ def successor_prior(target, tokenizer, methods, sampling, enabled: bool = True):
 
     def report(done: int, total: int) -> None:
         if not shown:
-            console.print("measuring the target's successor prior (once per model, cached) ...", style="dim")
+            console.print("measuring the target's successor prior (once per model, dtype and distribution; cached) ...", style="dim")
             bar = render.progress(console)
             bar.__enter__()
             shown.extend([bar, bar.add_task("successor prior", total=total), 0])
         shown[0].advance(shown[1], done - shown[2])
         shown[2] = done
 
-    try:
-        for name in methods:
-            prior = method_prior(name, target, tokenizer, sampling, vocab_size(target), enabled, report)
-            if prior is not None:
-                return prior
-        return None
-    finally:
-        if shown:
-            shown[0].__exit__(None, None, None)
+    with runtime_warnings():
+        try:
+            for name in methods:
+                prior = method_prior(name, target, tokenizer, sampling, vocab_size(target), enabled, report)
+                if prior is not None:
+                    return prior
+            return None
+        finally:
+            if shown:
+                shown[0].__exit__(None, None, None)

@@ -30,7 +30,8 @@ DTYPE_HELP = ("Weights of the target: float32, or bfloat16 (a different target, 
               "up to bfloat16 rounding: greedy output with drafts may differ from plain greedy decoding where two "
               "tokens tie; fast only on CPUs with native bfloat16).")
 PRIOR_HELP = ("STAND: where the store has not seen a step's root token as a context, draft from the target's "
-              "successor prior (p after that token alone; measured once per model, ~1 min, and cached).")
+              "successor prior (p after that token alone; measured once per model, dtype and sampling distribution, "
+              "~1-2 min for the default model on 2 cores, and cached under $STAND_CACHE_DIR or ~/.cache/stand).")
 PLOT_HELP = "needs matplotlib: pip install -e '.[plot]'"
 
 
@@ -82,8 +83,17 @@ def check_outputs(outputs: dict[str, Optional[Path]], inputs: dict[str, object],
 
 def given_options(ctx) -> dict[str, str]:
     """Options the user wrote on the command line: parameter name → its option string (``--json``)."""
-    opts = {param.name: param.opts[0] for param in ctx.command.params if param.opts}
-    return {name: opts.get(name, name) for name in ctx.params
+    opts = {param.name: param for param in ctx.command.params if param.opts}
+
+    def written(name: str) -> str:  # a --flag/--no-flag option as it was written
+        param = opts.get(name)
+        if param is None:
+            return name
+        if getattr(param, "secondary_opts", None) and ctx.params.get(name) is False:
+            return param.secondary_opts[0]
+        return param.opts[0]
+
+    return {name: written(name) for name in ctx.params
             if getattr(ctx.get_parameter_source(name), "name", "") == "COMMANDLINE"}
 
 

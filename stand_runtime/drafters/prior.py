@@ -30,6 +30,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import warnings
 import zipfile
 from dataclasses import dataclass
 from typing import Callable
@@ -38,13 +39,20 @@ import numpy as np
 import torch
 
 from .feeds import STORE_TOP_K, LogitsFeed, store_observation, store_params
-from ..errors import StandError
-from ..files import write_bytes_atomic
+from ..errors import StandError, StandWarning
+from ..files import write_cache_file
 from ..target.sampling import SamplingParams
 from ..store.ngram_store import NGramStore
 
-BATCH = 512
-"""Vocabulary tokens per forward of the measurement (the context's cache expanded to this many rows)."""
+BATCH = 64
+"""Vocabulary tokens per forward of the measurement (the context's cache expanded to this many rows).
+Measured on 2 cores (4,096 tokens, default model): 64 rows took 7.3 s in bfloat16 and 9.3 s in float32
+at a peak of 1.6 / 2.6 GB resident; 512 rows 10.5 s / 14.6 s at 2.8 / 4.1 GB (the logits, the
+top-p sort and the per-row caches grow with the batch, the forward gets no faster)."""
+
+PRIOR_DATE = "01 Jan 2025"
+"""The date a chat template that prints one (``date_string``, Llama 3.x) is given in :func:`prior_context`:
+a template printing today's date would make the context, and so the cached prior's key, change daily."""
 
 PRIOR_USER_TURN = "Hi"
 """The user turn of :func:`prior_context`'s chat (a neutral one: the prior is about the token, not a task)."""
@@ -92,31 +100,44 @@ class SuccessorPrior:
         return out.getvalue()
 
     @classmethod
-    def from_bytes(cls, data: bytes) -> "SuccessorPrior":
+    def from_bytes(cls, data: bytes, id_bound: int | None = None) -> "SuccessorPrior":
         """The prior :meth:`to_bytes` wrote.
 
+        Args:
+            data: the file's bytes.
+            id_bound: token ids must lie below it (the target's output width); None: below the rows.
+
         Raises:
-            StandError: not such a file (arrays missing, of other shapes, or probabilities outside [0, 1]).
+            StandError: not such a file: arrays missing, not ``[V, k]`` with 1 <= k <= STORE_TOP_K,
+                ids out of range or repeated within a row, probabilities outside [0, 1] or a row's
+                summing above 1.
         """
         try:
             with np.load(io.BytesIO(data)) as arrays:
                 ids, probs = arrays["ids"].astype(np.int64), arrays["probs"].astype(np.float64)
         except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as error:
             raise StandError(f"not a successor prior file ({error})") from None
-        if ids.ndim != 2 or ids.shape != probs.shape or ids.min(initial=0) < 0 or ids.max(initial=0) >= len(ids) \
-                or not (np.isfinite(probs).all() and (probs >= 0).all() and (probs <= 1).all()):
-            raise StandError("not a successor prior file (bad ids or probabilities)")
+        if ids.ndim != 2 or ids.shape != probs.shape or not 1 <= ids.shape[1] <= STORE_TOP_K or not len(ids):
+            raise StandError(f"not a successor prior file (arrays of shape {ids.shape} and {probs.shape})")
+        bound = len(ids) if id_bound is None else id_bound
+        if ids.min() < 0 or ids.max() >= bound:
+            raise StandError(f"not a successor prior file (token ids outside [0, {bound}))")
+        if not (np.isfinite(probs).all() and (probs >= 0).all() and (probs.sum(axis=1) <= 1 + 1e-3).all()):
+            raise StandError("not a successor prior file (probabilities negative, not finite or summing above 1)")
+        kept = np.sort(np.where(probs > 0, ids, -1 - np.arange(ids.shape[1])), axis=1)  # a unique stand-in where p is 0
+        if (kept[:, 1:] == kept[:, :-1]).any():
+            raise StandError("not a successor prior file (a token repeated within a row)")
         return cls(ids, probs)
 
 
 def prior_context(tokenizer) -> list[int]:
     """The tokens before t in the prior's measurement: the chat template's opening of an assistant
     turn after a one-word user turn (:data:`PRIOR_USER_TURN`); a tokenizer without a chat template:
-    its BOS token alone, or nothing."""
+    its BOS token alone, or nothing. A template that prints a date gets :data:`PRIOR_DATE`."""
     template = getattr(tokenizer, "chat_template", None)
     if template:
         text = tokenizer.apply_chat_template([{"role": "user", "content": PRIOR_USER_TURN}],
-                                             add_generation_prompt=True, tokenize=False)
+                                             add_generation_prompt=True, tokenize=False, date_string=PRIOR_DATE)
         return list(tokenizer.encode(text, add_special_tokens=False))
     bos = getattr(tokenizer, "bos_token_id", None)
     return [] if bos is None else [int(bos)]
@@ -134,6 +155,9 @@ def measure_prior(model, context: list[int], params: SamplingParams, vocab: int,
         params: the sampling distribution whose store rows the prior holds.
         vocab: the target's vocabulary size (rows of the prior).
         on_batch: called as ``on_batch(done, vocab)`` after each batch (progress).
+
+    Raises:
+        StandError: the target's logits are not finite (naming the tokens measured).
     """
     from ..target.batch_kv import BatchedCache
     from ..target.forward import model_device, prefill
@@ -151,7 +175,8 @@ def measure_prior(model, context: list[int], params: SamplingParams, vocab: int,
             cache = BatchedCache.from_rows([prefix] * rows, model.config).cache  # the context's cache, one per row
             positions = torch.full((rows, 1), len(context), device=device)
             logits = model(input_ids=tokens[:, None], position_ids=positions, cache=cache, use_cache=True).logits[:, -1]
-            top_ids, top_probs = store_observation(LogitsFeed(logits, params), range(rows), params)
+            feed = LogitsFeed(logits, params, source=f"the successor prior's measurement (tokens {start}-{start + rows - 1})")
+            top_ids, top_probs = store_observation(feed, range(rows), params)
             ids[start: start + rows, : top_ids.shape[1]] = top_ids
             probs[start: start + rows, : top_probs.shape[1]] = top_probs
             if on_batch is not None:
@@ -159,15 +184,27 @@ def measure_prior(model, context: list[int], params: SamplingParams, vocab: int,
     return SuccessorPrior(ids, probs)
 
 
+def weights_fingerprint(model) -> str:
+    """A digest of what tells one model's weights from another's without reading them all: the model
+    type, the shapes of every parameter, every one-dimensional parameter (norms, biases) and every
+    4,099th value of the input embeddings. Independent of where the model was loaded from (a moved
+    or copied folder keeps its cached prior) and of the kernels it runs (packed linears keep theirs)."""
+    digest = hashlib.sha256(str(getattr(model.config, "model_type", "model")).encode())
+    for name, parameter in model.named_parameters():
+        digest.update(f"{name}{tuple(parameter.shape)}".encode())
+        if parameter.dim() == 1:
+            digest.update(parameter.detach().float().cpu().numpy().tobytes())
+    embedding = model.get_input_embeddings().weight.detach()
+    digest.update(embedding.reshape(-1)[::4099].float().cpu().numpy().tobytes())
+    return digest.hexdigest()
+
+
 def prior_key(model, context: list[int], params: SamplingParams, vocab: int) -> str:
-    """What a cached prior depends on: the model (the folder it was loaded from, else its type, and a
-    fingerprint of its first embedding rows: models built in memory differ by their weights), its
-    dtype, the vocabulary, the context and the store's distribution (temperature, top-p, top-k)."""
+    """What a cached prior depends on: the model's weights (:func:`weights_fingerprint`), its dtype,
+    the vocabulary, the context and the store's distribution (temperature, top-p, top-k)."""
     first = next(model.parameters())
     stored = store_params(params)
-    rows = model.get_input_embeddings().weight[:4].detach().float().cpu().numpy()
-    parts = [str(getattr(model.config, "_name_or_path", "") or getattr(model.config, "model_type", "model")),
-             hashlib.sha256(rows.tobytes()).hexdigest(), str(first.dtype), str(vocab), json.dumps(context),
+    parts = [weights_fingerprint(model), str(first.dtype), str(vocab), json.dumps(context),
              repr((stored.temperature, stored.top_p, stored.top_k))]
     return hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
 
@@ -175,16 +212,28 @@ def prior_key(model, context: list[int], params: SamplingParams, vocab: int) -> 
 _LOADED: dict[str, SuccessorPrior] = {}
 
 
+def _output_width(model, vocab: int) -> int:
+    """Columns of the target's logits (token ids a store row may hold): its output embedding's rows,
+    else ``vocab``."""
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    weight = getattr(head, "weight", None)
+    return max(vocab, int(weight.shape[0])) if weight is not None and weight.dim() == 2 else vocab
+
+
 def cached_prior(model, tokenizer, params: SamplingParams, vocab: int,
                  on_batch: Callable[[int, int], None] | None = None) -> SuccessorPrior:
     """The successor prior of ``model`` for ``params`` (:func:`measure_prior` on :func:`prior_context`):
     measured once, kept under the cache folder (``$STAND_CACHE_DIR`` or ``~/.cache/stand``, ``prior/``)
-    and in this process; a corrupt file is measured again, and where the folder takes no file the
-    prior is kept in this process only.
+    and in this process; a corrupt file is measured again. Where the folder takes no file (read-only,
+    or something other than a regular file at the file's name), the prior is kept in this process
+    only and a :class:`~stand_runtime.errors.StandWarning` says so.
 
     Args:
         on_batch: while measuring, called as ``on_batch(done, vocab)`` before the first batch (done 0)
             and after each (progress); not called when the prior is cached.
+
+    Raises:
+        StandError: the target's logits are not finite (:func:`measure_prior`).
     """
     from ..target.models import cache_root
 
@@ -196,18 +245,17 @@ def cached_prior(model, tokenizer, params: SamplingParams, vocab: int,
     prior = None
     if path.is_file():
         try:
-            prior = SuccessorPrior.from_bytes(path.read_bytes())
+            prior = SuccessorPrior.from_bytes(path.read_bytes(), _output_width(model, vocab))
         except (OSError, StandError):
             prior = None  # measured again
     if prior is None or prior.vocab != vocab:
         if on_batch is not None:
             on_batch(0, vocab)
         prior = measure_prior(model, context, params, vocab, on_batch)
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            write_bytes_atomic(path, prior.to_bytes())
-        except (OSError, StandError):
-            pass  # a cache folder that takes no file: this process keeps the prior, the next one measures again
+        problem = write_cache_file(path, prior.to_bytes())
+        if problem is not None:
+            warnings.warn(StandWarning(f"the successor prior is kept for this run only ({problem}): the next run "
+                                       "measures it again"), stacklevel=2)
     _LOADED[key] = prior
     return prior
 

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from ..errors import StandError
-from ..files import write_json_atomic
+from ..files import write_cache_file
 from ..trees.tree import DraftTree
 from .fast_linear import PackedLinear, use_stock_up_to
 from .timing import time_chain, warm_cache
@@ -153,12 +153,8 @@ def choose_kernels(model, cache_dir: Path | None) -> int:
     rows = _cached_rows(path)
     if rows is None:
         rows, timings = measure_stock_rows(model)
-        if path is not None:
-            try:
-                path.parent.mkdir(parents=True, exist_ok=True)
-                write_json_atomic(path, {"stock_rows": rows, "cpu": torch.backends.cpu.get_cpu_capability(),
-                                         "threads": torch.get_num_threads(), **timings})
-            except (OSError, StandError):
-                pass  # an unwritable cache folder: measured again next time
+        if path is not None:  # a cache folder that takes no file: measured again next time
+            write_cache_file(path, (json.dumps({"stock_rows": rows, "cpu": torch.backends.cpu.get_cpu_capability(),
+                                                "threads": torch.get_num_threads(), **timings}, indent=1) + "\n").encode())
     use_stock_up_to(model, rows, release=True)
     return rows

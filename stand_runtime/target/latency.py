@@ -19,13 +19,15 @@ from __future__ import annotations
 
 import hashlib
 import json
+import warnings
 from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
 import torch
 
-from ..files import write_json_atomic
+from ..errors import StandWarning
+from ..files import write_cache_file
 from .fast_linear import dispatch_signature
 from .models import cache_root
 from .timing import time_chain, warm_cache
@@ -144,9 +146,12 @@ def cached_latency(model, model_name: str, *, refresh: bool = False,
     if on_measure is not None:
         on_measure()
     profile = measure_latency(model)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(path, {"model": model_name, "threads": torch.get_num_threads(),
-                             "cpu": torch.backends.cpu.get_cpu_capability(), "profile": profile.as_dict()})
+    entry = {"model": model_name, "threads": torch.get_num_threads(), "cpu": torch.backends.cpu.get_cpu_capability(),
+             "profile": profile.as_dict()}
+    problem = write_cache_file(path, (json.dumps(entry, indent=1) + "\n").encode())
+    if problem is not None:
+        warnings.warn(StandWarning(f"the latency profile is kept for this run only ({problem}): the next run "
+                                   "measures it again"), stacklevel=2)
     return profile
 
 

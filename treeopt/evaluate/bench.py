@@ -76,18 +76,19 @@ def parse_methods(methods: str, trees: list[str] | None) -> list[BenchMethod]:
     Every tree method (stand, stand-det, recycle) runs on each tree given, or on its own default
     tree (:data:`stand_runtime.method.DEFAULT_TREES`) when none is; a dynamic tree (``dynamic-N``) is given
     to the STAND methods only (Token Recycling then runs on the static trees given, or its own). A STAND method name with the
-    ``+rejected`` suffix feeds its store at rejected tree nodes too; with ``+noprior`` it drafts without
-    the successor prior where the bench gives the others one.
+    ``+rejected`` suffix feeds its store at rejected tree nodes too; with ``+noprior`` (after
+    ``+rejected`` when both) it drafts without the successor prior where the bench gives the others one.
 
     Raises:
         StandError: an unknown method name (the message lists the valid ones), or a duplicate.
     """
-    valid = [*METHODS, *(method + suffix for suffix in (REJECTED_SUFFIX, NOPRIOR_SUFFIX) for method in STORE_METHODS)]
+    valid = [*METHODS, *(method + suffix for suffix in (REJECTED_SUFFIX, NOPRIOR_SUFFIX, REJECTED_SUFFIX + NOPRIOR_SUFFIX)
+                         for method in STORE_METHODS)]
     names = split_methods(methods, valid)
     trees = list(trees or [])
     if len(set(trees)) < len(trees):
         raise StandError(f"a tree is listed twice in {trees!r}")
-    bases = [name.removesuffix(REJECTED_SUFFIX).removesuffix(NOPRIOR_SUFFIX) for name in names]
+    bases = [name.removesuffix(NOPRIOR_SUFFIX).removesuffix(REJECTED_SUFFIX) for name in names]
     if trees and not any(base in TREE_METHODS for base in bases):
         raise StandError(f"--tree applies to {', '.join(TREE_METHODS)}; none of {methods!r} drafts into a tree")
     for tree in trees:
@@ -96,8 +97,9 @@ def parse_methods(methods: str, trees: list[str] | None) -> list[BenchMethod]:
                              f"{', '.join(m for m in TREE_METHODS if takes_tree(m, 'dynamic'))})")
     out = []
     for name in names:
-        rejected, prior = name.endswith(REJECTED_SUFFIX), not name.endswith(NOPRIOR_SUFFIX)
-        base = name.removesuffix(REJECTED_SUFFIX).removesuffix(NOPRIOR_SUFFIX)
+        prior = not name.endswith(NOPRIOR_SUFFIX)
+        rejected = name.removesuffix(NOPRIOR_SUFFIX).endswith(REJECTED_SUFFIX)
+        base = name.removesuffix(NOPRIOR_SUFFIX).removesuffix(REJECTED_SUFFIX)
         if base in TREE_METHODS:
             usable = [tree for tree in trees if takes_tree(base, tree)]
             out += [BenchMethod(base, tree, rejected, prior) for tree in (usable or [None])]
@@ -115,6 +117,7 @@ class MethodResult:
     tree: str | None
     tree_nodes: int
     feed_rejected: bool = False
+    prior: bool = False  # drafted with the target's successor prior
     tokens: int = 0
     steps: int = 0
     decode_s: float = 0.0
@@ -249,7 +252,7 @@ def run_bench(
                               diagnose=spec.method in STORE_METHODS, prior=prior)
         backend = HFBackend(model, tokenizer, method, share_memory=share_across_prompts)
         nodes = {"ar": 0, "pld": 10, "suffix": 64}.get(spec.method) if method.tree is None else method.tree.num_nodes
-        result = MethodResult(spec.label, spec.method, spec.tree_name, nodes, spec.feed_rejected)
+        result = MethodResult(spec.label, spec.method, spec.tree_name, nodes, spec.feed_rejected, prior is not None)
         if method.value is not None:  # a value-sized tree reports each step's predictions (others: nothing)
             result.reliability = ReliabilityLog()
             method.value.on_outcome = result.reliability.add
@@ -354,7 +357,7 @@ def results_json(results: list[MethodResult], settings: dict, profile=None) -> d
         "settings": settings,
         "results": [
             {"method": r.method, "label": r.label, "tree": r.tree, "tree_nodes": r.tree_nodes,
-             "feed_rejected": r.feed_rejected,
+             "feed_rejected": r.feed_rejected, "prior": r.prior,
              "acceptance_length": r.acceptance_length, "tokens_per_s": r.tokens_per_s, "speedup": ratio[r.label],
              "speedup_interval_95": intervals[r.label], "latency_bound": bounds.get(r.label),
              "forward_s": r.forward_s, "host_fraction": r.host_fraction, "mean_drafted": r.mean_drafted,
