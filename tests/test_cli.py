@@ -510,7 +510,7 @@ def test_export_nodes_auto_sizes_the_tree_from_the_latency_profile(tmp_path, mon
     (["search", "--dataset", "DATA", "--methods", "ar,pld", "--no-prior"], "--no-prior does not apply to --methods ar,pld"),
     (["generate", "hi", "--method", "pld", "--no-prior"], "--no-prior does not apply to --method pld"),
     (["generate", "hi", "--method", "ar", "--prior"], "--prior does not apply to --method ar"),
-    (["bench", "--methods", "ar,suffix", "--no-prior"], "--no-prior does not apply to --methods ar, suffix"),
+    (["bench", "--methods", "ar,suffix", "--no-prior"], "--no-prior does not apply to --methods ar,suffix"),
     (["bench", "--methods", "stand,stand+noprior", "--no-prior"], "a +noprior method in --methods would repeat"),
     (["serve", "--dry-run", "--method", "ar", "--k", "4"], "--k does not apply to --method ar"),
     (["serve", "--dry-run", "--method", "suffix", "--max-prompts", "5"], "--max-prompts does not apply to --method suffix"),

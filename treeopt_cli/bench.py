@@ -11,14 +11,13 @@ from typing import Optional
 
 import typer
 
-from stand_runtime import StandError
 from stand_runtime.limits import METHODS
 
 from . import loading, render, render_value
 from .app import app, console, err_console, one_line_errors
 from .options import (BASE_SEED_HELP, DATASET_HELP, DTYPE_HELP, FIELD_HELP, MODEL_HELP, OFFSET_HELP, PLOT_HELP,
-                      PRIOR_HELP, TEMPERATURE_HELP, TOP_P_HELP, check_budget_fits, check_outputs, moved_options, refuse_options,
-                      write_json)
+                      PRIOR_HELP, TEMPERATURE_HELP, TOP_P_HELP, check_budget_fits, check_outputs, check_prior_option,
+                      moved_options, write_json)
 
 TRACE_OPTIONS = ("--group-field", "--text-field", "--prompt-field", "--max-tokens", "--min-group-size", "--tokenizer",
                  "--copy-tokens")
@@ -70,13 +69,15 @@ def bench(
     bench-traces; vLLM: bench-vllm)."""
     from stand_runtime import SamplingParams
     from stand_runtime.engine.rows import check_budget
+    from stand_runtime.drafters import STORE_METHODS
     from stand_runtime.method import check_tree_spec
     from treeopt import load_prompts, parse_methods
     from treeopt.evaluate.bench import check_bench_settings, default_offset
 
     check_outputs({"--json": json_out, "--png": png}, {"--dataset": dataset, "--tree": tree}, plot=png)
     specs = parse_methods(methods, tree)
-    _check_prior_option(ctx, specs, prior)
+    check_prior_option(ctx, [spec.label for spec in specs], prior, [spec.method in STORE_METHODS for spec in specs],
+                       [not spec.prior for spec in specs])
     for spec in specs:
         check_tree_spec(spec.method, spec.tree)
         if tree and spec.tree is None and spec.tree_name is not None:  # no tree given applies (recycle: static only)
@@ -95,19 +96,6 @@ def bench(
     title = (f"{len(prompts)} prompts from {dataset} (offset {offset}) x {trajectories} trajectories, "
              f"{max_new_tokens} tokens, T={temperature}, top-p={top_p}")
     _report(results, profile, title, json_out, png)
-
-
-def _check_prior_option(ctx, specs: list, prior: bool) -> None:
-    """Refuse --prior/--no-prior where no method drafts with the prior, and --no-prior beside a
-    ``+noprior`` method (the two rows would be the same configuration)."""
-    from stand_runtime.drafters import STORE_METHODS
-    from treeopt.evaluate.bench import NOPRIOR_SUFFIX
-
-    if not any(spec.method in STORE_METHODS for spec in specs):
-        refuse_options(ctx, ["prior"], f"--methods {', '.join(s.label for s in specs)} (it drafts for STAND only)")
-    if not prior and any(not spec.prior for spec in specs):
-        raise StandError(f"--no-prior makes every STAND method draft without the prior: a {NOPRIOR_SUFFIX} method in "
-                         f"--methods would repeat its plain row; drop one of them")
 
 
 def _decode(prompts: list, specs: list, sampling, settings: dict, json_out: Optional[Path]):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 from typing import Optional
 
@@ -9,13 +10,14 @@ import typer
 
 from . import loading, render
 from .app import app, console, one_line_errors
-from .options import (DATASET_HELP, DTYPE_HELP, FIELD_HELP, MODEL_HELP, OFFSET_HELP, TEMPERATURE_HELP, TOP_P_HELP,
-                      check_budget_fits, check_outputs, write_json)
+from .options import (DATASET_HELP, DTYPE_HELP, FIELD_HELP, MODEL_HELP, OFFSET_HELP, PRIOR_HELP, TEMPERATURE_HELP,
+                      TOP_P_HELP, check_budget_fits, check_outputs, check_prior_option, write_json)
 
 
 @app.command("bench-vllm")
 @one_line_errors
 def bench_vllm(
+    ctx: typer.Context,
     model: str = typer.Option("smollm2-135m", help=MODEL_HELP),
     dataset: str = typer.Option("humaneval", help=DATASET_HELP),
     field: Optional[str] = typer.Option(None, help=FIELD_HELP),
@@ -23,7 +25,8 @@ def bench_vllm(
     offset: Optional[int] = typer.Option(None, help=OFFSET_HELP),
     methods: str = typer.Option("ar,ngram,suffix,stand", help="Comma-separated: ar (vLLM's plain decoding), ngram, suffix, "
                                 "stand (one chain length K for every request), stand-auto (each request's chain length by expected "
-                                "tokens per second, at most 16), hf (this toolkit's engine, plain decoding)."),
+                                "tokens per second, at most 16), each also +noprior (without the successor prior), hf "
+                                "(this toolkit's engine, plain decoding)."),
     temperature: float = typer.Option(0.6, help=TEMPERATURE_HELP),
     top_p: float = typer.Option(0.95, help=TOP_P_HELP),
     max_new_tokens: int = typer.Option(256, help="Tokens per sample at most."),
@@ -34,23 +37,25 @@ def bench_vllm(
     dtype: str = typer.Option("float32", help=DTYPE_HELP),
     k: str = typer.Option("auto", help="Draft tokens per step for stand (auto: from the calibrated tree and vLLM's "
                           "latency here) and ngram/suffix (auto: their defaults 5/16), or an integer."),
+    prior: bool = typer.Option(True, "--prior/--no-prior", help=PRIOR_HELP + " Measured with this toolkit's engine "
+                               "on the same weights, then handed to vLLM's STAND proposer."),
 ) -> None:
     """Compare vLLM's plain decoding, its ngram and suffix proposers and STAND's (needs the vllm extra)."""
-    from stand_runtime import DEFAULT_MODEL, SamplingParams, StandError, load_tokenizer
+    from stand_runtime import DEFAULT_MODEL, SamplingParams, load_tokenizer
     from stand_runtime.engine.rows import check_budget
     from stand_runtime.target.prompts import encode_prompt
-    from stand_runtime.vllm import check_model_folder, check_version, default_model_folder
-    from stand_runtime.vllm.engine import VLLM_DTYPES
+    from stand_runtime.vllm import check_model_folder, check_version, check_vllm_dtype, default_model_folder
     from treeopt import load_prompts
     from treeopt.evaluate.bench import check_bench_settings, default_offset
-    from treeopt.evaluate.vllm_bench import parse_k, parse_vllm_methods
+    from treeopt.evaluate.vllm_bench import NOPRIOR, parse_k, parse_vllm_methods
 
     check_outputs({"--json": json_out}, {"--dataset": dataset})
-    if dtype not in VLLM_DTYPES:
-        raise StandError(f"unknown dtype {dtype!r} (use {' or '.join(VLLM_DTYPES)})")
+    check_vllm_dtype(dtype)
     check_budget(max_new_tokens)
     check_budget_fits(model, max_new_tokens)
     names = parse_vllm_methods(methods)
+    check_prior_option(ctx, names, prior, [name.startswith("stand") for name in names],
+                       [name.endswith(NOPRIOR) for name in names])
     chain = parse_k(k, names)
     check_version()
     sampling = SamplingParams(temperature, top_p, 0)
@@ -60,29 +65,53 @@ def bench_vllm(
     folder = default_model_folder() if model == DEFAULT_MODEL else check_model_folder(model)
     tokenizer = load_tokenizer(model)
     ids = [encode_prompt(tokenizer, prompt.text) for prompt in prompts]
-    engines, ks, hf_backend = _start(names, chain, folder, model, dtype, ids[0], trajectories)
-    settings = {"engine": "vllm", "model": model, "dtype": dtype, "dataset": dataset, "samples": samples, "offset": offset,
-                "temperature": temperature, "top_p": top_p, "max_new_tokens": max_new_tokens, "seed": seed,
-                "n": trajectories, "ignore_eos": ignore_eos, "k": {name: ks.get(name) for name in names}}
-    results = _decode(engines, hf_backend, ids, prompts, sampling, settings, json_out)
+    with tempfile.TemporaryDirectory(prefix="stand-prior-") as scratch:
+        engines, ks, hf_backend, prior_used = _start(names, chain, folder, model, dtype, ids[0], trajectories,
+                                                     _prior_file(names, model, dtype, sampling, prior, scratch))
+        settings = {"engine": "vllm", "model": model, "dtype": dtype, "dataset": dataset, "samples": samples,
+                    "offset": offset, "temperature": temperature, "top_p": top_p, "max_new_tokens": max_new_tokens,
+                    "seed": seed, "n": trajectories, "ignore_eos": ignore_eos, "k": {name: ks.get(name) for name in names},
+                    "prior": prior_used}
+        results = _decode(engines, hf_backend, ids, prompts, sampling, settings, json_out)
     title = (f"vLLM on this CPU: {len(prompts)} prompts from {dataset} (offset {offset}) x n={trajectories}, "
              f"{max_new_tokens} tokens, T={temperature}, top-p={top_p}")
     _report(results, title, json_out)
 
 
-def _start(names: list, chain: Optional[int], folder, model: str, dtype: str, probe_ids: list, trajectories: int):
-    """Start the vLLM engines (and the HF reference for ``hf``), saying what they chose; (engines, ks, hf backend)."""
+def _prior_file(names: list, model: str, dtype: str, sampling, enabled: bool, scratch: str) -> tuple[Optional[str], tuple]:
+    """The successor prior for the STAND engines, measured (once, cached) with this toolkit's engine
+    on the same weights and written to a file in ``scratch`` for vLLM's proposer; (its path or None,
+    the loaded target and tokenizer, kept for ``hf``, or ())."""
+    from treeopt.evaluate.vllm_bench import NOPRIOR
+
+    if not enabled or not any(name.startswith("stand") and not name.endswith(NOPRIOR) for name in names):
+        return None, ()
+    from stand_runtime.files import write_bytes_atomic
+
+    target, tokenizer = loading.load_model(model, dtype)
+    found = loading.successor_prior(target, tokenizer, ["stand"], sampling)
+    path = Path(scratch) / "prior.npz"
+    write_bytes_atomic(path, found.to_bytes())
+    return str(path), (target, tokenizer)
+
+
+def _start(names: list, chain: Optional[int], folder, model: str, dtype: str, probe_ids: list, trajectories: int,
+           prior: tuple):
+    """Start the vLLM engines (and the HF reference for ``hf``), saying what they chose; (engines, ks, hf
+    backend, whether STAND drafts with the successor prior). ``prior``: :func:`_prior_file`'s answer."""
     from treeopt.evaluate.vllm_bench import hf_reference, start_engines
 
+    path, loaded = prior
     with console.status("starting vLLM engines (~1 minute each) ..."):
         engines, ks = start_engines(
             names, chain, folder, dtype, probe_ids, trajectories,
             on_measure=lambda: console.print("measuring vLLM's step latency on this machine (once, cached) ..."),
-            on_curve=lambda curve, chosen: console.print(render.curve_table(curve, chosen, every=1)))
+            on_curve=lambda curve, chosen: console.print(render.curve_table(curve, chosen, every=1)),
+            stand_options={"prior": path} if path else None)
     hf_backend = None
     if "hf" in names:
-        hf_backend = hf_reference(*loading.load_model(model, dtype), trajectories)
-    return engines, ks, hf_backend
+        hf_backend = hf_reference(*(loaded or loading.load_model(model, dtype)), trajectories)
+    return engines, ks, hf_backend, path is not None
 
 
 def _decode(engines: dict, hf_backend, ids: list, prompts: list, sampling, settings: dict, json_out: Optional[Path]) -> list:

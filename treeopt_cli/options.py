@@ -106,6 +106,17 @@ def refuse_options(ctx, names, where: str) -> None:
         raise StandError(f"{', '.join(wrong)} {'does' if len(wrong) == 1 else 'do'} not apply to {where}")
 
 
+def check_prior_option(ctx, methods: list[str], prior: bool, stand: list[bool], noprior: list[bool]) -> None:
+    """Refuse --prior/--no-prior where no method drafts with the successor prior (``stand``: per
+    method, whether it is a STAND method), and --no-prior beside a ``+noprior`` method (``noprior``:
+    per method; the two rows would be the same configuration)."""
+    if not any(stand):
+        refuse_options(ctx, ["prior"], f"--methods {','.join(methods)} (it drafts for STAND only)")
+    if not prior and any(noprior):
+        raise StandError("--no-prior makes every STAND method draft without the prior: a +noprior method in "
+                         "--methods would repeat its plain row; drop one of them")
+
+
 def check_budget_fits(model: str, max_new_tokens: int) -> None:
     """Before the model loads: a budget the model's context cannot hold at all (when its config is on disk)."""
     from stand_runtime.target.models import known_context

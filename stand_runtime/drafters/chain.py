@@ -117,6 +117,11 @@ class ChainCursor:
         self._next: tuple | None = None  # (score, kind, entry or None, weight) of the next position
         self._ended = limit <= 0
 
+    @property
+    def root(self) -> int:
+        """The chain's root: the last committed token (the token its first draft follows)."""
+        return self._window[-1]
+
     def _matched(self, store: NGramStore | None):
         """The blend of ``store`` after the window and its confidence, when a context matched."""
         if store is None:

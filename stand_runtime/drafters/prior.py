@@ -61,10 +61,23 @@ PRIOR_USER_TURN = "Hi"
 @dataclass(eq=False)
 class SuccessorPrior:
     """p after every token: ``ids`` ``[V, k]`` int64 and ``probs`` ``[V, k]`` float64 (row t: the store's
-    distribution after ``context + [t]``, most likely first, probability 0 past a short row)."""
+    distribution after ``context + [t]``, most likely first, probability 0 past a short row);
+    ``distribution``: the store distribution it was measured under
+    (:func:`~stand_runtime.drafters.feeds.store_params`), None when not recorded."""
 
     ids: np.ndarray
     probs: np.ndarray
+    distribution: SamplingParams | None = None
+
+    def serves(self, params: SamplingParams) -> bool:
+        """Whether a request sampled with ``params`` records what this prior holds (its store
+        distribution is the prior's, temperature and top-p within 1e-6: vLLM passes them as float32);
+        True when the prior's distribution is not recorded."""
+        if self.distribution is None:
+            return True
+        mine, theirs = self.distribution, store_params(params)
+        return (abs(mine.temperature - theirs.temperature) < 1e-6 and abs(mine.top_p - theirs.top_p) < 1e-6
+                and mine.top_k == theirs.top_k)
 
     @property
     def vocab(self) -> int:
@@ -94,9 +107,14 @@ class SuccessorPrior:
         return bool(ids)
 
     def to_bytes(self) -> bytes:
-        """The prior as an ``.npz`` file's bytes (ids int32, probs float32)."""
+        """The prior as an ``.npz`` file's bytes (ids int32, probs float32, and when recorded the
+        distribution as float64 ``[temperature, top_p, top_k]``)."""
         out = io.BytesIO()
-        np.savez(out, ids=self.ids.astype(np.int32), probs=self.probs.astype(np.float32))
+        arrays = {"ids": self.ids.astype(np.int32), "probs": self.probs.astype(np.float32)}
+        if self.distribution is not None:
+            d = self.distribution
+            arrays["distribution"] = np.array([d.temperature, d.top_p, d.top_k], dtype=np.float64)
+        np.savez(out, **arrays)
         return out.getvalue()
 
     @classmethod
@@ -110,13 +128,15 @@ class SuccessorPrior:
         Raises:
             StandError: not such a file: arrays missing, not ``[V, k]`` with 1 <= k <= STORE_TOP_K,
                 ids out of range or repeated within a row, probabilities outside [0, 1] or a row's
-                summing above 1.
+                summing above 1, a distribution that is not one.
         """
         try:
             with np.load(io.BytesIO(data)) as arrays:
                 ids, probs = arrays["ids"].astype(np.int64), arrays["probs"].astype(np.float64)
-        except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as error:
-            raise StandError(f"not a successor prior file ({error})") from None
+                recorded = arrays["distribution"].tolist() if "distribution" in arrays.files else None
+            distribution = None if recorded is None else SamplingParams(recorded[0], recorded[1], int(recorded[2]))
+        except (OSError, ValueError, KeyError, EOFError, TypeError, IndexError, zipfile.BadZipFile) as error:
+            raise StandError(f"not a successor prior file ({' '.join(str(error).split())})") from None
         if ids.ndim != 2 or ids.shape != probs.shape or not 1 <= ids.shape[1] <= STORE_TOP_K or not len(ids):
             raise StandError(f"not a successor prior file (arrays of shape {ids.shape} and {probs.shape})")
         bound = len(ids) if id_bound is None else id_bound
@@ -127,7 +147,7 @@ class SuccessorPrior:
         kept = np.sort(np.where(probs > 0, ids, -1 - np.arange(ids.shape[1])), axis=1)  # a unique stand-in where p is 0
         if (kept[:, 1:] == kept[:, :-1]).any():
             raise StandError("not a successor prior file (a token repeated within a row)")
-        return cls(ids, probs)
+        return cls(ids, probs, distribution)
 
 
 def prior_context(tokenizer) -> list[int]:
@@ -181,7 +201,7 @@ def measure_prior(model, context: list[int], params: SamplingParams, vocab: int,
             probs[start: start + rows, : top_probs.shape[1]] = top_probs
             if on_batch is not None:
                 on_batch(start + rows, vocab)
-    return SuccessorPrior(ids, probs)
+    return SuccessorPrior(ids, probs, store_params(params))
 
 
 def weights_fingerprint(model) -> str:

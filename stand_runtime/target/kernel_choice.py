@@ -23,7 +23,6 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..errors import StandError
 from ..files import write_cache_file
 from ..trees.tree import DraftTree
 from .fast_linear import PackedLinear, use_stock_up_to

@@ -16,7 +16,8 @@ from ..lazy import lazy_exports
 _EXPORTS = {
     "AUTO_K": ".config", "AUTO_MAX_K": ".config", "PROPOSER": ".config", "speculative_config": ".config",
     "DEFAULT_OPTIONS": ".options", "OPTIONS_ENV": ".options",
-    "DEFAULT_K": ".engine", "VLLM_METHODS": ".engine", "check_model_folder": ".engine", "default_model_folder": ".engine",
+    "DEFAULT_K": ".engine", "VLLM_METHODS": ".engine", "check_model_folder": ".engine", "check_vllm_dtype": ".engine",
+    "default_model_folder": ".engine",
     "load_llm": ".engine", "method_config": ".engine", "shutdown_llm": ".engine",
     "TESTED_VLLM": ".runner_access", "VLLMInternalsChanged": ".runner_access", "check_version": ".runner_access",
     "fix_cpu_sampling": ".cpu_sampling",

@@ -42,7 +42,7 @@ def speculative_config(k: int | str = 4, **options) -> dict:
             :data:`AUTO_MAX_K` tokens (with ``sized=True`` an integer k is that cap).
         **options: proposer options (:data:`stand_runtime.vllm.options.DEFAULT_OPTIONS`:
             ``stochastic``, ``q_aware``, ``copy``, ``max_prompts``, ``max_n``, ``sized``,
-            ``fallback``, ``latency``, ``stats_path``); they are passed to the engine process as
+            ``fallback``, ``latency``, ``stats_path``, ``prior``); they are passed to the engine process as
             JSON in ``STAND_VLLM_OPTIONS``, so call this before building the ``LLM``.
 
     Returns:

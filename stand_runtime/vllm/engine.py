@@ -28,6 +28,12 @@ chosen (``treeopt bench-vllm --k auto`` sizes it from the calibration and vLLM's
 here: :func:`stand_runtime.vllm.choose_k`)."""
 
 
+def check_vllm_dtype(dtype: str) -> None:
+    """Raises StandError unless ``dtype`` is one of :data:`VLLM_DTYPES`."""
+    if dtype not in VLLM_DTYPES:
+        raise StandError(f"unknown dtype {dtype!r} (use {' or '.join(VLLM_DTYPES)})")
+
+
 def check_vllm_method(method: str) -> None:
     """Raises StandError unless ``method`` is one of :data:`VLLM_METHODS`."""
     if method not in VLLM_METHODS:

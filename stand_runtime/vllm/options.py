@@ -16,7 +16,7 @@ from ..store.ngram_store import MAX_CONTEXT
 
 OPTIONS_ENV = "STAND_VLLM_OPTIONS"
 DEFAULT_OPTIONS = {"stochastic": True, "q_aware": True, "copy": True, "max_prompts": 64, "max_n": DYNAMIC_MAX_N,
-                   "sized": False, "fallback": True, "latency": None, "stats_path": None}
+                   "sized": False, "fallback": True, "latency": None, "stats_path": None, "prior": None}
 """``stochastic``: Gumbel draws from q at temperature > 0 (false: q's top tokens, verified with a
 one-hot q); ``q_aware``: q to the rejection sampler (false: q = 1); ``copy``: the copy chain;
 ``max_prompts``: prompt stores kept; ``max_n``: longest store context (the dynamic tree's 8);
@@ -24,7 +24,10 @@ one-hot q); ``q_aware``: q to the rejection sampler (false: q = 1); ``copy``: th
 to K or to its end); ``fallback``: a store shared by every request, read where a request's own store
 and the copy chain have nothing; ``latency``: vLLM's step latency here, ``{"sizes": [tokens],
 "seconds": [s]}`` (:mod:`stand_runtime.vllm.sizing`), the sized rule's starting point (null: the
-observed step times alone); ``stats_path``: a JSON file the proposer rewrites after every step."""
+observed step times alone); ``stats_path``: a JSON file the proposer rewrites after every step;
+``prior``: a successor prior file (:meth:`stand_runtime.drafters.prior.SuccessorPrior.to_bytes`,
+docs/design.md §2.8) whose row fills a request's store where it has not seen the root token as a
+context, for requests sampled with the distribution it was measured under (null: none)."""
 
 OPTION_LIMITS = {"max_prompts": (1, MAX_PROMPT_STORES), "max_n": (1, MAX_CONTEXT)}
 """Integer options and their ranges (checked when the config is built, before vLLM starts)."""
@@ -54,6 +57,32 @@ def _check_stats_path(value) -> None:
         raise StandError(f"STAND vLLM option stats_path: {error}") from None
 
 
+def _check_prior(value) -> None:
+    if value is None:
+        return
+    if not isinstance(value, str) or not value:
+        raise StandError(f"STAND vLLM option prior must be a path or null, got {value!r}")
+    load_prior(value)
+
+
+def load_prior(path: str):
+    """The successor prior in file ``path`` (:class:`stand_runtime.drafters.prior.SuccessorPrior`).
+
+    Raises:
+        StandError: the file cannot be read or is not a successor prior file (one line naming it).
+    """
+    from pathlib import Path
+
+    from ..drafters.prior import SuccessorPrior
+
+    try:
+        return SuccessorPrior.from_bytes(Path(path).read_bytes())
+    except OSError as error:
+        raise StandError(f"STAND vLLM option prior: cannot read {path}: {error.strerror or error}") from None
+    except StandError as error:
+        raise StandError(f"STAND vLLM option prior: {path}: {error}") from None
+
+
 def read_options(text: str | None) -> dict:
     """The proposer's options: :data:`DEFAULT_OPTIONS` updated from JSON ``text``.
 
@@ -77,6 +106,8 @@ def read_options(text: str | None) -> dict:
             _check_latency(value)
         if name == "stats_path":
             _check_stats_path(value)
+        if name == "prior":
+            _check_prior(value)
         options[name] = value
     return options
 
@@ -90,4 +121,4 @@ def proposer_summary(k: int, options: dict) -> str:
             f"{options['max_prompts']} prompts kept, fallback store {'on' if options['fallback'] else 'off'}; "
             f"{'Gumbel draws from q' if options['stochastic'] else 'q' + chr(39) + 's top tokens'} at temperature > 0, "
             f"{'q-aware' if options['q_aware'] else 'q = 1'} verification, copy chain "
-            f"{'on' if options['copy'] else 'off'}")
+            f"{'on' if options['copy'] else 'off'}; successor prior {'from ' + options['prior'] if options['prior'] else 'off'}")

@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import os
 import time
-from collections import OrderedDict
 from dataclasses import dataclass
 
 import numpy as np
@@ -54,52 +53,13 @@ from ..store.native_store import store_class, update_sequences
 from ..store.ngram_store import NGramStore
 from ..randomness import SEED_LIMIT, RandomStream
 from ..target.sampling import MIN_TEMPERATURE, SamplingParams
-from .options import DEFAULT_OPTIONS, OPTIONS_ENV, proposer_summary, read_options
+from .prompt_stores import FALLBACK_ENTRIES, PromptStores
+from .options import DEFAULT_OPTIONS, OPTIONS_ENV, load_prior, proposer_summary, read_options
 from .runner_access import LOG, BatchRow, RunnerAccess, StepLogits, check_version, find_runner
 
 __all__ = ["DEFAULT_OPTIONS", "OPTIONS_ENV", "PromptStores", "StandProposer", "read_options"]
 
 _GREEDY_EPS = 1e-5  # vLLM samples greedily below this temperature
-
-FALLBACK_ENTRIES = 200_000
-"""Contexts per table of the fallback store (least recently updated evicted)."""
-
-
-class PromptStores:
-    """One n-gram store per prompt, least recently used dropped beyond ``max_prompts``.
-
-    Args:
-        max_prompts: stores kept at most.
-        max_n: longest n-gram context (tokens) of each store.
-        store_type: the stores' class (the native store where it is built:
-            :func:`stand_runtime.store.native_store.store_class`).
-    """
-
-    def __init__(self, max_prompts: int, max_n: int, store_type: type[NGramStore] = NGramStore) -> None:
-        self.max_prompts = max_prompts
-        self.max_n = max_n
-        self.store_type = store_type
-        self._stores: OrderedDict[tuple[int, ...], NGramStore] = OrderedDict()
-        self.created = 0
-
-    def get(self, prompt: tuple[int, ...]) -> NGramStore:
-        """The store of ``prompt`` (made on first use)."""
-        store = self._stores.get(prompt)
-        if store is None:
-            store = self._stores[prompt] = self.store_type(top_k=STORE_TOP_K, max_n=self.max_n)
-            self.created += 1
-            while len(self._stores) > self.max_prompts:
-                self._stores.popitem(last=False)
-        self._stores.move_to_end(prompt)
-        return store
-
-    def __len__(self) -> int:
-        return len(self._stores)
-
-    def entries(self) -> int:
-        """Contexts held by all kept stores."""
-        return sum(len(store) for store in self._stores.values())
-
 
 @dataclass
 class _Request:
@@ -163,6 +123,7 @@ class StandProposer:
         self.fallback = (store_type(top_k=STORE_TOP_K, max_n=self.options["max_n"], max_entries_per_n=FALLBACK_ENTRIES)
                          if self.options["fallback"] else None)
         self.budget = _budget(self.options) if self.options["sized"] else None
+        self.prior = self._load_prior()
         self._requests: dict[str, _Request] = {}
         self._access: RunnerAccess | None = None
         self._probs: torch.Tensor | None = None  # [rows, K, vocab] q buffer, zero outside _written
@@ -172,7 +133,7 @@ class StandProposer:
         # requests, and whether they were all decoding in the call before it (no request joined)
         LOG.info("stand-treeopt: STAND proposer loaded: %s", proposer_summary(self.k, self.options))
         self.totals = {"steps": 0, "forwards": 0, "tokens": 0, "drafted": 0, "requests": 0,
-                       "requests_without_drafts": 0, "positions_by_kind": [0] * KINDS,
+                       "requests_without_drafts": 0, "positions_by_kind": [0] * KINDS, "prior_fills": 0,
                        "chain_lengths": [0] * (self.k + 1)}
         self._refused: set[str] = set()  # requests decoded without drafts (see _refuse)
 
@@ -217,6 +178,8 @@ class StandProposer:
         cursors = [self._cursor(i, row, sampled, num_tokens_no_spec, token_ids_cpu, step, observed.get(i))
                    for i, (row, sampled) in enumerate(zip(batch, sampled_token_ids))]
         self._merge_feeds()
+        if self.prior is not None:
+            self._fill_roots(batch, cursors)
         if self.budget is not None:
             self.budget.allocate(cursors, len(batch))
         drafts = [self._finish(i, cursor, batch[i].req_id) for i, cursor in enumerate(cursors)]
@@ -225,6 +188,34 @@ class StandProposer:
         if self.options["stats_path"]:
             write_json_atomic(self.options["stats_path"], self.stats())
         return drafts
+
+    def _load_prior(self):
+        """The successor prior of option ``prior`` (None without one, or, with a warning in vLLM's log,
+        when it covers another vocabulary than the target's)."""
+        if self.options["prior"] is None:
+            return None
+        prior = load_prior(self.options["prior"])
+        if prior.vocab != self.vocab:
+            LOG.warning("STAND drafts without the successor prior %s: it covers %d tokens, the target %d",
+                        self.options["prior"], prior.vocab, self.vocab)
+            return None
+        return prior
+
+    def _fill_roots(self, batch: list[BatchRow], cursors: list) -> None:
+        """Give each drafting request's store the prior's row for its root token where neither the
+        store nor the fallback store has seen that token as a context
+        (:meth:`stand_runtime.drafters.prior.SuccessorPrior.fill`, after this step's feeds are merged,
+        as the HF engine fills before it drafts): the prior is the last resort, after what this run
+        has read (the fallback may match longer contexts across prompts). Only requests sampled with
+        the prior's distribution. Depends on committed tokens only (lossless, §2.8)."""
+        for row, cursor in zip(batch, cursors):
+            if cursor is None or not 0 <= cursor.root < self.prior.vocab:
+                continue
+            if self.fallback is not None and self.fallback.match((cursor.root,)) is not None:
+                continue
+            state = self._requests[row.req_id]
+            if self.prior.serves(state.params) and self.prior.fill(state.store, cursor.root):
+                self.totals["prior_fills"] += 1
 
     def _observe_forward(self, started: float, batch: list[BatchRow], sampled_token_ids, step, offsets) -> None:
         """Hand the sized rule the wall time since the previous call (drafting, forward, sampling,

@@ -26,7 +26,7 @@ from functools import cached_property
 from ..checks import check_int
 from ..errors import StandError
 from ..target.model_facts import folder_context
-from .engine import VLLM_DTYPES, check_model_folder, check_vllm_method, method_config
+from .engine import check_model_folder, check_vllm_dtype, check_vllm_method, method_config
 from .options import OPTIONS_ENV, proposer_summary, read_options
 
 SERVER_MODULE = "vllm.entrypoints.openai.api_server"
@@ -75,8 +75,7 @@ class ServerSettings:
         check_int("port", self.port, 1, 65535)
         check_int("kv_cache_gib", self.kv_cache_gib, 1, 1024)
         check_int("max_model_len", self.max_model_len, 16, 1 << 20)
-        if self.dtype not in VLLM_DTYPES:
-            raise StandError(f"dtype must be float32 or bfloat16, got {self.dtype!r}")
+        check_vllm_dtype(self.dtype)
         if not isinstance(self.host, str) or not self.host or any(c.isspace() for c in self.host):
             raise StandError(f"host must be an address or host name, got {self.host!r}")
         context = folder_context(self.folder)

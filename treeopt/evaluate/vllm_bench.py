@@ -19,9 +19,18 @@ from stand_runtime import SamplingParams
 from .bench import MethodResult
 from .method_lists import split_methods
 
-VLLM_BENCH_METHODS = ("ar", "ngram", "suffix", "stand", "stand-auto", "hf")
+VLLM_BENCH_METHODS = ("ar", "ngram", "suffix", "stand", "stand-auto", "stand+noprior", "stand-auto+noprior", "hf")
 """Methods ``bench-vllm`` compares: vLLM plain decoding, ngram, suffix, STAND with one chain length,
-STAND with per-request chain lengths, and the HF engine's plain decoding."""
+STAND with per-request chain lengths (each also ``+noprior``: without the successor prior the
+others get), and the HF engine's plain decoding."""
+
+NOPRIOR = "+noprior"
+"""A STAND method's suffix: its engine drafts without the successor prior."""
+
+
+def base_method(name: str) -> str:
+    """A bench-vllm method without its ``+noprior`` suffix."""
+    return name.removesuffix(NOPRIOR)
 
 
 def parse_vllm_methods(text: str) -> list[str]:
@@ -48,10 +57,11 @@ def parse_k(k_spec: str, names: list[str]) -> int | None:
     from stand_runtime import StandError
     from stand_runtime.checks import parse_count
 
-    if "stand-auto" in names and "ar" not in names:
+    bases = {base_method(name) for name in names}
+    if "stand-auto" in bases and "ar" not in names:
         raise StandError("stand-auto starts from vLLM's latency, measured with the ar engine: add ar to --methods")
     if k_spec == "auto":
-        if "stand" in names and "ar" not in names:
+        if "stand" in bases and "ar" not in names:
             raise StandError("--k auto sizes STAND's chain from vLLM's latency, measured with the ar engine: "
                              "add ar to --methods")
         return None
@@ -59,14 +69,15 @@ def parse_k(k_spec: str, names: list[str]) -> int | None:
         k = parse_count("--k", k_spec, 1, 64)
     except StandError:
         raise StandError(f"--k must be auto or an integer in [1, 64], got {k_spec!r}") from None
-    if not set(names) & set(DRAFTING_METHODS):
+    if not bases & set(DRAFTING_METHODS):
         raise StandError(f"--k sizes the drafts of stand, ngram and suffix; none of {', '.join(names)} drafts")
     return k
 
 
 def start_engines(names: list[str], k: int | None, folder, dtype: str, probe_ids: list[int], batch: int, *,
                   max_model_len: int = 2048, on_measure: Callable[[], None] | None = None,
-                  on_curve: Callable[[list, int], None] | None = None) -> tuple[dict, dict]:
+                  on_curve: Callable[[list, int], None] | None = None,
+                  stand_options: dict | None = None) -> tuple[dict, dict]:
     """One vLLM engine per method of ``names`` (``hf`` excepted), ar first.
 
     Args:
@@ -78,6 +89,8 @@ def start_engines(names: list[str], k: int | None, folder, dtype: str, probe_ids
         folder: the model folder; dtype: its weights' type.
         on_measure: called before the latency is measured; on_curve: with (the size curve, the k
             chosen) when STAND's k is chosen.
+        stand_options: proposer options for the STAND engines (e.g. ``{"prior": path}``; ``prior`` not
+            for a ``+noprior`` one).
 
     Returns:
         (label → (method, vLLM ``LLM``), in table order; method → its k, None for its default).
@@ -92,15 +105,19 @@ def start_engines(names: list[str], k: int | None, folder, dtype: str, probe_ids
     for name in [n for n in ("ar", *names) if n in names and n != "hf"]:
         if name in engines:
             continue
-        chosen, options = (None if name == "ar" else k), {}
-        if name == "stand" and k is None:
+        base = base_method(name)
+        options = dict(stand_options or {}) if base.startswith("stand") else {}
+        if name.endswith(NOPRIOR):
+            options.pop("prior", None)
+        chosen = None if name == "ar" else k
+        if base == "stand" and k is None:
             chosen, curve = choose_k(profile(), batch=batch)
             if on_curve is not None:
                 on_curve(curve, chosen)
-        if name == "stand-auto":
-            chosen, options = AUTO_K, {"latency": latency_option(profile())}
+        if base == "stand-auto":
+            chosen, options = AUTO_K, {**options, "latency": latency_option(profile())}
         ks[name] = chosen
-        method = "stand" if name == "stand-auto" else name
+        method = "stand" if base.startswith("stand") else name
         engines[name] = (name, load_llm(folder, method, k=chosen, dtype=dtype, max_model_len=max_model_len, **options))
     labels = {name: name if ks[name] in (None, AUTO_K) else f"{name} (k {ks[name]})" for name in engines}
     return {labels[name]: pair for name, pair in engines.items()}, ks
