@@ -463,7 +463,7 @@ def test_each_bench_command_lists_only_its_own_options():
              "--tokenizer", "--copy-tokens", "--png", "--latency"}
     assert _options("bench") == shared | decoding | {"--tree", "--share-store", "--png", "--prior", "--no-prior"}
     assert _options("bench-traces") == shared | trace
-    assert _options("bench-vllm") == shared | decoding | {"--k"}
+    assert _options("bench-vllm") == shared | decoding | {"--k", "--prior", "--no-prior"}
     code, output = run("--help")
     assert all(name in output for name in ("bench-traces", "bench-vllm"))
 

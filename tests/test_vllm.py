@@ -662,3 +662,24 @@ def test_native_stores_give_the_python_stores_drafts(monkeypatch, sized):
         assert a == b
         assert (qa is None) == (qb is None) and (qa is None or torch.allclose(qa, qb, atol=1e-6))
     assert sorted(python_store.contexts()) == sorted(native_store.contexts())
+
+
+def test_vllm_latency_cache_round_trip_and_unwritable_folder(monkeypatch, tmp_path):
+    """vLLM's latency profile is measured once and read back; a cache folder that takes no file keeps
+    it for the run with one warning (no traceback after the measurement)."""
+    from stand_runtime import LatencyProfile
+    from stand_runtime.errors import StandWarning
+    from stand_runtime.vllm import sizing
+
+    measured = []
+    profile = LatencyProfile(sizes=(1, 8), seconds=(0.03, 0.06), medians=(0.03, 0.06), spread=(0.0, 0.0))
+    monkeypatch.setattr(sizing, "measure_vllm_latency", lambda llm, ids: measured.append(1) or profile)
+    monkeypatch.setenv("STAND_CACHE_DIR", str(tmp_path / "cache"))
+    assert sizing.cached_vllm_latency(None, "/models/tiny", "float32", [1]) == profile
+    assert sizing.cached_vllm_latency(None, "/models/tiny", "float32", [1]) == profile and measured == [1]
+    blocked = tmp_path / "blocked"
+    blocked.write_text("a file where the cache folder would be")
+    monkeypatch.setenv("STAND_CACHE_DIR", str(blocked))
+    with pytest.warns(StandWarning, match="vLLM's latency profile is kept for this run only"):
+        assert sizing.cached_vllm_latency(None, "/models/tiny", "float32", [1]) == profile
+    assert measured == [1, 1]

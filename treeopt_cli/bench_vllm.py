@@ -102,7 +102,7 @@ def _start(names: list, chain: Optional[int], folder, model: str, dtype: str, pr
     from treeopt.evaluate.vllm_bench import hf_reference, start_engines
 
     path, loaded = prior
-    with console.status("starting vLLM engines (~1 minute each) ..."):
+    with console.status("starting vLLM engines (~1 minute each) ..."), loading.runtime_warnings():
         engines, ks = start_engines(
             names, chain, folder, dtype, probe_ids, trajectories,
             on_measure=lambda: console.print("measuring vLLM's step latency on this machine (once, cached) ..."),

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import time
+import warnings
 from pathlib import Path
 from typing import Callable
 
@@ -112,7 +113,7 @@ def read_vllm_latency(folder, dtype: str) -> LatencyProfile | None:
         return None
     try:
         return LatencyProfile.from_dict(json.loads(path.read_text())["profile"])
-    except (ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError):
         return None
 
 
@@ -139,7 +140,8 @@ def cached_vllm_latency(llm, folder, dtype: str, prompt_ids: list[int], *, refre
     """
     import torch
 
-    from ..files import write_json_atomic
+    from ..errors import StandWarning
+    from ..files import write_cache_file
 
     cached = None if refresh else read_vllm_latency(folder, dtype)
     if cached is not None:
@@ -148,8 +150,10 @@ def cached_vllm_latency(llm, folder, dtype: str, prompt_ids: list[int], *, refre
         on_measure()
     profile = measure_vllm_latency(llm, prompt_ids)
     path = _cache_path(folder, dtype)
-    path.parent.mkdir(parents=True, exist_ok=True)  # a fresh cache has no latency folder yet
-    write_json_atomic(path, {
-        "engine": "vllm", "folder": str(folder), "dtype": dtype, "threads": torch.get_num_threads(),
-        "cpu": torch.backends.cpu.get_cpu_capability(), "profile": profile.as_dict()})
+    entry = {"engine": "vllm", "folder": str(folder), "dtype": dtype, "threads": torch.get_num_threads(),
+             "cpu": torch.backends.cpu.get_cpu_capability(), "profile": profile.as_dict()}
+    problem = write_cache_file(path, (json.dumps(entry, indent=1) + "\n").encode())
+    if problem is not None:
+        warnings.warn(StandWarning(f"vLLM's latency profile is kept for this run only ({problem}): the next run "
+                                   "measures it again"), stacklevel=2)
     return profile
