@@ -512,6 +512,8 @@ def test_export_nodes_auto_sizes_the_tree_from_the_latency_profile(tmp_path, mon
     (["generate", "hi", "--method", "ar", "--prior"], "--prior does not apply to --method ar"),
     (["bench", "--methods", "ar,suffix", "--no-prior"], "--no-prior does not apply to --methods ar,suffix"),
     (["bench", "--methods", "stand,stand+noprior", "--no-prior"], "a +noprior method in --methods would repeat"),
+    (["bench", "--methods", "ar,stand+noprior", "--prior"],
+     "--prior does not apply to --methods ar,stand+noprior (every STAND method there says +noprior)"),
     (["serve", "--dry-run", "--method", "ar", "--k", "4"], "--k does not apply to --method ar"),
     (["serve", "--dry-run", "--method", "suffix", "--max-prompts", "5"], "--max-prompts does not apply to --method suffix"),
 ])
@@ -524,6 +526,23 @@ def test_options_that_do_not_apply_are_refused(tmp_path, args, message):
     code, output = run(*args)
     assert code == 2
     one_line_error(output, message)
+
+
+def test_a_commands_runtime_warnings_are_one_line(capsys):
+    """A StandWarning raised anywhere in a command (outside :func:`loading.runtime_warnings` too) is one
+    ``warning:`` line, not Python's two-line display."""
+    import warnings
+
+    from stand_runtime.errors import StandWarning
+    from treeopt_cli.app import one_line_errors
+
+    @one_line_errors
+    def command():
+        warnings.warn(StandWarning("the latency profile is kept for this run only (cannot write X)"), stacklevel=2)
+
+    command()
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "warning: the latency profile is kept for this run only (cannot write X)"]
 
 
 def test_runtime_warnings_print_one_line_each_after_the_block(capsys):

@@ -55,7 +55,18 @@ def test_profile_round_trip_and_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("STAND_CACHE_DIR", str(blocked))
     with pytest.warns(StandWarning, match="latency profile is kept for this run only .cannot write"):
         cached_latency(model, "tiny", on_measure=lambda: measured.append(1))
-    assert measured == [1, 1]
+    cached_latency(model, "tiny", on_measure=lambda: measured.append(1))
+    assert measured == [1, 1], "measured once per process where the cache takes no file"
+
+
+def test_a_cache_folder_that_takes_no_model_is_one_line(tmp_path, monkeypatch):
+    from stand_runtime.target.models import _dequantized_cache, default_gguf_path
+
+    blocked = tmp_path / "blocked"
+    blocked.write_text("a file where the cache folder would be")
+    monkeypatch.setenv("STAND_CACHE_DIR", str(blocked))
+    with pytest.raises(StandError, match="cannot write the model cache .*set STAND_CACHE_DIR to a writable folder"):
+        _dequantized_cache(default_gguf_path())
 
 
 def test_machine_tree_picks_the_best_member_for_the_profile(tmp_path, monkeypatch):

@@ -112,12 +112,17 @@ def test_cached_prior_is_measured_once_and_again_when_corrupt(model, monkeypatch
         again = cached_prior(model, DigitsTokenizer(), SAMPLING, VOCAB)
     assert (again.ids == first.ids).all() and measured == [1, 1, 1]  # measured, not cached
     monkeypatch.setenv("STAND_CACHE_DIR", str(tmp_path))
+    other = SuccessorPrior(first.ids, first.probs, SamplingParams(temperature=0.3))
+    path.write_bytes(other.to_bytes())  # a file of another distribution at this key: measured again
+    monkeypatch.setattr(prior_module, "_LOADED", {})
+    cached_prior(model, DigitsTokenizer(), SAMPLING, VOCAB)
+    assert measured == [1, 1, 1, 1] and SuccessorPrior.from_bytes(path.read_bytes()).serves(SAMPLING)
     path.unlink()
     os.mkfifo(path)  # a FIFO at the file's name: neither read nor written (either would wait for the other end)
     monkeypatch.setattr(prior_module, "_LOADED", {})
     with pytest.warns(StandWarning, match="not a regular file"):
         cached_prior(model, DigitsTokenizer(), SAMPLING, VOCAB)
-    assert measured == [1, 1, 1, 1] and not path.is_file()
+    assert measured == [1, 1, 1, 1, 1] and not path.is_file()
 
 
 def test_cached_prior_is_keyed_by_the_weights_not_the_folder(model, monkeypatch, tmp_path):

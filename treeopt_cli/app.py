@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import os
 import sys
+import warnings
 from typing import Optional
 
 import typer
@@ -16,6 +17,7 @@ from rich.console import Console
 from rich.text import Text
 
 from stand_runtime import StandError, __version__
+from stand_runtime.errors import StandWarning
 
 app = typer.Typer(
     name="treeopt",
@@ -43,7 +45,9 @@ def one_line_errors(command):
     @functools.wraps(command)
     def wrapper(*args, **kwargs):
         try:
-            return command(*args, **kwargs)
+            with warnings.catch_warnings():  # restores Python's own display afterwards
+                warnings.showwarning = functools.partial(_show_warning, warnings.showwarning)
+                return command(*args, **kwargs)
         except StandError as error:
             print_error(str(error))
             raise typer.Exit(2) from None
@@ -52,6 +56,15 @@ def one_line_errors(command):
             raise typer.Exit(130) from None
 
     return wrapper
+
+
+def _show_warning(shown, message, category, filename, lineno, file=None, line=None) -> None:
+    """A :class:`stand_runtime.errors.StandWarning` as one ``warning:`` line on stderr; others as
+    ``shown`` (the display in place before) shows them."""
+    if issubclass(category, StandWarning):
+        err_console.print(f"warning: {message}", style="yellow", highlight=False, soft_wrap=True)
+    else:
+        shown(message, category, filename, lineno, file, line)
 
 
 def run() -> None:

@@ -51,7 +51,8 @@ def bench(
     offset: Optional[int] = typer.Option(None, help=OFFSET_HELP),
     methods: str = typer.Option("ar,stand", help=f"Comma-separated: {', '.join(METHODS)}; "
                                 "stand+rejected (or stand-det+rejected) also feeds the store at rejected tree nodes; "
-                                "stand+noprior drafts without the successor prior."),
+                                "a +noprior suffix (stand+noprior, stand-det+noprior, after +rejected when both) drafts without "
+                                "the successor prior."),
     tree: Optional[list[str]] = typer.Option(None, metavar="TEXT", help="Tree file, bundled name, auto, dynamic[-N] (STAND: N nodes spent best-first each step) or dynamic-auto[-N] (as many as pay for themselves, N at most) for every tree method (repeat to compare trees); default: each method's own."),
     temperature: float = typer.Option(0.6, help=TEMPERATURE_HELP),
     top_p: float = typer.Option(0.95, help=TOP_P_HELP),
@@ -109,7 +110,8 @@ def _decode(prompts: list, specs: list, sampling, settings: dict, json_out: Opti
     check_prompts_fit(target, tokenizer, prompts, settings["max_new_tokens"])
     any(loading.announce_tree(target, spec.method, spec.tree) is not None for spec in specs)  # once: STAND methods share it
     profile = loading.cached_profile(target, model)
-    loading.successor_prior(target, tokenizer, [s.method for s in specs if s.prior], sampling, settings["prior"])
+    found = loading.successor_prior(target, tokenizer, [s.method for s in specs if s.prior], sampling, settings["prior"])
+    settings["prior"] = found is not None  # whether any configuration drafts with it
 
     def save(done: int, partial: list) -> None:  # after every prompt: an interrupted run keeps what it measured
         if json_out is not None:

@@ -25,7 +25,7 @@ def bench_vllm(
     offset: Optional[int] = typer.Option(None, help=OFFSET_HELP),
     methods: str = typer.Option("ar,ngram,suffix,stand", help="Comma-separated: ar (vLLM's plain decoding), ngram, suffix, "
                                 "stand (one chain length K for every request), stand-auto (each request's chain length by expected "
-                                "tokens per second, at most 16), each also +noprior (without the successor prior), hf "
+                                "tokens per second, at most 16), stand+noprior and stand-auto+noprior (without the successor prior), hf "
                                 "(this toolkit's engine, plain decoding)."),
     temperature: float = typer.Option(0.6, help=TEMPERATURE_HELP),
     top_p: float = typer.Option(0.95, help=TOP_P_HELP),
@@ -66,13 +66,13 @@ def bench_vllm(
     tokenizer = load_tokenizer(model)
     ids = [encode_prompt(tokenizer, prompt.text) for prompt in prompts]
     with tempfile.TemporaryDirectory(prefix="stand-prior-") as scratch:
-        engines, ks, hf_backend, prior_used = _start(names, chain, folder, model, dtype, ids[0], trajectories,
+        engines, ks, hf_backend, priors = _start(names, chain, folder, model, dtype, ids[0], trajectories,
                                                      _prior_file(names, model, dtype, sampling, prior, scratch))
         settings = {"engine": "vllm", "model": model, "dtype": dtype, "dataset": dataset, "samples": samples,
                     "offset": offset, "temperature": temperature, "top_p": top_p, "max_new_tokens": max_new_tokens,
                     "seed": seed, "n": trajectories, "ignore_eos": ignore_eos, "k": {name: ks.get(name) for name in names},
-                    "prior": prior_used}
-        results = _decode(engines, hf_backend, ids, prompts, sampling, settings, json_out)
+                    "prior": bool(priors)}
+        results = _decode(engines, hf_backend, ids, prompts, sampling, settings, json_out, priors)
     title = (f"vLLM on this CPU: {len(prompts)} prompts from {dataset} (offset {offset}) x n={trajectories}, "
              f"{max_new_tokens} tokens, T={temperature}, top-p={top_p}")
     _report(results, title, json_out)
@@ -98,8 +98,8 @@ def _prior_file(names: list, model: str, dtype: str, sampling, enabled: bool, sc
 def _start(names: list, chain: Optional[int], folder, model: str, dtype: str, probe_ids: list, trajectories: int,
            prior: tuple):
     """Start the vLLM engines (and the HF reference for ``hf``), saying what they chose; (engines, ks, hf
-    backend, whether STAND drafts with the successor prior). ``prior``: :func:`_prior_file`'s answer."""
-    from treeopt.evaluate.vllm_bench import hf_reference, start_engines
+    backend, the labels of the engines drafting with the successor prior). ``prior``: :func:`_prior_file`'s answer."""
+    from treeopt.evaluate.vllm_bench import NOPRIOR, hf_reference, start_engines
 
     path, loaded = prior
     with console.status("starting vLLM engines (~1 minute each) ..."), loading.runtime_warnings():
@@ -111,11 +111,14 @@ def _start(names: list, chain: Optional[int], folder, model: str, dtype: str, pr
     hf_backend = None
     if "hf" in names:
         hf_backend = hf_reference(*(loaded or loading.load_model(model, dtype)), trajectories)
-    return engines, ks, hf_backend, path is not None
+    priors = {label for label, (name, _) in engines.items()
+              if path is not None and name.startswith("stand") and not name.endswith(NOPRIOR)}
+    return engines, ks, hf_backend, priors
 
 
-def _decode(engines: dict, hf_backend, ids: list, prompts: list, sampling, settings: dict, json_out: Optional[Path]) -> list:
-    """Every prompt on every engine, saving after each prompt."""
+def _decode(engines: dict, hf_backend, ids: list, prompts: list, sampling, settings: dict, json_out: Optional[Path],
+            priors: set) -> list:
+    """Every prompt on every engine, saving after each prompt (``priors``: labels drafting with the successor prior)."""
     from treeopt.evaluate.bench import results_json
     from treeopt.evaluate.vllm_bench import run_vllm_bench
 
@@ -127,7 +130,7 @@ def _decode(engines: dict, hf_backend, ids: list, prompts: list, sampling, setti
         task = bar.add_task("decoding", total=len(prompts))
         return run_vllm_bench(engines, ids, [p.id for p in prompts], n=settings["n"], sampling=sampling,
                               max_new_tokens=settings["max_new_tokens"], seed=settings["seed"],
-                              ignore_eos=settings["ignore_eos"], hf_backend=hf_backend,
+                              ignore_eos=settings["ignore_eos"], hf_backend=hf_backend, priors=priors,
                               on_prompt=lambda done, partial: (save(done, partial), bar.advance(task)))
 
 

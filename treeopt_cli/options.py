@@ -108,11 +108,16 @@ def refuse_options(ctx, names, where: str) -> None:
 
 def check_prior_option(ctx, methods: list[str], prior: bool, stand: list[bool], noprior: list[bool]) -> None:
     """Refuse --prior/--no-prior where no method drafts with the successor prior (``stand``: per
-    method, whether it is a STAND method), and --no-prior beside a ``+noprior`` method (``noprior``:
-    per method; the two rows would be the same configuration)."""
+    method, whether it is a STAND method), --prior where every STAND method says ``+noprior``
+    (``noprior``: per method), and --no-prior beside both a plain STAND method and a ``+noprior``
+    one (the two rows would be the same configuration)."""
     if not any(stand):
         refuse_options(ctx, ["prior"], f"--methods {','.join(methods)} (it drafts for STAND only)")
-    if not prior and any(noprior):
+    plain = [s and not n for s, n in zip(stand, noprior)]
+    if not any(plain):
+        if prior:
+            refuse_options(ctx, ["prior"], f"--methods {','.join(methods)} (every STAND method there says +noprior)")
+    elif not prior and any(noprior):
         raise StandError("--no-prior makes every STAND method draft without the prior: a +noprior method in "
                          "--methods would repeat its plain row; drop one of them")
 

@@ -99,6 +99,7 @@ def _search(model: str, dtype: str, names: list, tree: Optional[str], max_batch:
 
     target, tokenizer = loading.load_model(model, dtype)
     prior = loading.successor_prior(target, tokenizer, names, settings.sampling, config["prior"])
+    config["prior"] = prior is not None  # whether any method drafts with it
     backends = method_backends(target, tokenizer, names, tree, max_batch, config["allocation"], prior)
 
     def save(results: dict) -> None:

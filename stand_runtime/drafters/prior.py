@@ -268,7 +268,7 @@ def cached_prior(model, tokenizer, params: SamplingParams, vocab: int,
             prior = SuccessorPrior.from_bytes(path.read_bytes(), _output_width(model, vocab))
         except (OSError, StandError):
             prior = None  # measured again
-    if prior is None or prior.vocab != vocab:
+    if prior is None or prior.vocab != vocab or not prior.serves(params):
         if on_batch is not None:
             on_batch(0, vocab)
         prior = measure_prior(model, context, params, vocab, on_batch)

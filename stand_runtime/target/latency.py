@@ -127,6 +127,10 @@ def profile_key(model, model_name: str) -> str:
     return hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
 
 
+_UNCACHED: dict[str, "LatencyProfile"] = {}
+"""Profiles measured in this process whose cache file could not be written, by its path."""
+
+
 def cached_latency(model, model_name: str, *, refresh: bool = False,
                    on_measure: Callable[[], None] | None = None) -> LatencyProfile:
     """The latency profile of ``model`` on this machine: measured once (~10-60 s), then cached.
@@ -138,6 +142,8 @@ def cached_latency(model, model_name: str, *, refresh: bool = False,
         on_measure: called just before a measurement starts (to tell the user).
     """
     path = cache_root() / "latency" / f"{profile_key(model, model_name)}.json"
+    if str(path) in _UNCACHED and not refresh:
+        return _UNCACHED[str(path)]
     if path.is_file() and not refresh:
         try:
             return LatencyProfile.from_dict(json.loads(path.read_text())["profile"])
@@ -150,6 +156,7 @@ def cached_latency(model, model_name: str, *, refresh: bool = False,
              "profile": profile.as_dict()}
     problem = write_cache_file(path, (json.dumps(entry, indent=1) + "\n").encode())
     if problem is not None:
+        _UNCACHED[str(path)] = profile  # measured once per process, warned once
         warnings.warn(StandWarning(f"the latency profile is kept for this run only ({problem}): the next run "
                                    "measures it again"), stacklevel=2)
     return profile

@@ -255,8 +255,12 @@ def _dequantized_cache(gguf: Path) -> Path:
         return folder
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
+    try:
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
+    except OSError as error:
+        raise StandError(f"cannot write the model cache {folder.parent} ({error.strerror or error}): the default model "
+                         "is dequantized there once; set STAND_CACHE_DIR to a writable folder") from None
     try:
         with _quiet():
             tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)

@@ -143,7 +143,8 @@ def spec_counts(sample) -> tuple[int, int]:
 
 def run_vllm_bench(engines: dict, prompts: list[list[int]], prompt_ids: list[str], *, n: int, sampling: SamplingParams,
                    max_new_tokens: int, seed: int, ignore_eos: bool, hf_backend=None,
-                   on_prompt: Callable[[int, list[MethodResult]], None] | None = None) -> list[MethodResult]:
+                   on_prompt: Callable[[int, list[MethodResult]], None] | None = None,
+                   priors: set[str] = frozenset()) -> list[MethodResult]:
     """Decode every prompt with every engine (n samples each), interleaved; per-method totals.
 
     Args:
@@ -158,6 +159,7 @@ def run_vllm_bench(engines: dict, prompts: list[list[int]], prompt_ids: list[str
         hf_backend: a :class:`stand_runtime.HFBackend` (plain decoding) to time on the same prompts,
             reported as ``hf``; None = none.
         on_prompt: called with (prompts done, results) after every prompt.
+        priors: labels of the engines that draft with the successor prior (recorded per result).
 
     Returns:
         One :class:`treeopt.evaluate.bench.MethodResult` per engine (and ``hf``); each prompt adds one
@@ -167,8 +169,8 @@ def run_vllm_bench(engines: dict, prompts: list[list[int]], prompt_ids: list[str
     from vllm import TokensPrompt
 
     labels = list(engines) + (["hf"] if hf_backend is not None else [])
-    results = {label: MethodResult(label, engines[label][0] if label in engines else "hf", None, 0)
-               for label in labels}
+    results = {label: MethodResult(label, engines[label][0] if label in engines else "hf", None, 0,
+                                   prior=label in priors) for label in labels}
     for index, (ids, name) in enumerate(zip(prompts, prompt_ids)):
         params = VLLMSampling(n=n, temperature=sampling.temperature, top_p=sampling.top_p, max_tokens=max_new_tokens,
                               ignore_eos=ignore_eos, seed=seed + 1000 * index)
