@@ -131,3 +131,16 @@ def test_every_benchmark_script_imports():
     assert len(scripts) >= 5
     for script in scripts:
         runpy.run_path(str(script), run_name="benchmark_import_check")  # defines, does not run main()
+
+
+def test_profile_key_follows_the_architecture_not_the_folder(monkeypatch):
+    """A forward's cost depends on the architecture: a model loaded from another folder (a moved or
+    copied cache) keeps its profile; another shape does not."""
+    from stand_runtime.target.latency import profile_key
+
+    model = tiny_model()
+    key = profile_key(model, "tiny")
+    monkeypatch.setattr(model.config, "_name_or_path", "/somewhere/else", raising=False)
+    assert profile_key(model, "other name") == key
+    assert profile_key(tiny_model(seed=5), "tiny") == key  # other weights, same shapes
+    assert profile_key(tiny_model(vocab=40), "tiny") != key

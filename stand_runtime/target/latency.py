@@ -117,12 +117,15 @@ def profile_name(model) -> str:
 
 
 def profile_key(model, model_name: str) -> str:
-    """What a cached profile depends on: model (the folder it was loaded from, whatever name the
-    user gave it; ``model_name`` for a model built in memory), dtype, device, threads, CPU
-    capability, torch, and which linear kernel runs at which row count
+    """What a cached profile depends on: the model's architecture (its type and every parameter's
+    name and shape: a forward's cost, not its weights, so a moved or copied model folder keeps its
+    profile; ``model_name`` is not part of it), dtype, device, threads, CPU capability, torch, and
+    which linear kernel runs at which row count
     (:func:`stand_runtime.target.fast_linear.dispatch_signature`)."""
     first = next(model.parameters())
-    parts = [str(getattr(model.config, "_name_or_path", "") or model_name), str(first.dtype), str(first.device), str(torch.get_num_threads()),
+    shapes = [(name, tuple(p.shape)) for name, p in model.named_parameters()]
+    architecture = hashlib.sha256(repr((getattr(model.config, "model_type", ""), shapes)).encode()).hexdigest()
+    parts = [architecture, str(first.dtype), str(first.device), str(torch.get_num_threads()),
              torch.backends.cpu.get_cpu_capability(), torch.__version__, dispatch_signature(model), str(DEFAULT_SIZES)]
     return hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
 
