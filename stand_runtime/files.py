@@ -12,10 +12,11 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+import warnings
 from pathlib import Path
 from typing import Any
 
-from .errors import StandError
+from .errors import StandError, StandWarning
 
 
 def _folder(path: Path) -> Path:
@@ -138,13 +139,28 @@ def write_cache_file(path: str | os.PathLike, data: bytes) -> str | None:
     return None
 
 
+def cache_or_warn(path: str | os.PathLike, data: bytes, what: str) -> bool:
+    """:func:`write_cache_file`, and where the cache takes no file a :class:`StandWarning` saying that
+    ``what`` (e.g. ``"the latency profile"``) is kept for this run only. True when written."""
+    problem = write_cache_file(path, data)
+    if problem is not None:
+        warnings.warn(StandWarning(f"{what} is kept for this run only ({problem}): the next run measures it again"),
+                      stacklevel=3)
+    return problem is None
+
+
+def json_bytes(data: Any, indent: int | None = 1) -> bytes:
+    """``data`` as a JSON file's UTF-8 bytes (a final line break), as :func:`write_json_atomic` writes it."""
+    return (json.dumps(data, indent=indent) + "\n").encode("utf-8")
+
+
 def write_json_atomic(path: str | os.PathLike, data: Any, indent: int | None = 1) -> Path:
     """Write ``data`` as JSON atomically (see :func:`write_text_atomic`).
 
     Raises:
         StandError: the folder does not exist or is not writable.
     """
-    return write_text_atomic(path, json.dumps(data, indent=indent) + "\n")
+    return write_bytes_atomic(path, json_bytes(data, indent))
 
 
 def check_writable(path: str | os.PathLike) -> None:

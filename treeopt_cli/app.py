@@ -38,6 +38,11 @@ def print_error(message: str) -> None:
     err_console.print(Text("error: ", style="bold red") + Text(message), highlight=False, soft_wrap=True)
 
 
+def print_warning(message: str) -> None:
+    """``warning: message`` on stderr, one line."""
+    err_console.print(f"warning: {message}", style="yellow", highlight=False, soft_wrap=True)
+
+
 def one_line_errors(command):
     """Print StandError as ``error: ...`` on stderr and exit 2; an interrupt (Ctrl-C) as one line on
     stderr, exit 130 (every file is written atomically: what was written before is complete)."""
@@ -62,7 +67,7 @@ def _show_warning(shown, message, category, filename, lineno, file=None, line=No
     """A :class:`stand_runtime.errors.StandWarning` as one ``warning:`` line on stderr; others as
     ``shown`` (the display in place before) shows them."""
     if issubclass(category, StandWarning):
-        err_console.print(f"warning: {message}", style="yellow", highlight=False, soft_wrap=True)
+        print_warning(str(message))
     else:
         shown(message, category, filename, lineno, file, line)
 

@@ -47,7 +47,7 @@ def bench_vllm(
     from stand_runtime.vllm import check_model_folder, check_version, check_vllm_dtype, default_model_folder
     from treeopt import load_prompts
     from treeopt.evaluate.bench import check_bench_settings, default_offset
-    from treeopt.evaluate.vllm_bench import NOPRIOR, parse_k, parse_vllm_methods
+    from treeopt.evaluate.vllm_bench import NOPRIOR_SUFFIX, parse_k, parse_vllm_methods
 
     check_outputs({"--json": json_out}, {"--dataset": dataset})
     check_vllm_dtype(dtype)
@@ -55,7 +55,7 @@ def bench_vllm(
     check_budget_fits(model, max_new_tokens)
     names = parse_vllm_methods(methods)
     check_prior_option(ctx, names, prior, [name.startswith("stand") for name in names],
-                       [name.endswith(NOPRIOR) for name in names])
+                       [name.endswith(NOPRIOR_SUFFIX) for name in names])
     chain = parse_k(k, names)
     check_version()
     sampling = SamplingParams(temperature, top_p, 0)
@@ -82,9 +82,9 @@ def _prior_file(names: list, model: str, dtype: str, sampling, enabled: bool, sc
     """The successor prior for the STAND engines, measured (once, cached) with this toolkit's engine
     on the same weights and written to a file in ``scratch`` for vLLM's proposer; (its path or None,
     the loaded target and tokenizer, kept for ``hf``, or ())."""
-    from treeopt.evaluate.vllm_bench import NOPRIOR
+    from treeopt.evaluate.vllm_bench import NOPRIOR_SUFFIX
 
-    if not enabled or not any(name.startswith("stand") and not name.endswith(NOPRIOR) for name in names):
+    if not enabled or not any(name.startswith("stand") and not name.endswith(NOPRIOR_SUFFIX) for name in names):
         return None, ()
     from stand_runtime.files import write_bytes_atomic
 
@@ -99,7 +99,7 @@ def _start(names: list, chain: Optional[int], folder, model: str, dtype: str, pr
            prior: tuple):
     """Start the vLLM engines (and the HF reference for ``hf``), saying what they chose; (engines, ks, hf
     backend, the labels of the engines drafting with the successor prior). ``prior``: :func:`_prior_file`'s answer."""
-    from treeopt.evaluate.vllm_bench import NOPRIOR, hf_reference, start_engines
+    from treeopt.evaluate.vllm_bench import NOPRIOR_SUFFIX, hf_reference, start_engines
 
     path, loaded = prior
     with console.status("starting vLLM engines (~1 minute each) ..."), loading.runtime_warnings():
@@ -112,7 +112,7 @@ def _start(names: list, chain: Optional[int], folder, model: str, dtype: str, pr
     if "hf" in names:
         hf_backend = hf_reference(*(loaded or loading.load_model(model, dtype)), trajectories)
     priors = {label for label, (name, _) in engines.items()
-              if path is not None and name.startswith("stand") and not name.endswith(NOPRIOR)}
+              if path is not None and name.startswith("stand") and not name.endswith(NOPRIOR_SUFFIX)}
     return engines, ks, hf_backend, priors
 
 

@@ -10,7 +10,7 @@ import contextlib
 import warnings
 from typing import Optional
 
-from .app import console, err_console
+from .app import console, err_console, print_warning
 
 
 def load_model(model: str, dtype: str = "float32"):
@@ -31,7 +31,7 @@ def warn_latency(profile, **observed) -> None:
     from stand_runtime.target.latency import latency_warnings
 
     for line in latency_warnings(profile, **observed):
-        err_console.print(f"warning: {line}", style="yellow", highlight=False)
+        print_warning(line)
 
 
 @contextlib.contextmanager
@@ -50,7 +50,7 @@ def runtime_warnings():
     for w in others:
         warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     for w in shown:
-        err_console.print(f"warning: {w.message}", style="yellow", highlight=False, soft_wrap=True)
+        print_warning(str(w.message))
 
 
 def announce_tree(target, method: str, tree: Optional[str]):

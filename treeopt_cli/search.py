@@ -12,7 +12,7 @@ from stand_runtime.limits import METHODS
 from . import loading, render
 from .app import app, console, err_console, one_line_errors
 from .options import (DTYPE_HELP, FIXED_SEED_HELP, MODEL_HELP, PRIOR_HELP, TEMPERATURE_HELP, TOP_P_HELP, check_budget_fits, check_outputs,
-                      refuse_options, write_json)
+                      check_prior_option, refuse_options, write_json)
 
 
 @app.command()
@@ -53,8 +53,8 @@ def search(
     check_outputs({"--json": json_out}, {"--dataset": dataset})
     names = parse_search_methods(methods, tree)
     check_allocation(allocation)
+    check_prior_option(ctx, names, prior, [name.startswith("stand") for name in names], [False] * len(names))
     if not any(name.startswith("stand") for name in names):
-        refuse_options(ctx, ["prior"], f"--methods {','.join(names)} (it drafts for STAND only)")
         refuse_options(ctx, ["allocation"], f"--methods {','.join(names)} (it sizes STAND's value-sized trees in a batch)")
     if strategy != "dvts":
         refuse_options(ctx, ["subtrees", "verifier", "trust_remote_code", "step_tokens", "max_rounds"],

@@ -30,7 +30,6 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import warnings
 import zipfile
 from dataclasses import dataclass
 from typing import Callable
@@ -39,8 +38,8 @@ import numpy as np
 import torch
 
 from .feeds import STORE_TOP_K, LogitsFeed, store_observation, store_params
-from ..errors import StandError, StandWarning
-from ..files import write_cache_file
+from ..errors import StandError
+from ..files import cache_or_warn
 from ..target.sampling import SamplingParams
 from ..store.ngram_store import NGramStore
 
@@ -272,10 +271,7 @@ def cached_prior(model, tokenizer, params: SamplingParams, vocab: int,
         if on_batch is not None:
             on_batch(0, vocab)
         prior = measure_prior(model, context, params, vocab, on_batch)
-        problem = write_cache_file(path, prior.to_bytes())
-        if problem is not None:
-            warnings.warn(StandWarning(f"the successor prior is kept for this run only ({problem}): the next run "
-                                       "measures it again"), stacklevel=2)
+        cache_or_warn(path, prior.to_bytes(), "the successor prior")
     _LOADED[key] = prior
     return prior
 

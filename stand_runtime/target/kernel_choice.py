@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..files import write_cache_file
+from ..files import json_bytes, write_cache_file
 from ..trees.tree import DraftTree
 from .fast_linear import PackedLinear, use_stock_up_to
 from .timing import time_chain, warm_cache
@@ -153,7 +153,7 @@ def choose_kernels(model, cache_dir: Path | None) -> int:
     if rows is None:
         rows, timings = measure_stock_rows(model)
         if path is not None:  # a cache folder that takes no file: measured again next time
-            write_cache_file(path, (json.dumps({"stock_rows": rows, "cpu": torch.backends.cpu.get_cpu_capability(),
-                                                "threads": torch.get_num_threads(), **timings}, indent=1) + "\n").encode())
+            write_cache_file(path, json_bytes({"stock_rows": rows, "cpu": torch.backends.cpu.get_cpu_capability(),
+                                               "threads": torch.get_num_threads(), **timings}))
     use_stock_up_to(model, rows, release=True)
     return rows

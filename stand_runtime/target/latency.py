@@ -19,15 +19,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import warnings
 from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
 import torch
 
-from ..errors import StandWarning
-from ..files import write_cache_file
+from ..files import cache_or_warn, json_bytes
 from .fast_linear import dispatch_signature
 from .models import cache_root
 from .timing import time_chain, warm_cache
@@ -157,11 +155,8 @@ def cached_latency(model, model_name: str, *, refresh: bool = False,
     profile = measure_latency(model)
     entry = {"model": model_name, "threads": torch.get_num_threads(), "cpu": torch.backends.cpu.get_cpu_capability(),
              "profile": profile.as_dict()}
-    problem = write_cache_file(path, (json.dumps(entry, indent=1) + "\n").encode())
-    if problem is not None:
+    if not cache_or_warn(path, json_bytes(entry), "the latency profile"):
         _UNCACHED[str(path)] = profile  # measured once per process, warned once
-        warnings.warn(StandWarning(f"the latency profile is kept for this run only ({problem}): the next run "
-                                   "measures it again"), stacklevel=2)
     return profile
 
 

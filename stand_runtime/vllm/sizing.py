@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import time
-import warnings
 from pathlib import Path
 from typing import Callable
 
@@ -140,8 +139,7 @@ def cached_vllm_latency(llm, folder, dtype: str, prompt_ids: list[int], *, refre
     """
     import torch
 
-    from ..errors import StandWarning
-    from ..files import write_cache_file
+    from ..files import cache_or_warn, json_bytes
 
     cached = None if refresh else read_vllm_latency(folder, dtype)
     if cached is not None:
@@ -152,8 +150,5 @@ def cached_vllm_latency(llm, folder, dtype: str, prompt_ids: list[int], *, refre
     path = _cache_path(folder, dtype)
     entry = {"engine": "vllm", "folder": str(folder), "dtype": dtype, "threads": torch.get_num_threads(),
              "cpu": torch.backends.cpu.get_cpu_capability(), "profile": profile.as_dict()}
-    problem = write_cache_file(path, (json.dumps(entry, indent=1) + "\n").encode())
-    if problem is not None:
-        warnings.warn(StandWarning(f"vLLM's latency profile is kept for this run only ({problem}): the next run "
-                                   "measures it again"), stacklevel=2)
+    cache_or_warn(path, json_bytes(entry), "vLLM's latency profile")
     return profile

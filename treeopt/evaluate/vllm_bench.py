@@ -16,7 +16,7 @@ from typing import Callable
 
 from stand_runtime import SamplingParams
 
-from .bench import MethodResult
+from .bench import NOPRIOR_SUFFIX, MethodResult
 from .method_lists import split_methods
 
 VLLM_BENCH_METHODS = ("ar", "ngram", "suffix", "stand", "stand-auto", "stand+noprior", "stand-auto+noprior", "hf")
@@ -24,13 +24,9 @@ VLLM_BENCH_METHODS = ("ar", "ngram", "suffix", "stand", "stand-auto", "stand+nop
 STAND with per-request chain lengths (each also ``+noprior``: without the successor prior the
 others get), and the HF engine's plain decoding."""
 
-NOPRIOR = "+noprior"
-"""A STAND method's suffix: its engine drafts without the successor prior."""
-
-
 def base_method(name: str) -> str:
-    """A bench-vllm method without its ``+noprior`` suffix."""
-    return name.removesuffix(NOPRIOR)
+    """A bench-vllm method without its ``+noprior`` suffix (:data:`.bench.NOPRIOR_SUFFIX`)."""
+    return name.removesuffix(NOPRIOR_SUFFIX)
 
 
 def parse_vllm_methods(text: str) -> list[str]:
@@ -107,7 +103,7 @@ def start_engines(names: list[str], k: int | None, folder, dtype: str, probe_ids
             continue
         base = base_method(name)
         options = dict(stand_options or {}) if base.startswith("stand") else {}
-        if name.endswith(NOPRIOR):
+        if name.endswith(NOPRIOR_SUFFIX):
             options.pop("prior", None)
         chosen = None if name == "ar" else k
         if base == "stand" and k is None:
