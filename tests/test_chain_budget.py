@@ -214,6 +214,23 @@ def test_the_plain_and_a_long_forward_are_observed_before_the_rule_alone_drafts(
     assert rule.explored == 2 and rule.stats()["forwards_observed"] == 5
 
 
+def test_a_rule_that_stopped_drafting_explores_a_longer_forward_again():
+    """A rule that drafts nothing (t(T) = T: no position pays) sees only plain forwards; after MAX_AGE
+    of them its longer forwards' observations are gone, and a phase-2 step drafts the best position
+    again, so a forward that became cheaper (a busy moment passed) can be learned as it is now."""
+    from stand_runtime.drafters.latency_model import MAX_AGE
+
+    rule = ChainBudget(LatencyModel(lambda t: float(t), (1, 2, 4, 8)), ScoreIsP(kinds=3))
+    for tokens in (1, 1, 1, 3, 3):
+        rule.observe_forward(tokens, float(tokens))
+    assert all(rule.allocate([Offers([0.9, 0.9])], rows=1) == [0] for _ in range(8))
+    for _ in range(MAX_AGE - 2):  # forwards 5 .. 514: the first 3-token one (forward 3) is 512 old at the next
+        rule.observe_forward(1, 1.0)
+    assert all(rule.allocate([Offers([0.9, 0.9])], rows=1) == [0] for _ in range(4)), "the 3-token forwards count"
+    rule.observe_forward(1, 1.0)
+    assert [rule.allocate([Offers([0.9, 0.9])], rows=1) for _ in range(4)] == [[0], [0], [1], [0]]
+
+
 def test_one_slow_plain_forward_is_outvoted_before_the_rule_drafts_alone():
     """The plain forward is seen only while exploring (the rule drafts from then on), so one slow
     one (a cold first forward) must not set its cost: the rule keeps exploring it until a third

@@ -97,6 +97,18 @@ def test_the_choice_is_measured_once_then_read_from_the_cache(tmp_path, monkeypa
     assert dispatch_signature(tiny_model("llama", vocab=64)) == "packed=False"
 
 
+def test_the_choice_is_keyed_by_the_architecture_not_the_folder(monkeypatch):
+    """A model loaded from another folder (a moved or copied cache) keeps its kernel choice; other
+    shapes do not."""
+    model, _ = packed_tiny()
+    key = kernel_choice.machine_key(model)
+    monkeypatch.setattr(model.config, "_name_or_path", "/somewhere/else", raising=False)
+    assert kernel_choice.machine_key(model) == key
+    other = tiny_model("llama", vocab=80, seed=1)
+    prepack_linears(other)
+    assert kernel_choice.machine_key(other) != key
+
+
 def test_bfloat16_linears_are_packed_only_where_the_cpu_computes_bfloat16(monkeypatch):
     """A bfloat16 model's linears are packed where the CPU has native bfloat16 (the packed layers then
     give the stock bfloat16 model's very logits at every row count, and the kernel choice is keyed

@@ -253,3 +253,24 @@ def test_bench_gives_stand_the_prior_unless_told_noprior(model, monkeypatch, tmp
         parse_methods("pld+noprior", None)
     (both,) = parse_methods("stand+rejected+noprior", ["dynamic-6"])
     assert both.feed_rejected and not both.prior and both.label == "stand[dynamic-6]+rejected+noprior"
+
+
+def test_vllm_reads_a_prior_file_once_while_it_is_unchanged(tmp_path, monkeypatch):
+    """vLLM's engine checks the proposer's prior option and then loads the prior: one read of the file;
+    a rewritten file is read again."""
+    from stand_runtime.vllm import options
+
+    path = tmp_path / "prior.npz"
+    ids, probs = np.zeros((8, 10), dtype=np.int64), np.zeros((8, 10))
+    ids[:, 0], probs[:, 0] = 3, 1.0
+    path.write_bytes(SuccessorPrior(ids, probs).to_bytes())
+    reads = []
+    real = SuccessorPrior.from_bytes.__func__
+    monkeypatch.setattr(SuccessorPrior, "from_bytes", classmethod(lambda cls, data, *a: reads.append(1) or real(cls, data, *a)))
+    first = options.load_prior(str(path))
+    assert options.read_options(f'{{"prior": "{path}"}}')["prior"] == str(path)
+    assert options.load_prior(str(path)) is first and len(reads) == 1
+    ids[:, 0] = 4
+    path.write_bytes(SuccessorPrior(ids, probs).to_bytes() + b"")
+    os.utime(path, ns=(1, 1))  # another modification time
+    assert options.load_prior(str(path)).row(0)[0] == [4] and len(reads) == 2

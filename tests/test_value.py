@@ -159,6 +159,24 @@ def test_a_latency_profile_measured_under_load_is_corrected_within_20_steps():
     assert all(rate[n] > 0.995 * rate[best] for n in after), (loaded.sizes, best)  # then right
 
 
+def test_a_root_only_forward_observed_long_ago_is_explored_again():
+    """The root-only forward, observed slow at the start (a busy moment), then never again because every
+    step drafts, stops pricing the drafts after MAX_AGE forwards: the rule explores it once more and
+    learns the cost as it is now (4 drafted tokens dearer than none, not cheaper)."""
+    from stand_runtime.drafters.latency_model import MAX_AGE, WINDOW
+
+    model = LatencyModel(lambda tokens: 1.0, SIZES)
+    model.observe(1, 0.040), model.observe(1, 0.040)  # under load: slower than any later forward
+    for _ in range(MAX_AGE - 2):
+        model.observe(5, 0.036)
+    assert not model.explore() and model.at(1) > model.at(5)  # drafting looks cheaper than not drafting
+    model.observe(5, 0.036)
+    assert model.explore() and model.observed(1) < MIN_OBSERVED  # aged out: asks for the root-only forward
+    model.observe(1, 0.032), model.observe(1, 0.032)
+    assert not model.explore() and model.at(1) == pytest.approx(0.032) and model.at(5) == pytest.approx(0.036)
+    assert model.observed(1) == 2 and model.observed(5) == WINDOW  # the window per size as before
+
+
 class ScoreIsAcceptance(AcceptanceMap):
     """P = the node's score (drawn and copied alike), to follow the candidates' order by hand."""
 

@@ -513,6 +513,39 @@ def test_vllm_bench_bad_input_one_line():
         one_line_error(output, message)
 
 
+@needs_vllm
+def test_serve_prior_hands_vllm_the_cached_prior_file(monkeypatch, tmp_path):
+    """``serve --prior T,TOP_P`` measures the successor prior once (this toolkit's engine; a tiny model
+    here) and passes the cached file to the proposer; bad values, other methods and ``--no-prior`` (not
+    vLLM's) are refused in one line."""
+    import shlex
+
+    from conftest import DigitsTokenizer, tiny_model
+    from test_cli import one_line_error, run
+
+    from stand_runtime.drafters.prior import SuccessorPrior
+    from stand_runtime.vllm.proposer import OPTIONS_ENV
+    from treeopt_cli import loading
+
+    monkeypatch.setenv("STAND_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(loading, "load_model", lambda model, dtype="float32": (tiny_model(vocab=16), DigitsTokenizer()))
+    code, output = run("serve", "--dry-run", "--prior", "0.6,0.95")
+    assert code == 0, output
+    line = next(line for line in output.splitlines() if line.startswith(OPTIONS_ENV))
+    options = json.loads(shlex.split(line.split("=", 1)[1])[0])
+    prior = SuccessorPrior.from_bytes(Path(options["prior"]).read_bytes())
+    assert Path(options["prior"]).parent == tmp_path / "cache" / "prior" and prior.vocab == 16
+    assert prior.serves(SamplingParams(0.6, 0.95, 0)) and not prior.serves(SamplingParams(0.7, 0.95, 0))
+    assert "successor prior from" in " ".join(output.split())
+    for args, message in ((["--prior", "0.6"], "--prior must be T,TOP_P (e.g. 0.6,0.95), got '0.6'"),
+                          (["--prior", "0.6,1.5"], "top-p in (0, 1]"),
+                          (["--method", "suffix", "--prior", "0.6,0.95"], "--prior does not apply to --method suffix"),
+                          (["--no-prior"], "treeopt serve has no --no-prior")):
+        code, output = run("serve", "--dry-run", *args)
+        assert code == 2
+        one_line_error(output, message)
+
+
 def _free_port() -> int:
     import socket
 

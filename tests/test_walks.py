@@ -8,7 +8,6 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-import torch
 
 from stand_runtime import SamplingParams
 from stand_runtime.engine.decode_row import StepTarget

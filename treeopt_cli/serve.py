@@ -25,12 +25,18 @@ def serve(
     max_model_len: int = typer.Option(2048, help="Context length (tokens)."),
     dtype: str = typer.Option("float32", help="float32 or bfloat16."),
     max_prompts: int = typer.Option(64, help="stand: prompt stores kept (least recently used dropped)."),
+    prior: Optional[str] = typer.Option(None, metavar="T,TOP_P", help="stand: draft from the target's successor prior "
+                                        "for requests sampled at temperature T and top-p TOP_P (e.g. 0.6,0.95; T 0: greedy), "
+                                        "where a request's store has not seen a step's root token; measured once per model, "
+                                        "dtype and distribution (~1-2 min for the default model on 2 cores) and cached under "
+                                        "$STAND_CACHE_DIR or ~/.cache/stand; requests sampled otherwise draft without it. "
+                                        "Default: no prior."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the vLLM command and its STAND settings, do not start it."),
 ) -> None:
     """Serve an OpenAI-compatible API with vLLM and STAND (arguments after the options go to vLLM as they are)."""
     import shlex
 
-    from stand_runtime import DEFAULT_MODEL
+    from stand_runtime import DEFAULT_MODEL, StandError
     from stand_runtime.vllm import check_version, default_model_folder
     from stand_runtime.vllm.server import ServerSettings, describe, server_command
 
@@ -40,11 +46,16 @@ def serve(
     if method == "ar":
         refuse_options(ctx, ["k"], "--method ar (plain decoding drafts nothing)")
     if method != "stand":
-        refuse_options(ctx, ["max_prompts"], f"--method {method} (STAND's prompt stores)")
+        refuse_options(ctx, ["max_prompts", "prior"], f"--method {method} (STAND's prompt stores)")
+    if "--no-prior" in ctx.args:  # not vLLM's: it would reach vLLM's command line
+        raise StandError("treeopt serve has no --no-prior: it serves without the successor prior unless --prior T,TOP_P is given")
     check_version()
     chain = _chain_length(k, method)
+    distribution = None if prior is None else _prior_distribution(prior)
     folder = str(default_model_folder() if model == DEFAULT_MODEL else model)
     options = {"max_prompts": max_prompts} if method == "stand" else {}
+    if distribution is not None:
+        options["prior"] = _prior_path(model, dtype, distribution)
     if chain == "auto":
         from stand_runtime.vllm.sizing import latency_option, read_vllm_latency
 
@@ -80,3 +91,42 @@ def _chain_length(k: Optional[str], method: str):
     except StandError:
         allowed = "auto or an integer in [1, 128]" if method == "stand" else "an integer in [1, 128]"
         raise StandError(f"--k must be {allowed}, got {k!r}") from None
+
+
+def _prior_distribution(text: str):
+    """``--prior T,TOP_P`` as :class:`stand_runtime.SamplingParams` (top-k 0).
+
+    Raises:
+        StandError: not two numbers, T not in [0, 100], TOP_P not in (0, 1].
+    """
+    from stand_runtime import SamplingParams, StandError
+
+    parts = text.split(",")
+    try:
+        temperature, top_p = (float(part) for part in parts)
+    except ValueError:
+        raise StandError(f"--prior must be T,TOP_P (e.g. 0.6,0.95), got {text!r}") from None
+    if not 0 <= temperature <= 100 or not 0 < top_p <= 1:
+        raise StandError(f"--prior {text}: the temperature must be in [0, 100] and top-p in (0, 1]")
+    return SamplingParams(temperature, top_p, 0)
+
+
+def _prior_path(model: str, dtype: str, distribution) -> str:
+    """The cached successor prior file of ``model`` / ``dtype`` for ``distribution``, measured first
+    where none is cached (this toolkit's engine on the same weights).
+
+    Raises:
+        StandError: the cache folder takes no file (vLLM's server reads the prior from one).
+    """
+    from stand_runtime import StandError
+    from stand_runtime.drafters.prior import prior_path
+
+    from . import loading
+
+    target, tokenizer = loading.load_model(model, dtype)
+    found = loading.successor_prior(target, tokenizer, ["stand"], distribution)
+    path = prior_path(target, tokenizer, distribution, found.vocab)
+    if not path.is_file():
+        raise StandError(f"--prior: the successor prior could not be cached at {path}, and vLLM's server reads it "
+                         "from there: set STAND_CACHE_DIR to a writable folder")
+    return str(path)

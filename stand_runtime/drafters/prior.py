@@ -32,6 +32,7 @@ import io
 import json
 import zipfile
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable
 
 import numpy as np
@@ -239,6 +240,18 @@ def _output_width(model, vocab: int) -> int:
     return max(vocab, int(weight.shape[0])) if weight is not None and weight.dim() == 2 else vocab
 
 
+def prior_path(model, tokenizer, params: SamplingParams, vocab: int) -> Path:
+    """Where :func:`cached_prior` keeps the prior of ``model`` for ``params``:
+    ``<cache>/prior/<key>.npz`` (:func:`prior_key`; the file may not exist)."""
+    return _key_path(prior_key(model, prior_context(tokenizer), params, vocab))
+
+
+def _key_path(key: str) -> Path:
+    from ..target.models import cache_root
+
+    return cache_root() / "prior" / f"{key}.npz"
+
+
 def cached_prior(model, tokenizer, params: SamplingParams, vocab: int,
                  on_batch: Callable[[int, int], None] | None = None) -> SuccessorPrior:
     """The successor prior of ``model`` for ``params`` (:func:`measure_prior` on :func:`prior_context`):
@@ -254,13 +267,11 @@ def cached_prior(model, tokenizer, params: SamplingParams, vocab: int,
     Raises:
         StandError: the target's logits are not finite (:func:`measure_prior`).
     """
-    from ..target.models import cache_root
-
     context = prior_context(tokenizer)
     key = prior_key(model, context, params, vocab)
     if key in _LOADED:
         return _LOADED[key]
-    path = cache_root() / "prior" / f"{key}.npz"
+    path = _key_path(key)
     prior = None
     if path.is_file():
         try:

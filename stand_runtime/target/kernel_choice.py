@@ -26,7 +26,7 @@ import torch
 from ..files import json_bytes, write_cache_file
 from ..trees.tree import DraftTree
 from .fast_linear import PackedLinear, use_stock_up_to
-from .timing import time_chain, warm_cache
+from .timing import architecture_digest, time_chain, warm_cache
 
 SIZES = (1, 2, 3, 4, 5, 6, 8)
 """Tokens per forward at which the two kernels are timed; beyond the last the packed kernel runs."""
@@ -94,9 +94,11 @@ def measure_stock_rows(model, sizes=SIZES, rounds: int = ROUNDS, seed: int = 0) 
 
 
 def machine_key(model) -> str:
-    """What the choice depends on, as 16 hex digits of a SHA-256: the model (its folder, its linear
-    shapes, a packed dtype other than float32), the CPU (its ``/proc/cpuinfo`` identity, else the
-    platform's name), threads, CPU capability, torch and :data:`SIZES`."""
+    """What the choice depends on, as 16 hex digits of a SHA-256: the model (its architecture,
+    :func:`~stand_runtime.target.timing.architecture_digest`, not the folder it was loaded from, so
+    a moved or copied cache keeps its choice; its packed linears' shapes; a packed dtype other than
+    float32), the CPU (its ``/proc/cpuinfo`` identity, else the platform's name), threads, CPU
+    capability, torch and :data:`SIZES`."""
     name = platform.processor()
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as info:
@@ -109,10 +111,10 @@ def machine_key(model) -> str:
         pass
     packed = [m for m in model.modules() if isinstance(m, PackedLinear)]
     shapes = sorted({(m.in_features, m.out_features) for m in packed})
-    parts = [str(getattr(model.config, "_name_or_path", "") or getattr(model.config, "model_type", "")), repr(shapes),
+    parts = [architecture_digest(model), repr(shapes),
              name, str(torch.get_num_threads()), torch.backends.cpu.get_cpu_capability(), torch.__version__, repr(SIZES)]
     dtypes = sorted({str(m.weight.dtype) for m in packed} - {str(torch.float32)})
-    if dtypes:  # a bfloat16 model's kernels are timed apart (float32 keys stay those measured before)
+    if dtypes:  # a bfloat16 model's kernels are timed apart
         parts.append(repr(dtypes))
     return hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
 

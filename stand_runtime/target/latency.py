@@ -28,7 +28,7 @@ import torch
 from ..files import cache_or_warn, json_bytes
 from .fast_linear import dispatch_signature
 from .models import cache_root
-from .timing import time_chain, warm_cache
+from .timing import architecture_digest, time_chain, warm_cache
 from ..trees.tree import DraftTree
 
 DEFAULT_SIZES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 80, 96, 128)
@@ -121,9 +121,7 @@ def profile_key(model, model_name: str) -> str:
     which linear kernel runs at which row count
     (:func:`stand_runtime.target.fast_linear.dispatch_signature`)."""
     first = next(model.parameters())
-    shapes = [(name, tuple(p.shape)) for name, p in model.named_parameters()]
-    architecture = hashlib.sha256(repr((getattr(model.config, "model_type", ""), shapes)).encode()).hexdigest()
-    parts = [architecture, str(first.dtype), str(first.device), str(torch.get_num_threads()),
+    parts = [architecture_digest(model), str(first.dtype), str(first.device), str(torch.get_num_threads()),
              torch.backends.cpu.get_cpu_capability(), torch.__version__, dispatch_signature(model), str(DEFAULT_SIZES)]
     return hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
 

@@ -4,6 +4,7 @@ of random tokens on it, timed and then cropped off again."""
 
 from __future__ import annotations
 
+import hashlib
 import time
 
 import torch
@@ -11,6 +12,14 @@ import torch
 from ..trees.tree import DraftTree
 from .forward import model_device, tree_forward
 from .kv_cache import new_cache
+
+
+def architecture_digest(model) -> str:
+    """What a forward's cost depends on in the model itself, as a SHA-256 hex digest: its type and
+    every parameter's name and shape (not the weights' values, not the folder it was loaded from: a
+    moved or copied model keeps its cached timings)."""
+    shapes = [(name, tuple(p.shape)) for name, p in model.named_parameters()]
+    return hashlib.sha256(repr((getattr(model.config, "model_type", ""), shapes)).encode()).hexdigest()
 
 
 def warm_cache(model, prefix_len: int, longest: int, generator: torch.Generator):

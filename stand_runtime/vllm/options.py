@@ -65,8 +65,14 @@ def _check_prior(value) -> None:
     load_prior(value)
 
 
+_LOADED_PRIORS: dict[str, tuple[tuple[int, int], object]] = {}
+"""Prior files read in this process, by path: ((mtime ns, size), the prior); vLLM's engine checks the
+option (:func:`read_options`) and then loads it (the proposer): one read of the ~4 MB file, not two."""
+
+
 def load_prior(path: str):
-    """The successor prior in file ``path`` (:class:`stand_runtime.drafters.prior.SuccessorPrior`).
+    """The successor prior in file ``path`` (:class:`stand_runtime.drafters.prior.SuccessorPrior`);
+    read once per process while the file is unchanged (same modification time and size).
 
     Raises:
         StandError: the file cannot be read or is not a successor prior file (one line naming it).
@@ -76,11 +82,17 @@ def load_prior(path: str):
     from ..drafters.prior import SuccessorPrior
 
     try:
-        return SuccessorPrior.from_bytes(Path(path).read_bytes())
+        stat = Path(path).stat()
+        version = (stat.st_mtime_ns, stat.st_size)
+        if path in _LOADED_PRIORS and _LOADED_PRIORS[path][0] == version:
+            return _LOADED_PRIORS[path][1]
+        prior = SuccessorPrior.from_bytes(Path(path).read_bytes())
     except OSError as error:
         raise StandError(f"STAND vLLM option prior: cannot read {path}: {error.strerror or error}") from None
     except StandError as error:
         raise StandError(f"STAND vLLM option prior: {path}: {error}") from None
+    _LOADED_PRIORS[path] = (version, prior)
+    return prior
 
 
 def read_options(text: str | None) -> dict:
