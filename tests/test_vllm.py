@@ -537,6 +537,8 @@ def test_serve_prior_hands_vllm_the_cached_prior_file(monkeypatch, tmp_path):
     assert Path(options["prior"]).parent == tmp_path / "cache" / "prior" and prior.vocab == 16
     assert prior.serves(SamplingParams(0.6, 0.95, 0)) and not prior.serves(SamplingParams(0.7, 0.95, 0))
     assert "successor prior from" in " ".join(output.split())
+    Path(options["prior"]).unlink()  # measured in this process already: the file is written from memory
+    assert run("serve", "--dry-run", "--prior", "0.6,0.95")[0] == 0 and Path(options["prior"]).is_file()
     for args, message in ((["--prior", "0.6"], "--prior must be T,TOP_P (e.g. 0.6,0.95), got '0.6'"),
                           (["--prior", "0.6,1.5"], "top-p in (0, 1]"),
                           (["--method", "suffix", "--prior", "0.6,0.95"], "--prior does not apply to --method suffix"),

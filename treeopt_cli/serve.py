@@ -120,13 +120,16 @@ def _prior_path(model: str, dtype: str, distribution) -> str:
     """
     from stand_runtime import StandError
     from stand_runtime.drafters.prior import prior_path
+    from stand_runtime.files import write_cache_file
 
     from . import loading
 
     target, tokenizer = loading.load_model(model, dtype)
     found = loading.successor_prior(target, tokenizer, ["stand"], distribution)
     path = prior_path(target, tokenizer, distribution, found.vocab)
-    if not path.is_file():
-        raise StandError(f"--prior: the successor prior could not be cached at {path}, and vLLM's server reads it "
-                         "from there: set STAND_CACHE_DIR to a writable folder")
+    if not path.is_file():  # kept in this process's memory only (measured earlier in it, or the cache took no file)
+        problem = write_cache_file(path, found.to_bytes())
+        if problem is not None:
+            raise StandError(f"--prior: vLLM's server reads the successor prior from a file, and the cache takes none "
+                             f"({problem}): set STAND_CACHE_DIR to a writable folder")
     return str(path)
