@@ -539,9 +539,17 @@ def test_serve_prior_hands_vllm_the_cached_prior_file(monkeypatch, tmp_path):
     assert "successor prior from" in " ".join(output.split())
     Path(options["prior"]).unlink()  # measured in this process already: the file is written from memory
     assert run("serve", "--dry-run", "--prior", "0.6,0.95")[0] == 0 and Path(options["prior"]).is_file()
+    monkeypatch.setattr(loading, "load_model", lambda *a, **k: pytest.fail("measured though the cache takes no file"))
+    monkeypatch.setenv("STAND_CACHE_DIR", str(tmp_path / "other"))
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "prior").write_text("not a folder")
+    code, output = run("serve", "--dry-run", "--prior", "0.6,0.95")
+    assert code == 2
+    one_line_error(output, "which is not a writable folder: set STAND_CACHE_DIR to one")
     for args, message in ((["--prior", "0.6"], "--prior must be T,TOP_P (e.g. 0.6,0.95), got '0.6'"),
                           (["--prior", "0.6,1.5"], "top-p in (0, 1]"),
                           (["--method", "suffix", "--prior", "0.6,0.95"], "--prior does not apply to --method suffix"),
+                          (["--method", "ar", "--prior", "0.6,0.95"], "--prior does not apply to --method ar (STAND's successor prior)"),
                           (["--no-prior"], "treeopt serve has no --no-prior")):
         code, output = run("serve", "--dry-run", *args)
         assert code == 2

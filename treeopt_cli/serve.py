@@ -29,7 +29,8 @@ def serve(
                                         "for requests sampled at temperature T and top-p TOP_P (e.g. 0.6,0.95; T 0: greedy), "
                                         "where a request's store has not seen a step's root token; measured once per model, "
                                         "dtype and distribution (~1-2 min for the default model on 2 cores) and cached under "
-                                        "$STAND_CACHE_DIR or ~/.cache/stand; requests sampled otherwise draft without it. "
+                                        "$STAND_CACHE_DIR or ~/.cache/stand; requests sampled otherwise draft without it (0,1 also "
+                                        "serves T 1 with top-p 1: greedy requests record the softmax). "
                                         "Default: no prior."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the vLLM command and its STAND settings, do not start it."),
 ) -> None:
@@ -46,12 +47,15 @@ def serve(
     if method == "ar":
         refuse_options(ctx, ["k"], "--method ar (plain decoding drafts nothing)")
     if method != "stand":
-        refuse_options(ctx, ["max_prompts", "prior"], f"--method {method} (STAND's prompt stores)")
+        refuse_options(ctx, ["max_prompts"], f"--method {method} (STAND's prompt stores)")
+        refuse_options(ctx, ["prior"], f"--method {method} (STAND's successor prior)")
     if "--no-prior" in ctx.args:  # not vLLM's: it would reach vLLM's command line
         raise StandError("treeopt serve has no --no-prior: it serves without the successor prior unless --prior T,TOP_P is given")
     check_version()
     chain = _chain_length(k, method)
     distribution = None if prior is None else _prior_distribution(prior)
+    if distribution is not None:
+        _check_prior_folder()  # before a measurement of minutes, not after it
     folder = str(default_model_folder() if model == DEFAULT_MODEL else model)
     options = {"max_prompts": max_prompts} if method == "stand" else {}
     if distribution is not None:
@@ -109,6 +113,23 @@ def _prior_distribution(text: str):
     if not 0 <= temperature <= 100 or not 0 < top_p <= 1:
         raise StandError(f"--prior {text}: the temperature must be in [0, 100] and top-p in (0, 1]")
     return SamplingParams(temperature, top_p, 0)
+
+
+def _check_prior_folder() -> None:
+    """Raises StandError when the cache's ``prior`` folder cannot be made or written (vLLM's server
+    reads the prior from a file there)."""
+    from stand_runtime import StandError
+    from stand_runtime.target.models import cache_root
+
+    folder = cache_root() / "prior"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        usable = os.access(folder, os.W_OK)
+    except OSError:
+        usable = False
+    if not usable:
+        raise StandError(f"--prior: vLLM's server reads the successor prior from a file in {folder}, which is not a "
+                         "writable folder: set STAND_CACHE_DIR to one")
 
 
 def _prior_path(model: str, dtype: str, distribution) -> str:
