@@ -37,20 +37,11 @@ def serve(
     """Serve an OpenAI-compatible API with vLLM and STAND (arguments after the options go to vLLM as they are)."""
     import shlex
 
-    from stand_runtime import DEFAULT_MODEL, StandError
+    from stand_runtime import DEFAULT_MODEL
     from stand_runtime.vllm import check_version, default_model_folder
     from stand_runtime.vllm.server import ServerSettings, describe, server_command
 
-    from stand_runtime.vllm.engine import check_vllm_method
-
-    check_vllm_method(method)  # before the option checks below, which name the method
-    if method == "ar":
-        refuse_options(ctx, ["k"], "--method ar (plain decoding drafts nothing)")
-    if method != "stand":
-        refuse_options(ctx, ["max_prompts"], f"--method {method} (STAND's prompt stores)")
-        refuse_options(ctx, ["prior"], f"--method {method} (STAND's successor prior)")
-    if "--no-prior" in ctx.args:  # not vLLM's: it would reach vLLM's command line
-        raise StandError("treeopt serve has no --no-prior: it serves without the successor prior unless --prior T,TOP_P is given")
+    _check_options(ctx, method)
     check_version()
     chain = _chain_length(k, method)
     distribution = None if prior is None else _prior_distribution(prior)
@@ -77,6 +68,26 @@ def serve(
         return
     sys.stdout.flush()
     os.execve(argv[0], argv, env)  # the server replaces this process: its PID is the server's
+
+
+def _check_options(ctx, method: str) -> None:
+    """Refuse options that do not apply to ``method`` and ``--no-prior`` (not an option of ours or of
+    vLLM's: it would reach vLLM's command line), each in one line.
+
+    Raises:
+        StandError: an unknown method or such an option.
+    """
+    from stand_runtime import StandError
+    from stand_runtime.vllm.engine import check_vllm_method
+
+    check_vllm_method(method)  # before the option checks below, which name the method
+    if method == "ar":
+        refuse_options(ctx, ["k"], "--method ar (plain decoding drafts nothing)")
+    if method != "stand":
+        refuse_options(ctx, ["max_prompts"], f"--method {method} (STAND's prompt stores)")
+        refuse_options(ctx, ["prior"], f"--method {method} (STAND's successor prior)")
+    if "--no-prior" in ctx.args:
+        raise StandError("treeopt serve has no --no-prior: it serves without the successor prior unless --prior T,TOP_P is given")
 
 
 def _chain_length(k: Optional[str], method: str):
