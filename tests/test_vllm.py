@@ -537,6 +537,7 @@ def test_serve_prior_hands_vllm_the_cached_prior_file(monkeypatch, tmp_path):
     assert Path(options["prior"]).parent == tmp_path / "cache" / "prior" and prior.vocab == 16
     assert prior.serves(SamplingParams(0.6, 0.95, 0)) and not prior.serves(SamplingParams(0.7, 0.95, 0))
     assert "successor prior from" in " ".join(output.split())
+    assert "(for requests sampled at temperature 0.6, top-p 0.95)" in " ".join(output.split())
     Path(options["prior"]).unlink()  # measured in this process already: the file is written from memory
     assert run("serve", "--dry-run", "--prior", "0.6,0.95")[0] == 0 and Path(options["prior"]).is_file()
     monkeypatch.setattr(loading, "load_model", lambda *a, **k: pytest.fail("measured though the cache takes no file"))

@@ -133,4 +133,18 @@ def proposer_summary(k: int, options: dict) -> str:
             f"{options['max_prompts']} prompts kept, fallback store {'on' if options['fallback'] else 'off'}; "
             f"{'Gumbel draws from q' if options['stochastic'] else 'q' + chr(39) + 's top tokens'} at temperature > 0, "
             f"{'q-aware' if options['q_aware'] else 'q = 1'} verification, copy chain "
-            f"{'on' if options['copy'] else 'off'}; successor prior {'from ' + options['prior'] if options['prior'] else 'off'}")
+            f"{'on' if options['copy'] else 'off'}; successor prior {_prior_words(options['prior'])}")
+
+
+def _prior_words(path: str | None) -> str:
+    """The prior option in words: off, or its file and the distribution it serves."""
+    if not path:
+        return "off"
+    try:
+        served = load_prior(path).distribution
+    except StandError:
+        served = None
+    if served is None:
+        return f"from {path}"
+    greedy = " and greedy ones" if served.temperature == 1 and served.top_p == 1 and not served.top_k else ""
+    return f"from {path} (for requests sampled at temperature {served.temperature:g}, top-p {served.top_p:g}{greedy})"
