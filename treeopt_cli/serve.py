@@ -127,20 +127,19 @@ def _prior_distribution(text: str):
 
 
 def _check_prior_folder() -> None:
-    """Raises StandError when the cache's ``prior`` folder cannot be made or written (vLLM's server
-    reads the prior from a file there)."""
+    """Raises StandError when the cache's ``prior`` folder cannot be made or takes no new file
+    (:func:`stand_runtime.files.check_writable`; vLLM's server reads the prior from a file there)."""
     from stand_runtime import StandError
+    from stand_runtime.files import check_writable
     from stand_runtime.target.models import cache_root
 
     folder = cache_root() / "prior"
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        usable = os.access(folder, os.W_OK)
-    except OSError:
-        usable = False
-    if not usable:
+        check_writable(folder / "prior.npz")
+    except (OSError, StandError):
         raise StandError(f"--prior: vLLM's server reads the successor prior from a file in {folder}, which is not a "
-                         "writable folder: set STAND_CACHE_DIR to one")
+                         "writable folder: set STAND_CACHE_DIR to one") from None
 
 
 def _prior_path(model: str, dtype: str, distribution) -> str:
