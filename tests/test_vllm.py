@@ -527,7 +527,10 @@ def test_serve_prior_hands_vllm_the_cached_prior_file(monkeypatch, tmp_path):
     from stand_runtime.vllm.proposer import OPTIONS_ENV
     from treeopt_cli import loading
 
+    from stand_runtime.drafters import prior as prior_module
+
     monkeypatch.setenv("STAND_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(prior_module, "_LOADED", {})  # nothing another test measured or read in this process
     monkeypatch.setattr(loading, "load_model", lambda model, dtype="float32": (tiny_model(vocab=16), DigitsTokenizer()))
     code, output = run("serve", "--dry-run", "--prior", "0.6,0.95")
     assert code == 0, output
