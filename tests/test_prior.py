@@ -127,8 +127,8 @@ def test_cached_prior_is_measured_once_and_again_when_corrupt(model, monkeypatch
 
 def test_a_cached_prior_without_its_distribution_is_taken_for_its_keys(model, monkeypatch, tmp_path):
     """A file written before priors recorded their distribution (an older cache) is read, not measured
-    again, and recorded for the distribution its key names: written out again (``serve --prior`` hands
-    vLLM such a file) it no longer serves every request."""
+    again, and recorded for the distribution its key names, in memory and in the file (``serve
+    --prior`` hands vLLM the file): it no longer serves every request."""
     monkeypatch.setenv("STAND_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(prior_module, "_LOADED", {})
     first = cached_prior(model, DigitsTokenizer(), SAMPLING, VOCAB)
@@ -138,8 +138,8 @@ def test_a_cached_prior_without_its_distribution_is_taken_for_its_keys(model, mo
     monkeypatch.setattr(prior_module, "measure_prior", lambda *a, **k: pytest.fail("measured again"))
     old = cached_prior(model, DigitsTokenizer(), SAMPLING, VOCAB)
     assert (old.ids == first.ids).all() and old.serves(SAMPLING)
-    again = SuccessorPrior.from_bytes(old.to_bytes())
-    assert again.serves(SAMPLING) and not again.serves(SamplingParams(temperature=0.3, top_p=0.95))
+    for again in (SuccessorPrior.from_bytes(old.to_bytes()), SuccessorPrior.from_bytes(path.read_bytes())):
+        assert again.serves(SAMPLING) and not again.serves(SamplingParams(temperature=0.3, top_p=0.95))
 
 
 def test_cached_prior_is_keyed_by_the_weights_not_the_folder(model, monkeypatch, tmp_path):

@@ -523,11 +523,10 @@ def test_serve_prior_hands_vllm_the_cached_prior_file(monkeypatch, tmp_path):
     from conftest import DigitsTokenizer, tiny_model
     from test_cli import one_line_error, run
 
+    from stand_runtime.drafters import prior as prior_module
     from stand_runtime.drafters.prior import SuccessorPrior
     from stand_runtime.vllm.proposer import OPTIONS_ENV
     from treeopt_cli import loading
-
-    from stand_runtime.drafters import prior as prior_module
 
     monkeypatch.setenv("STAND_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setattr(prior_module, "_LOADED", {})  # nothing another test measured or read in this process

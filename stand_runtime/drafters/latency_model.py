@@ -131,9 +131,8 @@ class LatencyModel:
             self._forwards += 1
             oldest = self._forwards - MAX_AGE
             for b, kept in enumerate(self._ratios):
-                if kept and kept[0][2] < oldest:
-                    while kept and kept[0][2] < oldest:
-                        kept.popleft()
+                while kept and kept[0][2] < oldest:
+                    kept.popleft()
                     self._medians[b] = None
 
     def explore(self, tokens: int | None = None) -> bool:

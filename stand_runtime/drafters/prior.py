@@ -257,9 +257,11 @@ def cached_prior(model, tokenizer, params: SamplingParams, vocab: int,
     """The successor prior of ``model`` for ``params`` (:func:`measure_prior` on :func:`prior_context`):
     measured once, kept under the cache folder (``$STAND_CACHE_DIR`` or ``~/.cache/stand``, ``prior/``)
     and in this process; a corrupt file is measured again. A file that records no distribution (written
-    before priors recorded theirs) is taken for ``params``' store distribution, which its key names. Where the folder takes no file (read-only,
-    or something other than a regular file at the file's name), the prior is kept in this process
-    only and a :class:`~stand_runtime.errors.StandWarning` says so.
+    before priors recorded theirs) is taken for ``params``' store distribution, which its key names,
+    and rewritten recording it (a reader of the file, vLLM's proposer, would take it for every
+    distribution). Where the folder takes no file (read-only, or something other than a regular file
+    at the file's name), the prior is kept in this process only and a
+    :class:`~stand_runtime.errors.StandWarning` says so.
 
     Args:
         on_batch: while measuring, called as ``on_batch(done, vocab)`` before the first batch (done 0)
@@ -279,13 +281,14 @@ def cached_prior(model, tokenizer, params: SamplingParams, vocab: int,
             prior = SuccessorPrior.from_bytes(path.read_bytes(), _output_width(model, vocab))
         except (OSError, StandError):
             prior = None  # measured again
-        if prior is not None and prior.distribution is None:  # an older file: the key says what it was measured for
-            prior.distribution = store_params(params)
     if prior is None or prior.vocab != vocab or not prior.serves(params):
         if on_batch is not None:
             on_batch(0, vocab)
         prior = measure_prior(model, context, params, vocab, on_batch)
         cache_or_warn(path, prior.to_bytes(), "the successor prior")
+    elif prior.distribution is None:  # an older file: its key names the distribution it was measured for
+        prior.distribution = store_params(params)
+        cache_or_warn(path, prior.to_bytes(), "the successor prior")  # recorded in the file from now on
     _LOADED[key] = prior
     return prior
 
