@@ -196,7 +196,7 @@ def test_a_later_cheaper_step_is_looked_ahead_across_requests_only():
 
 def test_the_plain_and_a_long_forward_are_observed_before_the_rule_alone_drafts():
     """t(T) = T tokens: the rule alone drafts nothing. Until the plain forward (1 token) and one of at
-    least twice its tokens are observed (3 and 2 times), every 4th step drafts nothing (phase 0) and
+    least twice its tokens are observed (3 times each), every 4th step drafts nothing (phase 0) and
     every 4th step (phase 2) drafts the best offered positions, one per request in all (a forward of
     twice the plain one's tokens: a 16-request batch drafting every position was 8x a plain step), so
     the model sees the curve's shape."""
@@ -208,10 +208,10 @@ def test_the_plain_and_a_long_forward_are_observed_before_the_rule_alone_drafts(
         explorer.observe_forward(2, 2.0)
     assert [explorer.allocate(two, rows=2) for _ in range(3)][-1] == [0, 2, 0], "the best two: 0.9, 0.8"
     assert rule.explored == 2
-    for tokens in (1, 1, 1, 3, 3):
+    for tokens in (1, 1, 1, 3, 3, 3):
         rule.observe_forward(tokens, float(tokens))
     assert all(rule.allocate([Offers([0.9, 0.9])], rows=1) == [0] for _ in range(8))
-    assert rule.explored == 2 and rule.stats()["forwards_observed"] == 5
+    assert rule.explored == 2 and rule.stats()["forwards_observed"] == 6
 
 
 def test_a_rule_that_stopped_drafting_explores_a_longer_forward_again():
@@ -221,10 +221,10 @@ def test_a_rule_that_stopped_drafting_explores_a_longer_forward_again():
     from stand_runtime.drafters.latency_model import MAX_AGE
 
     rule = ChainBudget(LatencyModel(lambda t: float(t), (1, 2, 4, 8)), ScoreIsP(kinds=3))
-    for tokens in (1, 1, 1, 3, 3):
+    for tokens in (1, 1, 1, 3, 3, 3):
         rule.observe_forward(tokens, float(tokens))
     assert all(rule.allocate([Offers([0.9, 0.9])], rows=1) == [0] for _ in range(8))
-    for _ in range(MAX_AGE - 2):  # forwards 5 .. 514: the first 3-token one (forward 3) is 512 old at the next
+    for _ in range(MAX_AGE - 3):  # forwards 6 .. 514: the first 3-token one (forward 3) is 512 old at the next
         rule.observe_forward(1, 1.0)
     assert all(rule.allocate([Offers([0.9, 0.9])], rows=1) == [0] for _ in range(4)), "the 3-token forwards count"
     rule.observe_forward(1, 1.0)

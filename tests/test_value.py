@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from stand_runtime import DynamicTree, Method, NGramStore, SamplingParams, StandError, generate
+from stand_runtime import DynamicTree, Method, NGramStore, SamplingParams, StandError, generate, generate_batch
 from stand_runtime.drafters.best_first import parse_dynamic
 from stand_runtime.drafters.peak import first_peak
 from stand_runtime.drafters.latency_model import MIN_OBSERVED, LatencyModel
@@ -29,16 +29,22 @@ def linear(a: float, b: float):
     return lambda tokens: a + b * tokens
 
 
+def observe(model: LatencyModel, tokens: int, seconds: float, times: int = MIN_OBSERVED) -> None:
+    """``times`` forwards of ``tokens`` tokens and ``seconds`` each (default: enough for the size to count)."""
+    for _ in range(times):
+        model.observe(tokens, seconds)
+
+
 def test_the_rule_drafts_the_prefix_with_the_most_expected_tokens_per_second():
     acceptance = FixedAcceptance([0.9, 0.5, 0.1, 0.05])
     scores, copied = np.ones(4), np.zeros(4, dtype=bool)
     # t(1 + n) = 1 + 0.1 n: tokens per second 1, 1.9/1.1, 2.4/1.2, 2.5/1.3, 2.55/1.4 -> 2 nodes
     flat = ValueRule(LatencyModel(linear(0.9, 0.1), SIZES), acceptance)
-    flat.latency.observe(1, 1.0), flat.latency.observe(1, 1.0)  # the root-only forward seen: no exploring
+    observe(flat.latency, 1, 1.0)  # the root-only forward seen: no exploring
     assert flat.size(scores, copied) == 2
     # t(1 + n) = 1 + n: no node pays for itself (1.9 / 2 < 1): zero nodes
     steep = ValueRule(LatencyModel(linear(0.0, 1.0), SIZES), acceptance)
-    steep.latency.observe(1, 1.0), steep.latency.observe(1, 1.0)
+    observe(steep.latency, 1, 1.0)
     assert steep.size(scores, copied) == 0
     assert steep.size(np.ones(0), np.zeros(0, dtype=bool)) == 0
 
@@ -53,7 +59,7 @@ def test_a_step_in_the_cost_is_crossed_when_the_nodes_past_it_pay():
     stepped = np.array([1.0, 1.1, 1.2, 1.2, 1.21, 1.22, 1.23])
     profile = lambda tokens: float(np.interp(tokens, np.arange(1, 8), stepped))
     rule = ValueRule(LatencyModel(profile, (1, 2, 4, 8)), FixedAcceptance([0.08] * 6))
-    rule.latency.observe(1, 1.0), rule.latency.observe(1, 1.0)
+    observe(rule.latency, 1, 1.0)
     assert first_peak(lambda n: 1 + 0.08 * n, profile, 6) == 0  # stuck at the step
     assert rule.size(np.ones(6), np.zeros(6, dtype=bool)) == 6
     kernel = np.concatenate([[45.0, 46, 48], 64 + 2.0 * np.arange(16)])  # ms, forwards of 1 .. 19 tokens
@@ -155,8 +161,54 @@ def test_a_latency_profile_measured_under_load_is_corrected_within_20_steps():
     wrong = [n for n in loaded.sizes if n > best + 5]
     before, after = loaded.sizes[MIN_OBSERVED], loaded.sizes[-4:]
     assert before > best + 5 and rate[before] < 0.97 * rate[best]  # steered wrong by the loaded profile
-    assert len(wrong) <= 2, loaded.sizes  # for 2 steps: then its own forward is observed
+    assert len(wrong) <= MIN_OBSERVED, loaded.sizes  # until its own forward is observed enough to count
     assert all(rate[n] > 0.995 * rate[best] for n in after), (loaded.sizes, best)  # then right
+
+
+def test_timing_noise_within_the_tolerance_leaves_the_profile_as_measured():
+    """Forwards 0.7-1.0 times the profile at every size (a quiet run: the machine faster than when the
+    profile was measured, and noisy) leave the profile's shape standing exactly, so the rule's sizes do
+    not read the noise; a size 3 times dearer than the rest (beyond :data:`TOLERANCE`) corrects it."""
+    from stand_runtime.drafters.latency_model import TOLERANCE
+
+    profile = linear(1.0, 0.05)
+    rng = np.random.default_rng(0)
+    quiet = LatencyModel(profile, SIZES)
+    for tokens in rng.choice([1, 2, 3, 4, 6, 8], size=200):
+        quiet.observe(int(tokens), profile(tokens) * rng.uniform(0.7, 1.0))
+    assert 1.0 / 0.7 < TOLERANCE and all(quiet.ratio(t) == 1.0 for t in range(1, 40))
+    assert quiet.at(5) == profile(5)
+    observe(quiet, 16, 3 * 0.85 * profile(16))  # beyond the tolerance: the 16-token forward's ratio counts
+    assert quiet.ratio(16) == pytest.approx(3 * 0.85, rel=0.01) and quiet.ratio(4) < 1.0
+
+
+def test_a_seeded_value_sized_decode_repeats_token_for_token_under_timing_noise(tiny_qwen2, monkeypatch):
+    """The same seed gives the same text twice although every step's measured time differs between
+    the runs (by up to 30%, within the latency model's tolerance): the sizes read the profile and the
+    draws, not the noise. One sequence and a batch of 2 rows."""
+    from stand_runtime.target import latency
+
+    profile = latency.LatencyProfile(tuple(range(1, 33)), tuple(1.0 + 0.08 * n for n in range(1, 33)))
+    monkeypatch.setattr("stand_runtime.method.cached_latency", lambda model, name: profile)
+    observed = LatencyModel.observe
+    prompt, params = [3, 1, 4, 1, 5, 9, 2, 6] * 3, SamplingParams(temperature=0.8, top_p=0.95)
+
+    def run(noise: int, batch: int):
+        rng = np.random.default_rng(noise)
+        monkeypatch.setattr(LatencyModel, "observe", lambda self, tokens, seconds: observed(
+            self, tokens, self.profile(tokens) * rng.uniform(0.7, 0.91)))
+        method = Method.parse("stand", "dynamic-auto-16", tiny_qwen2, batch=batch)
+        if batch == 1:
+            tokens = [generate(tiny_qwen2, None, prompt, method=method, sampling=params, max_new_tokens=40,
+                               eos_token_ids=[], seed=11).tokens]
+        else:
+            tokens = [r.tokens for r in generate_batch(tiny_qwen2, None, [prompt], n=batch, method=method,
+                                                       sampling=params, max_new_tokens=40, eos_token_ids=[], seed=11)]
+        return tokens, list(method.value.sizes)
+
+    for batch in (1, 2):
+        (first, sizes), (second, again) = run(1, batch), run(2, batch)
+        assert first == second and sizes == again and max(sizes) > 0
 
 
 def test_a_root_only_forward_observed_long_ago_is_explored_again():
@@ -165,16 +217,15 @@ def test_a_root_only_forward_observed_long_ago_is_explored_again():
     learns the cost as it is now (4 drafted tokens dearer than none, not cheaper)."""
     from stand_runtime.drafters.latency_model import MAX_AGE, WINDOW
 
-    model = LatencyModel(lambda tokens: 1.0, SIZES)
-    model.observe(1, 0.040), model.observe(1, 0.040)  # under load: slower than any later forward
-    for _ in range(MAX_AGE - 2):
-        model.observe(5, 0.036)
+    model = LatencyModel(lambda tokens: 1.0, SIZES, tolerance=1.0)  # flat: every departure counts
+    observe(model, 1, 0.040)  # under load: slower than any later forward
+    observe(model, 5, 0.036, MAX_AGE - MIN_OBSERVED)
     assert not model.explore() and model.at(1) > model.at(5)  # drafting looks cheaper than not drafting
     model.observe(5, 0.036)
     assert model.explore() and model.observed(1) < MIN_OBSERVED  # aged out: asks for the root-only forward
-    model.observe(1, 0.032), model.observe(1, 0.032)
+    observe(model, 1, 0.032)
     assert not model.explore() and model.at(1) == pytest.approx(0.032) and model.at(5) == pytest.approx(0.036)
-    assert model.observed(1) == 2 and model.observed(5) == WINDOW  # the window per size as before
+    assert model.observed(1) == MIN_OBSERVED and model.observed(5) == WINDOW  # the window per size as before
 
 
 class ScoreIsAcceptance(AcceptanceMap):

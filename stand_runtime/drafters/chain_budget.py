@@ -16,7 +16,7 @@ chain positions across requests, best first:
 The latency model learns the curve's shape only at the sizes it sees, so two kinds of step explore
 (on every :data:`stand_runtime.drafters.latency_model.EXPLORE_EVERY`-th step, at two phases): while the plain
 forward of the batch's size has fewer than :data:`PLAIN_OBSERVED` observations, a step drafts nothing;
-while no forward of twice that size has 2, a step drafts the batch's best offered positions, one per
+while no forward of twice that size has 3, a step drafts the batch's best offered positions, one per
 request in all, best first as the rule takes them (it drafted every offered position to the end of its
 chain before: at 16 requests and K 16 a forward over 121 tokens, 0.77 s where a plain step takes 0.1 s).
 Both lengths are fixed without reading a draw the length decides on, like the rule's.
@@ -31,7 +31,8 @@ each chain by speculative sampling, lossless for any length fixed this way (docs
 
 t comes from :class:`stand_runtime.drafters.latency_model.LatencyModel` over tokens per forward: a latency
 profile of vLLM on this machine (:mod:`stand_runtime.vllm.sizing`) or, without one, the flat
-:func:`default_profile`, corrected by the step times the proposer observes.
+:func:`default_profile`, corrected by the step times the proposer observes (the flat one wherever they depart from it, a
+measured one only where they depart beyond timing noise).
 """
 
 from __future__ import annotations
@@ -47,10 +48,10 @@ from .chain import KINDS, ChainCursor
 from .latency_model import EXPLORE_EVERY, MIN_OBSERVED, LatencyModel
 from .value import AcceptanceMap
 
-PLAIN_OBSERVED = MIN_OBSERVED + 1
-"""Plain forwards (no drafts) of a batch's size the rule explores for: one more than a size needs to
-count, so that the median outvotes one slow forward (the rule drafts from then on, so the plain size
-is seen only while exploring, and one outlier there made every draft look free)."""
+PLAIN_OBSERVED = MIN_OBSERVED
+"""Plain forwards (no drafts) of a batch's size the rule explores for: three, so that the median
+outvotes one slow forward (the rule drafts from then on, so the plain size is seen only while
+exploring, and one outlier there made every draft look free)."""
 
 FORWARD_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 """Tokens per forward the latency model keeps its observations at (the nearest on a log scale)."""
@@ -102,12 +103,12 @@ class ChainBudget:
 
     Args:
         latency: t over tokens per forward (``rows`` 1); None = :func:`default_profile` at
-            :data:`FORWARD_SIZES`.
+            :data:`FORWARD_SIZES`, every observed departure corrected (its shape means nothing).
         acceptance: P per score and kind; None = a fresh map over the chain's kinds.
     """
 
     def __init__(self, latency: LatencyModel | None = None, acceptance: AcceptanceMap | None = None) -> None:
-        self.latency = latency or LatencyModel(default_profile, FORWARD_SIZES)
+        self.latency = latency or LatencyModel(default_profile, FORWARD_SIZES, tolerance=1.0)
         self.acceptance = acceptance or AcceptanceMap(kinds=KINDS)
         self.steps = 0
         self.explored = 0  # steps that drafted nothing to observe the plain forward

@@ -13,8 +13,17 @@ import numpy as np
 WINDOW = 16
 """Recent forwards per profile size that :class:`LatencyModel` keeps."""
 
-MIN_OBSERVED = 2
-"""Forwards a profile size needs before its observed ratio counts."""
+MIN_OBSERVED = 3
+"""Forwards a profile size needs before its observed ratio counts: a median of three outvotes one stray
+forward (with two, one forward 4 times its size's cost, a pause, made that size look 2.5 times dearer)."""
+
+TOLERANCE = 1.5
+"""How far (a factor either way) a profile size's observed ratio may sit from the smallest observed
+size's before it corrects the profile's shape (:class:`LatencyModel`). Within it a departure is timing noise
+and the profile's shape stands, so a quiet run sizes its drafts from the profile and the acceptance
+it observed alone, and a seed reproduces it (measured on the EPYC, HumanEval x 1: the per-size
+medians of a quiet run within 0.63-0.95 of the profile, forwards of 12-18 tokens with their host work
+1.07-1.13); a profile measured under load departs 15-fold."""
 
 MAX_AGE = 512
 """Forwards after which an observation is dropped (:meth:`LatencyModel.observe`): a size the rule no
@@ -25,9 +34,13 @@ drafting looked cheaper than not drafting. Dropped, the root-only forward is exp
 (:meth:`LatencyModel.explore`): ~2-3 steps without drafts in 512, under 0.6% of the steps."""
 
 EXPLORE_FIRST, EXPLORE_EVERY = MIN_OBSERVED + 1, 4
-"""While the root-only forward is unobserved, the first 3 steps draft nothing (the first runs cold and
+"""While the root-only forward is unobserved, the first 4 steps draft nothing (the first runs cold and
 is not observed), then every 4th (:func:`explores`). Every 4th from the start took 8 steps to observe
-it, and a profile measured under load (flat) priced all 80 nodes as free until then (6 such steps)."""
+it (when 2 observations counted), and a profile measured under load (flat) priced all 80 nodes as
+free until then (6 such steps)."""
+
+
+_STALE = object()
 
 
 def explores(step: int) -> bool:
@@ -42,8 +55,11 @@ class LatencyModel:
     :data:`WINDOW` forwards younger than :data:`MAX_AGE` forwards, once it has :data:`MIN_OBSERVED`),
     interpolated linearly in tokens between the sizes observed and held constant beyond them; before
     any observation the profile stands. Shape matters, not scale (the rule's argmax ignores a constant
-    factor), so the smallest forward (the root alone) must be observed too: :meth:`explore` asks for it
-    while it is missing (never observed, or its observations aged out).
+    factor): a size whose ratio sits within ``tolerance`` of the smallest observed size's (the root-only
+    forward's, once explored) takes that ratio, and where all do, the profile stands as measured, so
+    timing noise does not move the sizes and a seeded run repeats. The smallest forward (the root
+    alone) must be observed too: :meth:`explore` asks for it while it is missing (never observed, or its
+    observations aged out).
 
     Args:
         profile: seconds of a forward over ``tokens`` (e.g. :meth:`stand_runtime.LatencyProfile.at`).
@@ -51,11 +67,14 @@ class LatencyModel:
         rows: rows per forward (a batch of B rows forwards B times the tokens).
         observing: False for a profile of other hardware with no forwards of its own to observe (the
             trace bench's replay, sized for a projection): it never asks to explore.
+        tolerance: :data:`TOLERANCE`, a factor >= 1; 1 corrects every departure (for a placeholder
+            profile whose shape means nothing, as a flat one).
     """
 
     def __init__(self, profile: Callable[[float], float], sizes: Sequence[int], rows: int = 1,
-                 observing: bool = True) -> None:
+                 observing: bool = True, tolerance: float = TOLERANCE) -> None:
         self.profile = profile
+        self.tolerance = float(tolerance)
         self.sizes = np.asarray(sorted(sizes), dtype=np.float64)
         self.rows = rows
         self.observing = observing
@@ -63,6 +82,7 @@ class LatencyModel:
         self._forwards = 0  # forwards observed so far (the next one's index)
         self._medians: list = [None] * len(self.sizes)  # per size its (tokens, ratio) median, None: refit
         self._profiled = np.zeros(0)  # profile(t) for t = 1 .. len (filled on demand: it never changes)
+        self._fit = _STALE  # _fitted()'s answer until the next observation
 
     def _profile_many(self, tokens: np.ndarray) -> np.ndarray:
         """``profile`` at integer token counts ``tokens`` (``[m]`` int, >= 1), from a table kept per count."""
@@ -74,17 +94,31 @@ class LatencyModel:
         return self._profiled[tokens - 1]
 
     def _fitted(self):
-        """The correction as it stands: ``(tokens, ratios)`` of the sizes observed, or None."""
+        """The correction as it stands: ``(tokens, ratios)`` of the sizes observed, or None (the
+        profile stands: nothing observed, or every size within :attr:`tolerance` of the smallest's);
+        refitted only after an observation."""
+        if self._fit is _STALE:
+            self._fit = self._fit_now()
+        return self._fit
+
+    def _fit_now(self):
         known = self._known()
         if not known:
             return None
-        return tuple(np.asarray(v) for v in zip(*sorted(map(tuple, known))))
+        tokens, ratios = (np.asarray(v) for v in zip(*sorted(map(tuple, known))))
+        if self.tolerance > 1.0:
+            departs = np.abs(np.log(ratios / ratios[0])) > np.log(self.tolerance)
+            if not departs.any():
+                return None
+            ratios = np.where(departs, ratios, ratios[0])
+        return tokens, ratios
 
     def _bucket(self, tokens: float) -> int:
         return int(np.argmin(np.abs(np.log(self.sizes) - np.log(max(tokens, 1.0)))))
 
     def ratio(self, tokens: float) -> float:
-        """Observed / profile seconds at ``tokens`` (all rows; 1 before any observation)."""
+        """Observed / profile seconds at ``tokens`` (all rows; 1 where the profile stands: before any
+        observation, or while every size is within :attr:`tolerance`)."""
         return float(self._ratios_at(np.array([float(tokens)]))[0])
 
     def _known(self) -> list:
@@ -128,6 +162,7 @@ class LatencyModel:
             bucket = self._bucket(tokens)
             self._ratios[bucket].append((tokens, seconds / expected, self._forwards))
             self._medians[bucket] = None
+            self._fit = _STALE
             self._forwards += 1
             oldest = self._forwards - MAX_AGE
             for b, kept in enumerate(self._ratios):

@@ -94,10 +94,12 @@ def _target_params(row: BatchRow) -> SamplingParams:
 
 
 def _budget(options: dict) -> ChainBudget:
-    """The sized rule: vLLM's measured latency here when given, else flat (the observed step times alone)."""
+    """The sized rule: vLLM's measured latency here when given (its shape corrected only where the
+    step times depart beyond timing noise), else flat (the observed step times alone)."""
     latency = options["latency"]
-    profile = default_profile if latency is None else profile_function(latency["sizes"], latency["seconds"])
-    return ChainBudget(LatencyModel(profile, FORWARD_SIZES))
+    if latency is None:
+        return ChainBudget(LatencyModel(default_profile, FORWARD_SIZES, tolerance=1.0))
+    return ChainBudget(LatencyModel(profile_function(latency["sizes"], latency["seconds"]), FORWARD_SIZES))
 
 
 class StandProposer:
