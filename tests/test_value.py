@@ -168,18 +168,23 @@ def test_a_latency_profile_measured_under_load_is_corrected_within_20_steps():
 def test_timing_noise_within_the_tolerance_leaves_the_profile_as_measured():
     """Forwards 0.7-1.0 times the profile at every size (a quiet run: the machine faster than when the
     profile was measured, and noisy) leave the profile's shape standing exactly, so the rule's sizes do
-    not read the noise; a size 3 times dearer than the rest (beyond :data:`TOLERANCE`) corrects it."""
-    from stand_runtime.drafters.latency_model import TOLERANCE
+    not read the noise; a size 3 times dearer than the rest (beyond :data:`TOLERANCE`), or every size 5
+    times its profile (beyond :data:`SCALE_TOLERANCE`), corrects it."""
+    from stand_runtime.drafters.latency_model import SCALE_TOLERANCE, TOLERANCE
 
     profile = linear(1.0, 0.05)
     rng = np.random.default_rng(0)
     quiet = LatencyModel(profile, SIZES)
     for tokens in rng.choice([1, 2, 3, 4, 6, 8], size=200):
         quiet.observe(int(tokens), profile(tokens) * rng.uniform(0.7, 1.0))
-    assert 1.0 / 0.7 < TOLERANCE and all(quiet.ratio(t) == 1.0 for t in range(1, 40))
+    assert 1.0 / 0.7 < TOLERANCE and 5.0 > SCALE_TOLERANCE and all(quiet.ratio(t) == 1.0 for t in range(1, 40))
     assert quiet.at(5) == profile(5)
-    observe(quiet, 16, 3 * 0.85 * profile(16))  # beyond the tolerance: the 16-token forward's ratio counts
+    observe(quiet, 16, 3 * 0.85 * profile(16))  # beyond the tolerance: the observed ratios correct it
     assert quiet.ratio(16) == pytest.approx(3 * 0.85, rel=0.01) and quiet.ratio(4) < 1.0
+    loaded = LatencyModel(profile, SIZES)  # the right shape, 5 times the cost: not the machine profiled
+    for tokens in (1, 4, 8):
+        observe(loaded, tokens, 5 * profile(tokens))
+    assert loaded.ratio(2) == pytest.approx(5.0)
 
 
 def test_a_seeded_value_sized_decode_repeats_token_for_token_under_timing_noise(tiny_qwen2, monkeypatch):
