@@ -170,7 +170,7 @@ def test_timing_noise_within_the_tolerance_leaves_the_profile_as_measured():
     profile was measured, and noisy) leave the profile's shape standing exactly, so the rule's sizes do
     not read the noise; a size 3 times dearer than the rest (beyond :data:`TOLERANCE`), or every size 5
     times its profile (beyond :data:`SCALE_TOLERANCE`), corrects it."""
-    from stand_runtime.drafters.latency_model import SCALE_TOLERANCE, TOLERANCE
+    from stand_runtime.drafters.latency_model import DEPARTURE_OBSERVED, SCALE_TOLERANCE, TOLERANCE
 
     profile = linear(1.0, 0.05)
     rng = np.random.default_rng(0)
@@ -179,7 +179,9 @@ def test_timing_noise_within_the_tolerance_leaves_the_profile_as_measured():
         quiet.observe(int(tokens), profile(tokens) * rng.uniform(0.7, 1.0))
     assert 1.0 / 0.7 < TOLERANCE and 5.0 > SCALE_TOLERANCE and all(quiet.ratio(t) == 1.0 for t in range(1, 40))
     assert quiet.at(5) == profile(5)
-    observe(quiet, 16, 3 * 0.85 * profile(16))  # beyond the tolerance: the observed ratios correct it
+    observe(quiet, 16, 3 * 0.85 * profile(16))  # 3 forwards: too few to tell a departure from pauses
+    assert quiet.ratio(16) == 1.0
+    observe(quiet, 16, 3 * 0.85 * profile(16), DEPARTURE_OBSERVED)  # beyond the tolerance: the ratios correct it
     assert quiet.ratio(16) == pytest.approx(3 * 0.85, rel=0.01) and quiet.ratio(4) < 1.0
     loaded = LatencyModel(profile, SIZES)  # the right shape, 5 times the cost: not the machine profiled
     for tokens in (1, 4, 8):

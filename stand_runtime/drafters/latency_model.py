@@ -29,6 +29,11 @@ best-of-8 at 4 and 8 rows 0.87-1.36. A shape tolerance of 1.5 let some quiet run
 not (a different text for the same seed); a profile measured under load departs 3-fold in shape at 81
 tokens and 15-fold in scale."""
 
+DEPARTURE_OBSERVED = WINDOW // 2
+"""Forwards a size needs before its ratio can say the profile's shape is wrong: a size the rule
+rarely chooses has few, and two slow ones among three (a pause) would turn the correction on in one
+run and not in another seeded alike."""
+
 MAX_AGE = 512
 """Forwards after which an observation is dropped (:meth:`LatencyModel.observe`): a size the rule no
 longer chooses keeps no ratio from long ago. Without it the root-only forward, observed while exploring
@@ -59,8 +64,9 @@ class LatencyModel:
     :data:`WINDOW` forwards younger than :data:`MAX_AGE` forwards, once it has :data:`MIN_OBSERVED`),
     interpolated linearly in tokens between the sizes observed and held constant beyond them; before
     any observation the profile stands. Shape matters, not scale (the rule's argmax ignores a constant
-    factor). While every size's ratio is within ``tolerance`` of the ratio of the size observed most,
-    and that one within :data:`SCALE_TOLERANCE` of 1, the profile stands as measured, so timing noise
+    factor). While every size's ratio (of those with :data:`DEPARTURE_OBSERVED` forwards) is within
+    ``tolerance`` of the ratio of the size observed most, and that one within :data:`SCALE_TOLERANCE`
+    of 1, the profile stands as measured, so timing noise
     (and host work that moves a size's cost by less) does not move the sizes and a seeded run repeats;
     beyond either, every observed size corrects it. The smallest forward (the root
     alone) must be observed too: :meth:`explore` asks for it while it is missing (never observed, or its
@@ -114,8 +120,9 @@ class LatencyModel:
         tokens, ratios, counts = (np.asarray(v) for v in zip(*kept))
         if self.tolerance > 1.0:
             reference = ratios[int(np.argmax(counts))]  # the size observed most: the run's typical forward
+            telling = counts >= DEPARTURE_OBSERVED
             if (abs(np.log(reference)) <= np.log(SCALE_TOLERANCE)
-                    and np.all(np.abs(np.log(ratios / reference)) <= np.log(self.tolerance))):
+                    and np.all(np.abs(np.log(ratios[telling] / reference)) <= np.log(self.tolerance))):
                 return None  # the machine as the profile measured it: its shape stands
         return tokens, ratios
 
