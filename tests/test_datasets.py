@@ -18,6 +18,9 @@ def test_humaneval_from_installed_package():
     assert [p.id for p in load_prompts(samples=2, offset=30)] == ["HumanEval/30", "HumanEval/31"]
     shuffled = load_prompts(samples=5, shuffle_seed=1)
     assert shuffled == load_prompts(samples=5, shuffle_seed=1) and shuffled != load_prompts(samples=5)
+    assert load_prompts(field="prompt", samples=1) == load_prompts(samples=1)
+    with pytest.raises(StandError, match="does not apply to humaneval"):  # not ignored silently
+        load_prompts(field="question", samples=1)
 
 
 @pytest.mark.skipif(not (SHARED / "gsm8k_test.jsonl").is_file(), reason="shared benchmark data not present")

@@ -346,6 +346,15 @@ def test_unknown_model_spec_is_a_one_line_error(spec, monkeypatch):
     assert "\n" not in str(info.value)
 
 
+def test_a_model_folder_without_tokenizer_files_is_named(tmp_path):
+    """transformers lists what is missing on the lines after its first; the one-line error keeps them."""
+    (tmp_path / "config.json").write_text('{"model_type": "llama"}')
+    with pytest.raises(StandError, match="cannot load") as info:
+        load_model(str(tmp_path))
+    message = str(info.value)
+    assert "\n" not in message and not message.endswith("from one of:") and len(message) > 120
+
+
 def test_feeding_rejected_nodes_stores_their_contexts(tiny_qwen2):
     """With feed_rejected the store gets p at every node of a step's tree, rejected ones included,
     keyed by the node's real context and equal to the target's p after that context."""

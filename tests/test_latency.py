@@ -117,9 +117,15 @@ def test_an_untrustworthy_or_contradicted_profile_is_named():
     assert latency_warnings(quiet, forward_s=0.08 * 50, forwards=50) == []
     busy = LatencyProfile((1, 8), (1.135, 1.2), (1.135, 1.2), (0.9, 0.4))
     first, second = latency_warnings(busy, forward_s=0.076 * 40, forwards=40)
-    assert "spread of 79% between rounds" in first and "delete" in first
+    assert "spread of 56% between rounds" in first and "delete" in first  # the median over its sizes
     assert "took 76 ms for 1.0 tokens where the cached latency profile says 1135 ms (0.1x)" in second
     assert all("\n" not in line for line in (first, second))
+    assert latency_warnings(busy, forward_s=0.076 * 40, forwards=40, spread=False) == [second]
+    slow = dict(forward_s=0.2 * 40, forwards=40)  # 2.6x the profile's 76 ms
+    assert len(latency_warnings(quiet, **slow)) == 1
+    assert latency_warnings(quiet, **slow, context_tokens=8000) == []  # a long context's attention, not the profile
+    noisy = LatencyProfile((1, 4, 8), (0.076, 0.1, 0.14), (0.076, 0.1, 0.14), (0.004, 0.037, 0.006))
+    assert latency_warnings(noisy) == []  # one size's rounds spread 37%: its median over the rounds stands
 
 
 def test_every_benchmark_script_imports():

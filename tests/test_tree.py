@@ -96,6 +96,10 @@ def test_not_json_and_missing_file(tmp_path):
         load_tree(path)
     with pytest.raises(StandError, match="neither a file nor a bundled tree"):
         load_tree(tmp_path / "missing.json")
+    with pytest.raises(StandError, match="dynamic trees .* apply to decoding only"):
+        load_tree("dynamic-80")
+    with pytest.raises(StandError, match="auto is sized for this machine when decoding starts"):
+        load_tree("auto")
 
 
 def test_round_trip_versioned_and_choices(tmp_path):

@@ -108,8 +108,10 @@ def _decode(prompts: list, specs: list, sampling, settings: dict, json_out: Opti
     model, trajectories = settings["model"], settings["trajectories"]
     target, tokenizer = loading.load_model(model, settings["dtype"])
     check_prompts_fit(target, tokenizer, prompts, settings["max_new_tokens"])
-    any(loading.announce_tree(target, spec.method, spec.tree) is not None for spec in specs)  # once: STAND methods share it
+    announced = any(loading.announce_tree(target, spec.method, spec.tree) is not None for spec in specs)  # once: shared
     profile = loading.cached_profile(target, model)
+    if not announced:
+        loading.warn_latency(profile)  # the profile's spread (announce_tree checks it for the methods it sizes)
     found = loading.successor_prior(target, tokenizer, [s.method for s in specs if s.prior], sampling, settings["prior"])
     settings["prior"] = found is not None  # whether any configuration drafts with it
 
@@ -134,7 +136,8 @@ def _report(results: list, profile, title: str, json_out: Optional[Path], png: O
 
     ratios, intervals = speedups(results), speedup_intervals(results)
     plain = next((r for r in results if r.method == "ar"), None)
-    loading.warn_latency(profile, **({} if plain is None else {"forward_s": plain.forward_s, "forwards": plain.steps}))
+    loading.warn_latency(profile, spread=False,
+                         **({} if plain is None else {"forward_s": plain.forward_s, "forwards": plain.steps}))
     for table in render.bench_tables(results, ratios, title, intervals, latency_bounds(results, profile)):
         console.print(table)
     for line in render.speedup_warnings(results, ratios, intervals):

@@ -71,10 +71,7 @@ def generate_command(
         console.print(FINISH_NOTES[result.finish_reason].format(max_new_tokens), style="dim")
     console.print(render.stats_table(result.stats, title=f"{method} on {model}"))
     if choice is not None:
-        stats = result.stats
-        drafted = sum(stats.drafted_per_step) / len(stats.drafted_per_step) if stats.drafted_per_step else 0.0
-        loading.warn_latency(choice.profile, forward_s=stats.forward_s, forwards=stats.target_forwards,
-                             tokens_per_forward=1 + drafted)
+        _warn_observed(choice.profile, result.stats)
     if json_out is not None:
         write_json(json_out, {"method": method, "model": model, "tree": tree or DEFAULT_TREES.get(method), "seed": seed,
                               "temperature": temperature, "top_p": top_p, "top_k": top_k, "max_new_tokens": max_new_tokens,
@@ -95,3 +92,12 @@ def _decode(target, tokenizer, text: str, method: str, tree, sampling, max_new_t
                           on_step=lambda step: stream(step.tokens))
     stream.end()
     return result
+
+
+def _warn_observed(profile, stats) -> None:
+    """Warn where this run's forward times contradict the latency profile (its spread was checked
+    before the run; a long context's slower forwards are not the profile's fault)."""
+    drafted = sum(stats.drafted_per_step) / len(stats.drafted_per_step) if stats.drafted_per_step else 0.0
+    loading.warn_latency(profile, forward_s=stats.forward_s, forwards=stats.target_forwards,
+                         tokens_per_forward=1 + drafted, context_tokens=stats.prompt_tokens + stats.new_tokens / 2,
+                         spread=False)

@@ -158,7 +158,7 @@ def load_tokenizer(spec: str = DEFAULT_MODEL):
     except StandError:
         raise
     except Exception as error:
-        raise StandError(f"cannot load the tokenizer of {spec!r}: {str(error).splitlines()[0][:200]}") from None
+        raise StandError(f"cannot load the tokenizer of {spec!r}: {_one_line(error)}") from None
 
 
 def dtype_note(dtype: torch.dtype | str, device: str | torch.device | None = None) -> str | None:
@@ -181,6 +181,12 @@ def _dtype(dtype: torch.dtype | str) -> torch.dtype:
     return dtype
 
 
+def _one_line(error: BaseException, limit: int = 300) -> str:
+    """``error``'s message on one line (its lines joined: transformers' tokenizer error lists what is
+    missing on the lines after its first), at most ``limit`` characters."""
+    return " ".join(str(error).split())[:limit]
+
+
 def _load_folder(folder: Path, dtype: torch.dtype, spec: str):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -189,7 +195,7 @@ def _load_folder(folder: Path, dtype: torch.dtype, spec: str):
             tokenizer = AutoTokenizer.from_pretrained(folder)
             model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype)
     except (OSError, ValueError, KeyError) as error:
-        raise StandError(f"cannot load model {spec!r}: {str(error).splitlines()[0][:200]}") from None
+        raise StandError(f"cannot load model {spec!r}: {_one_line(error)}") from None
     return model, tokenizer
 
 
@@ -280,7 +286,7 @@ def _dequantized_cache(gguf: Path) -> Path:
     except StandError:
         raise
     except Exception as error:
-        raise StandError(f"cannot load GGUF {gguf}: {str(error).splitlines()[0][:200]}") from None
+        raise StandError(f"cannot load GGUF {gguf}: {_one_line(error)}") from None
     finally:
         if staging.exists():
             shutil.rmtree(staging, ignore_errors=True)

@@ -73,6 +73,9 @@ def load_prompts(
     if not isinstance(dataset, str) or not dataset:
         raise StandError(f"dataset must be a name or a file path, got {dataset!r}")
     if dataset == "humaneval":
+        if field not in (None, "prompt"):
+            raise StandError(f"--field {field!r} does not apply to humaneval (its text is the 'prompt' field); "
+                             f"it names a field of a JSONL or HF dataset")
         records = [record for _, record in _read_jsonl(humaneval_path())]
         prompts = [Prompt(str(r.get("task_id", i)), r["prompt"]) for i, r in enumerate(records)]
     elif dataset.endswith((".jsonl", ".jsonl.gz", ".json")) or Path(dataset).exists():
