@@ -31,8 +31,7 @@ each chain by speculative sampling, lossless for any length fixed this way (docs
 
 t comes from :class:`stand_runtime.drafters.latency_model.LatencyModel` over tokens per forward: a latency
 profile of vLLM on this machine (:mod:`stand_runtime.vllm.sizing`) or, without one, the flat
-:func:`default_profile`, corrected by the step times the proposer observes (the flat one wherever they depart from it, a
-measured one only where they depart beyond timing noise).
+:func:`default_profile`, corrected by the step times the proposer observes (every departure: ``tolerance`` 1).
 """
 
 from __future__ import annotations
