@@ -223,9 +223,9 @@ def latency_warnings(profile: LatencyProfile, *, forward_s: float = 0.0, forward
     """
     folder = cache_root() / "latency"
     out = []
-    spread = profile_spread(profile) if spread else 0.0
-    if spread > UNTRUSTED_SPREAD:
-        out.append(f"the latency profile was measured with a spread of {100 * spread:.0f}% between rounds (the machine "
+    width = profile_spread(profile) if spread else 0.0
+    if width > UNTRUSTED_SPREAD:
+        out.append(f"the latency profile was measured with a spread of {100 * width:.0f}% between rounds (the machine "
                    f"was busy): sizes chosen from it may be wrong; delete {folder} and run again on a quiet machine")
     if forwards > 0 and forward_s > 0:
         observed = forward_s / forwards

@@ -159,10 +159,12 @@ def load_tree(path_or_name: str | os.PathLike) -> TreeFile:
             path = bundled[spec]
         else:
             names = ", ".join(sorted(bundled)) or "none"
-            hint = ("; STAND's dynamic trees are written in lower case (dynamic, dynamic-N, dynamic-auto, "
-                    "dynamic-auto-N) and have no fixed shape: they apply to decoding only (generate, bench, search), "
-                    "not to export or show") if str(spec).strip().lower().startswith("dynamic") else ""
-            if spec.strip().lower() == "auto":
+            word, hint = spec.strip().lower(), ""
+            if word.startswith("dynamic"):
+                hint = ("; STAND's dynamic trees are written in lower case (dynamic, dynamic-N, dynamic-auto, "
+                        "dynamic-auto-N) and have no fixed shape: they apply to decoding only (generate, bench, "
+                        "search), not to export or show")
+            elif word == "auto":
                 hint = ("; auto is sized for this machine when decoding starts (generate, bench, search) from the "
                         "bundled tree family; treeopt export --nodes auto writes that tree to a file you can show")
             raise StandError(f"tree not found: {spec!r} is neither a file nor a bundled tree ({names}){hint}")
