@@ -104,6 +104,12 @@ def test_show_and_candidate(tmp_path, calibration_file):
     bad.write_text(json.dumps({"format": "stand-tree", "version": 1, "paths": [[1]]}))
     code, output = run("show", str(bad))
     one_line_error(output, "has no elder sibling [0]")
+    empty = tmp_path / "empty.json"
+    empty.write_text("[]")
+    code, output = run("show", str(empty))  # shown, with the reason generate refuses it
+    assert code == 0 and "0 nodes" in output and "no draft nodes" in " ".join(output.split())
+    code, output = run("generate", "--tree", str(empty), "hi")
+    one_line_error(output, "has no draft nodes: use method 'ar'")
 
 
 def test_the_shipped_calibration_exports_and_shows_by_name(tmp_path):
@@ -199,8 +205,12 @@ def tiny_cli(monkeypatch):
         (["--seed", "-3", "hi"], "Invalid value for '--seed'"),
         (["--max-new-tokens", "0", "hi"], "Invalid value for '--max-new-tokens'"),
         (["--method", "ar", "--tree", "heuristic-80", "hi"], "method 'ar' drafts no static tree"),
-        (["--top-p", "0", "hi"], "top_p must be in"),
-        (["--top-p", "1e-100", "hi"], "top_p must be >= 1.1754943508222875e-38"),
+        (["--top-p", "0", "hi"], "--top-p must be in (0, 1], got 0.0"),
+        (["--top-p", "1.5", "hi"], "--top-p must be in (0, 1], got 1.5"),  # one style at both ends
+        (["--top-p", "nan", "hi"], "--top-p must be a finite number, got nan"),
+        (["--temperature", "nan", "hi"], "--temperature must be a finite number, got nan"),
+        (["--temperature", "-1", "hi"], "--temperature must be >= 0"),
+        (["--top-p", "1e-100", "hi"], "--top-p must be >= 1.1754943508222875e-38"),
         ([], "give a prompt or --prompt-file"),
     ],
 )

@@ -355,6 +355,19 @@ def test_a_model_folder_without_tokenizer_files_is_named(tmp_path):
     assert "\n" not in message and not message.endswith("from one of:") and len(message) > 120
 
 
+def test_a_file_named_gguf_that_is_not_one_is_refused_before_dequantizing(tmp_path, monkeypatch):
+    """No "dequantizing once" note, and one line naming the file, before transformers is asked."""
+    from stand_runtime.target.models import first_load_note
+
+    monkeypatch.setenv("STAND_CACHE_DIR", str(tmp_path / "cache"))
+    fake = tmp_path / "garbage.gguf"
+    fake.write_bytes(b"not a model")
+    assert first_load_note(str(fake)) is None
+    with pytest.raises(StandError, match="not a GGUF file") as info:
+        load_model(str(fake))
+    assert "\n" not in str(info.value) and "garbage.gguf" in str(info.value)
+
+
 def test_feeding_rejected_nodes_stores_their_contexts(tiny_qwen2):
     """With feed_rejected the store gets p at every node of a step's tree, rejected ones included,
     keyed by the node's real context and equal to the target's p after that context."""

@@ -17,7 +17,7 @@ from . import loading, render, render_value
 from .app import app, console, err_console, one_line_errors
 from .options import (BASE_SEED_HELP, DATASET_HELP, DTYPE_HELP, FIELD_HELP, MODEL_HELP, OFFSET_HELP, PLOT_HELP,
                       PRIOR_HELP, TEMPERATURE_HELP, TOP_P_HELP, check_budget_fits, check_outputs, check_prior_option,
-                      moved_options, write_json)
+                      moved_options, sampling_options, write_json)
 
 TRACE_OPTIONS = ("--group-field", "--text-field", "--prompt-field", "--max-tokens", "--min-group-size", "--tokenizer",
                  "--copy-tokens")
@@ -53,7 +53,7 @@ def bench(
                                 "stand+rejected (or stand-det+rejected) also feeds the store at rejected tree nodes; "
                                 "a +noprior suffix (stand+noprior, stand-det+noprior, after +rejected when both) drafts without "
                                 "the successor prior."),
-    tree: Optional[list[str]] = typer.Option(None, metavar="TEXT", help="Tree file, bundled name, auto, dynamic[-N] (STAND: N nodes spent best-first each step) or dynamic-auto[-N] (as many as pay for themselves, N at most) for every tree method (repeat to compare trees); default: each method's own."),
+    tree: Optional[list[str]] = typer.Option(None, metavar="TEXT", help="Tree file, bundled name, auto, dynamic[-N] (stand, stand-det: N nodes spent best-first each step) or dynamic-auto[-N] (as many as pay for themselves, N at most) for every tree method (repeat to compare trees); default: each method's own."),
     temperature: float = typer.Option(0.6, help=TEMPERATURE_HELP),
     top_p: float = typer.Option(0.95, help=TOP_P_HELP),
     max_new_tokens: int = typer.Option(256, help="Tokens per trajectory at most."),
@@ -68,7 +68,6 @@ def bench(
 ) -> None:
     """Decode the same prompts with several methods, interleaved, and compare them (recorded traces:
     bench-traces; vLLM: bench-vllm)."""
-    from stand_runtime import SamplingParams
     from stand_runtime.engine.rows import check_budget
     from stand_runtime.drafters import STORE_METHODS
     from stand_runtime.method import check_tree_spec
@@ -84,7 +83,7 @@ def bench(
         if tree and spec.tree is None and spec.tree_name is not None:  # no tree given applies (recycle: static only)
             err_console.print(f"note: {spec.method} runs on its own tree {spec.tree_name}: none of --tree "
                               f"{', '.join(tree)} applies to it", highlight=False, soft_wrap=True)
-    sampling = SamplingParams(temperature, top_p, 0)
+    sampling = sampling_options(temperature, top_p)
     check_budget(max_new_tokens)
     check_bench_settings(samples, trajectories, seed)
     check_budget_fits(model, max_new_tokens)

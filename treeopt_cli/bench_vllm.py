@@ -11,7 +11,7 @@ import typer
 from . import loading, render
 from .app import app, console, one_line_errors
 from .options import (DATASET_HELP, DTYPE_HELP, FIELD_HELP, MODEL_HELP, OFFSET_HELP, PRIOR_HELP, TEMPERATURE_HELP,
-                      TOP_P_HELP, check_budget_fits, check_outputs, check_prior_option, write_json)
+                      TOP_P_HELP, check_budget_fits, check_outputs, check_prior_option, sampling_options, write_json)
 
 
 @app.command("bench-vllm")
@@ -41,7 +41,7 @@ def bench_vllm(
                                "on the same weights, then handed to vLLM's STAND proposer."),
 ) -> None:
     """Compare vLLM's plain decoding, its ngram and suffix proposers and STAND's (needs the vllm extra)."""
-    from stand_runtime import DEFAULT_MODEL, SamplingParams, load_tokenizer
+    from stand_runtime import DEFAULT_MODEL, load_tokenizer
     from stand_runtime.engine.rows import check_budget
     from stand_runtime.target.prompts import encode_prompt
     from stand_runtime.vllm import check_model_folder, check_version, check_vllm_dtype, default_model_folder
@@ -58,7 +58,7 @@ def bench_vllm(
                        [name.endswith(NOPRIOR_SUFFIX) for name in names])
     chain = parse_k(k, names)
     check_version()
-    sampling = SamplingParams(temperature, top_p, 0)
+    sampling = sampling_options(temperature, top_p)
     check_bench_settings(samples, trajectories, seed)
     offset = default_offset(dataset, offset)
     prompts = load_prompts(dataset, field=field, samples=samples, offset=offset)

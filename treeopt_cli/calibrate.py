@@ -13,7 +13,7 @@ from stand_runtime import StandError
 from . import loading, render
 from .app import app, console, err_console, one_line_errors
 from .options import (BASE_SEED_HELP, DATASET_HELP, FIELD_HELP, MODEL_HELP, TEMPERATURE_HELP, TOP_K_HELP, TOP_P_HELP,
-                      check_paths, refuse_options)
+                      check_paths, refuse_options, sampling_options)
 
 TRACE_ONLY = ["group_field", "text_field", "prompt_field", "max_tokens", "tokenizer_spec"]
 DECODING_ONLY = ["samples", "dataset", "field", "offset", "method", "temperature", "top_p", "top_k", "max_new_tokens",
@@ -62,6 +62,7 @@ def calibrate(
         refuse_options(ctx, ["batch_size"], "--method direct (it decodes one prompt at a time; --batch-size batches replay's sampling)")
     from treeopt import CalibrationConfig
 
+    sampling_options(temperature, top_p, top_k)
     config = CalibrationConfig(
         model=model, dataset=dataset, field=field, samples=samples, offset=offset, method=method,
         candidate_nodes=candidate_nodes, temperature=temperature, top_p=top_p, top_k=top_k,

@@ -12,7 +12,7 @@ from stand_runtime.limits import METHODS
 from . import loading, render
 from .app import app, console, one_line_errors
 from .options import (DTYPE_HELP, PRIOR_HELP, MODEL_HELP, SEED_HELP, TEMPERATURE_HELP, TOP_K_HELP, TOP_P_HELP, check_budget_fits,
-                      check_paths, read_prompt, refuse_options, write_json)
+                      check_paths, read_prompt, refuse_options, sampling_options, write_json)
 
 FINISH_NOTES = {"length": "(stopped at --max-new-tokens {})", "stop": "(stopped at a --stop string, which the text leaves out)",
                 "eos": "(stopped at the model's end-of-sequence token)"}
@@ -27,7 +27,7 @@ def generate_command(
     prompt_file: Optional[Path] = typer.Option(None, help="Read the prompt from this file ('-' = standard input); its trailing line breaks are dropped."),
     keep_newline: bool = typer.Option(False, "--keep-newline", help="--prompt-file: keep the file's trailing line breaks in the prompt."),
     model: str = typer.Option("smollm2-135m", help=MODEL_HELP),
-    tree: Optional[str] = typer.Option(None, help="Draft tree (stand, stand-det, recycle): a tree file, a tree family file (sized for this machine), a bundled name, auto, dynamic[-N] (STAND: N nodes spent best-first each step) or dynamic-auto[-N] (as many as pay for themselves, N at most); default: dynamic-auto for stand, auto for stand-det, heuristic-80 for recycle."),
+    tree: Optional[str] = typer.Option(None, help="Draft tree (stand, stand-det, recycle): a tree file, a tree family file (sized for this machine), a bundled name, auto, dynamic[-N] (stand, stand-det: N nodes spent best-first each step) or dynamic-auto[-N] (as many as pay for themselves, N at most); default: dynamic-auto for stand, auto for stand-det, heuristic-80 for recycle."),
     method: str = typer.Option("stand", help=f"Decoding method: {' | '.join(METHODS)} (ar: plain decoding)."),
     temperature: float = typer.Option(0.6, help=TEMPERATURE_HELP),
     top_p: float = typer.Option(0.95, help=TOP_P_HELP),
@@ -41,7 +41,6 @@ def generate_command(
     json_out: Optional[Path] = typer.Option(None, "--json", help="Also write the statistics to this JSON file."),
 ) -> None:
     """Decode one prompt, streaming the text, then show the decoding statistics."""
-    from stand_runtime import SamplingParams
     from stand_runtime.drafters import STORE_METHODS, check_method
     from stand_runtime.engine.rows import check_budget
     from stand_runtime.files import check_writable
@@ -58,7 +57,7 @@ def generate_command(
     check_budget(max_new_tokens)
     check_seed(seed)
     stops = check_stop_strings(tuple(stop or ()))
-    sampling = SamplingParams(temperature, top_p, top_k)
+    sampling = sampling_options(temperature, top_p, top_k)
     check_tree_spec(method, tree)
     check_budget_fits(model, max_new_tokens)
     if json_out is not None:

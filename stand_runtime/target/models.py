@@ -242,12 +242,26 @@ def known_context(spec: str) -> int | None:
     return None if folder is None else folder_context(folder)
 
 
+GGUF_MAGIC = b"GGUF"
+"""The bytes every GGUF file starts with."""
+
+
+def is_gguf(path: Path) -> bool:
+    """True when the file at ``path`` starts with :data:`GGUF_MAGIC` (False when it cannot be read)."""
+    try:
+        with open(path, "rb") as handle:
+            return handle.read(len(GGUF_MAGIC)) == GGUF_MAGIC
+    except OSError:
+        return False
+
+
 def first_load_note(spec: str) -> str | None:
     """A line for the user when loading ``spec`` will first dequantize a GGUF file (tens of
-    seconds, once); None when it is cached or not a GGUF model."""
+    seconds, once); None when it is cached or not a GGUF model (nor a file that is one: the loader
+    then refuses it)."""
     try:
         kind, where = resolve_model_spec(spec)
-        if kind != "gguf" or (dequantized_folder(Path(where)) / "config.json").is_file():
+        if kind != "gguf" or (dequantized_folder(Path(where)) / "config.json").is_file() or not is_gguf(Path(where)):
             return None
     except (StandError, OSError):
         return None
@@ -259,6 +273,8 @@ def _dequantized_cache(gguf: Path) -> Path:
     folder = dequantized_folder(gguf)
     if (folder / "config.json").is_file():
         return folder
+    if not is_gguf(gguf):
+        raise StandError(f"cannot load GGUF {gguf}: it does not start with the GGUF magic bytes, so it is not a GGUF file")
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     try:
