@@ -427,6 +427,16 @@ def test_samples_of_one_prompt_share_one_store(vllm_session):
 @needs_vllm
 @one_session
 @pytest.mark.model
+def test_a_sampled_request_with_top_k_completes(vllm_session):
+    """A step without drafts hands vLLM's top-k no rows; it raised there and the engine died (found by a
+    user test of treeopt serve: one such request failed every running request)."""
+    outputs = vllm_session[0]["smollm"]["top_k"]
+    assert [len(tokens) for tokens in outputs] == [16, 16]
+
+
+@needs_vllm
+@one_session
+@pytest.mark.model
 def test_stores_stay_bounded_over_many_prompts(vllm_session):
     bounded = vllm_session[0]["smollm"]["bounded"]
     assert bounded["after"]["stores_created"] - bounded["before"]["stores_created"] == 10
@@ -527,21 +537,29 @@ def test_serve_prior_hands_vllm_the_cached_prior_file(monkeypatch, tmp_path):
     from stand_runtime.drafters.prior import SuccessorPrior
     from stand_runtime.vllm.proposer import OPTIONS_ENV
     from treeopt_cli import loading
+    from treeopt_cli import serve as serve_module
 
     monkeypatch.setenv("STAND_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setattr(prior_module, "_LOADED", {})  # nothing another test measured or read in this process
     monkeypatch.setattr(loading, "load_model", lambda model, dtype="float32": (tiny_model(vocab=16), DigitsTokenizer()))
+    started = {}  # the server's command, where serve would replace itself by vLLM's server
+    monkeypatch.setattr(serve_module.os, "execve", lambda path, argv, env: started.update(argv=argv, env=env))
     code, output = run("serve", "--dry-run", "--prior", "0.6,0.95")
-    assert code == 0, output
+    assert code == 0 and not started, output
     line = next(line for line in output.splitlines() if line.startswith(OPTIONS_ENV))
     options = json.loads(shlex.split(line.split("=", 1)[1])[0])
+    assert not Path(options["prior"]).exists() and "not measured yet" in output  # a dry run measures nothing
+    assert f"successor prior measured first, into {options['prior']}" in " ".join(output.split())
+    port = str(_free_port())
+    code, output = run("serve", "--port", port, "--prior", "0.6,0.95")
+    assert code == 0 and json.loads(started["env"][OPTIONS_ENV]) == options, output
     prior = SuccessorPrior.from_bytes(Path(options["prior"]).read_bytes())
     assert Path(options["prior"]).parent == tmp_path / "cache" / "prior" and prior.vocab == 16
     assert prior.serves(SamplingParams(0.6, 0.95, 0)) and not prior.serves(SamplingParams(0.7, 0.95, 0))
     assert "successor prior from" in " ".join(output.split())
     assert "(for requests sampled at temperature 0.6, top-p 0.95)" in " ".join(output.split())
     Path(options["prior"]).unlink()  # measured in this process already: the file is written from memory
-    assert run("serve", "--dry-run", "--prior", "0.6,0.95")[0] == 0 and Path(options["prior"]).is_file()
+    assert run("serve", "--port", port, "--prior", "0.6,0.95")[0] == 0 and Path(options["prior"]).is_file()
     monkeypatch.setattr(loading, "load_model", lambda *a, **k: pytest.fail("measured though the cache takes no file"))
     monkeypatch.setenv("STAND_CACHE_DIR", str(tmp_path / "other"))
     (tmp_path / "other").mkdir()
@@ -557,6 +575,30 @@ def test_serve_prior_hands_vllm_the_cached_prior_file(monkeypatch, tmp_path):
         code, output = run("serve", "--dry-run", *args)
         assert code == 2
         one_line_error(output, message)
+
+
+@needs_vllm
+def test_serve_refuses_a_port_in_use_and_an_unknown_host_before_starting(monkeypatch):
+    """One line before vLLM starts (its own traceback came ~12 s later), and before a prior's minutes."""
+    import socket
+
+    from test_cli import one_line_error, run
+
+    from treeopt_cli import serve as serve_module
+
+    monkeypatch.setattr(serve_module.os, "execve", lambda *args: pytest.fail("the server started"))
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        code, output = run("serve", "--port", str(port), "--prior", "0.6,0.95")
+        assert code == 2
+        one_line_error(output, f"port {port} on 127.0.0.1 is in use")
+    for host, message in (("999.1.1.1", "not an address or a host name this machine resolves"),
+                          ("192.0.2.1", "not an address of this machine")):  # TEST-NET-1: never local
+        code, output = run("serve", "--host", host, "--port", str(_free_port()))
+        assert code == 2
+        one_line_error(output, f"--host {host}: {message}")
 
 
 def _free_port() -> int:

@@ -57,13 +57,33 @@ def test_fix_replaces_top_p_and_noise_and_can_be_turned_off(vllm_sampling, monke
 
     monkeypatch.setenv(cpu_sampling.FAST_SAMPLING_ENV, "0")
     cpu_sampling.fix_cpu_sampling()
-    assert vllm_sampling.topk.apply_top_k_top_p_pytorch is vllm_sampling.values["top_p"]
+    assert vllm_sampling.topk.apply_top_k_top_p_pytorch.__wrapped__ is vllm_sampling.values["top_p"]  # empty_safe
     assert vllm_sampling.rejection.sample_recovered_tokens is vllm_sampling.values["recovered"]
     monkeypatch.delenv(cpu_sampling.FAST_SAMPLING_ENV)
     assert cpu_sampling.fix_cpu_sampling()
     assert vllm_sampling.topk.apply_top_k_top_p_pytorch is cpu_sampling.top_p_by_probe
     assert vllm_sampling.rejection.sample_recovered_tokens is cpu_sampling.sample_recovered_tokens
     assert not cpu_sampling.cpu_expand_is_broken()
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_no_rows_with_a_top_k_pass_through(vllm_sampling, monkeypatch, fast):
+    """The rejection sampler's call for the draft positions of a step without drafts has no rows: with
+    a top-k, vLLM's own function raised on it (k.max() of an empty tensor) and the engine died."""
+    from stand_runtime.vllm import cpu_sampling
+
+    none, k, p = torch.zeros(0, 50), torch.zeros(0, dtype=torch.long), torch.zeros(0)
+    with pytest.raises(RuntimeError):  # top-k alone, as the rejection sampler asks for it
+        vllm_sampling.values["top_p"](none.clone(), k, None, allow_cpu_sync=True)
+    if not fast:
+        monkeypatch.setenv(cpu_sampling.FAST_SAMPLING_ENV, "0")
+    assert cpu_sampling.fix_cpu_sampling()
+    for top_k, top_p in ((k, p), (k, None), (None, p)):
+        kept = vllm_sampling.topk.apply_top_k_top_p_pytorch(none.clone(), top_k, top_p, allow_cpu_sync=True)
+        assert kept.shape == (0, 50)
+    rows = torch.randn(3, 50)
+    kept = vllm_sampling.topk.apply_top_k_top_p_pytorch(rows.clone(), torch.tensor([2, 2, 2]), None, allow_cpu_sync=True)
+    assert torch.isfinite(kept).sum(-1).tolist() == [2, 2, 2]  # rows still go to vLLM's top-k
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])

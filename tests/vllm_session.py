@@ -8,6 +8,7 @@ the pytest process): ``python tests/vllm_session.py OUT.json TINY_FOLDER``. Scen
   per-request chain lengths (k auto), its token ids and the proposer's chain-length counts;
 - ``sharing``: one prompt with ``n=4`` (T 0.6): the proposer's store counters before and after;
 - ``bounded``: 10 new prompts through a proposer keeping at most 4 stores;
+- ``top_k``: 2 prompts sampled with a top-k (T 0.6, k 20), 16 tokens each;
 - ``tiny``: a tiny random model (``TINY_FOLDER``) sampled 3 tokens at a time from one prompt, many
   samples per setting, STAND with q-aware verification and with q = 1 (``q_aware`` false), and
   (setting t1) with per-request chain lengths (``sized``, k 3 at most) and a random successor prior.
@@ -90,6 +91,11 @@ def smollm_scenarios(work: Path) -> dict:
     before = _stats(stats_path)
     stand.generate(prompts[6:16], SamplingParams(temperature=0.6, max_tokens=4), use_tqdm=False)
     out["bounded"] = {"before": before, "after": _stats(stats_path), "max_prompts": MAX_PROMPTS}
+    # a top-k request: the rejection sampler's call for a step without drafts has no rows, on which
+    # vLLM's top-k raised and stopped the engine (cpu_sampling.empty_safe)
+    top_k = stand.generate(prompts[:2], SamplingParams(temperature=0.6, top_k=20, max_tokens=16, ignore_eos=True,
+                                                       seed=5), use_tqdm=False)
+    out["top_k"] = [list(o.outputs[0].token_ids) for o in top_k]
     shutdown_llm(plain)
     shutdown_llm(stand)
     auto_path = work / "stand-auto-stats.json"

@@ -32,25 +32,28 @@ def serve(
                                         "$STAND_CACHE_DIR or ~/.cache/stand; requests sampled otherwise draft without it (0,1 also "
                                         "serves T 1 with top-p 1: greedy requests record the softmax). "
                                         "Default: no prior."),
-    dry_run: bool = typer.Option(False, "--dry-run", help="Print the vLLM command and its STAND settings, do not start it."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the vLLM command and its STAND settings; start nothing and measure nothing (a --prior not cached yet is named by its path)."),
 ) -> None:
     """Serve an OpenAI-compatible API with vLLM and STAND (arguments after the options go to vLLM as they are)."""
-    import shlex
-
     from stand_runtime import DEFAULT_MODEL
     from stand_runtime.vllm import check_version, default_model_folder
-    from stand_runtime.vllm.server import ServerSettings, describe, server_command
+    from stand_runtime.vllm.server import ServerSettings, check_listen, describe, server_command
 
     _check_options(ctx, method)
     check_version()
     chain = _chain_length(k, method)
     distribution = None if prior is None else _prior_distribution(prior)
+    if not dry_run:
+        check_listen(host, port)  # before a prior's minutes and vLLM's start, not after them
     if distribution is not None:
         _check_prior_folder()  # before a measurement of minutes, not after it
     folder = str(default_model_folder() if model == DEFAULT_MODEL else model)
     options = {"max_prompts": max_prompts} if method == "stand" else {}
+    pending = None  # a dry run's prior path not measured yet (the proposer's options check reads the file)
     if distribution is not None:
-        options["prior"] = _prior_path(model, dtype, distribution)
+        options["prior"] = _prior_path(model, dtype, distribution, measure=not dry_run)
+        if not os.path.isfile(options["prior"]):
+            pending = options.pop("prior")
     if chain == "auto":
         from stand_runtime.vllm.sizing import latency_option, read_vllm_latency
 
@@ -59,15 +62,28 @@ def serve(
                               name=model if model == DEFAULT_MODEL else None, stand_options=options,
                               extra=tuple(ctx.args))
     argv, env = server_command(settings)
-    console.print(describe(settings), highlight=False, soft_wrap=True)
     if dry_run:
-        from stand_runtime.vllm.proposer import OPTIONS_ENV
-
-        prefix = f"{OPTIONS_ENV}={shlex.quote(env[OPTIONS_ENV])} " if OPTIONS_ENV in env else ""
-        console.print(prefix + shlex.join(argv), highlight=False, soft_wrap=True)
+        _print_dry_run(describe(settings), argv, env, pending)
         return
+    console.print(describe(settings), highlight=False, soft_wrap=True)
     sys.stdout.flush()
     os.execve(argv[0], argv, env)  # the server replaces this process: its PID is the server's
+
+
+def _print_dry_run(line: str, argv: list[str], env: dict[str, str], pending: Optional[str]) -> None:
+    """``--dry-run``: the server's description and command; ``pending``: the path of a successor prior
+    the server would measure first (left out of the options checked, which read the file)."""
+    import json
+    import shlex
+
+    from stand_runtime.vllm.proposer import OPTIONS_ENV
+
+    if pending is not None:
+        line = line.replace("successor prior off", f"successor prior measured first, into {pending}")
+        env = {**env, OPTIONS_ENV: json.dumps({**json.loads(env[OPTIONS_ENV]), "prior": pending})}
+    console.print(line, highlight=False, soft_wrap=True)
+    prefix = f"{OPTIONS_ENV}={shlex.quote(env[OPTIONS_ENV])} " if OPTIONS_ENV in env else ""
+    console.print(prefix + shlex.join(argv), highlight=False, soft_wrap=True)
 
 
 def _check_options(ctx, method: str) -> None:
@@ -142,9 +158,10 @@ def _check_prior_folder() -> None:
                          "writable folder: set STAND_CACHE_DIR to one") from None
 
 
-def _prior_path(model: str, dtype: str, distribution) -> str:
+def _prior_path(model: str, dtype: str, distribution, measure: bool = True) -> str:
     """The cached successor prior file of ``model`` / ``dtype`` for ``distribution``, measured first
-    where none is cached (this toolkit's engine on the same weights).
+    where none is cached (this toolkit's engine on the same weights); with ``measure`` False (a dry
+    run) the file's path, measured or not.
 
     Raises:
         StandError: the cache folder takes no file (vLLM's server reads the prior from one).
@@ -152,10 +169,17 @@ def _prior_path(model: str, dtype: str, distribution) -> str:
     from stand_runtime import StandError
     from stand_runtime.drafters.prior import prior_path
     from stand_runtime.files import write_cache_file
+    from stand_runtime.target.model_facts import vocab_size
 
     from . import loading
 
     target, tokenizer = loading.load_model(model, dtype)
+    if not measure:
+        path = prior_path(target, tokenizer, distribution, vocab_size(target))
+        if not path.is_file():
+            console.print(f"note: the successor prior is not measured yet: the server measures it first "
+                          f"(~1-2 min) into {path}", highlight=False, soft_wrap=True)
+        return str(path)
     found = loading.successor_prior(target, tokenizer, ["stand"], distribution)
     path = prior_path(target, tokenizer, distribution, found.vocab)
     if not path.is_file():  # kept in this process's memory only (measured earlier in it, or the cache took no file)

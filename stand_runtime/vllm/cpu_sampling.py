@@ -1,4 +1,4 @@
-"""vLLM 0.32's sampling on the CPU platform: one correctness fix and two speed fixes, all lossless.
+"""vLLM 0.32's sampling on the CPU platform: two correctness fixes and two speed fixes, all lossless.
 
 A ``vllm.general_plugins`` entry point of this package (``stand_cpu_sampling_fix``) runs
 :func:`fix_cpu_sampling` in every vLLM process, so vLLM's own methods (plain decoding, ngram,
@@ -28,13 +28,17 @@ suffix) get them too, and every engine of a benchmark samples with the same code
    of noise). :func:`sample_recovered_tokens` draws noise for those tokens of requests with drafts
    only (a seeded request from its own generator: reproducible per seed, not vLLM's very tokens),
    and leaves the step without drafts at plain decoding's cost.
+4. **No rows** (a fault): the rejection sampler calls vLLM's top-k/top-p for a step's draft
+   positions even when no request has drafts, with zero rows, and with a top-k vLLM 0.32 takes
+   ``k.max()`` of the empty tensor and raises: one sampled request with ``top_k`` stopped the engine
+   and every request in it (:func:`empty_safe`; :func:`top_p_by_probe` returns no rows as they are).
 
 While a :func:`stand_runtime.vllm.nuclei.recording` is open (the STAND proposer's runner access
 opens one around each sampler call), :func:`top_p_by_probe` also records each cut row's top tokens,
 so that the proposer's store feed need not compute p's top-k again (docs/design.md §7.5, 4).
 
-``STAND_VLLM_FAST_SAMPLING=0`` keeps vLLM's own top-p sort and noise (2 and 3; the fault 1 is fixed
-regardless), e.g. to time vLLM as shipped.
+``STAND_VLLM_FAST_SAMPLING=0`` keeps vLLM's own top-p sort and noise (2 and 3; the faults 1 and 4 are
+fixed regardless), e.g. to time vLLM as shipped.
 """
 
 from __future__ import annotations
@@ -120,7 +124,11 @@ def top_p_by_probe(logits: torch.Tensor, k: torch.Tensor | None, p: torch.Tensor
     from ..target.sampling import nucleus
 
     wanted = nuclei.recording_k()  # the proposer's store feed wants each cut row's top tokens
-    if k is not None or p is None or logits.dim() != 2 or logits.shape[0] == 0 or logits.dtype != torch.float32:
+    if logits.dim() == 2 and logits.shape[0] == 0:  # vLLM's own function fails on no rows (see empty_safe)
+        if wanted:
+            nuclei.record(nuclei.NucleusCall.unknown(0, wanted))
+        return logits
+    if k is not None or p is None or logits.dim() != 2 or logits.dtype != torch.float32:
         if wanted:
             nuclei.record(nuclei.NucleusCall.unknown(logits.shape[0] if logits.dim() == 2 else 0, wanted))
         return VLLM_ORIGINALS["apply_top_k_top_p_pytorch"](logits, k, p, allow_cpu_sync=allow_cpu_sync)
@@ -148,6 +156,26 @@ def top_p_by_probe(logits: torch.Tensor, k: torch.Tensor | None, p: torch.Tensor
     else:
         logits[cut] = kept
     return logits
+
+
+def empty_safe(function):
+    """vLLM's ``apply_top_k_top_p_pytorch`` (``function``) returning a batch of no rows as it is.
+
+    vLLM 0.32 calls it from the rejection sampler for the draft positions of a step even when no
+    request has drafts, with zero rows; with a top-k its ``apply_top_k_only`` takes ``k.max()`` of the
+    empty tensor and raises, and the engine died: one sampled request with ``top_k`` made every running
+    request fail and stopped the server (found by a user test of ``treeopt serve``; vLLM's own ngram
+    proposer too). Used where :func:`top_p_by_probe` is not (``STAND_VLLM_FAST_SAMPLING=0``).
+    """
+
+    def guarded(logits: torch.Tensor, k: torch.Tensor | None, p: torch.Tensor | None,
+                allow_cpu_sync: bool = False) -> torch.Tensor:
+        if logits.dim() == 2 and logits.shape[0] == 0:
+            return logits
+        return function(logits, k, p, allow_cpu_sync=allow_cpu_sync)
+
+    guarded.__wrapped__ = function
+    return guarded
 
 
 def _record_cut(cut: torch.Tensor, found, sorted_wide, k: int) -> None:
@@ -266,14 +294,18 @@ def fix_cpu_sampling() -> bool:
         LOG.info("stand-treeopt: replaced vLLM's faulty CPU expand kernel in speculative sampling "
                  "(temperature/top-p per draft token) with a torch one")
         changed = True
+    original = VLLM_ORIGINALS.get("apply_top_k_top_p_pytorch", topk_topp_sampler.apply_top_k_top_p_pytorch)
+    if original is not top_p_by_probe and _same_parameters(original, _TOP_K_TOP_P_PARAMETERS):
+        VLLM_ORIGINALS["apply_top_k_top_p_pytorch"] = original
+        if fast_sampling_enabled():
+            topk_topp_sampler.apply_top_k_top_p_pytorch = top_p_by_probe
+            LOG.info("stand-treeopt: vLLM's CPU top-p cuts the nucleus from a partial top-k (no full sort)")
+        else:  # the fault (no rows) is fixed regardless
+            topk_topp_sampler.apply_top_k_top_p_pytorch = empty_safe(original)
+            LOG.info("stand-treeopt: vLLM's CPU top-k/top-p returns a batch of no rows as it is")
+        changed = True
     if not fast_sampling_enabled():
         return changed
-    current = topk_topp_sampler.apply_top_k_top_p_pytorch
-    if current is not top_p_by_probe and _same_parameters(current, _TOP_K_TOP_P_PARAMETERS):
-        VLLM_ORIGINALS["apply_top_k_top_p_pytorch"] = current
-        topk_topp_sampler.apply_top_k_top_p_pytorch = top_p_by_probe
-        LOG.info("stand-treeopt: vLLM's CPU top-p cuts the nucleus from a partial top-k (no full sort)")
-        changed = True
     current = rejection_sampler.sample_recovered_tokens
     if (current is not sample_recovered_tokens and _same_parameters(current, _RECOVERED_PARAMETERS)
             and hasattr(rejection_sampler, "_sample_recovered_tokens")):

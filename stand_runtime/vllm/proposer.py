@@ -325,7 +325,8 @@ class StandProposer:
             params = _target_params(row)
             stochastic = self.options["stochastic"] and not params.greedy
             # the drafting noise needs a seed in [0, 2**64); any int a client sends (vLLM takes -1 and
-            # other negatives) folds into that range: drafts stay reproducible per seed, and lossless
+            # other negatives) folds into that range, and lossless. The drafts repeat per seed only from
+            # the same store: a request sent again drafts from what the prompt's earlier requests taught
             seed = None if row.seed is None else int(row.seed) % SEED_LIMIT
             randomness = RandomStream.seeded(seed) if stochastic else None
             index = SuffixIndex(COPY_NGRAM, MAX_MATCH) if self.options["copy"] else None

@@ -93,6 +93,35 @@ class ServerSettings:
         return method_config(self.method, self.k)
 
 
+def check_listen(host: str, port: int) -> None:
+    """Check that a server can listen at ``host``:``port`` now (bound once and released), so that a
+    port in use or an unknown host is one line before vLLM starts, not its traceback after it.
+
+    Raises:
+        StandError: ``host`` does not resolve or is not an address of this machine, or the port is in
+            use (or not allowed).
+    """
+    import errno
+    import socket
+
+    try:
+        found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except (socket.gaierror, UnicodeError) as error:
+        raise StandError(f"--host {host}: not an address or a host name this machine resolves ({error})") from None
+    family, kind, proto, _, address = found[0]
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as vLLM's server binds
+        try:
+            probe.bind(address)
+        except OSError as error:
+            if error.errno == errno.EADDRINUSE:
+                raise StandError(f"port {port} on {host} is in use: stop what listens there or choose another "
+                                 "--port") from None
+            if error.errno == errno.EADDRNOTAVAIL:
+                raise StandError(f"--host {host}: not an address of this machine") from None
+            raise StandError(f"cannot listen on {host}:{port}: {error.strerror or error}") from None
+
+
 def server_command(settings: ServerSettings) -> tuple[list[str], dict[str, str]]:
     """The argument vector and environment that start vLLM's server with ``settings``.
 
