@@ -446,7 +446,8 @@ def test_stores_stay_bounded_over_many_prompts(vllm_session):
 @needs_vllm
 @one_session
 @pytest.mark.parametrize("variant, setting", [("q_aware=True", "t1"), ("q_aware=True", "t07p09"),
-                                              ("q_aware=False", "t1"), ("q_aware=False", "t07p09"), ("sized", "t1")])
+                                              ("q_aware=True", "t08k4"), ("q_aware=False", "t1"),
+                                              ("q_aware=False", "t07p09"), ("q_aware=False", "t08k4"), ("sized", "t1")])
 def test_sampled_output_follows_the_target_distribution(vllm_session, variant, setting):
     """3-token continuations sampled by vLLM with STAND drafts (k 3, one store shared by all 6000
     samples, so drafts are accepted and rejected at every depth; ``sized``: each request's chain cut
@@ -468,7 +469,8 @@ def test_sampled_output_follows_the_target_distribution(vllm_session, variant, s
         assert sum(1 for count in run["chain_lengths"] if count) >= 3, run["chain_lengths"]
         assert run["prior_fills"] >= 1, run
     setting_params = results["tiny"]["settings"][setting]
-    params = SamplingParams(temperature=setting_params["temperature"], top_p=setting_params["top_p"])
+    params = SamplingParams(temperature=setting_params["temperature"], top_p=setting_params["top_p"],
+                            top_k=setting_params.get("top_k", 0))
     model = AutoModelForCausalLM.from_pretrained(tiny, dtype=torch.float32).eval()
     exact = exact_continuations(model, results["tiny"]["prompt"], params, 3)
     counts = {tuple(int(t) for t in key.split()): n for key, n in run["counts"].items()}

@@ -9,7 +9,7 @@ the pytest process): ``python tests/vllm_session.py OUT.json TINY_FOLDER``. Scen
 - ``sharing``: one prompt with ``n=4`` (T 0.6): the proposer's store counters before and after;
 - ``bounded``: 10 new prompts through a proposer keeping at most 4 stores;
 - ``top_k``: 2 prompts sampled with a top-k (T 0.6, k 20), 16 tokens each;
-- ``tiny``: a tiny random model (``TINY_FOLDER``) sampled 3 tokens at a time from one prompt, many
+- ``tiny``: a tiny random model (``TINY_FOLDER``) sampled 3 tokens at a time from one prompt (T 1; T 0.7 with top-p 0.9; T 0.8 with top-k 4), many
   samples per setting, STAND with q-aware verification and with q = 1 (``q_aware`` false), and
   (setting t1) with per-request chain lengths (``sized``, k 3 at most) and a random successor prior.
 
@@ -25,7 +25,8 @@ import time
 from pathlib import Path
 
 TINY_PROMPT = [2, 5, 3, 2, 5]
-TINY_SETTINGS = {"t1": {"temperature": 1.0, "top_p": 1.0}, "t07p09": {"temperature": 0.7, "top_p": 0.9}}
+TINY_SETTINGS = {"t1": {"temperature": 1.0, "top_p": 1.0}, "t07p09": {"temperature": 0.7, "top_p": 0.9},
+                 "t08k4": {"temperature": 0.8, "top_p": 1.0, "top_k": 4}}
 TINY_SAMPLES = 6000
 MAX_PROMPTS = 4
 
