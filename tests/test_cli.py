@@ -121,6 +121,17 @@ def test_the_shipped_calibration_exports_and_shows_by_name(tmp_path):
     assert code == 0 and "625 nodes" in output
 
 
+def test_export_and_show_name_what_they_were_given(tmp_path):
+    """From a user test: each message says what is wrong with the argument as written."""
+    for args, message in ((["export", "stand-smollm2-humaneval", "--nodes", "-3"], "--nodes must be auto or an integer >= 1"),
+                          (["export", str(ROOT / "trees" / "stand-smollm2-humaneval.acceptance.json")],
+                           "is an acceptance seed (of the value-sized trees, dynamic-auto), not a calibration"),
+                          (["show", "dynamic-auto"], "STAND's dynamic trees (dynamic, dynamic-N, dynamic-auto, dynamic-auto-N, in lower case)")):
+        code, output = run(*args, "--out", str(tmp_path / "x.json")) if args[0] == "export" else run(*args)
+        assert code == 2
+        one_line_error(output, message)
+
+
 def test_family_files_show_and_tree_files_are_not_calibrations(tmp_path, calibration_file):
     family, tree = tmp_path / "f.family.json", tmp_path / "t.json"
     assert run("export", str(calibration_file), "--format", "family", "--out", str(family))[0] == 0

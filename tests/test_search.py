@@ -138,7 +138,9 @@ def test_search_cli_runs_both_strategies_and_rejects_bad_input(tmp_path, monkeyp
         (["--dataset", str(data), "--n", "0"], "Invalid value for '--n'"),
         (["--dataset", str(data), "--strategy", "dvts", "--verifier", "oracle"], "unknown verifier"),
         (["--dataset", str(data), "--methods", "nope"], "unknown method"),
-        (["--dataset", str(data), "--allocation", "packed"], "allocation must be one of batch, row"),
+        (["--dataset", str(data), "--allocation", "packed"], "--allocation must be one of batch, row"),
+        (["--dataset", str(data), "--allocation", "row", "--tree", "dynamic-8"], "--allocation does not apply to --tree dynamic-8"),
+        (["--dataset", str(data), "--allocation", "row", "--methods", "ar,stand-det"], "on their default trees"),
     ):
         code, output = run("search", "--samples", "2", *args)
         assert code == 2

@@ -44,17 +44,14 @@ def search(
     prior: bool = typer.Option(True, "--prior/--no-prior", help=PRIOR_HELP),
 ) -> None:
     """Test-time scaling: best-of-N or DVTS on a dataset, each problem decoded by every method (interleaved)."""
-    from stand_runtime.method import check_allocation
     from treeopt import load_prompts
     from treeopt.evaluate.search import SearchSettings, parse_search_methods
     from treeopt.evaluate.verifiers import make_verifier
 
     check_outputs({"--json": json_out}, {"--dataset": dataset})
     names = parse_search_methods(methods, tree)
-    check_allocation(allocation)
+    _check_allocation(ctx, allocation, names, tree)
     check_prior_option(ctx, names, prior, [name.startswith("stand") for name in names], [False] * len(names))
-    if not any(name.startswith("stand") for name in names):
-        refuse_options(ctx, ["allocation"], f"--methods {','.join(names)} (it sizes STAND's value-sized trees in a batch)")
     if strategy != "dvts":
         refuse_options(ctx, ["subtrees", "verifier", "trust_remote_code", "step_tokens", "max_rounds"],
                        f"--strategy {strategy} (they steer dvts)")
@@ -72,10 +69,43 @@ def search(
               "prior": prior}
     data = _search(model, dtype, names, tree, max_batch, problems, settings, judge, config, json_out)
     title = (f"{strategy} n={n}" + (f", {subtrees} subtrees" if strategy == "dvts" else "")
-             + f", {len(problems)} problems from {Path(dataset).name}, batch {max_batch}, T={temperature}")
+             + f", {len(problems)} problem{'s' if len(problems) != 1 else ''} from {Path(dataset).name}, "
+             f"batch {max_batch}, T={temperature}")
     console.print(render.search_table(data["summary"], title))
     if json_out is not None:
         console.print(f"results written to {json_out}")
+
+
+def _check_allocation(ctx, allocation: str, names: list[str], tree: Optional[str]) -> None:
+    """``--allocation``: a known value, and given only where a method decodes on a value-sized tree.
+
+    Raises:
+        StandError: an unknown value, or ``--allocation`` where no tree is value-sized (one line).
+    """
+    from stand_runtime import StandError
+    from stand_runtime.method import check_allocation
+
+    try:
+        check_allocation(allocation)
+    except StandError as error:
+        raise StandError(f"--{error}") from None
+    if not any(name.startswith("stand") for name in names):
+        refuse_options(ctx, ["allocation"], f"--methods {','.join(names)} (it sizes STAND's value-sized trees in a batch)")
+    elif not _value_sized(names, tree):
+        where = f"--tree {tree}" if tree is not None else f"--methods {','.join(names)} on their default trees"
+        refuse_options(ctx, ["allocation"], f"{where} (it sizes value-sized trees, dynamic-auto[-N], in a batch)")
+
+
+def _value_sized(names: list[str], tree: Optional[str]) -> bool:
+    """Whether a method of ``names`` decodes on a value-sized dynamic tree (``dynamic-auto[-N]``): ``tree``
+    where given, else STAND's default (stand-det's is the static auto tree)."""
+    from stand_runtime.drafters.best_first import parse_dynamic
+    from stand_runtime.method import DEFAULT_TREES
+
+    if tree is not None:
+        dynamic = parse_dynamic(tree)
+        return dynamic is not None and dynamic.sized
+    return any(DEFAULT_TREES.get(name.split("+")[0]) == "dynamic-auto" for name in names)
 
 
 def _note_own_trees(names: list, tree: Optional[str]) -> None:

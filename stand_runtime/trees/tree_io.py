@@ -161,9 +161,9 @@ def load_tree(path_or_name: str | os.PathLike) -> TreeFile:
             names = ", ".join(sorted(bundled)) or "none"
             word, hint = spec.strip().lower(), ""
             if word.startswith("dynamic"):
-                hint = ("; STAND's dynamic trees are written in lower case (dynamic, dynamic-N, dynamic-auto, "
-                        "dynamic-auto-N) and have no fixed shape: they apply to decoding only (generate, bench, "
-                        "search), not to export or show")
+                hint = ("; STAND's dynamic trees (dynamic, dynamic-N, dynamic-auto, dynamic-auto-N, in lower "
+                        "case) have no fixed shape: they apply to decoding only (generate, bench, search), not to "
+                        "export or show")
             elif word == "auto":
                 hint = ("; auto is sized for this machine when decoding starts (generate, bench, search) from the "
                         "bundled tree family; treeopt export --nodes auto writes that tree to a file you can show")

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from stand_runtime import DraftTree, StandError
+from stand_runtime.acceptance_seed import ACCEPTANCE_FORMAT
 from stand_runtime.files import write_text_atomic
 from stand_runtime.trees.tree_io import bundled_calibrations
 
@@ -128,6 +129,9 @@ def load_calibration(path: str | Path) -> Calibration:
     if isinstance(data, (dict, list)) and (isinstance(data, list) or str(data.get("format", "")).startswith("stand-tree")):
         raise StandError(f"{path} is a tree file, not a calibration: give the file `treeopt calibrate --out` wrote "
                          "(or the shipped one, stand-smollm2-humaneval)")
+    if isinstance(data, dict) and data.get("format") == ACCEPTANCE_FORMAT:
+        raise StandError(f"{path} is an acceptance seed (of the value-sized trees, dynamic-auto), not a calibration: "
+                         "give the file `treeopt calibrate --out` wrote (or the shipped one, stand-smollm2-humaneval)")
     if not isinstance(data, dict) or data.get("format") != CALIBRATION_FORMAT:
         raise StandError(f"corrupt calibration file {path}: not a {CALIBRATION_FORMAT} file")
     if data.get("version") != CALIBRATION_VERSION:

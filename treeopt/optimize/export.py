@@ -93,6 +93,8 @@ def parse_nodes(text: str) -> int | None:
     try:
         return parse_count("--nodes", text)
     except StandError:
+        if text.strip().lstrip("+-").isdigit():  # a number out of range: say the range
+            raise StandError(f"--nodes must be auto or an integer >= 1, got {text!r}") from None
         raise StandError(f"--nodes must be an integer or 'auto', got {text!r}") from None
 
 
