@@ -142,3 +142,16 @@ def test_bench_json_has_intervals_bounds_and_time_split():
     assert "95% interval" in text and "drafted" in text and "τ by trajectory" not in text
     rows = [line for line in text.splitlines() if line.startswith("│ stand[heuristic-80]")]
     assert len(rows) == 4 and f"{ratios['stand[heuristic-80]']:.2f}×" in rows[0]
+
+
+def test_a_speedup_far_above_its_latency_bound_is_flagged():
+    """From a user test: 1.84x plain at a bound of 1.33x (a kernel choice measured under load made plain
+    decoding slow) was shown without a word; within the margin nothing is said."""
+    from treeopt.evaluate.bench import MethodResult
+    from treeopt_cli.bench import ABOVE_BOUND, speedup_warnings
+
+    results = [MethodResult("ar", "ar", None, 0, per_prompt=[{}] * 3), MethodResult("stand", "stand", None, 8)]
+    flagged = speedup_warnings(results, {"ar": 1.0, "stand": 1.84}, {}, {"ar": 1.0, "stand": 1.33})
+    assert len(flagged) == 1 and "1.84x plain is above the 1.33x" in flagged[0] and "latency/" in flagged[0]
+    assert speedup_warnings(results, {"ar": 1.0, "stand": 1.33 * ABOVE_BOUND * 0.99}, {}, {"ar": 1.0, "stand": 1.33}) == []
+    assert speedup_warnings(results, {"ar": 1.0, "stand": 1.84}, {}) == []  # no profile, no bound

@@ -136,7 +136,7 @@ def test_family_files_show_and_tree_files_are_not_calibrations(tmp_path, calibra
     family, tree = tmp_path / "f.family.json", tmp_path / "t.json"
     assert run("export", str(calibration_file), "--format", "family", "--out", str(family))[0] == 0
     code, output = run("show", str(family))
-    assert code == 0 and "τ̂" in output
+    assert code == 0 and "τ̂" in output and "a tree family of" in " ".join(output.split())
     assert run("export", str(calibration_file), "--nodes", "5", "--out", str(tree))[0] == 0
     code, output = run("export", str(tree), "--out", str(tmp_path / "x.json"))
     one_line_error(output, "is a tree file, not a calibration")

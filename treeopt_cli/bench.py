@@ -137,9 +137,10 @@ def _report(results: list, profile, title: str, json_out: Optional[Path], png: O
     plain = next((r for r in results if r.method == "ar"), None)
     loading.warn_latency(profile, spread=False,
                          **({} if plain is None else {"forward_s": plain.forward_s, "forwards": plain.steps}))
-    for table in render.bench_tables(results, ratios, title, intervals, latency_bounds(results, profile)):
+    bounds = latency_bounds(results, profile)
+    for table in render.bench_tables(results, ratios, title, intervals, bounds):
         console.print(table)
-    for line in render.speedup_warnings(results, ratios, intervals):
+    for line in speedup_warnings(results, ratios, intervals, bounds):
         console.print(line, style="yellow")
     for table in render.diagnostics_tables(results):
         console.print(table)
@@ -163,3 +164,34 @@ def _plot_reliability(results: list, png: Path) -> None:
     if summaries:
         path = plot_reliability(summaries, png.with_name(f"{png.stem}-reliability{png.suffix or '.png'}"))
         console.print(f"reliability diagram written to {path}")
+
+
+ABOVE_BOUND = 1.15
+"""A speedup this far above its latency bound (:func:`treeopt.evaluate.bench.latency_bounds`: the
+acceptance length at the profile's forward costs, no host work) says plain decoding ran slow, not that
+drafting did well (measured: 1.6-1.9x plain within 2% of their bounds on a quiet machine; 1.84x at a
+bound of 1.33x with a kernel choice measured under load)."""
+
+
+def speedup_warnings(results, speedups: dict, intervals: dict, bounds: dict | None = None) -> list[str]:
+    """Lines that stop a reader from trusting a speedup the data cannot support (``bounds``: label →
+    latency bound, when the machine's profile is known)."""
+    if not any(r.method == "ar" for r in results):
+        return ["no plain decoding (ar) in this run: no speedup can be given (add ar to --methods)"]
+    lines = []
+    prompts = len(results[0].per_prompt)
+    if prompts < 3:
+        lines.append(f"only {prompts} prompt(s): speedups are shown without an interval and may be noise "
+                     "(use --samples 3 or more)")
+    for result in results:
+        interval = intervals.get(result.label)
+        if result.method != "ar" and interval is not None and interval[0] <= 1.0 <= interval[1]:
+            lines.append(f"{result.label}: the 95% interval {interval[0]:.2f}-{interval[1]:.2f} includes 1: "
+                         "no speedup or slowdown resolved")
+        bound, ratio = (bounds or {}).get(result.label), speedups.get(result.label)
+        if result.method != "ar" and bound and ratio and ratio > ABOVE_BOUND * bound:
+            lines.append(f"{result.label}: {ratio:.2f}x plain is above the {bound:.2f}x its acceptance length allows "
+                         "at this machine's forward costs: plain decoding ran slower than measured before (load during "
+                         "the run, or a latency profile or kernel choice measured under load: delete the cache's "
+                         "latency/ folder to measure them again)")
+    return lines

@@ -85,11 +85,13 @@ def _decode(target, tokenizer, text: str, method: str, tree, sampling, max_new_t
     from stand_runtime import Method, generate as run_generate
 
     stream = render.TextStream(tokenizer, console, stops)
-    result = run_generate(target, tokenizer, text, method=Method.parse(method, tree, target, feed_rejected=feed_rejected,
-                                                                           prior=prior),
-                          sampling=sampling, max_new_tokens=max_new_tokens, seed=seed, stop=stops,
-                          on_step=lambda step: stream(step.tokens))
-    stream.end()
+    try:
+        result = run_generate(target, tokenizer, text, method=Method.parse(method, tree, target, feed_rejected=feed_rejected,
+                                                                               prior=prior),
+                              sampling=sampling, max_new_tokens=max_new_tokens, seed=seed, stop=stops,
+                              on_step=lambda step: stream(step.tokens))
+    finally:  # an interrupt's line starts on a line of its own, after the text streamed so far
+        stream.end()
     return result
 
 

@@ -184,23 +184,6 @@ def search_table(summary: dict, title: str) -> Table:
     return table
 
 
-def speedup_warnings(results, speedups: dict, intervals: dict) -> list[str]:
-    """Lines that stop a reader from trusting a speedup the data cannot support."""
-    if not any(r.method == "ar" for r in results):
-        return ["no plain decoding (ar) in this run: no speedup can be given (add ar to --methods)"]
-    lines = []
-    prompts = len(results[0].per_prompt)
-    if prompts < 3:
-        lines.append(f"only {prompts} prompt(s): speedups are shown without an interval and may be noise "
-                     "(use --samples 3 or more)")
-    for result in results:
-        interval = intervals.get(result.label)
-        if result.method != "ar" and interval is not None and interval[0] <= 1.0 <= interval[1]:
-            lines.append(f"{result.label}: the 95% interval {interval[0]:.2f}-{interval[1]:.2f} includes 1: "
-                         "no speedup or slowdown resolved")
-    return lines
-
-
 def diagnostics_tables(results, depths: int = 6) -> list[Table]:
     """Why each method's acceptance length is what it is (two narrow tables).
 

@@ -113,6 +113,17 @@ def _auto_size(result, model: Optional[str], batch: int) -> tuple[int, dict]:
     return choice.nodes, choice.metadata
 
 
+def _note_families(files: list[str]) -> None:
+    """A line for each tree family among ``files``: how many trees it holds (show profiles its largest)."""
+    from stand_runtime.trees.families import is_family, load_family
+
+    for spec in files:
+        if is_family(spec):
+            sizes = sorted(load_family(spec).members)
+            console.print(f"{spec}: a tree family of {len(sizes)} trees ({sizes[0]}-{sizes[-1]} nodes), shown by its "
+                          "largest; treeopt export --nodes N writes any one", highlight=False, soft_wrap=True)
+
+
 @app.command()
 @one_line_errors
 def show(
@@ -130,6 +141,7 @@ def show(
     loaded = [(spec, *load_tree_or_calibration(spec)) for spec in files]
     profiles = [(spec, depth_profile(tree, alpha)) for spec, tree, alpha in loaded]
     console.print(Columns([render.profile_table(spec, profile) for spec, profile in profiles], padding=(0, 3)))
+    _note_families(files)
     if png is not None:
         plot_profiles(profiles, png)
         console.print(f"plot written to {png}")
