@@ -130,3 +130,22 @@ def test_bench_prints_and_saves_the_reliability_of_value_sized_trees(flat_latenc
     if plot:
         picture = tmp_path / "bench-reliability.png"
         assert picture.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.skipif(importlib.util.find_spec("matplotlib") is None, reason="plots need matplotlib")
+def test_bins_never_accepted_are_drawn_apart_on_the_floor(tmp_path, monkeypatch):
+    """From a user test: an observed 0 was drawn at 1e-4 as if measured, the line falling to it."""
+    import matplotlib.axes
+
+    from treeopt.evaluate import plots
+
+    drawn = []
+    scatter = matplotlib.axes.Axes.scatter
+    monkeypatch.setattr(matplotlib.axes.Axes, "scatter",
+                        lambda self, x, y, **kw: drawn.append((list(y), kw)) or scatter(self, x, y, **kw))
+    bins = [{"nodes": 30, "mean_predicted": 0.01, "observed": 0.0},
+            {"nodes": 50, "mean_predicted": 0.3, "observed": 0.28}]
+    path = plots.plot_reliability([("stand", {"bins": bins, "ece": 0.05})], tmp_path / "r.png")
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    (seen, _), (floor, style) = drawn
+    assert seen == [0.28] and floor == [plots.FLOOR] and style["marker"] == "v" and "none accepted" in style["label"]

@@ -121,6 +121,7 @@ def test_search_cli_runs_both_strategies_and_rejects_bad_input(tmp_path, monkeyp
     assert code == 0, output
     report = json.loads(out.read_text())
     assert set(report["summary"]) == {"ar", "stand"} and report["summary"]["ar"]["problems"] == 2
+    assert report["settings"]["problems_done"] == 2  # an interrupted run's file says how far it got
     assert "speedup" in output
     code, output = run("search", "--dataset", str(data), "--samples", "1", "--n", "2", "--max-new-tokens", "4",
                        "--methods", "ar", "--max-batch", "2")

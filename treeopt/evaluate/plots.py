@@ -164,9 +164,15 @@ def plot_acceptance_by_trajectory(results, path: str | Path) -> Path:
     return _save(figure, plt, path)
 
 
+FLOOR = 1e-4
+"""The reliability diagram's lowest value on both log axes."""
+
+
 def plot_reliability(summaries: list, path: str | Path) -> Path:
     """Reliability diagram: per bin of predicted P(path accepted), the observed accepted share against
     the mean prediction (log axes, marker area by nodes), one series per method, the diagonal the ideal.
+    A bin whose nodes were never accepted has no place on a log axis: it is an open triangle on the
+    floor (``FLOOR``), named in the legend, and the series' line leaves it out.
 
     Args:
         summaries: ``[(label, summary)]``, each a :func:`treeopt.evaluate.reliability.reliability` dict.
@@ -178,17 +184,24 @@ def plot_reliability(summaries: list, path: str | Path) -> Path:
     plt = pyplot()
     check_writable(path)
     figure, axis = plt.subplots(figsize=(5.5, 5))
-    axis.plot([1e-4, 1], [1e-4, 1], color="0.6", linestyle="--", linewidth=1, label="predicted = observed")
+    axis.plot([FLOOR, 1], [FLOOR, 1], color="0.6", linestyle="--", linewidth=1, label="predicted = observed")
+    zero_named = False
     for label, summary in summaries:
         rows = summary["bins"]
         if not rows:
             continue
         nodes = np.array([r["nodes"] for r in rows], dtype=np.float64)
-        x = [r["mean_predicted"] for r in rows]
-        y = [max(r["observed"], 1e-4) for r in rows]  # an observed 0 sits on the axis
-        line = axis.plot(x, y, marker="", label=f"{label} (ECE {summary['ece']:.3f})")[0]
-        axis.scatter(x, y, s=20 + 180 * nodes / nodes.max(), color=line.get_color(), alpha=0.7)
-    axis.set(xscale="log", yscale="log", xlim=(1e-4, 1.05), ylim=(1e-4, 1.05), xlabel="mean predicted P(path accepted)",
+        x = np.array([r["mean_predicted"] for r in rows])
+        y = np.array([r["observed"] for r in rows])
+        size = 20 + 180 * nodes / nodes.max()
+        seen = y > 0
+        line = axis.plot(x[seen], y[seen], marker="", label=f"{label} (ECE {summary['ece']:.3f})")[0]
+        axis.scatter(x[seen], y[seen], s=size[seen], color=line.get_color(), alpha=0.7)
+        if not seen.all():
+            axis.scatter(x[~seen], np.full((~seen).sum(), FLOOR), s=size[~seen], marker="v", facecolors="none",
+                         edgecolors=line.get_color(), label=None if zero_named else f"none accepted (drawn at {FLOOR:g})")
+            zero_named = True
+    axis.set(xscale="log", yscale="log", xlim=(FLOOR, 1.05), ylim=(FLOOR, 1.05), xlabel="mean predicted P(path accepted)",
              ylabel="observed accepted share", title="value-sized tree: reliability")
     axis.legend(fontsize=8)
     figure.tight_layout()
