@@ -6,6 +6,8 @@ whose calibrated accepted tokens per second of forward time is highest.
 
 from __future__ import annotations
 
+import re
+
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
@@ -93,7 +95,7 @@ def parse_nodes(text: str) -> int | None:
     try:
         return parse_count("--nodes", text)
     except StandError:
-        if text.strip().lstrip("+-").isdigit():  # a number out of range: say the range
+        if re.fullmatch(r"[+-]?[0-9]+", text.strip()):  # a number (ASCII digits) out of range: say the range
             raise StandError(f"--nodes must be auto or an integer >= 1, got {text!r}") from None
         raise StandError(f"--nodes must be an integer or 'auto', got {text!r}") from None
 
