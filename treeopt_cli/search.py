@@ -65,8 +65,8 @@ def search(
     config = {"dataset": dataset, "strategy": strategy, "n": n, "subtrees": subtrees, "max_batch": max_batch,
               "model": model, "dtype": dtype, "samples": samples, "offset": offset, "max_new_tokens": max_new_tokens,
               "step_tokens": step_tokens, "max_rounds": max_rounds, "verifier": verifier if judge else None,
-              "temperature": temperature, "top_p": top_p, "seed": seed, "tree": tree, "allocation": allocation,
-              "prior": prior}
+              "temperature": temperature, "top_p": top_p, "seed": seed, "tree": tree or _default_trees(names),
+              "allocation": allocation, "prior": prior}
     data = _search(model, dtype, names, tree, max_batch, problems, settings, judge, config, json_out)
     title = (f"{strategy} n={n}" + (f", {subtrees} subtrees" if strategy == "dvts" else "")
              + f", {len(problems)} problem{'s' if len(problems) != 1 else ''} from {Path(dataset).name}, "
@@ -94,6 +94,15 @@ def _check_allocation(ctx, allocation: str, names: list[str], tree: Optional[str
     elif not _value_sized(names, tree):
         where = f"--tree {tree}" if tree is not None else f"--methods {','.join(names)} on their default trees"
         refuse_options(ctx, ["allocation"], f"{where} (it sizes value-sized trees, dynamic-auto[-N], in a batch)")
+
+
+def _default_trees(names: list[str]) -> dict | None:
+    """The tree each tree method of ``names`` decodes on when ``--tree`` is not given (what the JSON
+    records), or None when none takes a tree."""
+    from stand_runtime.method import DEFAULT_TREES
+
+    trees = {name: DEFAULT_TREES[name.split("+")[0]] for name in names if name.split("+")[0] in DEFAULT_TREES}
+    return trees or None
 
 
 def _value_sized(names: list[str], tree: Optional[str]) -> bool:
