@@ -125,7 +125,7 @@ def test_search_cli_runs_both_strategies_and_rejects_bad_input(tmp_path, monkeyp
     assert report["settings"]["tree"] == "heuristic-80"
     from treeopt_cli.search import _default_trees  # without --tree: the defaults decoded on, not null
 
-    assert _default_trees(["ar", "stand", "stand-det+noprior"]) == {"stand": "dynamic-auto", "stand-det+noprior": "auto"}
+    assert _default_trees(["ar", "stand", "stand-det"]) == {"stand": "dynamic-auto", "stand-det": "auto"}
     assert _default_trees(["ar", "pld"]) is None
     assert "speedup" in output
     code, output = run("search", "--dataset", str(data), "--samples", "1", "--n", "2", "--max-new-tokens", "4",

@@ -101,7 +101,7 @@ def _default_trees(names: list[str]) -> dict | None:
     records), or None when none takes a tree."""
     from stand_runtime.method import DEFAULT_TREES
 
-    trees = {name: DEFAULT_TREES[name.split("+")[0]] for name in names if name.split("+")[0] in DEFAULT_TREES}
+    trees = {name: DEFAULT_TREES[name] for name in names if name in DEFAULT_TREES}
     return trees or None
 
 
@@ -114,7 +114,7 @@ def _value_sized(names: list[str], tree: Optional[str]) -> bool:
     if tree is not None:
         dynamic = parse_dynamic(tree)
         return dynamic is not None and dynamic.sized
-    return any(DEFAULT_TREES.get(name.split("+")[0]) == "dynamic-auto" for name in names)
+    return any(DEFAULT_TREES.get(name) == "dynamic-auto" for name in names)
 
 
 def _note_own_trees(names: list, tree: Optional[str]) -> None:

@@ -335,5 +335,6 @@ def search_report(settings: dict, results: dict[str, list[ProblemResult]]) -> di
     """The ``search --json`` document: the settings (with ``problems_done``: problems every method has
     finished, as a run saves after each), a summary per method, and every problem's result."""
     done = min((len(rows) for rows in results.values()), default=0)
-    return {"settings": {**settings, "problems_done": done}, "summary": {name: summarize(rows) for name, rows in results.items() if rows},
+    return {"settings": {**settings, "problems_done": done},
+            "summary": {name: summarize(rows) for name, rows in results.items() if rows},
             "problems": {name: [r.as_dict() for r in rows] for name, rows in results.items()}}

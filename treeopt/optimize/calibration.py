@@ -126,12 +126,12 @@ def load_calibration(path: str | Path) -> Calibration:
         raise StandError(f"calibration file not found: {path}") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as error:
         raise StandError(f"corrupt calibration file {path}: {str(error) or 'nested too deeply'}") from None
+    wanted = "give the file `treeopt calibrate --out` wrote (or the shipped one, stand-smollm2-humaneval)"
     if isinstance(data, (dict, list)) and (isinstance(data, list) or str(data.get("format", "")).startswith("stand-tree")):
-        raise StandError(f"{path} is a tree file, not a calibration: give the file `treeopt calibrate --out` wrote "
-                         "(or the shipped one, stand-smollm2-humaneval)")
+        raise StandError(f"{path} is a tree file, not a calibration: {wanted}")
     if isinstance(data, dict) and data.get("format") == ACCEPTANCE_FORMAT:
         raise StandError(f"{path} is an acceptance seed (of the value-sized trees, dynamic-auto), not a calibration: "
-                         "give the file `treeopt calibrate --out` wrote (or the shipped one, stand-smollm2-humaneval)")
+                         f"{wanted}")
     if not isinstance(data, dict) or data.get("format") != CALIBRATION_FORMAT:
         raise StandError(f"corrupt calibration file {path}: not a {CALIBRATION_FORMAT} file")
     if data.get("version") != CALIBRATION_VERSION:
