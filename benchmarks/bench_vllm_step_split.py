@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import json
 import os
 import sys
 import tempfile
@@ -164,7 +163,9 @@ def main() -> None:
         for label, ms in split.items():
             print(f"  {label:42s} {ms:8.3f} ms/step")
     if args.json is not None:
-        args.json.write_text(json.dumps(result, indent=1))
+        from stand_runtime.files import write_json_atomic
+
+        write_json_atomic(args.json, result)
 
 
 if __name__ == "__main__":
