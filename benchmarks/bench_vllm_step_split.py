@@ -29,6 +29,7 @@ os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
 TIMES: dict = collections.defaultdict(float)
 CALLS: dict = collections.defaultdict(int)
 CURRENT = ["?"]  # the engine decoding now
+PROPOSERS: dict = {}  # engine label -> its STAND proposer (its stats are reported)
 
 
 class NullProposer:
@@ -49,6 +50,8 @@ def timed(owner, name: str, label: str) -> None:
     function = getattr(owner, name)
 
     def wrapper(*args, **kwargs):
+        if label == "stand.propose":
+            PROPOSERS[CURRENT[0]] = args[0]
         started = time.perf_counter()
         try:
             return function(*args, **kwargs)
@@ -159,7 +162,12 @@ def main() -> None:
         result["engines"][name] = {"tokens": tokens[name], "seconds": wall[name],
                                    "tokens_per_s": tokens[name] / wall[name], "engine_steps": steps,
                                    "ms_per_step": split}
-        print(f"{name}: {tokens[name] / wall[name]:.1f} tok/s, {steps} engine steps")
+        if name in PROPOSERS:
+            stats = PROPOSERS[name].stats()
+            result["engines"][name]["proposer"] = {key: stats.get(key) for key in (
+                "steps", "forwards", "tokens", "drafted", "chain_lengths", "positions_by_kind", "sized")}
+        print(f"{name}: {tokens[name] / wall[name]:.1f} tok/s, {steps} engine steps"
+              + (f", proposer {result['engines'][name]['proposer']}" if name in PROPOSERS else ""))
         for label, ms in split.items():
             print(f"  {label:42s} {ms:8.3f} ms/step")
     if args.json is not None:

@@ -86,12 +86,16 @@ def test_no_rows_with_a_top_k_pass_through(vllm_sampling, monkeypatch, fast):
     assert torch.isfinite(kept).sum(-1).tolist() == [2, 2, 2]  # rows still go to vLLM's top-k
 
 
-@pytest.mark.parametrize("seed", [0, 1, 2])
-def test_top_p_by_probe_keeps_vllms_nucleus(vllm_sampling, seed):
+@pytest.mark.parametrize("seed,cut", [(0, "native"), (1, "native"), (2, "native"), (0, "torch"), (1, "torch")])
+def test_top_p_by_probe_keeps_vllms_nucleus(vllm_sampling, monkeypatch, seed, cut):
     """The same tokens stay (the rest -inf) as with vLLM's full sort, for per-row p (1.0 included),
-    rows whose nucleus fits the probe and rows sorted in full; a top-k goes to vLLM's own."""
+    rows whose nucleus fits the probe and rows sorted in full, with the native cut (where built) and
+    the torch one; a top-k goes to vLLM's own."""
     from stand_runtime.target.sampling import NUCLEUS_PROBE
     from stand_runtime.vllm import cpu_sampling
+
+    if cut == "torch":
+        monkeypatch.setenv("STAND_NATIVE_NUCLEUS", "0")
 
     cpu_sampling.fix_cpu_sampling()
     vllm_top_p = vllm_sampling.values["top_p"]

@@ -27,10 +27,14 @@ def _logits(rows: int, vocab: int, seed: int) -> torch.Tensor:
     return torch.randn(rows, vocab, generator=generator) * scales[:, None]
 
 
-@pytest.fixture
-def probe_cut(monkeypatch):
-    """``top_p_by_probe`` with vLLM's own function stubbed for the paths it hands over."""
+@pytest.fixture(params=["native", "torch"])
+def probe_cut(monkeypatch, request):
+    """``top_p_by_probe`` with vLLM's own function stubbed for the paths it hands over; with the native
+    cut (where built) and with the torch one."""
     from stand_runtime.vllm import cpu_sampling
+
+    if request.param == "torch":
+        monkeypatch.setenv("STAND_NATIVE_NUCLEUS", "0")
 
     monkeypatch.setitem(cpu_sampling.VLLM_ORIGINALS, "apply_top_k_top_p_pytorch",
                         lambda logits, k, p, allow_cpu_sync=False: logits)

@@ -11,13 +11,14 @@ one plain decoding samples from.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, NamedTuple
+from typing import Callable
 
 import numpy as np
 import torch
 
 from ..checks import check_int, check_real
 from ..errors import StandError
+from .nucleus import NUCLEUS_PROBE, Nucleus, logits_nucleus, nucleus  # noqa: F401 - re-exported
 
 MIN_TEMPERATURE = 1e-6
 """Smallest positive temperature: below it logits / temperature overflow float32."""
@@ -25,14 +26,6 @@ MIN_TEMPERATURE = 1e-6
 MIN_TOP_P = float(np.finfo(np.float32).tiny)
 """Smallest top-p (float32's smallest normal, ~1.2e-38): float32 rounds a smaller one to 0, which
 would cut every token. Any top-p up to the top token's probability keeps that token alone."""
-
-NUCLEUS_PROBE = 128
-"""Tokens :func:`nucleus` sorts first. A full sort of a 49k vocabulary row is slow on a CPU (5.6 ms
-here) and the nucleus almost always lies inside the top hundred tokens, so a partial top-k of this
-size comes first and a full sort only for the rows whose nucleus is larger. Measured with the
-default model on 600 GSM8K positions at T 0.6, top-p 0.95: nucleus sizes 4 (median), 15 (90th
-percentile), 68 (99th); a partial top-k of 512 tokens took 0.50 ms a row, of 128 0.30 ms."""
-
 
 @dataclass(frozen=True)
 class SamplingParams:
@@ -107,86 +100,6 @@ def target_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
             kept[cut.wide] = torch.zeros_like(cut.full[0]).scatter_(-1, cut.full[1], cut.full[0])
         probs = kept / kept.sum(dim=-1, keepdim=True)
     return probs
-
-
-class Nucleus(NamedTuple):
-    """The nucleus of every row, most likely token first (what :func:`nucleus` returns).
-
-    Attributes:
-        values: ``[..., w]`` p before top-p at the ``w`` probed tokens, zero past the nucleus (not
-            renormalised); w = min(vocab, max(:data:`NUCLEUS_PROBE`, at_least)).
-        ids: ``[..., w]`` int64 token ids of ``values``.
-        wide: ``[...]`` bool, the rows whose nucleus is larger than the probe (their ``values`` miss
-            part of it), or None when the probe covers the vocabulary or (``full_sort``) no row is wide.
-        full: ``([r, vocab] values, [r, vocab] ids)``: the same for the r wide rows from a full sort
-            (None without wide rows or when ``full_sort`` was False).
-    """
-
-    values: torch.Tensor
-    ids: torch.Tensor
-    wide: torch.Tensor | None = None
-    full: tuple[torch.Tensor, torch.Tensor] | None = None
-
-    def host_rows(self) -> list[tuple[np.ndarray, np.ndarray]]:
-        """Per row of a ``[n, vocab]`` input: ``(values, ids)`` on the host (float64, int64, sorted, the
-        full sort for wide rows), in one transfer per tensor."""
-        values, ids = self.values.to("cpu", torch.float64).numpy(), self.ids.cpu().numpy()
-        rows = list(zip(values, ids))
-        if self.full is not None:
-            full_values, full_ids = self.full[0].to("cpu", torch.float64).numpy(), self.full[1].cpu().numpy()
-            for j, r in enumerate(self.wide.nonzero().flatten().tolist()):
-                rows[r] = (full_values[j], full_ids[j])
-        return rows
-
-
-def _cut(values: torch.Tensor, top_p: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """Zero the sorted ``values`` past the nucleus: a token stays when the mass strictly before it is
-    below ``top_p`` (so the first always stays). Returns the cut values and their cumulative sums."""
-    cumulative = values.cumsum(dim=-1)
-    return values * ((cumulative - values) < top_p), cumulative
-
-
-def nucleus(scores: torch.Tensor, top_p: float | torch.Tensor, at_least: int = 0,
-            probs_of: Callable[[torch.Tensor], torch.Tensor] | None = None, full_sort: bool = True) -> Nucleus:
-    """The top-p nucleus of each row: the one implementation of p's sort and cut (every function of
-    this module and the recorded distributions of batched sampling call it).
-
-    A partial top-k of :data:`NUCLEUS_PROBE` (or ``at_least``) tokens, the cumulative cut, and a full
-    sort of only the rows whose nucleus is larger than that probe.
-
-    Args:
-        scores: ``[..., vocab]`` p before top-p, or any scores in the same order (logits).
-        top_p: nucleus mass; >= 1 keeps every token of positive p. Or a ``[...]`` float tensor, one
-            mass per row, each < 1 (vLLM's per-request top-p).
-        at_least: probe at least this many tokens (a top-k, the k tokens a caller wants).
-        probs_of: maps sorted scores to p before top-p elementwise or row by row (applied to the
-            probe and to the full sorts of wide rows); None when ``scores`` are p.
-        full_sort: False: leave the wide rows (``wide``, possibly all False) to the caller, ``full`` is
-            None, and nothing is read back to the host.
-
-    Returns:
-        The :class:`Nucleus`.
-    """
-    vocab = scores.shape[-1]
-    top, ids = torch.topk(scores, min(max(NUCLEUS_PROBE, at_least), vocab), dim=-1)
-    values = top if probs_of is None else probs_of(top)
-    per_row = isinstance(top_p, torch.Tensor)
-    if not per_row and top_p >= 1.0:  # tokens past the probe have mass when the last probed one has (ties at a top-k)
-        wide = values[..., -1] > 0
-    else:
-        values, cumulative = _cut(values, top_p[..., None] if per_row else top_p)
-        wide = cumulative[..., -1] < top_p
-    if top.shape[-1] == vocab:
-        return Nucleus(values, ids)
-    if not full_sort:  # no host sync: the caller reads ``wide`` on the device
-        return Nucleus(values, ids, wide)
-    if not bool(wide.any()):
-        return Nucleus(values, ids)
-    rows, row_ids = torch.sort(scores[wide], dim=-1, descending=True)
-    rows = rows if probs_of is None else probs_of(rows)
-    if per_row or top_p < 1.0:
-        rows = _cut(rows, top_p[wide][..., None] if per_row else top_p)[0]
-    return Nucleus(values, ids, wide, (rows, row_ids))
 
 
 @dataclass(frozen=True, eq=False)
@@ -270,7 +183,8 @@ _NOT_FINITE = TargetRow(np.array([np.nan]), np.array([0]))
 
 def target_rows(logits: torch.Tensor, params: SamplingParams) -> list[TargetRow]:
     """:func:`target_row` for every row of ``[n, vocab]`` logits in one batch (one transfer to the
-    host: the GPU path; on a CPU computing only the visited rows is cheaper)."""
+    host: the GPU path; on a CPU computing only the visited rows is cheaper). Torch only: p here must
+    be :func:`target_probs`'s to the last bit (the native cut differs by float rounding)."""
     probs = tempered_probs(logits, params)
     if params.top_p >= 1.0 and not 0 < params.top_k < probs.shape[-1]:
         return [TargetRow(row) for row in probs.to("cpu", torch.float64).numpy()]
@@ -299,6 +213,20 @@ def target_row(logits: torch.Tensor, params: SamplingParams) -> TargetRow:
     return target_rows(logits[None], params)[0]
 
 
+def _native_probe(logits: torch.Tensor, params: SamplingParams, k: int = 0) -> Nucleus | None:
+    """The native cut of p's nucleus (:func:`~.nucleus.logits_nucleus`) for CPU logits, top-p < 1, no
+    top-k and ``k`` probed tokens at most; None where it does not apply (or is not built). For the
+    store's feed only (:func:`top_target_probs`): it equals the torch cut up to float rounding, and
+    what the store learns never decides what is accepted."""
+    vocab = logits.shape[-1]
+    if (params.greedy or params.top_p >= 1.0 or 0 < params.top_k < vocab or logits.device.type != "cpu"
+            or k > min(NUCLEUS_PROBE, vocab)):
+        return None
+    scaled = logits.float() / params.temperature
+    cut = logits_nucleus(scaled, torch.full((scaled.shape[0],), params.top_p), mask=False)
+    return None if cut is None else cut[0]
+
+
 def top_target_probs(logits: torch.Tensor, params: SamplingParams, k: int, rows_per_batch: int = 128
                      ) -> tuple[torch.Tensor, torch.Tensor]:
     """The k most likely tokens of p and their probabilities, without materialising p.
@@ -320,8 +248,11 @@ def top_target_probs(logits: torch.Tensor, params: SamplingParams, k: int, rows_
     """
     out_ids, out_probs = [], []
     for start in range(0, logits.shape[0], rows_per_batch):
-        chunk = logits[start : start + rows_per_batch].float() / params.temperature
-        cut = nucleus(chunk, params.top_p, max(k, params.top_k), _probs_of_sorted_logits(chunk, params), full_sort=False)
+        cut = _native_probe(logits[start : start + rows_per_batch], params, k)
+        if cut is None:
+            chunk = logits[start : start + rows_per_batch].float() / params.temperature
+            cut = nucleus(chunk, params.top_p, max(k, params.top_k), _probs_of_sorted_logits(chunk, params),
+                          full_sort=False)
         probs, ids = cut.values, cut.ids
         if params.top_p < 1.0:
             probs = probs / probs.sum(dim=-1, keepdim=True)

@@ -1,0 +1,89 @@
+"""The native top-p nucleus (csrc/nucleus.cpp, stand_runtime/target/nucleus.py) against the
+torch reference (stand_runtime.target.sampling.nucleus after a log-sum-exp) on the same rows."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from stand_runtime.target.nucleus import logits_nucleus, native_nucleus_available
+from stand_runtime.target.nucleus import NUCLEUS_PROBE, nucleus
+
+pytestmark = pytest.mark.skipif(not native_nucleus_available(), reason="native extension not built")
+
+
+def _rows(rows: int, vocab: int, seed: int) -> torch.Tensor:
+    """Peaked rows (nucleus of a few tokens) to flat ones (wider than the probe), a language model's
+    heavy upper tail in some."""
+    generator = torch.Generator().manual_seed(seed)
+    scales = torch.tensor([12.0, 6.0, 3.0, 1.0, 0.3, 0.02])[torch.arange(rows) % 6]
+    logits = torch.randn(rows, vocab, generator=generator) * scales[:, None]
+    logits[::4, :5] += 20.0  # a few dominant tokens
+    return logits
+
+
+def _reference(logits: torch.Tensor, p: torch.Tensor):
+    log_total = torch.logsumexp(logits, dim=-1, keepdim=True)
+    return nucleus(logits, p, probs_of=lambda top: torch.exp(top - log_total), full_sort=False), log_total
+
+
+@pytest.mark.parametrize("seed,vocab", [(0, 3000), (1, 49152), (2, 100)])
+def test_same_nucleus_and_probabilities_as_the_reference(seed, vocab):
+    logits = _rows(30, vocab, seed)
+    p = torch.tensor([0.95, 0.5, 0.9, 0.99, 0.6, 0.8, 0.999, 0.1])[torch.arange(30) % 8]
+    (found, log_total), (ref, ref_total) = logits_nucleus(logits.clone(), p, mask=False), _reference(logits, p)
+    assert torch.allclose(log_total, ref_total, rtol=1e-6, atol=1e-5)
+    if vocab <= NUCLEUS_PROBE:  # the probe is the vocabulary: no row is wide
+        assert ref.wide is None and not bool(found.wide.any())
+    else:
+        assert torch.equal(found.wide, ref.wide)
+        assert int(found.wide.sum()) > 0 and int((~found.wide).sum()) > 0, "rows of both kinds were exercised"
+    for r in range(30):
+        if found.wide[r]:
+            continue
+        ours, theirs = found.values[r] > 0, ref.values[r] > 0
+        assert set(found.ids[r][ours].tolist()) == set(ref.ids[r][theirs].tolist())
+        assert torch.allclose(found.values[r][ours].sort().values, ref.values[r][theirs].sort().values, rtol=1e-5)
+        assert bool((found.values[r][ours][:-1] >= found.values[r][ours][1:]).all()), "most likely first"
+
+
+def test_mask_in_place_keeps_the_nucleus_logits_only():
+    logits = _rows(12, 3000, 3)
+    p = torch.full((12,), 0.9)
+    p[5] = 1.0  # skipped: left as it is
+    masked = logits.clone()
+    found, _ = logits_nucleus(masked, p, mask=True)
+    for r in range(12):
+        if p[r] >= 1.0 or found.wide[r]:
+            assert torch.equal(masked[r], logits[r])
+            continue
+        kept = found.ids[r][found.values[r] > 0]
+        finite = torch.isfinite(masked[r]).nonzero().flatten()
+        assert set(finite.tolist()) == set(kept.tolist())
+        assert torch.equal(masked[r, kept], logits[r, kept])
+    assert float(found.values[5].abs().sum()) == 0.0 and not bool(found.wide[5])
+
+
+def test_edge_rows():
+    """-inf logits (banned tokens) are probability 0, a row with NaN or without finite logits is left
+    to the caller (wide), ties keep the lower id first, and input of another kind is declined."""
+    logits = torch.zeros(4, 200)
+    logits[0, 10:] = float("-inf")
+    logits[0, :10] = torch.arange(10.0)
+    logits[1, 3] = float("nan")
+    logits[2] = float("-inf")
+    logits[3, [7, 3]] = 5.0  # a tie at the top
+    found, log_total = logits_nucleus(logits.clone(), torch.full((4,), 0.5), mask=False)
+    assert not bool(found.wide[0]) and found.ids[0, 0] == 9
+    assert abs(float(log_total[0]) - float(torch.logsumexp(logits[0], -1))) < 1e-5
+    assert bool(found.wide[1]) and bool(found.wide[2])
+    assert found.ids[3, :2].tolist() == [3, 7] and not bool(found.wide[3])
+    assert logits_nucleus(logits.t().contiguous().t(), torch.full((4,), 0.5), mask=False) is None  # not contiguous
+    assert logits_nucleus(logits.double(), torch.full((4,), 0.5), mask=False) is None
+    assert logits_nucleus(torch.zeros(0, 200), torch.zeros(0), mask=False) is None
+    assert found.values.shape == (4, min(NUCLEUS_PROBE, 200))
+
+
+def test_switched_off_by_the_native_variable(monkeypatch):
+    monkeypatch.setenv("STAND_NATIVE_NUCLEUS", "0")
+    assert logits_nucleus(torch.zeros(2, 50), torch.full((2,), 0.9), mask=False) is None
