@@ -135,3 +135,12 @@ class NativeSuffixIndex:
     def match(self, sequence: list[int], limit: int) -> tuple[list[int], int]:
         """As :meth:`SuffixIndex.match`."""
         return self.continuation(sequence, limit), int(self._core.matched)
+
+
+def copy_index(max_ngram: int = PROMPT_LOOKUP_NGRAM, longest: int | None = None) -> SuffixIndex | NativeSuffixIndex:
+    """A :class:`NativeSuffixIndex` where the native core is built and ``STAND_NATIVE`` is not ``0``
+    (the same matches; in a 16-request vLLM step the Python index's updates were ~0.3 ms), else a
+    :class:`SuffixIndex`."""
+    from ..store.native_store import native_selected
+
+    return NativeSuffixIndex(max_ngram, longest) if native_selected() else SuffixIndex(max_ngram, longest)

@@ -44,7 +44,7 @@ import torch
 from ..drafters.candidates import COPY_NGRAM, match_rate
 from ..drafters.chain import KINDS, ChainCursor, ChainDraft
 from ..drafters.chain_budget import FORWARD_SIZES, ChainBudget, default_profile, profile_function
-from ..drafters.suffix_index import MAX_MATCH, SuffixIndex, repeated
+from ..drafters.suffix_index import MAX_MATCH, NativeSuffixIndex, SuffixIndex, copy_index, repeated
 from ..drafters.latency_model import LatencyModel
 from ..errors import StandError
 from ..drafters.feeds import STORE_TOP_K, LogitsFeed, store_params
@@ -68,7 +68,7 @@ class _Request:
     store: NGramStore
     params: SamplingParams
     randomness: RandomStream | None
-    index: SuffixIndex | None
+    index: SuffixIndex | NativeSuffixIndex | None
     last: tuple[list[float], list[int]] | None = None
 
 
@@ -329,7 +329,7 @@ class StandProposer:
             # the same store: a request sent again drafts from what the prompt's earlier requests taught
             seed = None if row.seed is None else int(row.seed) % SEED_LIMIT
             randomness = RandomStream.seeded(seed) if stochastic else None
-            index = SuffixIndex(COPY_NGRAM, MAX_MATCH) if self.options["copy"] else None
+            index = copy_index(COPY_NGRAM, MAX_MATCH) if self.options["copy"] else None
             state = self._requests[row.req_id] = _Request(self.stores.get(tuple(row.prompt)), params, randomness, index)
             self.totals["requests"] += 1
         return state
