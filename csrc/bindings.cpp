@@ -302,25 +302,26 @@ PYBIND11_MODULE(_native, m) {
         [](py::array_t<float, py::array::c_style> logits, py::array_t<float, py::array::c_style> top_p, int64_t width,
            bool mask) {
             // csrc/nucleus.hpp: (values [rows, width] float32, ids [rows, width] int64, wide [rows] bool,
-            // log_total [rows] float32); logits [rows, vocab] masked in place with `mask`
+            // log_total [rows] float32, mass [rows] float32); logits [rows, vocab] masked in place with `mask`
             if (logits.ndim() != 2 || top_p.ndim() != 1 || top_p.shape(0) != logits.shape(0) || width < 1)
                 throw py::value_error("nucleus_rows: logits must be [rows, vocab], top_p [rows], width >= 1");
             py::ssize_t rows = logits.shape(0), vocab = logits.shape(1);
             py::array_t<float> values({rows, static_cast<py::ssize_t>(width)});
             py::array_t<int64_t> ids({rows, static_cast<py::ssize_t>(width)});
             py::array_t<bool> wide(rows);
-            py::array_t<float> log_total(rows);
+            py::array_t<float> log_total(rows), mass(rows);
             float* x = logits.mutable_data();
             const float* p = top_p.data();
             float* v = values.mutable_data();
             int64_t* id = ids.mutable_data();
             uint8_t* w = reinterpret_cast<uint8_t*>(wide.mutable_data());
             float* z = log_total.mutable_data();
+            float* total = mass.mutable_data();
             {
                 py::gil_scoped_release release;
-                stand::nucleus_rows(x, rows, vocab, p, width, mask, v, id, w, z);
+                stand::nucleus_rows(x, rows, vocab, p, width, mask, v, id, w, z, total);
             }
-            return py::make_tuple(values, ids, wide, log_total);
+            return py::make_tuple(values, ids, wide, log_total, mass);
         },
         py::arg("logits").noconvert(), py::arg("top_p").noconvert(), py::arg("width"), py::arg("mask"));
 

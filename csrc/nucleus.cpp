@@ -157,11 +157,52 @@ void row_collect(const float* x, int64_t n, float threshold, std::vector<std::pa
     collect_scalar(x, 0, n, threshold, out);
 }
 
-// One row, not masked; returns whether it is wide. The tokens within a gap of the maximum are
-// collected, the gap doubling from 4 until they hold mass top_p or `width` tokens (then the nucleus
-// is among them, or wider than the probe).
-bool one_row(const float* x, int64_t vocab, float top_p, int64_t width, float* values, int64_t* ids, float* log_total,
-             std::vector<std::pair<float, int64_t>>& found) {
+struct Candidate {
+    float logit;
+    float p;  // exp(logit - log_total)
+    int64_t id;
+};
+
+// most likely first; the lower id first on ties
+bool before_in_order(const Candidate& a, const Candidate& b) {
+    return a.logit > b.logit || (a.logit == b.logit && a.id < b.id);
+}
+
+// The nucleus among `found` (every token of mass above theirs is in `found`, and they hold mass
+// >= top_p, or they are the whole row): arranges `found` so that its first n entries are the nucleus
+// and returns n. A token stays when the mass strictly before it, most likely first, is below top_p and
+// its own mass is positive. Quickselect halves the undecided range by mass (std::nth_element), so a
+// nucleus of thousands of tokens costs linear time; the last <= 64 undecided are sorted and scanned
+// with the mass before them summed in float32 as torch's cumsum.
+int64_t select_nucleus(std::vector<Candidate>& found, float top_p) {
+    int64_t lo = 0, hi = static_cast<int64_t>(found.size());
+    double above = 0.0;  // the mass of found[0, lo), all in the nucleus
+    while (hi - lo > 64) {
+        int64_t mid = lo + (hi - lo) / 2;
+        std::nth_element(found.begin() + lo, found.begin() + mid, found.begin() + hi, before_in_order);
+        double upper = 0.0;
+        for (int64_t i = lo; i < mid; ++i) upper += found[i].p;
+        if (above + upper >= top_p) {
+            hi = mid;  // the token at mid (and every one after it) has mass >= top_p before it
+        } else {
+            above += upper;
+            lo = mid;
+        }
+    }
+    std::sort(found.begin() + lo, found.begin() + hi, before_in_order);
+    float before = static_cast<float>(above);
+    int64_t n = lo;
+    while (n < hi && before < top_p && found[n].p > 0.0f) before += found[n++].p;
+    return n;
+}
+
+// One row: returns whether it is wide (not finite, or without `mask` a nucleus of more than `width`
+// tokens); otherwise values/ids hold the nucleus's first `width` tokens (zero past it), *mass its
+// total and, with `mask`, every other logit of the row is -inf. The tokens within a gap of the
+// maximum are collected, the gap doubling from 4 until they hold mass top_p.
+bool one_row(float* x, int64_t vocab, float top_p, int64_t width, bool mask, float* values, int64_t* ids,
+             float* log_total, float* mass, std::vector<std::pair<float, int64_t>>& near,
+             std::vector<Candidate>& found, std::vector<float>& kept_logits) {
     float m = row_max(x, vocab);
     if (!std::isfinite(m)) return true;
     double total = row_sum_exp(x, vocab, m);
@@ -169,56 +210,59 @@ bool one_row(const float* x, int64_t vocab, float top_p, int64_t width, float* v
     double log_z = m + std::log(total);
     *log_total = static_cast<float>(log_z);
     for (float gap = 4.0f;; gap *= 2.0f) {
-        found.clear();
+        near.clear();
         bool all = gap > 64.0f;  // past e^-64 of the maximum: every token
-        row_collect(x, vocab, all ? kNegInf : m - gap, found);
-        if (all || static_cast<int64_t>(found.size()) >= width) break;
-        double mass = 0.0;
-        for (const auto& f : found) mass += std::exp(static_cast<double>(f.first) - log_z);
-        if (mass >= top_p) break;
+        row_collect(x, vocab, all ? kNegInf : m - gap, near);
+        found.clear();
+        double held = 0.0;
+        for (const auto& t : near) {
+            float p = static_cast<float>(std::exp(static_cast<double>(t.first) - log_z));
+            found.push_back({t.first, p, t.second});
+            held += p;
+        }
+        if (all || held >= top_p) break;
     }
-    auto first = [](const std::pair<float, int64_t>& a, const std::pair<float, int64_t>& b) {
-        return a.first > b.first || (a.first == b.first && a.second < b.second);
-    };
-    int64_t take = std::min<int64_t>(width, static_cast<int64_t>(found.size()));
-    if (take == 0) return true;
-    std::partial_sort(found.begin(), found.begin() + take, found.end(), first);
-    float before = 0.0f;  // the mass strictly before the token, summed in float32 as torch's cumsum
-    for (int64_t i = 0; i < take; ++i) {
-        float p = static_cast<float>(std::exp(static_cast<double>(found[i].first) - log_z));
-        ids[i] = found[i].second;
-        values[i] = before < top_p ? p : 0.0f;
-        before += p;
+    int64_t n = select_nucleus(found, top_p);
+    if (n == 0 || (!mask && n > width)) return true;
+    int64_t shown = std::min(n, width);
+    std::partial_sort(found.begin(), found.begin() + shown, found.begin() + n, before_in_order);
+    double kept = 0.0;
+    for (int64_t i = 0; i < n; ++i) kept += found[i].p;
+    *mass = static_cast<float>(kept);
+    for (int64_t i = 0; i < width; ++i) {
+        const Candidate& c = found[std::min<int64_t>(i, static_cast<int64_t>(found.size()) - 1)];
+        ids[i] = c.id;
+        values[i] = i < shown ? c.p : 0.0f;
     }
-    for (int64_t i = take; i < width; ++i) ids[i] = ids[take - 1];
-    // every token looked at stays, and so would the next one (past the probe or below the gap)
-    return before < top_p && take < vocab;
+    if (mask) {
+        kept_logits.resize(n);
+        for (int64_t i = 0; i < n; ++i) kept_logits[i] = x[found[i].id];
+        std::fill(x, x + vocab, kNegInf);
+        for (int64_t i = 0; i < n; ++i) x[found[i].id] = kept_logits[i];
+    }
+    return false;
 }
 
 }  // namespace
 
 void nucleus_rows(float* logits, int64_t rows, int64_t vocab, const float* top_p, int64_t width, bool mask,
-                  float* values, int64_t* ids, uint8_t* wide, float* log_total) {
-    std::vector<std::pair<float, int64_t>> found;
-    found.reserve(256);
+                  float* values, int64_t* ids, uint8_t* wide, float* log_total, float* mass) {
+    std::vector<std::pair<float, int64_t>> near;
+    std::vector<Candidate> found;
     std::vector<float> kept_logits;
+    near.reserve(256);
+    found.reserve(256);
     for (int64_t r = 0; r < rows; ++r) {
-        float* x = logits + r * vocab;
         float* v = values + r * width;
         int64_t* id = ids + r * width;
         std::fill(v, v + width, 0.0f);
         std::fill(id, id + width, int64_t{0});
         wide[r] = 0;
         log_total[r] = 0.0f;
+        mass[r] = 0.0f;
         if (!(top_p[r] < 1.0f)) continue;
-        wide[r] = one_row(x, vocab, top_p[r], width, v, id, log_total + r, found) ? 1 : 0;
-        if (wide[r] || !mask) continue;
-        int64_t kept = 0;
-        while (kept < width && v[kept] > 0.0f) ++kept;
-        kept_logits.resize(kept);
-        for (int64_t i = 0; i < kept; ++i) kept_logits[i] = x[id[i]];
-        std::fill(x, x + vocab, kNegInf);
-        for (int64_t i = 0; i < kept; ++i) x[id[i]] = kept_logits[i];
+        wide[r] = one_row(logits + r * vocab, vocab, top_p[r], width, mask, v, id, log_total + r, mass + r, near,
+                          found, kept_logits) ? 1 : 0;
     }
 }
 

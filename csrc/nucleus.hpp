@@ -11,13 +11,15 @@ namespace stand {
 //   log_total[r] = log sum_j exp(logits[r, j]);
 //   ids[r, :] the most likely tokens, most likely first, values[r, :] their probabilities
 //     exp(logit - log_total), zero past the nucleus (a token stays when the mass strictly before it is
-//     below top_p[r]; the first always stays) and past the tokens found (ids there repeat the last);
-//   wide[r] = 1 when the nucleus may hold more than `width` tokens, or the row is not finite: the caller
-//     sorts that row in full.
-// With `mask`, every logit of a row that is not wide and not in its nucleus is set to -inf in place.
+//     below top_p[r] and its own is positive; the first always stays; ids past it are other tokens);
+//   mass[r] the nucleus's total probability;
+//   wide[r] = 1 when the row is not finite, or (without `mask`) its nucleus holds more than `width`
+//     tokens: the caller sorts that row in full (values, ids, mass then mean nothing).
+// With `mask`, every logit of a row that is not wide and not in its nucleus is set to -inf in place
+// (a nucleus of any size).
 // One pass for the maximum, one for the sum of exponentials (AVX2 where the CPU has it), the tokens
 // near the maximum collected and sorted.
 void nucleus_rows(float* logits, int64_t rows, int64_t vocab, const float* top_p, int64_t width, bool mask,
-                  float* values, int64_t* ids, uint8_t* wide, float* log_total);
+                  float* values, int64_t* ids, uint8_t* wide, float* log_total, float* mass);
 
 }  // namespace stand

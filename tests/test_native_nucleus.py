@@ -31,7 +31,7 @@ def _reference(logits: torch.Tensor, p: torch.Tensor):
 def test_same_nucleus_and_probabilities_as_the_reference(seed, vocab):
     logits = _rows(30, vocab, seed)
     p = torch.tensor([0.95, 0.5, 0.9, 0.99, 0.6, 0.8, 0.999, 0.1])[torch.arange(30) % 8]
-    (found, log_total), (ref, ref_total) = logits_nucleus(logits.clone(), p, mask=False), _reference(logits, p)
+    (found, log_total, mass), (ref, ref_total) = logits_nucleus(logits.clone(), p, mask=False), _reference(logits, p)
     assert torch.allclose(log_total, ref_total, rtol=1e-6, atol=1e-5)
     if vocab <= NUCLEUS_PROBE:  # the probe is the vocabulary: no row is wide
         assert ref.wide is None and not bool(found.wide.any())
@@ -45,22 +45,34 @@ def test_same_nucleus_and_probabilities_as_the_reference(seed, vocab):
         assert set(found.ids[r][ours].tolist()) == set(ref.ids[r][theirs].tolist())
         assert torch.allclose(found.values[r][ours].sort().values, ref.values[r][theirs].sort().values, rtol=1e-5)
         assert bool((found.values[r][ours][:-1] >= found.values[r][ours][1:]).all()), "most likely first"
+        assert abs(float(mass[r]) - float(ref.values[r].sum())) < 1e-5
 
 
 def test_mask_in_place_keeps_the_nucleus_logits_only():
+    """Masked in place, rows of any nucleus size (a flat row's exceeds the probe) keep exactly the
+    reference's nucleus; the mass and the first tokens are reported for each."""
     logits = _rows(12, 3000, 3)
     p = torch.full((12,), 0.9)
     p[5] = 1.0  # skipped: left as it is
     masked = logits.clone()
-    found, _ = logits_nucleus(masked, p, mask=True)
+    found, _, mass = logits_nucleus(masked, p, mask=True)
+    reference = torch.softmax(logits, dim=-1).sort(dim=-1, descending=True)
+    assert not bool(found.wide.any())
+    sizes = []
     for r in range(12):
-        if p[r] >= 1.0 or found.wide[r]:
+        if p[r] >= 1.0:
             assert torch.equal(masked[r], logits[r])
             continue
-        kept = found.ids[r][found.values[r] > 0]
+        before = reference.values[r].cumsum(0) - reference.values[r]
+        want = reference.indices[r][before < p[r]]
         finite = torch.isfinite(masked[r]).nonzero().flatten()
-        assert set(finite.tolist()) == set(kept.tolist())
-        assert torch.equal(masked[r, kept], logits[r, kept])
+        assert set(finite.tolist()) == set(want.tolist())
+        assert torch.equal(masked[r, want], logits[r, want])
+        assert abs(float(mass[r]) - float(reference.values[r][before < p[r]].sum())) < 1e-4
+        shown = found.ids[r][found.values[r] > 0]
+        assert shown.tolist() == want[: len(shown)].tolist()
+        sizes.append(len(want))
+    assert max(sizes) > NUCLEUS_PROBE and min(sizes) < 10, "small and wide nuclei were exercised"
     assert float(found.values[5].abs().sum()) == 0.0 and not bool(found.wide[5])
 
 
@@ -73,7 +85,7 @@ def test_edge_rows():
     logits[1, 3] = float("nan")
     logits[2] = float("-inf")
     logits[3, [7, 3]] = 5.0  # a tie at the top
-    found, log_total = logits_nucleus(logits.clone(), torch.full((4,), 0.5), mask=False)
+    found, log_total, _ = logits_nucleus(logits.clone(), torch.full((4,), 0.5), mask=False)
     assert not bool(found.wide[0]) and found.ids[0, 0] == 9
     assert abs(float(log_total[0]) - float(torch.logsumexp(logits[0], -1))) < 1e-5
     assert bool(found.wide[1]) and bool(found.wide[2])

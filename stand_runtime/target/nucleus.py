@@ -1,12 +1,13 @@
 """The top-p nucleus of rows (Holtzman et al., 2020, §3.1): the one sort and cut of p every path uses
 (:func:`nucleus`, torch) and the same cut of rows of logits in C++ (:func:`logits_nucleus`).
 
-:func:`nucleus` cuts a nucleus from a partial top-k; on logits it needs a log-sum-exp first: two torch
-passes over the vocabulary that cost ~90 µs a row of the default model's 49,152 tokens on a 2-core
-CPU, where the nucleus at T 0.6, top-p 0.95 holds 1-8 tokens. The native kernel
-(``csrc/nucleus.cpp``) makes one pass for the maximum and one for the sum of exponentials (AVX2 where
-the CPU has it, detected at run time), collects the few tokens near the maximum and sorts those
-(~17 µs a row). It is the same cut up to float rounding of the log-sum-exp:
+:func:`nucleus` cuts a nucleus from a partial top-k, after a log-sum-exp when given logits, and sorts
+the whole vocabulary of each row whose nucleus is wider than the probe: on the default model's 49,152
+tokens on a 2-core CPU ~85 µs a row at T 0.6 (nucleus ~8 tokens) and ~760 µs at T 1.0 (~290). The
+native kernel (``csrc/nucleus.cpp``) makes one pass for the maximum and one for the sum of
+exponentials (AVX2 where the CPU has it, detected at run time), collects the tokens near the maximum
+and finds the nucleus among them by a quickselect on mass: ~43 and ~107 µs a row
+(``benchmarks/bench_nucleus.py``). It is the same cut up to float rounding of the sums:
 ``tests/test_native_nucleus.py`` compares the two on the same rows. ``STAND_NATIVE_NUCLEUS=0`` keeps the
 torch cut (its own switch: ``STAND_NATIVE`` chooses the store, and a native store must build the
 same entries as the Python one from the same feed).
@@ -123,29 +124,47 @@ def native_nucleus_available() -> bool:
             and os.environ.get(NATIVE_NUCLEUS_ENV, "").strip() != "0")
 
 
-def logits_nucleus(logits: torch.Tensor, top_p: torch.Tensor, mask: bool) -> tuple[Nucleus, torch.Tensor] | None:
+class NativeCut(NamedTuple):
+    """What :func:`logits_nucleus` found.
+
+    Attributes:
+        found: ``Nucleus(values, ids, wide)``: ``values`` ``[rows, w]`` float32 p (the softmax of the
+            row) at ``ids`` (int64, most likely first), w = min(:data:`NUCLEUS_PROBE`, vocab), zero past
+            the nucleus; ``wide`` ``[rows]`` bool, the rows left to the caller (not finite, or without
+            ``mask`` a nucleus of more than w tokens: neither cut nor masked).
+        log_total: ``[rows, 1]`` float32 log-sum-exp of each row (0 where skipped or wide).
+        mass: ``[rows]`` float32 total p of each nucleus (its first w tokens are in ``found``; with
+            ``mask`` a nucleus may hold more).
+    """
+
+    found: Nucleus
+    log_total: torch.Tensor
+    mass: torch.Tensor
+
+
+def logits_nucleus(logits: torch.Tensor, top_p: torch.Tensor, mask: bool) -> NativeCut | None:
     """The top-p nucleus of each row of ``logits`` (Holtzman et al., 2020, §3.1), in C++.
 
     A token stays when the probability mass strictly before it (most likely first) is below the row's
-    p; the first always stays. Rows with p >= 1 are skipped (values 0, not wide, not masked).
+    p and its own is positive; the first always stays. Rows with p >= 1 are skipped (values 0, not
+    wide, not masked).
 
     Args:
         logits: ``[rows, vocab]`` float32 CPU logits (after temperature), contiguous.
         top_p: ``[rows]`` nucleus mass per row.
-        mask: set every logit of a row that is cut, not wide and not in its nucleus to -inf, in place.
+        mask: set every logit of a row that is cut and not in its nucleus to -inf, in place (a
+            nucleus of any size: only rows that are not finite are left wide).
 
     Returns:
-        ``(Nucleus(values, ids, wide), log_total)`` with ``values`` ``[rows, min(NUCLEUS_PROBE, vocab)]`` float32 p
-        (softmax of the row) at ``ids`` (int64, most likely first), zero past the nucleus; ``wide``
-        ``[rows]`` bool, rows whose nucleus is wider than the probe or that are not finite (neither cut
-        nor masked: the caller sorts them); ``log_total`` ``[rows, 1]`` float32 log-sum-exp (0 where
-        skipped or wide). None when the kernel is not available or the input is not of that kind.
+        The :class:`NativeCut`, or None when the kernel is not available or the input is not of that
+        kind.
     """
     if (not native_nucleus_available() or logits.dim() != 2 or logits.dtype != torch.float32
             or logits.device.type != "cpu" or not logits.is_contiguous() or logits.requires_grad
             or logits.shape[0] == 0):
         return None
     masses = top_p.detach().to("cpu", torch.float32).contiguous()
-    values, ids, wide, log_total = _native.nucleus_rows(logits.numpy(), masses.numpy(), min(NUCLEUS_PROBE, logits.shape[1]), mask)
+    values, ids, wide, log_total, mass = _native.nucleus_rows(logits.numpy(), masses.numpy(),
+                                                              min(NUCLEUS_PROBE, logits.shape[1]), mask)
     found = Nucleus(torch.from_numpy(values), torch.from_numpy(ids), torch.from_numpy(wide))
-    return found, torch.from_numpy(log_total)[:, None]
+    return NativeCut(found, torch.from_numpy(log_total)[:, None], torch.from_numpy(mass))

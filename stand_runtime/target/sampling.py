@@ -224,7 +224,7 @@ def _native_probe(logits: torch.Tensor, params: SamplingParams, k: int = 0) -> N
         return None
     scaled = logits.float() / params.temperature
     cut = logits_nucleus(scaled, torch.full((scaled.shape[0],), params.top_p), mask=False)
-    return None if cut is None else cut[0]
+    return None if cut is None else cut.found
 
 
 def top_target_probs(logits: torch.Tensor, params: SamplingParams, k: int, rows_per_batch: int = 128

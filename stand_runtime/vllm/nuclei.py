@@ -76,10 +76,13 @@ def record(call: NucleusCall) -> None:
         _ACTIVE[-1][1].append(call)
 
 
-def top_of_cut(values: torch.Tensor, ids: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+def top_of_cut(values: torch.Tensor, ids: torch.Tensor, k: int, mass: torch.Tensor | None = None
+               ) -> tuple[torch.Tensor, torch.Tensor]:
     """The first ``k`` of a sorted, cut nucleus (``[r, w]`` p before top-p, zero past the nucleus;
-    ``[r, w]`` ids) as ``([r, k] ids, [r, k] probabilities renormalised over the nucleus)``."""
-    mass = values.sum(dim=-1, keepdim=True)
+    ``[r, w]`` ids) as ``([r, k] ids, [r, k] probabilities renormalised over the nucleus)``; ``mass``
+    (``[r, 1]``) is each nucleus's total p where ``values`` hold only its first w tokens (None: their
+    sum)."""
+    mass = values.sum(dim=-1, keepdim=True) if mass is None else mass
     ids, probs = ids[:, :k].clone(), values[:, :k] / mass
     if ids.shape[-1] < k:  # a vocabulary smaller than k: pad with probability 0
         pad = k - ids.shape[-1]
