@@ -41,7 +41,8 @@ def cuts():
     from stand_runtime.vllm import cpu_sampling
     from vllm.v1.sample.ops import topk_topp_sampler
 
-    vllm_sort = cpu_sampling.VLLM_ORIGINALS.get("apply_top_k_top_p_pytorch", topk_topp_sampler.apply_top_k_top_p_pytorch)
+    vllm_sort = cpu_sampling.VLLM_ORIGINALS.get("apply_top_k_top_p_pytorch",
+                                                topk_topp_sampler.apply_top_k_top_p_pytorch)
     cpu_sampling.VLLM_ORIGINALS.setdefault("apply_top_k_top_p_pytorch", vllm_sort)
 
     def probe(native: bool):

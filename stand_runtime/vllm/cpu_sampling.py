@@ -18,8 +18,8 @@ suffix) get them too, and every engine of a benchmark samples with the same code
    49,152 tokens on this 2-core machine, ~20% of plain decoding's step at n = 16, and again for
    every draft token in the rejection sampler, which made each drafted token cost nearly a plain
    step's share. :func:`top_p_by_probe` cuts the same nucleus from a partial top-k of
-   :data:`stand_runtime.target.sampling.NUCLEUS_PROBE` tokens (the project's own
-   :func:`~stand_runtime.target.sampling.nucleus`) and sorts fully only the rows whose nucleus is
+   :data:`stand_runtime.target.nucleus.NUCLEUS_PROBE` tokens (the project's own
+   :func:`~stand_runtime.target.nucleus.nucleus`) and sorts fully only the rows whose nucleus is
    wider than the probe (1.1 ms for the same 16 rows; the native cut of
    :func:`stand_runtime.target.nucleus.logits_nucleus` where the extension is built: 0.68 ms, and at
    T 1.0, where most nuclei are wider than the probe, 1.7 ms against the probe's 12).
@@ -111,9 +111,9 @@ def top_p_by_probe(logits: torch.Tensor, k: torch.Tensor | None, p: torch.Tensor
     a row of 49,152 where vLLM's sort took ~1.7 ms) cuts every finite row; where it is not built, a
     torch probe of :data:`~stand_runtime.target.nucleus.NUCLEUS_PROBE` tokens decides a row when it
     holds mass p and the other rows are sorted in full (:func:`stand_runtime.target.nucleus.nucleus`).
-    The sets kept equal vLLM's up to float rounding of the cumulative sum at the cut. Rows with p >= 1 are left as
-    they are (vLLM drops only their tokens of probability exactly 0, which cannot be sampled either
-    way). A top-k (``k`` not None) and logits other than float32 (vLLM's sampler works in float32; in
+    The sets kept equal vLLM's up to float rounding of the cumulative sum at the cut. Rows with
+    p >= 1 are left as they are (vLLM drops only their tokens of probability exactly 0, which cannot be
+    sampled either way). A top-k (``k`` not None) and logits other than float32 (vLLM's sampler works in float32; in
     bfloat16 its own cut, summed in bfloat16, differs from an exact one at ties) go to vLLM's own
     function.
 
@@ -177,9 +177,7 @@ def _finish_native(logits: torch.Tensor, p: torch.Tensor, cut: torch.Tensor, nat
     found = native.found
     left = found.wide & cut
     if bool(left.any()):
-        torch_cut = torch.zeros_like(cut)
-        torch_cut[left] = True
-        _cut_torch(logits, p, torch_cut, 0)
+        _cut_torch(logits, p, left, 0)
     if wanted:
         ids, probs = nuclei.top_of_cut(found.values[cut], found.ids[cut], wanted, native.mass[cut][:, None])
         call = nuclei.NucleusCall.unknown(cut.shape[0], wanted)
