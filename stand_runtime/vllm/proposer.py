@@ -356,7 +356,9 @@ class StandProposer:
         """A zeroed q buffer of at least ``[rows, K, vocab]`` (grown by doubling)."""
         if self._probs is None or self._probs.shape[0] < rows or self._probs.shape[-1] != vocab:
             rows = max(rows, 8 if self._probs is None else 2 * self._probs.shape[0])
-            self._probs = torch.zeros(rows, self.k, vocab, dtype=torch.float32)
+            # numpy's zeros is calloc: the OS maps zero pages as rows are written, where torch.zeros
+            # wrote all of it up front (50 MB for 16 requests x K 16: 0.2 s in the step that grew it)
+            self._probs = torch.from_numpy(np.zeros((rows, self.k, vocab), dtype=np.float32))
             self._written = []
 
     def _write_probs(self, row: int, chain: ChainDraft, drawn: bool) -> None:
