@@ -2,6 +2,7 @@
 // The Python side (stand_runtime/store/native_store.py, stand_runtime/drafters/native_draft.py)
 // checks arguments and builds the Python objects the rest of the runtime reads.
 #include <algorithm>
+#include <cmath>
 
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
@@ -300,11 +301,12 @@ PYBIND11_MODULE(_native, m) {
     m.def(
         "nucleus_rows",
         [](py::array_t<float, py::array::c_style> logits, py::array_t<float, py::array::c_style> top_p, int64_t width,
-           bool mask) {
+           bool mask, float scale) {
             // csrc/nucleus.hpp: (values [rows, width] float32, ids [rows, width] int64, wide [rows] bool,
             // log_total [rows] float32, mass [rows] float32); logits [rows, vocab] masked in place with `mask`
-            if (logits.ndim() != 2 || top_p.ndim() != 1 || top_p.shape(0) != logits.shape(0) || width < 1)
-                throw py::value_error("nucleus_rows: logits must be [rows, vocab], top_p [rows], width >= 1");
+            if (logits.ndim() != 2 || top_p.ndim() != 1 || top_p.shape(0) != logits.shape(0) || width < 1 ||
+                !(scale > 0.0f) || !std::isfinite(scale))
+                throw py::value_error("nucleus_rows: logits must be [rows, vocab], top_p [rows], width >= 1, scale > 0");
             py::ssize_t rows = logits.shape(0), vocab = logits.shape(1);
             py::array_t<float> values({rows, static_cast<py::ssize_t>(width)});
             py::array_t<int64_t> ids({rows, static_cast<py::ssize_t>(width)});
@@ -319,11 +321,12 @@ PYBIND11_MODULE(_native, m) {
             float* total = mass.mutable_data();
             {
                 py::gil_scoped_release release;
-                stand::nucleus_rows(x, rows, vocab, p, width, mask, v, id, w, z, total);
+                stand::nucleus_rows(x, rows, vocab, p, width, mask, scale, v, id, w, z, total);
             }
             return py::make_tuple(values, ids, wide, log_total, mass);
         },
-        py::arg("logits").noconvert(), py::arg("top_p").noconvert(), py::arg("width"), py::arg("mask"));
+        py::arg("logits").noconvert(), py::arg("top_p").noconvert(), py::arg("width"), py::arg("mask"),
+        py::arg("scale") = 1.0f);
 
     py::class_<ListSuffixIndex>(m, "SuffixIndex")
         .def(py::init<int, int>(), py::arg("max_ngram"), py::arg("longest"))

@@ -29,10 +29,10 @@ float max_scalar(const float* x, int64_t from, int64_t n) {
     return m;
 }
 
-double sum_exp_scalar(const float* x, int64_t n, float m, float floor) {
+double sum_exp_scalar(const float* x, int64_t n, float m, float scale, float floor) {
     double s = 0.0;
     for (int64_t j = 0; j < n; ++j)
-        if (x[j] >= floor) s += std::exp(static_cast<double>(x[j]) - m);
+        if (x[j] >= floor) s += std::exp(static_cast<double>(scale) * (static_cast<double>(x[j]) - m));
     return s;
 }
 
@@ -84,12 +84,12 @@ __attribute__((target("avx2"))) inline __m256 exp_nonpositive(__m256 x) {
     return _mm256_andnot_ps(zero, _mm256_mul_ps(y, _mm256_castsi256_ps(e)));
 }
 
-// sum of exp(x - m) over the lanes at or above `floor`: the vectors holding one listed first
+// sum of exp(scale (x - m)) over the lanes at or above `floor`: the vectors holding one listed first
 // (branch-free), then their exponentials
-__attribute__((target("avx2"))) double sum_exp_avx2(const float* x, int64_t n, float m, float floor) {
+__attribute__((target("avx2"))) double sum_exp_avx2(const float* x, int64_t n, float m, float scale, float floor) {
     static thread_local std::vector<int32_t> listed;
     listed.resize(static_cast<size_t>(n / 8) + 1);
-    const __m256 shift = _mm256_set1_ps(m), low = _mm256_set1_ps(floor);
+    const __m256 shift = _mm256_set1_ps(m), low = _mm256_set1_ps(floor), times = _mm256_set1_ps(scale);
     int64_t count = 0, j = 0;
     for (; j + 8 <= n; j += 8) {
         listed[count] = static_cast<int32_t>(j);
@@ -101,7 +101,7 @@ __attribute__((target("avx2"))) double sum_exp_avx2(const float* x, int64_t n, f
         for (int64_t end = std::min<int64_t>(count, i + 16); i < end; ++i) {
             __m256 v = _mm256_loadu_ps(x + listed[i]);
             __m256 in = _mm256_cmp_ps(v, low, _CMP_GE_OQ);
-            a = _mm256_add_ps(a, _mm256_and_ps(in, exp_nonpositive(_mm256_sub_ps(v, shift))));
+            a = _mm256_add_ps(a, _mm256_and_ps(in, exp_nonpositive(_mm256_mul_ps(_mm256_sub_ps(v, shift), times))));
         }
         sum = _mm256_add_pd(sum, _mm256_add_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(a)),
                                                _mm256_cvtps_pd(_mm256_extractf128_ps(a, 1))));
@@ -109,7 +109,7 @@ __attribute__((target("avx2"))) double sum_exp_avx2(const float* x, int64_t n, f
     alignas(32) double lanes[4];
     _mm256_store_pd(lanes, sum);
     double s = lanes[0] + lanes[1] + lanes[2] + lanes[3];
-    return s + sum_exp_scalar(x + j, n - j, m, floor);
+    return s + sum_exp_scalar(x + j, n - j, m, scale, floor);
 }
 
 __attribute__((target("avx2"))) void collect_avx2(const float* x, int64_t n, float threshold,
@@ -140,14 +140,15 @@ float row_max(const float* x, int64_t n) {
     return max_scalar(x, 0, n);
 }
 
-// sum_j exp(x_j - m) without the terms below m - gap with gap = ln(n) + 26 ln 2: together they are
-// below n e^-gap = 2^-26 while the sum is >= 1 (the maximum's term), under float32's rounding of it
-double row_sum_exp(const float* x, int64_t n, float m) {
-    float floor = m - static_cast<float>(std::log(static_cast<double>(n)) + 26.0 * std::log(2.0));
+// sum_j exp(scale (x_j - m)) without the terms more than gap = ln(n) + 26 ln 2 below the maximum (in
+// scaled units): together they are below n e^-gap = 2^-26 while the sum is >= 1 (the maximum's term),
+// under float32's rounding of it
+double row_sum_exp(const float* x, int64_t n, float m, float scale) {
+    float floor = m - static_cast<float>((std::log(static_cast<double>(n)) + 26.0 * std::log(2.0)) / scale);
 #ifdef STAND_X86
-    if (use_avx2()) return sum_exp_avx2(x, n, m, floor);
+    if (use_avx2()) return sum_exp_avx2(x, n, m, scale, floor);
 #endif
-    return sum_exp_scalar(x, n, m, floor);
+    return sum_exp_scalar(x, n, m, scale, floor);
 }
 
 void row_collect(const float* x, int64_t n, float threshold, std::vector<std::pair<float, int64_t>>& out) {
@@ -200,23 +201,24 @@ int64_t select_nucleus(std::vector<Candidate>& found, float top_p) {
 // tokens); otherwise values/ids hold the nucleus's first `width` tokens (zero past it), *mass its
 // total and, with `mask`, every other logit of the row is -inf. The tokens within a gap of the
 // maximum are collected, the gap doubling from 4 until they hold mass top_p.
-bool one_row(float* x, int64_t vocab, float top_p, int64_t width, bool mask, float* values, int64_t* ids,
-             float* log_total, float* mass, std::vector<std::pair<float, int64_t>>& near,
+bool one_row(float* x, int64_t vocab, float top_p, int64_t width, bool mask, float scale, float* values,
+             int64_t* ids, float* log_total, float* mass, std::vector<std::pair<float, int64_t>>& near,
              std::vector<Candidate>& found, std::vector<float>& kept_logits) {
-    float m = row_max(x, vocab);
+    float m = row_max(x, vocab);  // the scaled row's maximum is at the same token (scale > 0)
     if (!std::isfinite(m)) return true;
-    double total = row_sum_exp(x, vocab, m);
+    double total = row_sum_exp(x, vocab, m, scale);
     if (!std::isfinite(total) || !(total >= 1.0)) return true;
-    double log_z = m + std::log(total);
-    *log_total = static_cast<float>(log_z);
+    double log_total_over = std::log(total);  // log_total = scale m + this
+    *log_total = static_cast<float>(static_cast<double>(scale) * m + log_total_over);
     for (float gap = 4.0f;; gap *= 2.0f) {
         near.clear();
         bool all = gap > 64.0f;  // past e^-64 of the maximum: every token
-        row_collect(x, vocab, all ? kNegInf : m - gap, near);
+        row_collect(x, vocab, all ? kNegInf : m - gap / scale, near);
         found.clear();
         double held = 0.0;
         for (const auto& t : near) {
-            float p = static_cast<float>(std::exp(static_cast<double>(t.first) - log_z));
+            double exponent = static_cast<double>(scale) * (static_cast<double>(t.first) - m) - log_total_over;
+            float p = static_cast<float>(std::exp(exponent));
             found.push_back({t.first, p, t.second});
             held += p;
         }
@@ -246,7 +248,7 @@ bool one_row(float* x, int64_t vocab, float top_p, int64_t width, bool mask, flo
 }  // namespace
 
 void nucleus_rows(float* logits, int64_t rows, int64_t vocab, const float* top_p, int64_t width, bool mask,
-                  float* values, int64_t* ids, uint8_t* wide, float* log_total, float* mass) {
+                  float scale, float* values, int64_t* ids, uint8_t* wide, float* log_total, float* mass) {
     std::vector<std::pair<float, int64_t>> near;
     std::vector<Candidate> found;
     std::vector<float> kept_logits;
@@ -261,8 +263,8 @@ void nucleus_rows(float* logits, int64_t rows, int64_t vocab, const float* top_p
         log_total[r] = 0.0f;
         mass[r] = 0.0f;
         if (!(top_p[r] < 1.0f)) continue;
-        wide[r] = one_row(logits + r * vocab, vocab, top_p[r], width, mask, v, id, log_total + r, mass + r, near,
-                          found, kept_logits) ? 1 : 0;
+        wide[r] = one_row(logits + r * vocab, vocab, top_p[r], width, mask, scale, v, id, log_total + r, mass + r,
+                          near, found, kept_logits) ? 1 : 0;
     }
 }
 

@@ -48,6 +48,24 @@ def test_same_nucleus_and_probabilities_as_the_reference(seed, vocab):
         assert abs(float(mass[r]) - float(ref.values[r].sum())) < 1e-5
 
 
+@pytest.mark.parametrize("temperature", [0.6, 1.7])
+def test_scale_reads_the_row_at_a_temperature(temperature):
+    """``scale`` = 1 / T gives the cut of ``logits / T`` without a scaled copy (the rows unchanged)."""
+    logits = _rows(18, 3000, 4)
+    p = torch.full((18,), 0.9)
+    kept = logits.clone()
+    scaled = logits_nucleus(kept, p, mask=False, scale=1.0 / temperature)
+    copied = logits_nucleus((logits / temperature).contiguous(), p, mask=False)
+    assert torch.equal(kept, logits)
+    assert torch.equal(scaled.found.wide, copied.found.wide)
+    assert torch.allclose(scaled.log_total, copied.log_total, rtol=1e-6, atol=1e-5)
+    for r in range(18):
+        ours, theirs = scaled.found.values[r] > 0, copied.found.values[r] > 0
+        if not scaled.found.wide[r]:
+            assert scaled.found.ids[r][ours].tolist() == copied.found.ids[r][theirs].tolist()
+            assert torch.allclose(scaled.found.values[r][ours], copied.found.values[r][theirs], rtol=1e-5)
+
+
 def test_mask_in_place_keeps_the_nucleus_logits_only():
     """Masked in place, rows of any nucleus size (a flat row's exceeds the probe) keep exactly the
     reference's nucleus; the mass and the first tokens are reported for each."""

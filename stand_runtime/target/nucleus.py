@@ -142,18 +142,20 @@ class NativeCut(NamedTuple):
     mass: torch.Tensor
 
 
-def logits_nucleus(logits: torch.Tensor, top_p: torch.Tensor, mask: bool) -> NativeCut | None:
-    """The top-p nucleus of each row of ``logits`` (Holtzman et al., 2020, §3.1), in C++.
+def logits_nucleus(logits: torch.Tensor, top_p: torch.Tensor, mask: bool, scale: float = 1.0) -> NativeCut | None:
+    """The top-p nucleus of each row of ``scale * logits`` (Holtzman et al., 2020, §3.1), in C++.
 
     A token stays when the probability mass strictly before it (most likely first) is below the row's
     p and its own is positive; the first always stays. Rows with p >= 1 are skipped (values 0, not
     wide, not masked).
 
     Args:
-        logits: ``[rows, vocab]`` float32 CPU logits (after temperature), contiguous.
+        logits: ``[rows, vocab]`` float32 CPU logits, contiguous.
         top_p: ``[rows]`` nucleus mass per row.
         mask: set every logit of a row that is cut and not in its nucleus to -inf, in place (a
             nucleus of any size: only rows that are not finite are left wide).
+        scale: a positive factor the rows are read with (``1 / temperature``: no scaled copy of the
+            logits is made).
 
     Returns:
         The :class:`NativeCut`, or None when the kernel is not available or the input is not of that
@@ -165,6 +167,6 @@ def logits_nucleus(logits: torch.Tensor, top_p: torch.Tensor, mask: bool) -> Nat
         return None
     masses = top_p.detach().to("cpu", torch.float32).contiguous()
     values, ids, wide, log_total, mass = _native.nucleus_rows(logits.numpy(), masses.numpy(),
-                                                              min(NUCLEUS_PROBE, logits.shape[1]), mask)
+                                                              min(NUCLEUS_PROBE, logits.shape[1]), mask, float(scale))
     found = Nucleus(torch.from_numpy(values), torch.from_numpy(ids), torch.from_numpy(wide))
     return NativeCut(found, torch.from_numpy(log_total)[:, None], torch.from_numpy(mass))
