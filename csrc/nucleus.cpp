@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <utility>
 #include <vector>
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -16,6 +15,13 @@ namespace stand {
 namespace {
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+// a token near the row's maximum: its raw logit, its probability exp(scale logit - log_total), its id
+struct Candidate {
+    float logit;
+    float p;
+    int64_t id;
+};
 
 // --- portable reference loops ------------------------------------------------------------------
 
@@ -36,11 +42,10 @@ double sum_exp_scalar(const float* x, int64_t n, float m, float scale, float flo
     return s;
 }
 
-// the tokens from..n-1 at or above threshold
-void collect_scalar(const float* x, int64_t from, int64_t n, float threshold,
-                    std::vector<std::pair<float, int64_t>>& out) {
+// the tokens from..n-1 at or above threshold (p not yet set)
+void collect_scalar(const float* x, int64_t from, int64_t n, float threshold, std::vector<Candidate>& out) {
     for (int64_t j = from; j < n; ++j)
-        if (x[j] >= threshold) out.emplace_back(x[j], j);
+        if (x[j] >= threshold) out.push_back({x[j], 0.0f, j});
 }
 
 #ifdef STAND_X86
@@ -113,14 +118,14 @@ __attribute__((target("avx2"))) double sum_exp_avx2(const float* x, int64_t n, f
 }
 
 __attribute__((target("avx2"))) void collect_avx2(const float* x, int64_t n, float threshold,
-                                                  std::vector<std::pair<float, int64_t>>& out) {
+                                                  std::vector<Candidate>& out) {
     const __m256 t = _mm256_set1_ps(threshold);
     int64_t j = 0;
     for (; j + 8 <= n; j += 8) {
         int bits = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(x + j), t, _CMP_GE_OQ));
         while (bits) {
             int lane = __builtin_ctz(bits);
-            out.emplace_back(x[j + lane], j + lane);
+            out.push_back({x[j + lane], 0.0f, j + lane});
             bits &= bits - 1;
         }
     }
@@ -151,18 +156,12 @@ double row_sum_exp(const float* x, int64_t n, float m, float scale) {
     return sum_exp_scalar(x, n, m, scale, floor);
 }
 
-void row_collect(const float* x, int64_t n, float threshold, std::vector<std::pair<float, int64_t>>& out) {
+void row_collect(const float* x, int64_t n, float threshold, std::vector<Candidate>& out) {
 #ifdef STAND_X86
     if (use_avx2()) return collect_avx2(x, n, threshold, out);
 #endif
     collect_scalar(x, 0, n, threshold, out);
 }
-
-struct Candidate {
-    float logit;
-    float p;  // exp(logit - log_total)
-    int64_t id;
-};
 
 // most likely first; the lower id first on ties
 bool before_in_order(const Candidate& a, const Candidate& b) {
@@ -202,8 +201,7 @@ int64_t select_nucleus(std::vector<Candidate>& found, float top_p) {
 // total and, with `mask`, every other logit of the row is -inf. The tokens within a gap of the
 // maximum are collected, the gap doubling from 4 until they hold mass top_p.
 bool one_row(float* x, int64_t vocab, float top_p, int64_t width, bool mask, float scale, float* values,
-             int64_t* ids, float* log_total, float* mass, std::vector<std::pair<float, int64_t>>& near,
-             std::vector<Candidate>& found, std::vector<float>& kept_logits) {
+             int64_t* ids, float* log_total, float* mass, std::vector<Candidate>& found) {
     float m = row_max(x, vocab);  // the scaled row's maximum is at the same token (scale > 0)
     if (!std::isfinite(m)) return true;
     double total = row_sum_exp(x, vocab, m, scale);
@@ -211,16 +209,14 @@ bool one_row(float* x, int64_t vocab, float top_p, int64_t width, bool mask, flo
     double log_total_over = std::log(total);  // log_total = scale m + this
     *log_total = static_cast<float>(static_cast<double>(scale) * m + log_total_over);
     for (float gap = 4.0f;; gap *= 2.0f) {
-        near.clear();
-        bool all = gap > 64.0f;  // past e^-64 of the maximum: every token
-        row_collect(x, vocab, all ? kNegInf : m - gap / scale, near);
         found.clear();
+        bool all = gap > 64.0f;  // past e^-64 of the maximum: every token
+        row_collect(x, vocab, all ? kNegInf : m - gap / scale, found);
         double held = 0.0;
-        for (const auto& t : near) {
-            double exponent = static_cast<double>(scale) * (static_cast<double>(t.first) - m) - log_total_over;
-            float p = static_cast<float>(std::exp(exponent));
-            found.push_back({t.first, p, t.second});
-            held += p;
+        for (Candidate& c : found) {
+            double exponent = static_cast<double>(scale) * (static_cast<double>(c.logit) - m) - log_total_over;
+            c.p = static_cast<float>(std::exp(exponent));
+            held += c.p;
         }
         if (all || held >= top_p) break;
     }
@@ -237,10 +233,8 @@ bool one_row(float* x, int64_t vocab, float top_p, int64_t width, bool mask, flo
         values[i] = i < shown ? c.p : 0.0f;
     }
     if (mask) {
-        kept_logits.resize(n);
-        for (int64_t i = 0; i < n; ++i) kept_logits[i] = x[found[i].id];
         std::fill(x, x + vocab, kNegInf);
-        for (int64_t i = 0; i < n; ++i) x[found[i].id] = kept_logits[i];
+        for (int64_t i = 0; i < n; ++i) x[found[i].id] = found[i].logit;
     }
     return false;
 }
@@ -249,10 +243,7 @@ bool one_row(float* x, int64_t vocab, float top_p, int64_t width, bool mask, flo
 
 void nucleus_rows(float* logits, int64_t rows, int64_t vocab, const float* top_p, int64_t width, bool mask,
                   float scale, float* values, int64_t* ids, uint8_t* wide, float* log_total, float* mass) {
-    std::vector<std::pair<float, int64_t>> near;
     std::vector<Candidate> found;
-    std::vector<float> kept_logits;
-    near.reserve(256);
     found.reserve(256);
     for (int64_t r = 0; r < rows; ++r) {
         float* v = values + r * width;
@@ -264,7 +255,7 @@ void nucleus_rows(float* logits, int64_t rows, int64_t vocab, const float* top_p
         mass[r] = 0.0f;
         if (!(top_p[r] < 1.0f)) continue;
         wide[r] = one_row(logits + r * vocab, vocab, top_p[r], width, mask, scale, v, id, log_total + r, mass + r,
-                          near, found, kept_logits) ? 1 : 0;
+                          found) ? 1 : 0;
     }
 }
 

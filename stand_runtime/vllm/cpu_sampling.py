@@ -179,12 +179,9 @@ def _finish_native(logits: torch.Tensor, p: torch.Tensor, cut: torch.Tensor, nat
     if bool(left.any()):
         _cut_torch(logits, p, left, 0)
     if wanted:
-        ids, probs = nuclei.top_of_cut(found.values[cut], found.ids[cut], wanted, native.mass[cut][:, None])
-        call = nuclei.NucleusCall.unknown(cut.shape[0], wanted)
         known = cut & ~found.wide  # a row the torch cut took is not recorded (the proposer computes it)
-        call.known, call.ids[cut], call.probs[cut] = known, ids, probs
-        call.ids[~known], call.probs[~known] = 0, 0.0
-        nuclei.record(call)
+        _record_rows(known, *nuclei.top_of_cut(found.values[known], found.ids[known], wanted,
+                                               native.mass[known][:, None]), wanted)
     return logits
 
 
@@ -216,8 +213,14 @@ def _record_cut(cut: torch.Tensor, found, sorted_wide, k: int) -> None:
     if sorted_wide is not None:
         wide, full = sorted_wide
         ids[wide], probs[wide] = nuclei.top_of_cut(full.values, full.ids, k)
-    call = nuclei.NucleusCall.unknown(cut.shape[0], k)
-    call.known, call.ids[cut], call.probs[cut] = cut.clone(), ids, probs
+    _record_rows(cut, ids, probs, k)
+
+
+def _record_rows(known: torch.Tensor, ids: torch.Tensor, probs: torch.Tensor, k: int) -> None:
+    """Record a call whose rows ``known`` (``[rows]`` bool) have these top-``k`` ``ids`` / ``probs``
+    (``[known rows, k]``) for the open :func:`stand_runtime.vllm.nuclei.recording`."""
+    call = nuclei.NucleusCall.unknown(known.shape[0], k)
+    call.known, call.ids[known], call.probs[known] = known.clone(), ids, probs
     nuclei.record(call)
 
 
