@@ -16,13 +16,12 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import torch
-
-from bench_nucleus import model_logits
 
 
 def step(logits: torch.Tensor, requests: int, drafts: int, temperature: float, seed: int):
@@ -65,6 +64,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=100)
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
+    sys.path.insert(0, str(Path(__file__).parent))
+    from bench_nucleus import model_logits
     from vllm.platforms import current_platform
     from vllm.v1.sample.rejection_sampler import RejectionSampler
     from vllm.v1.sample.sampler import Sampler

@@ -70,8 +70,11 @@ def instrument() -> None:
     from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 
     from stand_runtime.drafters.chain_budget import ChainBudget
+    from stand_runtime.vllm import rejection
     from stand_runtime.vllm.proposer import StandProposer
+    from stand_runtime.vllm.sampling_plugin import fix_cpu_sampling
 
+    fix_cpu_sampling()  # the plugin first: the timers wrap what the engines run (it leaves wrapped functions)
     timed(EngineCore, "step", "step")
     for name in ("_model_forward", "_sample", "sample_tokens", "propose_draft_token_ids", "_prepare_inputs",
                  "_get_spec_decode_draft_probs"):
@@ -79,8 +82,10 @@ def instrument() -> None:
     timed(Scheduler, "schedule", "scheduler.schedule")
     timed(Scheduler, "update_from_output", "scheduler.update_from_output")
     timed(rejection_sampler.RejectionSampler, "forward", "rejection_sampler")
-    for name in ("apply_sampling_constraints", "rejection_sample"):
+    for name in ("apply_sampling_constraints", "rejection_sample"):  # vLLM's own forward
         timed(rejection_sampler, name, f"rejection_sampler.{name}")
+    for name in ("cut_rows", "accepted", "assemble"):  # this package's (stand_runtime/vllm/rejection.py)
+        timed(rejection, name, f"rejection.{name}")
     for name in ("propose", "_cursor", "_merge_feeds", "_observe_rows", "_finish", "_fill_roots"):
         timed(StandProposer, name, f"stand.{name}")
     timed(ChainBudget, "allocate", "stand.allocate")

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from ..errors import StandError
 from .config import AUTO_K, speculative_config
+from .cpu_cores import cpu_environment
 
 VLLM_METHODS = ("ar", "ngram", "suffix", "stand")
 """Methods a vLLM engine runs: plain decoding, vLLM's n-gram (prompt lookup) and suffix proposers,
@@ -115,7 +116,7 @@ def load_llm(model: str | os.PathLike, method: str = "ar", *, k: int | str | Non
     """
     config = method_config(method, k, **stand_options)
     folder = check_model_folder(model)
-    os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
+    cpu_environment(os.environ)  # the CPU target; on a small machine no core kept from the worker
     os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(kv_cache_gib)
     try:
         from vllm import LLM

