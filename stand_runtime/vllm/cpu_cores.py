@@ -45,6 +45,6 @@ def cpu_environment(env: MutableMapping[str, str]) -> MutableMapping[str, str]:
 def worker_threads(env: MutableMapping[str, str] | None = None) -> int:
     """OpenMP threads of vLLM's CPU worker under ``env`` (default: this process's) once
     :func:`cpu_environment` applied: the usable cores less the reserved ones."""
-    value = (os.environ if env is None else env).get(RESERVED_ENV, "").strip()
-    reserved = int(value) if value.isdigit() else (0 if usable_cores() <= SMALL_MACHINE_CORES else 1)
+    value = cpu_environment(dict(os.environ if env is None else env)).get(RESERVED_ENV, "").strip()
+    reserved = int(value) if value.isdigit() else 1  # vLLM's own default: one core per local worker
     return max(1, usable_cores() - reserved)
