@@ -19,10 +19,12 @@ class RecordingBackend:
     def __init__(self, backend):
         self.backend = backend
         self.calls = []
+        self.batches = []  # requests per generate call
 
     def generate(self, requests, **kwargs):
         out = self.backend.generate(requests, **kwargs)
         self.calls.extend(zip(requests, out))
+        self.batches.append(len(requests))
         return out
 
 
@@ -83,6 +85,32 @@ def test_best_of_n_votes_and_grades(tiny_qwen2):
     json.dumps([r.as_dict() for r in results])
 
 
+@pytest.mark.parametrize("strategy", ["best-of-n", "dvts"])
+def test_problems_in_flight_share_the_batch_and_draw_the_samples_they_draw_alone(tiny_qwen2, strategy):
+    """Problems searched together go to the backend in one call (DVTS: each round's requests), rows
+    refilled across them; each problem keeps its own seeds, so plain decoding gives every problem the
+    same samples, answers and rounds as one problem at a time; the wall time is shared among them."""
+    tokenizer = DigitsTokenizer()
+    problems = [PROBLEM, Prompt("p1", "2 7 2 7", answer="7"), Prompt("p2", "1 2 3 1 2 3 1")]
+    dvts_run = strategy == "dvts"
+    shape = dict(n=4, subtrees=2, step_tokens=3, max_rounds=3) if dvts_run else dict(n=3)
+    runs, calls = [], []
+    for in_flight in (1, 2, 3):
+        backend = RecordingBackend(HFBackend(tiny_qwen2, tokenizer, "ar", max_batch=2))
+        settings = SearchSettings(strategy, max_new_tokens=8, sampling=SamplingParams(temperature=1.0), seed=5,
+                                  in_flight=in_flight, **shape)
+        runs.append(run_search(backend, tokenizer, problems, settings, ConfidenceVerifier() if dvts_run else None, 16))
+        calls.append(backend.batches)
+    for results in runs:
+        assert [(r.id, r.texts, r.answers, r.tokens, r.rounds) for r in results] == \
+            [(r.id, r.texts, r.answers, r.tokens, r.rounds) for r in runs[0]]
+        assert all(r.seconds > 0 for r in results)
+    if dvts_run:  # two subtrees a problem and round: 2, 4 and 6 requests a call while every problem runs
+        assert max(calls[0]) == 2 and max(calls[1]) == 4 and max(calls[2]) == 6
+    else:
+        assert calls == [[1, 1, 1], [2, 1], [3]]
+
+
 @pytest.mark.parametrize("kwargs, message", [
     ({"n": 0}, "n must be an integer in [1, 65536], got 0"),
     ({"strategy": "dvts", "n": 6, "subtrees": 4}, "subtrees (4) must divide n (6)"),
@@ -128,9 +156,11 @@ def test_search_cli_runs_both_strategies_and_rejects_bad_input(tmp_path, monkeyp
     assert _default_trees(["ar", "stand", "stand-det"]) == {"stand": "dynamic-auto", "stand-det": "auto"}
     assert _default_trees(["ar", "pld"]) is None
     assert "speedup" in output
-    code, output = run("search", "--dataset", str(data), "--samples", "1", "--n", "2", "--max-new-tokens", "4",
-                       "--methods", "ar", "--max-batch", "2")
+    code, output = run("search", "--dataset", str(data), "--samples", "2", "--n", "2", "--max-new-tokens", "4",
+                       "--methods", "ar", "--max-batch", "2", "--in-flight", "2", "--json", str(out))
     assert code == 0, output
+    report = json.loads(out.read_text())
+    assert report["settings"]["in_flight"] == 2 and report["settings"]["problems_done"] == 2
     code, output = run("search", "--dataset", str(data), "--samples", "1", "--n", "2", "--max-new-tokens", "4",
                        "--methods", "stand", "--tree", "dynamic-auto-8", "--allocation", "row", "--max-batch", "2",
                        "--json", str(out))
@@ -142,6 +172,7 @@ def test_search_cli_runs_both_strategies_and_rejects_bad_input(tmp_path, monkeyp
         (["--dataset", str(empty)], "is empty"),
         (["--dataset", str(data), "--strategy", "dvts", "--n", "6", "--subtrees", "4"], "must divide n"),
         (["--dataset", str(data), "--n", "0"], "Invalid value for '--n'"),
+        (["--dataset", str(data), "--in-flight", "0"], "in_flight must be an integer >= 1"),
         (["--dataset", str(data), "--strategy", "dvts", "--verifier", "oracle"], "unknown verifier"),
         (["--dataset", str(data), "--methods", "nope"], "unknown method"),
         (["--dataset", str(data), "--allocation", "packed"], "--allocation must be one of batch, row"),

@@ -315,7 +315,7 @@ def test_engine_sampling_with_the_batched_verifier_is_the_walks_decode(tiny_qwen
 def test_the_batched_verifier_is_on_by_default_for_a_batch_on_an_accelerator(tiny_qwen2):
     from stand_runtime.engine.loop import BatchCache, SequenceCache, default_batch_verify
 
-    batch = BatchCache(tiny_qwen2, [None])
+    batch = BatchCache(tiny_qwen2)
     assert default_batch_verify(batch, "cuda:0") and not default_batch_verify(batch, "cpu")
     assert not default_batch_verify(SequenceCache(tiny_qwen2), "cuda")
     with pytest.raises(StandError, match="batch_verify must be True or False"):

@@ -26,6 +26,7 @@ def search(
     methods: str = typer.Option("ar,stand", help=f"Comma-separated decoding methods, run interleaved per problem ({', '.join(METHODS)})."),
     tree: Optional[str] = typer.Option(None, help="Tree for the tree methods (default: each method's own; auto is sized for --max-batch rows)."),
     max_batch: int = typer.Option(4, help="Rows decoded together per target forward (1 = one sample after another)."),
+    in_flight: int = typer.Option(1, help="Problems searched together: their samples (DVTS: each round's candidates) share the batch, a finished row's place taken by the next waiting one from any of them; their wall time is shared by tokens."),
     allocation: str = typer.Option("batch", help="How a value-sized tree (--tree dynamic-auto) sizes a batch: batch (one node budget per forward, spent over every row's candidates) or row (each row sized alone)."),
     model: str = typer.Option("smollm2-135m", help=MODEL_HELP),
     field: Optional[str] = typer.Option(None, help="Text field of the dataset (default: prompt, problem or question)."),
@@ -57,13 +58,13 @@ def search(
                        f"--strategy {strategy} (they steer dvts)")
     check_budget_fits(model, max_new_tokens)
     settings = SearchSettings(strategy, n, subtrees, max_new_tokens, step_tokens, max_rounds,
-                              sampling_options(temperature, top_p), seed)
+                              sampling_options(temperature, top_p), seed, in_flight)
     problems = load_prompts(dataset, field=field, samples=samples, offset=offset)
     settings.check_seeds(len(problems))
     judge = make_verifier(verifier, trust_remote_code=trust_remote_code) if strategy == "dvts" else None
     _note_own_trees(names, tree)  # after every check: a bad option stays a one-line error
     config = {"dataset": dataset, "strategy": strategy, "n": n, "subtrees": subtrees, "max_batch": max_batch,
-              "model": model, "dtype": dtype, "samples": samples, "offset": offset, "max_new_tokens": max_new_tokens,
+              "in_flight": in_flight, "model": model, "dtype": dtype, "samples": samples, "offset": offset, "max_new_tokens": max_new_tokens,
               "step_tokens": step_tokens, "max_rounds": max_rounds, "verifier": verifier if judge else None,
               "temperature": temperature, "top_p": top_p, "seed": seed, "tree": tree or _default_trees(names),
               "allocation": allocation, "prior": prior}
@@ -145,7 +146,8 @@ def _search(model: str, dtype: str, names: list, tree: Optional[str], max_batch:
             write_json(json_out, search_report(config, results))
 
     with render.progress(console) as bar:
-        task = bar.add_task("searching", total=len(problems) * len(names))
+        windows = -(-len(problems) // settings.in_flight)
+        task = bar.add_task("searching", total=windows * len(names))
         results = compare_methods(backends, tokenizer, problems, settings, judge, vocab_size(target),
                                   on_search=lambda _: bar.advance(task), on_problem=save)
     return search_report(config, results)

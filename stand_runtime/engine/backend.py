@@ -160,7 +160,8 @@ class HFBackend:
             :func:`stand_runtime.generate`; more = :func:`stand_runtime.engine.batch_decode.decode_rows`).
 
     Requests with ``record_probs`` are sampled by batched plain decoding (method ``ar`` only, no stop
-    strings); the others are decoded by the method, ``max_batch`` rows at a time.
+    strings); the others are decoded by the method, ``max_batch`` rows at a time, a finished row's place
+    taken at once by the next waiting row (continuous batching).
 
     Raises:
         StandError: an unknown method or bad tree (a name), ``diagnose`` or ``max_nodes`` with a
@@ -286,8 +287,8 @@ class HFBackend:
                 rows.append((index, sample, RowSpec(prompt, request.sampling, request.seed_of(sample),
                                                     request.max_new_tokens, memory, request.stop,
                                                     self._eos_for(request), request.logprobs)))
-        for start in range(0, len(rows), self.max_batch):
-            chunk = rows[start: start + self.max_batch]
+        for start in range(0, len(rows), MAX_ROWS):  # max_batch rows at a time, a finished row's place refilled
+            chunk = rows[start: start + MAX_ROWS]
 
             def finished(position: int, result, chunk=chunk) -> None:
                 index, sample, spec = chunk[position]
@@ -297,7 +298,7 @@ class HFBackend:
                     on_completion(index, sample, completion)
 
             decode_rows(self.model, self.tokenizer, [spec for _, _, spec in chunk], method=self.method,
-                        on_tokens=on_tokens, on_finish=finished)
+                        on_tokens=on_tokens, on_finish=finished, slots=self.max_batch)
 
     def _sample_recorded(self, indices: list[int], requests, prompt_ids, out, on_completion, on_tokens) -> None:
         eos = default_eos_ids(self.model, self.tokenizer)

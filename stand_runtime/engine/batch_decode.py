@@ -42,6 +42,7 @@ def decode_rows(
     method: Method | str = "stand",
     on_tokens: Callable[[int], None] | None = None,
     on_finish: Callable[[int, GenerationResult], None] | None = None,
+    slots: int | None = None,
 ) -> list[GenerationResult]:
     """Decode ``rows`` together (see the module docstring); returns one result per row, in order.
 
@@ -52,6 +53,9 @@ def decode_rows(
             ``max_nodes`` cap per row and step), or a method name parsed for ``len(rows)`` rows.
         on_tokens: called with the number of tokens committed by each step over all rows (progress).
         on_finish: called as ``on_finish(row_index, result)`` when a row finishes.
+        slots: rows in one forward at most (None = all): the others wait in order and each takes the
+            place of a finished row (continuous batching, :class:`stand_runtime.engine.loop.Loop`); a
+            method given by name is parsed for this many rows.
 
     Returns:
         Per row a :class:`GenerationResult`; its ``stats`` hold the row's own steps, and as times the
@@ -61,21 +65,23 @@ def decode_rows(
     Raises:
         StandError: no rows, a bad row (prompt, budget, seed, stop strings), a prompt plus budget
             beyond the model's context, a model with sliding-window attention (not batched here),
-            a method with ``diagnose`` (one sequence at a time), or a memory the method cannot use.
+            a method with ``diagnose`` (one sequence at a time), a memory the method cannot use, or
+            ``slots`` < 1.
     """
     check_model(model)
     check_rows(rows)
+    slots = len(rows) if slots is None else min(check_int("slots", slots, 1), len(rows))
     check_callable("on_tokens", on_tokens)
     check_callable("on_finish", on_finish)
     layout = attention_layout(model)
     if layout.window is not None:
         raise StandError("batched decoding does not support sliding-window attention; decode rows one at a time")
-    method = as_method(method, model, len(rows))
+    method = as_method(method, model, slots)
     if method.diagnose:
         raise StandError("diagnose measures one sequence at a time: decode with generate")
     states = make_rows(model, tokenizer, rows, method)
-    caches = BatchCache(model, [spec.memory for spec in rows])
-    return Loop(model, states, caches, method.max_nodes, on_tokens, on_finish, method.batch_verify).run()
+    caches = BatchCache(model)
+    return Loop(model, states, caches, method.max_nodes, on_tokens, on_finish, method.batch_verify, slots).run()
 
 
 def generate_batch(

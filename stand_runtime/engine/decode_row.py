@@ -146,6 +146,8 @@ class DecodeRow:
         stats: the statistics to record into (None = new ones).
         logprobs: record each generated token's log-probability under the target's raw logits
             (temperature 1, no truncation) in :attr:`logprobs`.
+        memory: the drafter memory the row shares with other rows (None: its own or none); a batch
+            feeds a prompt to each memory once.
 
     Attributes:
         committed: prompt + generated tokens; ``committed[-1]`` is the next root.
@@ -160,8 +162,9 @@ class DecodeRow:
 
     def __init__(self, prompt: list[int], drafter: Drafter | None, params: SamplingParams,
                  randomness: RandomStream, stop_rule: StopRule, on_step=None, lap: Lap | None = None,
-                 stats: DecodeStats | None = None, logprobs: bool = False) -> None:
+                 stats: DecodeStats | None = None, logprobs: bool = False, memory=None) -> None:
         self.drafter = drafter
+        self.memory = memory  # the drafter memory the row shares with others (a batch feeds it a prompt once)
         self.params = params
         self.randomness = randomness
         self.stop_rule = stop_rule

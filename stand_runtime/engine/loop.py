@@ -13,11 +13,14 @@ finish independently (EOS, stop string, budget) and leave at once. One device-aw
 from __future__ import annotations
 
 import time
+from collections import deque
 from typing import Callable, Protocol, Sequence
 
 import torch
 
+from ..checks import check_int
 from ..drafters import Drafter
+from ..errors import StandError
 from ..drafters.feeds import LogitsFeed
 from ..target.batch_kv import BatchedCache
 from ..target.forward import draft_forward, model_device, prefill
@@ -36,8 +39,9 @@ from .row_batch import defer_feeds, feed_rows, propose_rows
 class RowCaches(Protocol):
     """How the rows' KV caches live and run through the target (one sequence, or a padded batch)."""
 
-    def prefill(self, model, rows: Sequence[DecodeRow], clock: Clock) -> None:
-        """Cache every row's prompt minus its last token (the first root); feed the drafters."""
+    def prefill(self, model, rows: Sequence[DecodeRow], clock: Clock, waiting: Sequence[DecodeRow] = ()) -> None:
+        """Cache every row's prompt minus its last token (the first root) and feed the drafters; a
+        batch adds the rows to those it holds (after them). ``waiting``: rows to be added later."""
 
     def forward(self, model, rows: Sequence[DecodeRow], drafts: Sequence[Draft]) -> list[torch.Tensor]:
         """One target forward over every row's draft: per row its ``[n_nodes, vocab]`` logits."""
@@ -71,7 +75,7 @@ class SequenceCache:
         self.cache = new_cache(model)
         self._prefix = 0
 
-    def prefill(self, model, rows, clock: Clock) -> None:
+    def prefill(self, model, rows, clock: Clock, waiting=()) -> None:
         (row,) = rows
         prompt = row.committed
         clock.rows = [row.stats]
@@ -102,38 +106,49 @@ class BatchCache:
     Drafts are padded to a common node count N (padding nodes attend only to themselves, are never
     visited by verification and are dropped from the cache); one forward over ``[B, N]`` tokens with
     positions ``len(row) - 1 + depth`` and one additive ``[B, 1, N, S + N]`` mask of each row's valid
-    cache slots and its tree. Rows of one prompt share its prefill; rows sharing a drafter memory
-    feed it the prompt once.
+    cache slots and its tree. Rows of one prompt share its prefill (also rows admitted later into a
+    running batch: the prompt's cache is kept while a waiting row has that prompt); rows sharing a
+    drafter memory (``DecodeRow.memory``) feed it the prompt once.
     """
 
-    def __init__(self, model, memories: Sequence) -> None:
-        self.memories = list(memories)
+    def __init__(self, model) -> None:
         self.device = model_device(model)
         self.dtype = next(model.parameters()).dtype
         self.cache: BatchedCache | None = None
+        self._prompts: dict[tuple, tuple] = {}  # prompt ids -> (its single-row cache, the learners fed)
         self._block = 0
         self._width = 0
 
-    def prefill(self, model, rows, clock: Clock) -> None:
-        caches, by_prompt = [], {}
+    def prefill(self, model, rows, clock: Clock, waiting: Sequence[DecodeRow] = ()) -> None:
+        """Prefill ``rows`` and add them to the batch (after the rows already in it); keep the prompt
+        caches ``waiting`` rows will need. A kept prompt is run again only for a row whose drafter
+        memory has not learned it (the prompt's logits are not kept)."""
+        caches = []
         for row in rows:
             clock.rows = [row.stats]
             key = tuple(row.committed)
-            if key not in by_prompt:
-                by_prompt[key] = self._prefill_prompt(model, rows, row.committed)
-            caches.append(by_prompt[key])
+            kept = self._prompts.get(key)
+            if kept is None or any(_learner(other) not in kept[1] for other in rows if _learns(other, key)):
+                self._prompts[key] = self._prefill_prompt(model, rows, row.committed)
+            caches.append(self._prompts[key][0])
             clock.lap("prefill_s")
-        self.cache = BatchedCache.from_rows(caches, model.config)
+        needed = {tuple(row.committed) for row in waiting}
+        self._prompts = {key: kept for key, kept in self._prompts.items() if key in needed}
+        added = BatchedCache.from_rows(caches, model.config)
+        if self.cache is None or not self.cache.valid.shape[0]:  # the first rows, or every row had left
+            self.cache = added
+        else:
+            self.cache.extend(added)
 
-    def _prefill_prompt(self, model, rows, prompt: list[int]):
+    def _prefill_prompt(self, model, rows, prompt: list[int]) -> tuple[object, set]:
+        """``prompt``'s single-row cache, its logits fed once to each memory of ``rows`` that start
+        from it; with the learners fed (:func:`_learner`)."""
         cache = new_cache(model)
         observers, fed = [], set()
-        for other, memory in zip(rows, self.memories):
-            if other.drafter is None or other.committed != prompt:
-                continue
-            if memory is not None and id(memory) in fed:
+        for other in rows:
+            if not _learns(other, tuple(prompt)) or _learner(other) in fed:
                 continue  # one memory learns a prompt once, however many of its rows share it
-            fed.add(id(memory))
+            fed.add(_learner(other))
             observers.append(prompt_observer(other.drafter, prompt, other.params))
 
         def observe(logits, positions):
@@ -143,7 +158,7 @@ class BatchCache:
         if len(prompt) > 1:
             prefill(model, cache, prompt[:-1], on_logits=observe if observers else None)
         learn_rows(rows, prompt)
-        return cache
+        return cache, fed
 
     def forward(self, model, rows, drafts) -> list[torch.Tensor]:
         width = max(len(d.tokens) for d in drafts)
@@ -176,6 +191,16 @@ class BatchCache:
         return len(drafts) * max(len(d.tokens) for d in drafts)
 
 
+def _learns(row: DecodeRow, prompt: tuple) -> bool:
+    """Whether ``row`` starts from ``prompt`` and has a drafter to feed it to."""
+    return row.drafter is not None and tuple(row.committed) == prompt
+
+
+def _learner(row: DecodeRow) -> int:
+    """Who learns ``row``'s prompt: its shared memory, or the row's own drafter (memory None)."""
+    return id(row.memory) if row.memory is not None else id(row)
+
+
 def default_batch_verify(caches: RowCaches, device) -> bool:
     """Whether the loop verifies a step's rows at once when not told (docs/design.md §4.7): for a batch
     (:class:`BatchCache`) on an accelerator; on a CPU the walk, which computes p only where it goes."""
@@ -195,12 +220,18 @@ class Loop:
         batch_verify: verify all rows of a step at once on the logits' device
             (:func:`stand_runtime.verify_batch.verify_rows`, one transfer to the host) instead of walking
             each row's tree on the host; None = for a batch (:class:`BatchCache`) on an accelerator.
+        slots: rows decoded together at most (None = all); the others wait, in order, and each takes
+            the slot of a row that finished before the next step (continuous batching: a batch whose
+            rows finish at different steps stays full; :class:`BatchCache` only).
+
+    Raises:
+        StandError: ``slots`` < 1, or a wait (``slots`` below the rows) with a cache that cannot add rows.
     """
 
     def __init__(self, model, rows: Sequence[DecodeRow], caches: RowCaches, max_nodes: int | None = None,
                  on_tokens: Callable[[int], None] | None = None,
                  on_finish: Callable[[int, GenerationResult], None] | None = None,
-                 batch_verify: bool | None = None) -> None:
+                 batch_verify: bool | None = None, slots: int | None = None) -> None:
         self.batch_verify = default_batch_verify(caches, model_device(model)) if batch_verify is None else batch_verify
         self.model = model
         self.rows = list(rows)
@@ -213,7 +244,11 @@ class Loop:
             row.lap = self.clock.lap
         if len(self.rows) > 1:
             defer_feeds(self.rows)  # native stores: the rows' feeds merged in one call per step
-        self.active: list[int] = list(range(len(self.rows)))
+        self.slots = len(self.rows) if slots is None else check_int("slots", slots, 1)
+        if self.slots < len(self.rows) and not isinstance(caches, BatchCache):
+            raise StandError("rows wait for a slot only in a batch (BatchCache)")
+        self.active: list[int] = list(range(min(self.slots, len(self.rows))))
+        self.waiting = deque(range(len(self.active), len(self.rows)))
         self.results: list[GenerationResult | None] = [None] * len(self.rows)
         self.allocator = BatchAllocator.for_rows(self.rows, max_nodes)
         self._warm = False  # the first forward after the prefill is cold (caches grow): not observed
@@ -261,10 +296,26 @@ class Loop:
 
     def run(self) -> list[GenerationResult]:
         """Prefill, then step until every row finished; one result per row, in order."""
-        self.caches.prefill(self.model, self.rows, self.clock)
+        self.caches.prefill(self.model, [self.rows[i] for i in self.active], self.clock, self._waiting_rows())
         while self.active:
             self.step()
+            self.admit()
         return self.results
+
+    def _waiting_rows(self) -> list[DecodeRow]:
+        return [self.rows[i] for i in self.waiting]
+
+    def admit(self) -> None:
+        """Give the slots of finished rows to waiting rows (prefilled and added to the batch); the
+        step after an admission is not observed by the latency model (the cache was rebuilt)."""
+        free = min(self.slots - len(self.active), len(self.waiting))
+        if free <= 0:
+            return
+        admitted = [self.waiting.popleft() for _ in range(free)]
+        self.clock.lap(None)
+        self.caches.prefill(self.model, [self.rows[i] for i in admitted], self.clock, self._waiting_rows())
+        self.active.extend(admitted)
+        self._warm = False
 
     def step(self) -> None:
         """One step over the active rows: draft, one forward, settle, keep; finished rows leave."""

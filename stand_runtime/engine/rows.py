@@ -116,5 +116,5 @@ def make_rows(model, tokenizer, specs: Sequence[RowSpec], method: Method, on_ste
         randomness = RandomStream.seeded(spec.seed)
         drafter = method.drafter(spec.memory, randomness, spec.sampling, vocab, spec.seed)
         rows.append(DecodeRow(prompt, drafter, spec.sampling, randomness, stop_rule, on_step=on_step,
-                              logprobs=spec.logprobs))
+                              logprobs=spec.logprobs, memory=spec.memory))
     return rows

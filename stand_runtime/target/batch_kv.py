@@ -61,6 +61,24 @@ class BatchedCache:
             batched.update(torch.cat(keys), torch.cat(values), layer_index)
         return cls(batched, valid)
 
+    def extend(self, other: "BatchedCache") -> None:
+        """Append ``other``'s rows after this cache's (rows admitted into a running batch): both are
+        left-padded with holes to the longer of the two, then stacked (one copy of each layer).
+
+        This cache must hold states in every layer (it ran a forward); ``other`` may hold none (one-token
+        prompts cache nothing)."""
+        length = max(self.length, other.length)
+        added = other.valid.shape[0]
+        for index, layer in enumerate(self.cache.layers):
+            theirs = other.cache.layers[index] if index < len(other.cache.layers) else None
+            for name in ("keys", "values"):
+                mine = getattr(layer, name)
+                states = getattr(theirs, name, None)
+                if states is None or states.dim() != 4:
+                    states = mine.new_zeros((added, mine.shape[1], 0, mine.shape[3]))
+                setattr(layer, name, torch.cat([_left_pad(mine, length), _left_pad(states.to(mine.dtype), length)]))
+        self.valid = torch.cat([_left_pad_mask(self.valid, length), _left_pad_mask(other.valid, length)])
+
     @property
     def length(self) -> int:
         """Slots per row (S)."""
@@ -146,6 +164,16 @@ class BatchedCache:
                 layer.values = layer.values[:, :, first:]
             self.valid = self.valid[:, first:]
 
+
+
+def _left_pad(states: torch.Tensor, length: int) -> torch.Tensor:
+    """``[B, H, S, D]`` states left-padded with zeros to ``length`` slots."""
+    return torch.nn.functional.pad(states, (0, 0, length - states.shape[2], 0))
+
+
+def _left_pad_mask(valid: torch.Tensor, length: int) -> torch.Tensor:
+    """``[B, S]`` validity left-padded with False (holes) to ``length`` slots."""
+    return torch.nn.functional.pad(valid, (length - valid.shape[1], 0), value=False)
 
 
 def _gather(states: torch.Tensor, index: torch.Tensor) -> torch.Tensor:

@@ -1,196 +1,21 @@
-"""Test-time-scaling search drivers over the decoding-backend seam: best-of-N and DVTS.
-
-- **best-of-N**: N samples of each problem in one request (decoded ``max_batch`` rows at a time by
-  the backend), final answer by majority vote.
-- **DVTS**, Diverse Verifier Tree Search (Beeching, Tunstall, Rush 2024, "Scaling test-time compute
-  with open models"; HF ``search-and-learn``): N beams split into ``subtrees`` independent subtrees of
-  M = N / subtrees candidates. Each round, every unfinished subtree's current path is extended by M
-  candidate steps (a step ends at ``"\\n\\n"`` or EOS, or at the step budget), the verifier scores
-  them, and the best continues; until every subtree ends or the round/token budget runs out. Final
-  answer by majority vote over the subtrees' answers.
-
-All candidates of a round go to the backend as one batch of requests (one per subtree, n = M, each
-prompt the problem plus the subtree's chosen steps as token ids, so nothing is re-tokenised); every
-request of one problem names the problem as its memory ``group``, so STAND's store is shared by the
-whole search of that problem. The drivers only see :class:`stand_runtime.DecodingBackend`, so any
-engine behind the seam serves them.
-"""
+"""Test-time-scaling searches over a dataset: each problem (or window of ``in_flight`` problems) by
+best-of-N or DVTS (:mod:`treeopt.evaluate.strategies`), every decoding method interleaved, and their
+summaries and report."""
 
 from __future__ import annotations
 
-import time
-from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
-from stand_runtime import DecodeRequest, DecodingBackend, SamplingParams, StandError
-from stand_runtime.target.prompts import encode_prompt
-from stand_runtime.checks import check_callable, check_int
-from stand_runtime.limits import MAX_SAMPLES
-from stand_runtime.randomness import check_seed, check_seed_span
+from stand_runtime import DecodingBackend, StandError
+from stand_runtime.checks import check_callable
 
-from .answers import extract_answer, majority_vote, normalise
 from ..data.datasets import Prompt
-from .verifiers import Candidate, Verifier, check_scores, make_verifier
+from .search_types import STEP_DELIMITER, STRATEGIES, ProblemResult, SearchSettings
+from .strategies import best_of_n, dvts, search_window
+from .verifiers import Verifier, make_verifier
 
-STRATEGIES = ("best-of-n", "dvts")
-STEP_DELIMITER = "\n\n"
-"""A reasoning step ends with a blank line (search-and-learn's convention)."""
-
-
-@dataclass
-class SearchSettings:
-    """What a search does per problem.
-
-    Attributes:
-        strategy: ``"best-of-n"`` or ``"dvts"``.
-        n: samples (best-of-N) or beams (DVTS), >= 1.
-        subtrees: DVTS subtrees (divides n; M = n / subtrees candidates per subtree and round).
-        max_new_tokens: token budget per sample (best-of-N) or per subtree path (DVTS).
-        step_tokens: DVTS: token budget of one step.
-        max_rounds: DVTS: rounds at most.
-        sampling: the target sampling distribution.
-        seed: base seed (None = nondeterministic).
-
-    Raises:
-        StandError: n < 1, subtrees < 1 or not dividing n, budgets < 1, an unknown strategy.
-    """
-
-    strategy: str = "best-of-n"
-    n: int = 4
-    subtrees: int = 1
-    max_new_tokens: int = 256
-    step_tokens: int = 128
-    max_rounds: int = 32
-    sampling: SamplingParams = field(default_factory=SamplingParams)
-    seed: int | None = 0
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.strategy, str) or self.strategy not in STRATEGIES:
-            raise StandError(f"unknown strategy {self.strategy!r} (valid: {', '.join(STRATEGIES)})")
-        for name in ("n", "subtrees", "max_new_tokens", "step_tokens", "max_rounds"):
-            object.__setattr__(self, name, check_int(name, getattr(self, name), 1, MAX_SAMPLES if name == "n" else None))
-        if self.strategy == "dvts" and self.n % self.subtrees:
-            raise StandError(f"subtrees ({self.subtrees}) must divide n ({self.n}) for DVTS")
-        if self.strategy != "dvts" and self.subtrees != 1:
-            raise StandError(f"subtrees applies to dvts, not {self.strategy}")
-        if not isinstance(self.sampling, SamplingParams):
-            raise StandError(f"sampling must be a SamplingParams, got {type(self.sampling).__name__} {self.sampling!r}")
-        check_seed(self.seed)
-        if self.seed is not None:
-            object.__setattr__(self, "seed", int(self.seed))
-
-    def check_seeds(self, problems: int) -> None:
-        """Raises StandError when a search of ``problems`` problems would seed a sample past 2**64 - 1
-        (checked before the first problem, not when the late one is reached)."""
-        per_problem = self.n if self.strategy == "best-of-n" else self.max_rounds * self.n
-        check_seed_span(self.seed, problems * per_problem, f"samples ({problems} problems x {per_problem})")
-
-    @property
-    def candidates(self) -> int:
-        """M: candidates per subtree and round (DVTS)."""
-        return self.n // self.subtrees
-
-
-@dataclass
-class ProblemResult:
-    """One problem's search.
-
-    Attributes:
-        id, reference: the problem's id and reference answer (None when it has none).
-        answers: the final answer of every sample (best-of-N) or subtree (DVTS).
-        texts: their full texts.
-        answer: the majority answer; correct: whether it matches the reference (None: no reference).
-        tokens: tokens generated, every candidate included (the compute spent).
-        forwards: target forwards summed over rows (tokens / forwards = acceptance length).
-        seconds: wall time of the problem's search.
-        rounds: DVTS rounds run (1 for best-of-N).
-    """
-
-    id: str
-    reference: str | None
-    answers: list[str | None]
-    texts: list[str]
-    answer: str | None
-    correct: bool | None
-    tokens: int
-    forwards: int
-    seconds: float
-    rounds: int
-
-    def as_dict(self) -> dict:
-        return dict(self.__dict__)
-
-
-def _seed(settings: SearchSettings, offset: int) -> int | None:
-    return None if settings.seed is None else settings.seed + offset
-
-
-def best_of_n(backend: DecodingBackend, tokenizer, problem: Prompt, settings: SearchSettings, index: int = 0,
-              on_tokens: Callable[[int], None] | None = None) -> ProblemResult:
-    """N samples of ``problem`` and their majority answer (see the module docstring)."""
-    start = time.perf_counter()
-    request = DecodeRequest(problem.text, n=settings.n, max_new_tokens=settings.max_new_tokens,
-                            sampling=settings.sampling, seed=_seed(settings, index * settings.n), group=problem.id)
-    completions = backend.generate([request], on_tokens=on_tokens)[0]
-    texts = [c.text for c in completions]
-    return _finish(problem, texts, completions, 1, start)
-
-
-def dvts(backend: DecodingBackend, tokenizer, problem: Prompt, settings: SearchSettings, verifier: Verifier,
-         vocab: int, index: int = 0, on_tokens: Callable[[int], None] | None = None) -> ProblemResult:
-    """DVTS on ``problem`` (see the module docstring).
-
-    Args:
-        backend: the decoding backend (its method decodes every candidate).
-        tokenizer: the target's tokenizer (prompt ids, step texts).
-        verifier: scores candidate steps.
-        vocab: the target's vocabulary size.
-    """
-    start = time.perf_counter()
-    prompt = encode_prompt(tokenizer, problem.text, vocab)
-    check = getattr(backend, "check_request", None)
-    if check is not None:  # the whole path's budget fits the context: refuse now, not in a late round
-        try:
-            check(DecodeRequest(prompt, max_new_tokens=settings.max_new_tokens, sampling=settings.sampling))
-        except StandError as error:
-            raise StandError(f"problem {problem.id}: {error}") from None
-    paths: list[list[int]] = [[] for _ in range(settings.subtrees)]
-    steps: list[list[str]] = [[] for _ in range(settings.subtrees)]
-    done = [False] * settings.subtrees
-    completions_seen = []
-    rounds = 0
-    while not all(done) and rounds < settings.max_rounds:
-        active = [s for s in range(settings.subtrees) if not done[s]]
-        requests = [DecodeRequest(prompt + paths[s], n=settings.candidates,
-                                  max_new_tokens=min(settings.step_tokens, settings.max_new_tokens - len(paths[s])),
-                                  sampling=settings.sampling, stop=(STEP_DELIMITER,), logprobs=True, group=problem.id,
-                                  seed=_seed(settings, (index * settings.max_rounds + rounds) * settings.n
-                                             + s * settings.candidates))
-                    for s in active]
-        outputs = backend.generate(requests, on_tokens=on_tokens)
-        for s, completions in zip(active, outputs):
-            completions_seen.extend(completions)
-            candidates = [Candidate(c.text, c.tokens, c.logprobs) for c in completions]
-            scores = check_scores(verifier, verifier.score(problem.text, steps[s], candidates), len(candidates))
-            best = max(range(len(candidates)), key=lambda i: scores[i])
-            paths[s] += completions[best].tokens
-            steps[s].append(completions[best].text)
-            if completions[best].finish_reason == "eos" or len(paths[s]) >= settings.max_new_tokens:
-                done[s] = True
-        rounds += 1
-    texts = [tokenizer.decode(path, skip_special_tokens=True) if tokenizer is not None else "" for path in paths]
-    return _finish(problem, texts, completions_seen, rounds, start)
-
-
-def _finish(problem: Prompt, texts: list[str], completions, rounds: int, start: float) -> ProblemResult:
-    answers = [extract_answer(t) for t in texts]
-    answer = majority_vote(answers)
-    reference = None if problem.answer is None else normalise(str(problem.answer))
-    correct = None if reference is None else answer == reference
-    tokens = sum(len(c.tokens) for c in completions)
-    forwards = sum(c.stats.target_forwards for c in completions)
-    return ProblemResult(problem.id, reference, answers, texts, answer, correct, tokens, forwards,
-                         time.perf_counter() - start, rounds)
+__all__ = ["STEP_DELIMITER", "STRATEGIES", "ProblemResult", "SearchSettings", "best_of_n", "compare_methods", "dvts",
+           "method_backends", "parse_search_methods", "run_search", "search_problem", "search_report", "summarize"]
 
 
 def search_problem(backend: DecodingBackend, tokenizer, problem: Prompt, settings: SearchSettings,
@@ -216,7 +41,7 @@ def run_search(backend: DecodingBackend, tokenizer, problems: Sequence[Prompt], 
                verifier: Verifier | None = None, vocab: int | None = None,
                on_tokens: Callable[[int], None] | None = None,
                on_problem: Callable[[ProblemResult], None] | None = None) -> list[ProblemResult]:
-    """Run the search on every problem, in order.
+    """Run the search on every problem, in order (``settings.in_flight`` at a time).
 
     Raises:
         StandError: no problems, or DVTS without a verifier.
@@ -232,12 +57,18 @@ def run_search(backend: DecodingBackend, tokenizer, problems: Sequence[Prompt], 
             raise StandError("DVTS needs a verifier")
         verifier = make_verifier(verifier)
     results = []
-    for index, problem in enumerate(problems):
-        result = search_problem(backend, tokenizer, problem, settings, verifier, vocab, index, on_tokens)
-        results.append(result)
-        if on_problem is not None:
-            on_problem(result)
+    for first, window in _windows(problems, settings.in_flight):
+        for result in search_window(backend, tokenizer, window, settings, verifier, vocab, first, on_tokens):
+            results.append(result)
+            if on_problem is not None:
+                on_problem(result)
     return results
+
+
+def _windows(problems: Sequence[Prompt], size: int):
+    """``(index of the first, problems)`` for consecutive windows of ``size`` problems."""
+    for first in range(0, len(problems), size):
+        yield first, list(problems[first: first + size])
 
 
 def _check_search(settings, problems, **callbacks) -> None:
@@ -310,20 +141,26 @@ def compare_methods(backends: dict, tokenizer, problems: Sequence[Prompt], setti
                     verifier: Verifier | None, vocab: int | None,
                     on_search: Callable[[str], None] | None = None,
                     on_problem: Callable[[dict], None] | None = None) -> dict[str, list[ProblemResult]]:
-    """Every problem searched by every backend (label → backend), interleaved problem by problem so
-    machine drift hits all methods alike.
+    """Every problem searched by every backend (label → backend), interleaved problem by problem (window
+    by window of ``settings.in_flight`` problems) so machine drift hits all methods alike.
 
     Args:
-        on_search: called with the label after each (problem, method) search.
-        on_problem: called with the results so far (label → results) after each problem.
+        on_search: called with the label after each (window, method) search.
+        on_problem: called with the results so far (label → results) after each window.
 
     Returns:
         label → one :class:`ProblemResult` per problem.
     """
+    _check_search(settings, problems, on_search=on_search, on_problem=on_problem)
+    settings.check_seeds(len(problems))
+    if settings.strategy == "dvts":
+        if verifier is None:
+            raise StandError("DVTS needs a verifier")
+        verifier = make_verifier(verifier)
     results: dict[str, list[ProblemResult]] = {name: [] for name in backends}
-    for index, problem in enumerate(problems):
+    for first, window in _windows(problems, settings.in_flight):
         for name, backend in backends.items():
-            results[name].append(search_problem(backend, tokenizer, problem, settings, verifier, vocab, index))
+            results[name].extend(search_window(backend, tokenizer, window, settings, verifier, vocab, first))
             if on_search is not None:
                 on_search(name)
         if on_problem is not None:

@@ -1,0 +1,154 @@
+"""Test-time-scaling search drivers over the decoding-backend seam: best-of-N and DVTS.
+
+- **best-of-N**: N samples of each problem in one request (decoded ``max_batch`` rows at a time by
+  the backend), final answer by majority vote.
+- **DVTS**, Diverse Verifier Tree Search (Beeching, Tunstall, Rush 2024, "Scaling test-time compute
+  with open models"; HF ``search-and-learn``): N beams split into ``subtrees`` independent subtrees of
+  M = N / subtrees candidates. Each round, every unfinished subtree's current path is extended by M
+  candidate steps (a step ends at ``"\\n\\n"`` or EOS, or at the step budget), the verifier scores
+  them, and the best continues; until every subtree ends or the round/token budget runs out. Final
+  answer by majority vote over the subtrees' answers.
+
+All candidates of a round go to the backend as one batch of requests (one per subtree, n = M, each
+prompt the problem plus the subtree's chosen steps as token ids, so nothing is re-tokenised); every
+request of one problem names the problem as its memory ``group``, so STAND's store is shared by the
+whole search of that problem. :func:`search_window` searches several problems together
+(``SearchSettings.in_flight``): their requests (DVTS: each round's, the problems in lockstep) go to
+the backend in one call, whose batch then refills a finished row's place from any of them. Seeds
+depend only on a problem's index, so a problem draws the same seeds however many are in flight. The
+drivers only see :class:`stand_runtime.DecodingBackend`, so any engine behind the seam serves them.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable, Sequence
+
+from stand_runtime import DecodeRequest, DecodingBackend, StandError
+from stand_runtime.target.prompts import encode_prompt
+
+from ..data.datasets import Prompt
+from .answers import extract_answer, majority_vote, normalise
+from .search_types import STEP_DELIMITER, ProblemResult, SearchSettings
+from .verifiers import Candidate, Verifier, check_scores
+
+
+def _seed(settings: SearchSettings, offset: int) -> int | None:
+    return None if settings.seed is None else settings.seed + offset
+
+
+def best_of_n(backend: DecodingBackend, tokenizer, problem: Prompt, settings: SearchSettings, index: int = 0,
+              on_tokens: Callable[[int], None] | None = None) -> ProblemResult:
+    """N samples of ``problem`` and their majority answer (see the module docstring)."""
+    return search_window(backend, tokenizer, [problem], settings, None, None, index, on_tokens)[0]
+
+
+def dvts(backend: DecodingBackend, tokenizer, problem: Prompt, settings: SearchSettings, verifier: Verifier,
+         vocab: int, index: int = 0, on_tokens: Callable[[int], None] | None = None) -> ProblemResult:
+    """DVTS on ``problem`` (see the module docstring).
+
+    Args:
+        backend: the decoding backend (its method decodes every candidate).
+        tokenizer: the target's tokenizer (prompt ids, step texts).
+        verifier: scores candidate steps.
+        vocab: the target's vocabulary size.
+    """
+    return search_window(backend, tokenizer, [problem], settings, verifier, vocab, index, on_tokens)[0]
+
+
+def search_window(backend: DecodingBackend, tokenizer, problems: Sequence[Prompt], settings: SearchSettings,
+                  verifier: Verifier | None, vocab: int | None, first: int = 0,
+                  on_tokens: Callable[[int], None] | None = None) -> list[ProblemResult]:
+    """``problems`` (indices ``first``, ``first + 1``, ...) searched together by ``settings.strategy``
+    (module docstring); one result each, their wall time shared by tokens.
+
+    Raises:
+        StandError: a DVTS problem whose path budget does not fit the model's context (before any
+            decoding), a verifier's bad scores, and what the backend raises.
+    """
+    start = time.perf_counter()
+    if settings.strategy == "dvts":
+        searches = [_Dvts(backend, tokenizer, problem, settings, vocab, first + i) for i, problem in enumerate(problems)]
+        _rounds(backend, searches, verifier, on_tokens)
+        found = [(search.texts(tokenizer), search.completions, search.rounds) for search in searches]
+    else:
+        requests = [DecodeRequest(problem.text, n=settings.n, max_new_tokens=settings.max_new_tokens,
+                                  sampling=settings.sampling, seed=_seed(settings, (first + i) * settings.n),
+                                  group=problem.id) for i, problem in enumerate(problems)]
+        found = [([c.text for c in completions], completions, 1)
+                 for completions in backend.generate(requests, on_tokens=on_tokens)]
+    seconds = time.perf_counter() - start
+    tokens = [sum(len(c.tokens) for c in completions) for _, completions, _ in found]
+    total = sum(tokens)
+    return [_finish(problem, texts, completions, rounds, seconds * (share / total if total else 1 / len(problems)))
+            for problem, (texts, completions, rounds), share in zip(problems, found, tokens)]
+
+
+class _Dvts:
+    """One problem's DVTS between rounds: each subtree's path (token ids) and chosen step texts."""
+
+    def __init__(self, backend, tokenizer, problem: Prompt, settings: SearchSettings, vocab: int, index: int) -> None:
+        self.problem, self.settings, self.index = problem, settings, index
+        self.prompt = encode_prompt(tokenizer, problem.text, vocab)
+        check = getattr(backend, "check_request", None)
+        if check is not None:  # the whole path's budget fits the context: refuse now, not in a late round
+            try:
+                check(DecodeRequest(self.prompt, max_new_tokens=settings.max_new_tokens, sampling=settings.sampling))
+            except StandError as error:
+                raise StandError(f"problem {problem.id}: {error}") from None
+        self.paths: list[list[int]] = [[] for _ in range(settings.subtrees)]
+        self.steps: list[list[str]] = [[] for _ in range(settings.subtrees)]
+        self.done = [False] * settings.subtrees
+        self.completions: list = []
+        self.rounds = 0
+
+    @property
+    def running(self) -> bool:
+        return not all(self.done) and self.rounds < self.settings.max_rounds
+
+    def requests(self) -> list[tuple[int, DecodeRequest]]:
+        """This round's ``(subtree, request)`` for every unfinished subtree."""
+        s = self.settings
+        return [(t, DecodeRequest(self.prompt + self.paths[t], n=s.candidates,
+                                  max_new_tokens=min(s.step_tokens, s.max_new_tokens - len(self.paths[t])),
+                                  sampling=s.sampling, stop=(STEP_DELIMITER,), logprobs=True, group=self.problem.id,
+                                  seed=_seed(s, (self.index * s.max_rounds + self.rounds) * s.n + t * s.candidates)))
+                for t in range(s.subtrees) if not self.done[t]]
+
+    def advance(self, outputs: Sequence[tuple[int, list]], verifier: Verifier) -> None:
+        """Score each subtree's candidates (``(subtree, completions)``), keep the best; one round done."""
+        for t, completions in outputs:
+            self.completions.extend(completions)
+            candidates = [Candidate(c.text, c.tokens, c.logprobs) for c in completions]
+            scores = check_scores(verifier, verifier.score(self.problem.text, self.steps[t], candidates), len(candidates))
+            best = max(range(len(candidates)), key=lambda i: scores[i])
+            self.paths[t] += completions[best].tokens
+            self.steps[t].append(completions[best].text)
+            if completions[best].finish_reason == "eos" or len(self.paths[t]) >= self.settings.max_new_tokens:
+                self.done[t] = True
+        self.rounds += 1
+
+    def texts(self, tokenizer) -> list[str]:
+        return [tokenizer.decode(path, skip_special_tokens=True) if tokenizer is not None else "" for path in self.paths]
+
+
+def _rounds(backend: DecodingBackend, searches: list[_Dvts], verifier: Verifier, on_tokens) -> None:
+    """Run every search's rounds in lockstep, each round's requests of all of them in one call."""
+    while True:
+        running = [search for search in searches if search.running]
+        if not running:
+            return
+        asked = [(search, t, request) for search in running for t, request in search.requests()]
+        outputs = backend.generate([request for _, _, request in asked], on_tokens=on_tokens)
+        for search in running:
+            search.advance([(t, out) for (owner, t, _), out in zip(asked, outputs) if owner is search], verifier)
+
+
+def _finish(problem: Prompt, texts: list[str], completions, rounds: int, seconds: float) -> ProblemResult:
+    answers = [extract_answer(t) for t in texts]
+    answer = majority_vote(answers)
+    reference = None if problem.answer is None else normalise(str(problem.answer))
+    correct = None if reference is None else answer == reference
+    tokens = sum(len(c.tokens) for c in completions)
+    forwards = sum(c.stats.target_forwards for c in completions)
+    return ProblemResult(problem.id, reference, answers, texts, answer, correct, tokens, forwards, seconds, rounds)
