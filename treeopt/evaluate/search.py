@@ -27,14 +27,8 @@ def search_problem(backend: DecodingBackend, tokenizer, problem: Prompt, setting
         StandError: not a SearchSettings or a Prompt, DVTS without a verifier, a seed that runs past
             2**64 - 1 for this problem.
     """
-    _check_search(settings, [problem], on_tokens=on_tokens)
-    settings.check_seeds(index + 1)
-    if settings.strategy == "dvts":
-        if verifier is None:
-            raise StandError("DVTS needs a verifier")
-        verifier = make_verifier(verifier)
-        return dvts(backend, tokenizer, problem, settings, verifier, vocab, index, on_tokens)
-    return best_of_n(backend, tokenizer, problem, settings, index, on_tokens)
+    verifier = _start(settings, [problem], verifier, index + 1, on_tokens=on_tokens)
+    return search_window(backend, tokenizer, [problem], settings, verifier, vocab, index, on_tokens)[0]
 
 
 def run_search(backend: DecodingBackend, tokenizer, problems: Sequence[Prompt], settings: SearchSettings,
@@ -50,12 +44,7 @@ def run_search(backend: DecodingBackend, tokenizer, problems: Sequence[Prompt], 
         raise StandError(f"problems must be a list of Prompt, got {type(problems).__name__}")
     if not problems:
         raise StandError("the search needs at least one problem (the dataset is empty)")
-    _check_search(settings, problems, on_tokens=on_tokens, on_problem=on_problem)
-    settings.check_seeds(len(problems))
-    if settings.strategy == "dvts":
-        if verifier is None:
-            raise StandError("DVTS needs a verifier")
-        verifier = make_verifier(verifier)
+    verifier = _start(settings, problems, verifier, on_tokens=on_tokens, on_problem=on_problem)
     results = []
     for first, window in _windows(problems, settings.in_flight):
         for result in search_window(backend, tokenizer, window, settings, verifier, vocab, first, on_tokens):
@@ -63,6 +52,22 @@ def run_search(backend: DecodingBackend, tokenizer, problems: Sequence[Prompt], 
             if on_problem is not None:
                 on_problem(result)
     return results
+
+
+def _start(settings: SearchSettings, problems, verifier, seeded: int | None = None, **callbacks) -> Verifier | None:
+    """Check a search before its first problem (settings, problems, callbacks, the seeds of the first
+    ``seeded`` problems, None = all); the verifier DVTS scores with.
+
+    Raises:
+        StandError: a bad setting, problem or callback, seeds past 2**64 - 1, DVTS without a verifier.
+    """
+    _check_search(settings, problems, **callbacks)
+    settings.check_seeds(len(problems) if seeded is None else seeded)
+    if settings.strategy != "dvts":
+        return verifier
+    if verifier is None:
+        raise StandError("DVTS needs a verifier")
+    return make_verifier(verifier)
 
 
 def _windows(problems: Sequence[Prompt], size: int):
@@ -151,12 +156,7 @@ def compare_methods(backends: dict, tokenizer, problems: Sequence[Prompt], setti
     Returns:
         label → one :class:`ProblemResult` per problem.
     """
-    _check_search(settings, problems, on_search=on_search, on_problem=on_problem)
-    settings.check_seeds(len(problems))
-    if settings.strategy == "dvts":
-        if verifier is None:
-            raise StandError("DVTS needs a verifier")
-        verifier = make_verifier(verifier)
+    verifier = _start(settings, problems, verifier, on_search=on_search, on_problem=on_problem)
     results: dict[str, list[ProblemResult]] = {name: [] for name in backends}
     for first, window in _windows(problems, settings.in_flight):
         for name, backend in backends.items():
