@@ -6,7 +6,8 @@ through the target in one forward (:class:`RowCaches`: :class:`SequenceCache` fo
 any attention layout the model has; :class:`BatchCache` for B rows of different lengths in one
 padded forward), each row settles its draft against its own logits (verification, stop rule, drafter
 feeding: :meth:`DecodeRow.settle`), and the caches keep each row's root and accepted entries. Rows
-finish independently (EOS, stop string, budget) and leave at once. One device-aware
+finish independently (EOS, stop string, budget) and leave at once; with more rows than slots, the
+next waiting rows take their places before the next step (continuous batching, :meth:`Loop.admit`). One device-aware
 :class:`stand_runtime.engine.clock.Clock` times every phase into the statistics of the rows it served.
 """
 
