@@ -128,3 +128,64 @@ def test_bad_slots_are_one_line(tiny_qwen2):
     for bad in (0, -1, 1.5, "2"):
         with pytest.raises(StandError, match="slots"):
             decode_rows(tiny_qwen2, None, rows, method="ar", slots=bad)
+
+
+def test_a_kept_prefix_gives_the_prefill_a_full_prefill_gives(tiny_qwen2):
+    """A prompt that extends a kept one is prefilled from a copy of it: the same KV entries (up to
+    float rounding), and the kept entry is not changed by the extension."""
+    from stand_runtime.target.forward import prefill
+    from stand_runtime.target.kv_cache import new_cache
+    from stand_runtime.target.prefix_cache import PrefixCache, copied_cache
+
+    prompt = LONG_PROMPT[:40]
+    full, kept = new_cache(tiny_qwen2), new_cache(tiny_qwen2)
+    prefill(tiny_qwen2, full, prompt)
+    prefill(tiny_qwen2, kept, prompt[:25])
+    before = kept.layers[0].keys.clone()
+    prefixes = PrefixCache()
+    prefixes.add(prompt[:25], kept, [])
+    length, found = prefixes.longest(prompt, [])
+    extended = copied_cache(tiny_qwen2, found)
+    prefill(tiny_qwen2, extended, prompt[length:], offset=length)
+    for mine, theirs in zip(extended.layers, full.layers):
+        assert torch.allclose(mine.keys, theirs.keys, atol=1e-5) and torch.allclose(mine.values, theirs.values, atol=1e-5)
+    assert torch.equal(kept.layers[0].keys, before) and prefixes.hits == 1 and prefixes.reused == 25
+
+
+def test_prefixes_are_kept_per_memory_fed_and_dropped_least_recently_used():
+    from stand_runtime.target.prefix_cache import PrefixCache
+
+    store, other = object(), object()
+    prefixes = PrefixCache(max_tokens=10)
+    prefixes.add([1, 2, 3], "abc", [store])
+    prefixes.add([1, 2, 3, 4, 5], "abcde", [])
+    assert prefixes.longest([1, 2, 3, 4, 5, 6], [store]) == (3, "abc")  # the longer one was not fed to store
+    assert prefixes.longest([1, 2, 3, 4, 5, 6], []) == (5, "abcde")
+    assert prefixes.longest([1, 2, 3], [other]) is None and prefixes.longest([2, 3], []) is None
+    prefixes.add([1, 2, 3], "again", [other])  # the same states: the entry keeps its cache, both memories fed
+    assert prefixes.longest([1, 2, 3, 9], [store, other]) == (3, "abc")
+    prefixes.add([7, 8, 9], "xyz", [])  # 11 tokens kept: the least recently used goes
+    assert len(prefixes) == 2 and prefixes.longest([1, 2, 3, 4, 5], []) == (3, "abc")
+
+
+@pytest.mark.parametrize("method,tree", [("stand", "dynamic-auto"), ("ar", None), ("pld", None)])
+def test_a_search_round_prefills_only_what_extends_the_round_before(tiny_qwen2, method, tree):
+    """Round 2's prompts extend round 1's (a DVTS round): they are prefilled from round 1's kept
+    prompt, greedy rows still decode as plain decoding, and a row whose memory was not fed the
+    prompt (its own, memory None) is prefilled in full."""
+    from stand_runtime.target.prefix_cache import PrefixCache
+
+    parsed = Method.parse(method, tree, tiny_qwen2, batch=2)
+    shared = parsed.new_memory(vocab_size(tiny_qwen2))
+    prefixes = PrefixCache()
+    first = [RowSpec(list(LONG_PROMPT), GREEDY, None, 6, shared, (), [])] * 2
+    out = decode_rows(tiny_qwen2, None, first, method=parsed, slots=2, prefixes=prefixes)
+    second = [RowSpec(list(LONG_PROMPT) + out[0].tokens, GREEDY, None, 9, shared, (), []),
+              RowSpec(list(LONG_PROMPT) + out[0].tokens[:3], GREEDY, None, 9, shared, (), [])]
+    results = decode_rows(tiny_qwen2, None, second, method=parsed, slots=2, prefixes=prefixes)
+    for spec, result in zip(second, results):
+        assert result.tokens == _plain(tiny_qwen2, spec)
+    assert prefixes.hits == 2 and prefixes.reused == 2 * (len(LONG_PROMPT) - 1)
+    own = [RowSpec(list(LONG_PROMPT) + out[0].tokens, GREEDY, None, 4, None, (), [])]
+    decode_rows(tiny_qwen2, None, own, method=parsed, prefixes=prefixes)
+    assert prefixes.hits == (2 if method == "stand" else 3)  # STAND's own memory learned nothing yet

@@ -20,7 +20,9 @@ class Drafter(Protocol):
 
     def observe_prompt(self, prompt: list[int], feed: TargetFeed, positions: range) -> None:
         """Learn from a prefill chunk: ``feed`` has ``len(positions)`` rows; row r is the target's
-        prediction after ``prompt[: positions[r] + 1]``."""
+        prediction after ``prompt[: positions[r] + 1]``. A drafter that ignores it may say so with a
+        class attribute ``reads_prompt = False`` (a batch then prefills a kept prompt prefix for it
+        without feeding it, :mod:`stand_runtime.target.prefix_cache`)."""
 
     def draft(self, committed: list[int], max_depth: int) -> Draft:
         """Draft the next step's tree for ``committed`` (its last token is the root), no deeper

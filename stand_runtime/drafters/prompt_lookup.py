@@ -19,6 +19,9 @@ class PromptLookupDrafter:
         num_tokens: longest chain proposed (tokens).
     """
 
+    reads_prompt = False
+    """observe_prompt ignores the prompt's logits (a kept prompt prefix needs no feeding)."""
+
     def __init__(self, max_ngram: int = PROMPT_LOOKUP_NGRAM, num_tokens: int = 10) -> None:
         self.max_ngram = max_ngram
         self.num_tokens = num_tokens

@@ -115,6 +115,9 @@ class SuffixDecodingDrafter:
     then), so the last step's tokens of a run are not added.
     """
 
+    reads_prompt = False
+    """observe_prompt ignores the prompt's logits (a kept prompt prefix needs no feeding)."""
+
     def __init__(self, memory: SuffixMemory, settings: SuffixSettings = SuffixSettings()) -> None:
         self.memory = memory
         self.settings = settings

@@ -34,6 +34,7 @@ from ..errors import StandError
 from ..limits import MAX_ROWS, MAX_SAMPLES
 from .metrics import DecodeStats, GenerationResult
 from ..target.model_facts import check_model, check_positions, default_eos_ids, vocab_size
+from ..target.prefix_cache import PrefixCache
 from ..target.prompts import encode_prompt
 from ..randomness import check_seed, check_seed_span
 from ..target.sampling import SamplingParams
@@ -161,7 +162,8 @@ class HFBackend:
 
     Requests with ``record_probs`` are sampled by batched plain decoding (method ``ar`` only, no stop
     strings); the others are decoded by the method, ``max_batch`` rows at a time, a finished row's place
-    taken at once by the next waiting row (continuous batching).
+    taken at once by the next waiting row (continuous batching); a prompt that extends one a batch
+    prefilled before (a tree search's next round) is prefilled from it (:attr:`prefixes`).
 
     Raises:
         StandError: an unknown method or bad tree (a name), ``diagnose`` or ``max_nodes`` with a
@@ -187,6 +189,7 @@ class HFBackend:
         self.batch_size = batch_size
         self.max_batch = max_batch
         self.shared_memory: Memory | None = method.new_memory(vocab_size(model)) if share_memory else None
+        self.prefixes = PrefixCache()  # prompts a batch prefilled, for later prompts that extend them
         self._groups: OrderedDict[str, Memory | None] = OrderedDict()
 
     def memory_for(self, request: DecodeRequest) -> Memory | None:
@@ -298,7 +301,7 @@ class HFBackend:
                     on_completion(index, sample, completion)
 
             decode_rows(self.model, self.tokenizer, [spec for _, _, spec in chunk], method=self.method,
-                        on_tokens=on_tokens, on_finish=finished, slots=self.max_batch)
+                        on_tokens=on_tokens, on_finish=finished, slots=self.max_batch, prefixes=self.prefixes)
 
     def _sample_recorded(self, indices: list[int], requests, prompt_ids, out, on_completion, on_tokens) -> None:
         eos = default_eos_ids(self.model, self.tokenizer)

@@ -25,6 +25,7 @@ from ..limits import MAX_ROWS
 from ..method import Method, as_method
 from ..randomness import check_seed, check_seed_span
 from ..target.model_facts import attention_layout, check_model, vocab_size
+from ..target.prefix_cache import PrefixCache
 from ..target.prompts import encode_prompt
 from ..target.sampling import SamplingParams
 from .loop import BatchCache, Loop
@@ -43,6 +44,7 @@ def decode_rows(
     on_tokens: Callable[[int], None] | None = None,
     on_finish: Callable[[int, GenerationResult], None] | None = None,
     slots: int | None = None,
+    prefixes: PrefixCache | None = None,
 ) -> list[GenerationResult]:
     """Decode ``rows`` together (see the module docstring); returns one result per row, in order.
 
@@ -56,6 +58,8 @@ def decode_rows(
         slots: rows in one forward at most (None = all): the others wait in order and each takes the
             place of a finished row (continuous batching, :class:`stand_runtime.engine.loop.Loop`); a
             method given by name is parsed for this many rows.
+        prefixes: prompt prefixes kept from earlier calls (:class:`stand_runtime.target.prefix_cache.PrefixCache`):
+            a prompt that extends one is prefilled from it, and every prompt prefilled is kept there.
 
     Returns:
         Per row a :class:`GenerationResult`; its ``stats`` hold the row's own steps, and as times the
@@ -80,7 +84,7 @@ def decode_rows(
     if method.diagnose:
         raise StandError("diagnose measures one sequence at a time: decode with generate")
     states = make_rows(model, tokenizer, rows, method)
-    caches = BatchCache(model)
+    caches = BatchCache(model, prefixes)
     return Loop(model, states, caches, method.max_nodes, on_tokens, on_finish, method.batch_verify, slots).run()
 
 

@@ -26,6 +26,7 @@ from ..drafters.feeds import LogitsFeed
 from ..target.batch_kv import BatchedCache
 from ..target.forward import draft_forward, model_device, prefill
 from ..target.kv_cache import keep_tree_entries, new_cache
+from ..target.prefix_cache import PrefixCache, copied_cache
 from ..target.sampling import SamplingParams
 from ..trees.draft import Draft
 from .allocation import BatchAllocator
@@ -112,9 +113,10 @@ class BatchCache:
     drafter memory (``DecodeRow.memory``) feed it the prompt once.
     """
 
-    def __init__(self, model) -> None:
+    def __init__(self, model, prefixes: PrefixCache | None = None) -> None:
         self.device = model_device(model)
         self.dtype = next(model.parameters()).dtype
+        self.prefixes = prefixes
         self.cache: BatchedCache | None = None
         self._prompts: dict[tuple, tuple] = {}  # prompt ids -> (its single-row cache, the learners fed)
         self._block = 0
@@ -143,11 +145,19 @@ class BatchCache:
 
     def _prefill_prompt(self, model, rows, prompt: list[int]) -> tuple[object, set]:
         """``prompt``'s single-row cache, its logits fed once to each memory of ``rows`` that start
-        from it; with the learners fed (:func:`_learner`)."""
-        cache = new_cache(model)
+        from it; with the learners fed (:func:`_learner`). With a :class:`PrefixCache`, from a copy of
+        the longest kept prefix every such memory was fed (only the rest runs through the target), and
+        kept for later prompts."""
+        learning = [other for other in rows if _learns(other, tuple(prompt))]
+        start, cache = 0, None
+        if self.prefixes is not None and not any(other.memory is None for other in learning):
+            found = self.prefixes.longest(prompt[:-1], [other.memory for other in learning])
+            if found is not None:
+                start, cache = found[0], copied_cache(model, found[1])
+        cache = new_cache(model) if cache is None else cache
         observers, fed = [], set()
-        for other in rows:
-            if not _learns(other, tuple(prompt)) or _learner(other) in fed:
+        for other in learning:
+            if _learner(other) in fed:
                 continue  # one memory learns a prompt once, however many of its rows share it
             fed.add(_learner(other))
             observers.append(prompt_observer(other.drafter, prompt, other.params))
@@ -156,9 +166,11 @@ class BatchCache:
             for observer in observers:
                 observer(logits, positions)
 
-        if len(prompt) > 1:
-            prefill(model, cache, prompt[:-1], on_logits=observe if observers else None)
+        if len(prompt) - 1 > start:
+            prefill(model, cache, prompt[start:-1], on_logits=observe if observers else None, offset=start)
         learn_rows(rows, prompt)
+        if self.prefixes is not None and not any(other.memory is None for other in learning):
+            self.prefixes.add(prompt[:-1], cache, [other.memory for other in learning])
         return cache, fed
 
     def forward(self, model, rows, drafts) -> list[torch.Tensor]:
@@ -193,8 +205,9 @@ class BatchCache:
 
 
 def _learns(row: DecodeRow, prompt: tuple) -> bool:
-    """Whether ``row`` starts from ``prompt`` and has a drafter to feed it to."""
-    return row.drafter is not None and tuple(row.committed) == prompt
+    """Whether ``row`` starts from ``prompt`` and has a drafter that reads a prompt's logits (one whose
+    ``reads_prompt`` is False, as prompt lookup's, needs none)."""
+    return row.drafter is not None and getattr(row.drafter, "reads_prompt", True) and tuple(row.committed) == prompt
 
 
 def _learner(row: DecodeRow) -> int:

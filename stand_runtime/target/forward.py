@@ -29,7 +29,7 @@ def model_device(model) -> torch.device:
 
 
 def prefill(model, cache, tokens: Sequence[int], *, on_logits: Callable[[torch.Tensor, range], None] | None = None,
-            chunk: int | None = None) -> None:
+            chunk: int | None = None, offset: int = 0) -> None:
     """Run ``tokens`` through the model into ``cache``, ``chunk`` tokens per forward.
 
     Args:
@@ -40,6 +40,8 @@ def prefill(model, cache, tokens: Sequence[int], *, on_logits: Callable[[torch.T
             ``positions`` they belong to (row r predicts the token after ``tokens[: positions[r] + 1]``);
             None computes no logits at all.
         chunk: tokens per forward (>= 1); None = :data:`PREFILL_CHUNK`.
+        offset: tokens the cache already holds (a kept prefix, :mod:`.prefix_cache`): ``tokens`` take
+            positions from there, and ``on_logits`` is given positions in the whole prompt.
     """
     device = model_device(model)
     chunk = chunk or PREFILL_CHUNK
@@ -47,11 +49,11 @@ def prefill(model, cache, tokens: Sequence[int], *, on_logits: Callable[[torch.T
         for start in range(0, len(tokens), chunk):
             stop = min(start + chunk, len(tokens))
             ids = torch.tensor([list(tokens[start:stop])], device=device)
-            positions = torch.arange(start, stop, device=device)[None]
+            positions = torch.arange(offset + start, offset + stop, device=device)[None]
             out = model(input_ids=ids, position_ids=positions, cache=cache, use_cache=True,
                         logits_to_keep=0 if on_logits is not None else 1)
             if on_logits is not None:
-                on_logits(out.logits[0], range(start, stop))
+                on_logits(out.logits[0], range(offset + start, offset + stop))
             del out
 
 
