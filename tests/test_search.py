@@ -21,6 +21,9 @@ class RecordingBackend:
         self.calls = []
         self.batches = []  # requests per generate call
 
+    def check_request(self, request):
+        return self.backend.check_request(request)
+
     def generate(self, requests, **kwargs):
         out = self.backend.generate(requests, **kwargs)
         self.calls.extend(zip(requests, out))
@@ -172,7 +175,7 @@ def test_search_cli_runs_both_strategies_and_rejects_bad_input(tmp_path, monkeyp
         (["--dataset", str(empty)], "is empty"),
         (["--dataset", str(data), "--strategy", "dvts", "--n", "6", "--subtrees", "4"], "must divide n"),
         (["--dataset", str(data), "--n", "0"], "Invalid value for '--n'"),
-        (["--dataset", str(data), "--in-flight", "0"], "in_flight must be an integer >= 1"),
+        (["--dataset", str(data), "--in-flight", "0"], "Invalid value for '--in-flight'"),
         (["--dataset", str(data), "--strategy", "dvts", "--verifier", "oracle"], "unknown verifier"),
         (["--dataset", str(data), "--methods", "nope"], "unknown method"),
         (["--dataset", str(data), "--allocation", "packed"], "--allocation must be one of batch, row"),
@@ -182,3 +185,15 @@ def test_search_cli_runs_both_strategies_and_rejects_bad_input(tmp_path, monkeyp
         code, output = run("search", "--samples", "2", *args)
         assert code == 2
         one_line_error(output, message)
+
+
+@pytest.mark.parametrize("strategy", ["best-of-n", "dvts"])
+def test_a_problem_beyond_the_context_is_named_before_its_window_decodes(tiny_qwen2, strategy):
+    tokenizer = DigitsTokenizer()
+    backend = RecordingBackend(HFBackend(tiny_qwen2, tokenizer, "ar", max_batch=2))
+    context = tiny_qwen2.config.max_position_embeddings
+    problems = [PROBLEM, Prompt("too-long", " ".join(["3"] * context))]
+    settings = SearchSettings(strategy, n=2, subtrees=2 if strategy == "dvts" else 1, max_new_tokens=4, in_flight=2)
+    with pytest.raises(StandError, match="^problem too-long: context too long") as error:
+        run_search(backend, tokenizer, problems, settings, ConfidenceVerifier(), 16)
+    assert "\n" not in str(error.value) and backend.calls == []

@@ -176,7 +176,7 @@ PLACEHOLDERS = {"model": "MODEL", "tokenizer_spec": "MODEL", "tree": "TREE", "me
 
 RANGES = {"max_new_tokens": (1, None), "samples": (1, None), "trajectories": (1, None), "offset": (0, None),
           "seed": (0, limits.SEED_LIMIT - 1), "top_k": (0, None), "batch_size": (1, limits.MAX_ROWS), "max_batch": (1, limits.MAX_ROWS),
-          "n": (1, limits.MAX_SAMPLES), "subtrees": (1, None), "step_tokens": (1, None), "max_rounds": (1, None),
+          "n": (1, limits.MAX_SAMPLES), "subtrees": (1, None), "step_tokens": (1, None), "max_rounds": (1, None), "in_flight": (1, None),
           "candidate_nodes": (1, None), "max_tokens": (1, None), "min_group_size": (1, None),
           "copy_tokens": (0, limits.MAX_COPY_TOKENS), "batch": (1, limits.MAX_ROWS), "port": (1, 65535),
           "kv_cache_gib": (1, 1024), "max_model_len": (16, None), "max_prompts": (1, limits.MAX_PROMPT_STORES),

@@ -15,8 +15,9 @@ request of one problem names the problem as its memory ``group``, so STAND's sto
 whole search of that problem. :func:`search_window` searches several problems together
 (``SearchSettings.in_flight``): their requests (DVTS: each round's, the problems in lockstep) go to
 the backend in one call, whose batch then refills a finished row's place from any of them. Seeds
-depend only on a problem's index, so a problem draws the same seeds however many are in flight. The
-drivers only see :class:`stand_runtime.DecodingBackend`, so any engine behind the seam serves them.
+depend only on a problem's index, so a problem draws the same seeds however many are in flight: its
+texts repeat for plain decoding and static trees, while a value-sized tree's batch allocation (a
+row's draft cut by the other rows' drafts) gives other texts from the same law. The drivers only see :class:`stand_runtime.DecodingBackend`, so any engine behind the seam serves them.
 """
 
 from __future__ import annotations
@@ -75,6 +76,8 @@ def search_window(backend: DecodingBackend, tokenizer, problems: Sequence[Prompt
         requests = [DecodeRequest(problem.text, n=settings.n, max_new_tokens=settings.max_new_tokens,
                                   sampling=settings.sampling, seed=_seed(settings, (first + i) * settings.n),
                                   group=problem.id) for i, problem in enumerate(problems)]
+        for problem, request in zip(problems, requests):
+            _check_fits(backend, problem, request)
         found = [([c.text for c in completions], completions, 1)
                  for completions in backend.generate(requests, on_tokens=on_tokens)]
     seconds = time.perf_counter() - start
@@ -84,18 +87,30 @@ def search_window(backend: DecodingBackend, tokenizer, problems: Sequence[Prompt
             for problem, (texts, completions, rounds), share in zip(problems, found, tokens)]
 
 
+def _check_fits(backend: DecodingBackend, problem: Prompt, request: DecodeRequest) -> None:
+    """Refuse ``request`` before any decoding where the backend can say it will not serve it (a
+    prompt plus budget beyond the context), naming the problem.
+
+    Raises:
+        StandError: ``problem <id>: <the backend's reason>``.
+    """
+    check = getattr(backend, "check_request", None)
+    if check is not None:
+        try:
+            check(request)
+        except StandError as error:
+            raise StandError(f"problem {problem.id}: {error}") from None
+
+
 class _Dvts:
     """One problem's DVTS between rounds: each subtree's path (token ids) and chosen step texts."""
 
     def __init__(self, backend, tokenizer, problem: Prompt, settings: SearchSettings, vocab: int, index: int) -> None:
         self.problem, self.settings, self.index = problem, settings, index
         self.prompt = encode_prompt(tokenizer, problem.text, vocab)
-        check = getattr(backend, "check_request", None)
-        if check is not None:  # the whole path's budget fits the context: refuse now, not in a late round
-            try:
-                check(DecodeRequest(self.prompt, max_new_tokens=settings.max_new_tokens, sampling=settings.sampling))
-            except StandError as error:
-                raise StandError(f"problem {problem.id}: {error}") from None
+        # the whole path's budget fits the context: refuse now, not in a late round
+        _check_fits(backend, problem, DecodeRequest(self.prompt, max_new_tokens=settings.max_new_tokens,
+                                                    sampling=settings.sampling))
         self.paths: list[list[int]] = [[] for _ in range(settings.subtrees)]
         self.steps: list[list[str]] = [[] for _ in range(settings.subtrees)]
         self.done = [False] * settings.subtrees
