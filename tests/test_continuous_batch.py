@@ -141,31 +141,38 @@ def test_a_kept_prefix_gives_the_prefill_a_full_prefill_gives(tiny_qwen2):
     full, kept = new_cache(tiny_qwen2), new_cache(tiny_qwen2)
     prefill(tiny_qwen2, full, prompt)
     prefill(tiny_qwen2, kept, prompt[:25])
-    before = kept.layers[0].keys.clone()
     prefixes = PrefixCache()
     prefixes.add(prompt[:25], kept, [])
     length, found = prefixes.longest(prompt, [])
+    before = found[0][0].clone()
     extended = copied_cache(tiny_qwen2, found)
     prefill(tiny_qwen2, extended, prompt[length:], offset=length)
     for mine, theirs in zip(extended.layers, full.layers):
         assert torch.allclose(mine.keys, theirs.keys, atol=1e-5) and torch.allclose(mine.values, theirs.values, atol=1e-5)
-    assert torch.equal(kept.layers[0].keys, before) and prefixes.hits == 1 and prefixes.reused == 25
+    assert torch.equal(found[0][0], before) and prefixes.hits == 1 and prefixes.reused == 25
 
 
 def test_prefixes_are_kept_per_memory_fed_and_dropped_least_recently_used():
     from stand_runtime.target.prefix_cache import PrefixCache
 
     store, other = object(), object()
-    prefixes = PrefixCache(max_tokens=10)
-    prefixes.add([1, 2, 3], "abc", [store])
-    prefixes.add([1, 2, 3, 4, 5], "abcde", [])
-    assert prefixes.longest([1, 2, 3, 4, 5, 6], [store]) == (3, "abc")  # the longer one was not fed to store
-    assert prefixes.longest([1, 2, 3, 4, 5, 6], []) == (5, "abcde")
+    def cache(tokens, fill):  # one layer of 1 x 1 x tokens x 2 float32: 16 bytes a token
+        layer = type("Layer", (), {"keys": torch.full((1, 1, tokens, 2), float(fill)), "values": torch.zeros(1, 1, tokens, 2)})
+        return type("Cache", (), {"layers": [layer]})()
+
+    def kept(found):
+        return None if found is None else (found[0], found[1][0][0][0, 0, 0, 0].item())
+
+    prefixes = PrefixCache(max_bytes=16 * 10)
+    prefixes.add([1, 2, 3], cache(3, 1), [store])
+    prefixes.add([1, 2, 3, 4, 5], cache(5, 2), [])
+    assert kept(prefixes.longest([1, 2, 3, 4, 5, 6], [store])) == (3, 1)  # the longer one was not fed to store
+    assert kept(prefixes.longest([1, 2, 3, 4, 5, 6], [])) == (5, 2)
     assert prefixes.longest([1, 2, 3], [other]) is None and prefixes.longest([2, 3], []) is None
-    prefixes.add([1, 2, 3], "again", [other])  # the same states: the entry keeps its cache, both memories fed
-    assert prefixes.longest([1, 2, 3, 9], [store, other]) == (3, "abc")
-    prefixes.add([7, 8, 9], "xyz", [])  # 11 tokens kept: the least recently used goes
-    assert len(prefixes) == 2 and prefixes.longest([1, 2, 3, 4, 5], []) == (3, "abc")
+    prefixes.add([1, 2, 3], cache(3, 9), [other])  # the same states: the entry keeps them, both memories fed
+    assert kept(prefixes.longest([1, 2, 3, 9], [store, other])) == (3, 1)
+    prefixes.add([7, 8, 9], cache(3, 3), [])  # 11 tokens' bytes: the least recently used goes
+    assert len(prefixes) == 2 and kept(prefixes.longest([1, 2, 3, 4, 5], [])) == (3, 1)
 
 
 @pytest.mark.parametrize("method,tree", [("stand", "dynamic-auto"), ("ar", None), ("pld", None)])
