@@ -149,12 +149,11 @@ class BatchCache:
         the longest kept prefix every such memory was fed (only the rest runs through the target), and
         kept for later prompts."""
         learning = [other for other in rows if _learns(other, tuple(prompt))]
-        start, cache = 0, None
-        if self.prefixes is not None and not any(other.memory is None for other in learning):
-            found = self.prefixes.longest(prompt[:-1], [other.memory for other in learning])
-            if found is not None:
-                start, cache = found[0], copied_cache(model, found[1])
-        cache = new_cache(model) if cache is None else cache
+        memories = None  # the memories fed, when a kept prefix may serve them (none is a row's own)
+        if self.prefixes is not None and all(other.memory is not None for other in learning):
+            memories = [other.memory for other in learning]
+        found = None if memories is None else self.prefixes.longest(prompt[:-1], memories)
+        start, cache = (0, new_cache(model)) if found is None else (found[0], copied_cache(model, found[1]))
         observers, fed = [], set()
         for other in learning:
             if _learner(other) in fed:
@@ -169,8 +168,8 @@ class BatchCache:
         if len(prompt) - 1 > start:
             prefill(model, cache, prompt[start:-1], on_logits=observe if observers else None, offset=start)
         learn_rows(rows, prompt)
-        if self.prefixes is not None and not any(other.memory is None for other in learning):
-            self.prefixes.add(prompt[:-1], cache, [other.memory for other in learning])
+        if memories is not None:
+            self.prefixes.add(prompt[:-1], cache, memories)
         return cache, fed
 
     def forward(self, model, rows, drafts) -> list[torch.Tensor]:
