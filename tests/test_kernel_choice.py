@@ -97,6 +97,21 @@ def test_the_choice_is_measured_once_then_read_from_the_cache(tmp_path, monkeypa
     assert dispatch_signature(tiny_model("llama", vocab=64)) == "packed=False"
 
 
+def test_a_choice_timed_under_a_profiler_is_not_cached(tmp_path, monkeypatch):
+    """Timings taken while a Python profiler runs are not the machine's: the choice serves this load
+    and is measured again next time."""
+    model, _ = packed_tiny()
+    calls = []
+    monkeypatch.setattr(kernel_choice, "measure_stock_rows",
+                        lambda model: (calls.append(1), (2, {"stock_s": [], "packed_s": []}))[1])
+    monkeypatch.setattr(kernel_choice, "timing_disturbed", lambda: "a Python profiler is active")
+    assert kernel_choice.choose_kernels(model, tmp_path) == 2 and not list(tmp_path.glob("linears-*.json"))
+    monkeypatch.setattr(kernel_choice, "timing_disturbed", lambda: None)
+    fresh, _ = packed_tiny()
+    assert kernel_choice.choose_kernels(fresh, tmp_path) == 2 and len(calls) == 2
+    assert len(list(tmp_path.glob("linears-*.json"))) == 1
+
+
 def test_the_choice_is_keyed_by_the_architecture_not_the_folder(monkeypatch):
     """A model loaded from another folder (a moved or copied cache) keeps its kernel choice; other
     shapes do not."""

@@ -59,6 +59,32 @@ def test_profile_round_trip_and_cache(tmp_path, monkeypatch):
     assert measured == [1, 1], "measured once per process where the cache takes no file"
 
 
+def test_a_profile_measured_under_a_profiler_is_not_cached(tmp_path, monkeypatch):
+    """cProfile adds a fixed cost to every Python call, so its timings flatten the profile's shape: such
+    a profile serves the run that measured it (once per process) and is never written to the cache."""
+    import cProfile
+
+    from stand_runtime.target.timing import timing_disturbed
+
+    monkeypatch.setenv("STAND_CACHE_DIR", str(tmp_path))
+    model = tiny_model()
+    measured = []
+    assert timing_disturbed() is None or "tracer" in timing_disturbed()  # pytest may run under coverage
+    profiler = cProfile.Profile()
+    profiler.enable()
+    try:
+        assert timing_disturbed() == "a Python profiler is active"
+        with pytest.warns(StandWarning, match="kept for this run only .a Python profiler is active"):
+            first = cached_latency(model, "tiny", on_measure=lambda: measured.append(1))
+        second = cached_latency(model, "tiny", on_measure=lambda: measured.append(1))
+    finally:
+        profiler.disable()
+    assert first == second and measured == [1]
+    assert not list(tmp_path.rglob("*.json")), "nothing written to the cache"
+    cached_latency(model, "tiny", refresh=True, on_measure=lambda: measured.append(1))
+    assert measured == [1, 1] and len(list((tmp_path / "latency").glob("*.json"))) == 1  # measured quietly: cached
+
+
 def test_a_cache_folder_that_takes_no_model_is_one_line(tmp_path, monkeypatch):
     from stand_runtime.target.models import _dequantized_cache, default_gguf_path
 

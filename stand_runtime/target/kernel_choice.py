@@ -26,7 +26,7 @@ import torch
 from ..files import json_bytes, write_cache_file
 from ..trees.tree import DraftTree
 from .fast_linear import PackedLinear, use_stock_up_to
-from .timing import architecture_digest, time_chain, warm_cache
+from .timing import architecture_digest, time_chain, timing_disturbed, warm_cache
 
 SIZES = (1, 2, 3, 4, 5, 6, 8)
 """Tokens per forward at which the two kernels are timed; beyond the last the packed kernel runs."""
@@ -136,7 +136,7 @@ def choose_kernels(model, cache_dir: Path | None) -> int:
     ``cache_dir/linears-<key>.json`` (``<key>``: :func:`machine_key`) when measured before on this
     machine, else measured and written there (``{"stock_rows": S, "cpu", "threads", "sizes",
     "stock_s", "packed_s"}``); a file that does not hold a valid S is measured again, and a folder
-    that cannot be written only loses the cache. A model without packed layers is left alone.
+    that cannot be written only loses the cache, as do timings taken under a Python profiler or tracer. A model without packed layers is left alone.
 
     Args:
         model: a model :func:`~stand_runtime.target.fast_linear.prepack_linears` packed, stock weights kept.
@@ -154,7 +154,8 @@ def choose_kernels(model, cache_dir: Path | None) -> int:
     rows = _cached_rows(path)
     if rows is None:
         rows, timings = measure_stock_rows(model)
-        if path is not None:  # a cache folder that takes no file: measured again next time
+        if path is not None and timing_disturbed() is None:  # a cache folder that takes no file, or timings a
+            # profiler or tracer disturbed (:func:`.timing.timing_disturbed`): measured again next time
             write_cache_file(path, json_bytes({"stock_rows": rows, "cpu": torch.backends.cpu.get_cpu_capability(),
                                                "threads": torch.get_num_threads(), **timings}))
     use_stock_up_to(model, rows, release=True)

@@ -19,16 +19,18 @@ from __future__ import annotations
 
 import hashlib
 import json
+import warnings
 from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
 import torch
 
+from ..errors import StandWarning
 from ..files import cache_or_warn, json_bytes
 from .fast_linear import dispatch_signature
 from .models import cache_root
-from .timing import architecture_digest, time_chain, warm_cache
+from .timing import architecture_digest, time_chain, timing_disturbed, warm_cache
 from ..trees.tree import DraftTree
 
 DEFAULT_SIZES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 80, 96, 128)
@@ -139,6 +141,9 @@ def cached_latency(model, model_name: str, *, refresh: bool = False,
         model_name: its spec (part of the cache key).
         refresh: measure again even if cached.
         on_measure: called just before a measurement starts (to tell the user).
+
+    A profile measured while a Python profiler or tracer runs (:func:`.timing.timing_disturbed`) serves
+    this process only, with a :class:`StandWarning`: it is not written to the cache.
     """
     path = cache_root() / "latency" / f"{profile_key(model, model_name)}.json"
     if str(path) in _UNCACHED and not refresh:
@@ -153,7 +158,12 @@ def cached_latency(model, model_name: str, *, refresh: bool = False,
     profile = measure_latency(model)
     entry = {"model": model_name, "threads": torch.get_num_threads(), "cpu": torch.backends.cpu.get_cpu_capability(),
              "profile": profile.as_dict()}
-    if not cache_or_warn(path, json_bytes(entry), "the latency profile"):
+    disturbed = timing_disturbed()
+    if disturbed is not None:
+        warnings.warn(StandWarning(f"the latency profile is kept for this run only ({disturbed}: its timings are "
+                                   f"not this machine's)"), stacklevel=2)
+        _UNCACHED[str(path)] = profile
+    elif not cache_or_warn(path, json_bytes(entry), "the latency profile"):
         _UNCACHED[str(path)] = profile  # measured once per process, warned once
     return profile
 
