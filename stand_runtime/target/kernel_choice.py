@@ -136,7 +136,8 @@ def choose_kernels(model, cache_dir: Path | None) -> int:
     ``cache_dir/linears-<key>.json`` (``<key>``: :func:`machine_key`) when measured before on this
     machine, else measured and written there (``{"stock_rows": S, "cpu", "threads", "sizes",
     "stock_s", "packed_s"}``); a file that does not hold a valid S is measured again, and a folder
-    that cannot be written only loses the cache, as do timings taken under a Python profiler or tracer. A model without packed layers is left alone.
+    that cannot be written only loses the cache, as do timings taken under a Python profiler or
+    tracer. A model without packed layers is left alone.
 
     Args:
         model: a model :func:`~stand_runtime.target.fast_linear.prepack_linears` packed, stock weights kept.

@@ -17,7 +17,8 @@ whole search of that problem. :func:`search_window` searches several problems to
 the backend in one call, whose batch then refills a finished row's place from any of them. Seeds
 depend only on a problem's index, so a problem draws the same seeds however many are in flight: its
 texts repeat for plain decoding and static trees, while a value-sized tree's batch allocation (a
-row's draft cut by the other rows' drafts) gives other texts from the same law. The drivers only see :class:`stand_runtime.DecodingBackend`, so any engine behind the seam serves them.
+row's draft cut by the other rows' drafts) gives other texts from the same law. The drivers only see
+:class:`stand_runtime.DecodingBackend`, so any engine behind the seam serves them.
 """
 
 from __future__ import annotations
