@@ -774,3 +774,27 @@ def test_vllm_latency_cache_round_trip_and_unwritable_folder(monkeypatch, tmp_pa
     with pytest.warns(StandWarning, match="vLLM's latency profile is kept for this run only"):
         assert sizing.cached_vllm_latency(None, "/models/tiny", "float32", [1]) == profile
     assert measured == [1, 1]
+
+
+def test_a_vllm_profile_measured_in_process_under_a_profiler_is_not_cached(monkeypatch, tmp_path):
+    """With vLLM's engine in this process a profiler slows its steps: the profile then serves the run
+    with a warning and is not written; with the engine in its own process the caller's profiler does
+    not touch its steps and the profile is cached."""
+    from stand_runtime import LatencyProfile
+    from stand_runtime.errors import StandWarning
+    from stand_runtime.target import timing
+    from stand_runtime.vllm import sizing
+
+    profile = LatencyProfile(sizes=(1, 8), seconds=(0.03, 0.06), medians=(0.03, 0.06), spread=(0.0, 0.0))
+    monkeypatch.setattr(sizing, "measure_vllm_latency", lambda llm, ids: profile)
+    monkeypatch.setattr(timing, "timing_disturbed", lambda: "a Python profiler is active")
+    monkeypatch.setenv("STAND_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    assert sizing.engine_in_process()
+    with pytest.warns(StandWarning, match="kept for this run only .a Python profiler is active in vLLM's engine"):
+        assert sizing.cached_vllm_latency(None, "/models/tiny", "float32", [1]) == profile
+    assert not list(tmp_path.rglob("*.json")) and sizing.read_vllm_latency("/models/tiny", "float32") is None
+    monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "1")
+    assert not sizing.engine_in_process()
+    assert sizing.cached_vllm_latency(None, "/models/tiny", "float32", [1]) == profile
+    assert sizing.read_vllm_latency("/models/tiny", "float32") == profile

@@ -138,10 +138,20 @@ def cached_vllm_latency(llm, folder, dtype: str, prompt_ids: list[int], *, refre
         prompt_ids: a prompt for the measurement.
         refresh: measure even when cached.
         on_measure: called before measuring (e.g. to tell the user).
+
+    With vLLM's engine in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``) a profile measured while a
+    Python profiler or tracer runs (:func:`stand_runtime.target.timing.timing_disturbed`) is returned
+    with a :class:`StandWarning` and not cached, as :func:`stand_runtime.target.latency.cached_latency`
+    does: the tracer's cost per Python call would be in every engine step. With the engine in its own
+    process (vLLM's default) the caller's profiler does not slow its steps.
     """
+    import warnings
+
     import torch
 
+    from ..errors import StandWarning
     from ..files import cache_or_warn, json_bytes
+    from ..target.timing import timing_disturbed
 
     cached = None if refresh else read_vllm_latency(folder, dtype)
     if cached is not None:
@@ -152,5 +162,21 @@ def cached_vllm_latency(llm, folder, dtype: str, prompt_ids: list[int], *, refre
     path = _cache_path(folder, dtype)
     entry = {"engine": "vllm", "folder": str(folder), "dtype": dtype, "threads": torch.get_num_threads(),
              "cpu": torch.backends.cpu.get_cpu_capability(), "profile": profile.as_dict()}
-    cache_or_warn(path, json_bytes(entry), "vLLM's latency profile")
+    disturbed = timing_disturbed() if engine_in_process() else None
+    if disturbed is not None:
+        warnings.warn(StandWarning(f"vLLM's latency profile is kept for this run only ({disturbed} in vLLM's "
+                                   f"engine process: its timings are not this machine's)"), stacklevel=2)
+    else:
+        cache_or_warn(path, json_bytes(entry), "vLLM's latency profile")
     return profile
+
+
+def engine_in_process() -> bool:
+    """Whether vLLM's ``LLM`` runs its engine core in the calling process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``,
+    read as vLLM reads it; on by default)."""
+    import os
+
+    try:
+        return not bool(int(os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING", "1")))
+    except ValueError:
+        return False
