@@ -197,3 +197,15 @@ def test_a_problem_beyond_the_context_is_named_before_its_window_decodes(tiny_qw
     with pytest.raises(StandError, match="^problem too-long: context too long") as error:
         run_search(backend, tokenizer, problems, settings, ConfidenceVerifier(), 16)
     assert "\n" not in str(error.value) and backend.calls == []
+
+
+@pytest.mark.parametrize("strategy", ["best-of-n", "dvts"])
+def test_a_prompt_that_cannot_be_encoded_is_named_before_any_decoding(tiny_qwen2, strategy):
+    """Each problem's prompt is encoded once, before its window decodes; one that cannot be (empty
+    text) is refused with its id, as its window's first problem has not started."""
+    tokenizer = DigitsTokenizer()
+    backend = RecordingBackend(HFBackend(tiny_qwen2, tokenizer, "ar", max_batch=2))
+    settings = SearchSettings(strategy, n=2, subtrees=2 if strategy == "dvts" else 1, max_new_tokens=4, in_flight=2)
+    with pytest.raises(StandError, match="^problem blank: ") as error:
+        run_search(backend, tokenizer, [PROBLEM, Prompt("blank", "")], settings, ConfidenceVerifier(), 16)
+    assert "\n" not in str(error.value) and backend.calls == []

@@ -74,9 +74,10 @@ def search_window(backend: DecodingBackend, tokenizer, problems: Sequence[Prompt
         _rounds(backend, searches, verifier, on_tokens)
         found = [(search.texts(tokenizer), search.completions, search.rounds) for search in searches]
     else:
-        requests = [DecodeRequest(problem.text, n=settings.n, max_new_tokens=settings.max_new_tokens,
-                                  sampling=settings.sampling, seed=_seed(settings, (first + i) * settings.n),
-                                  group=problem.id) for i, problem in enumerate(problems)]
+        requests = [DecodeRequest(_prompt_ids(tokenizer, problem, vocab), n=settings.n,
+                                  max_new_tokens=settings.max_new_tokens, sampling=settings.sampling,
+                                  seed=_seed(settings, (first + i) * settings.n), group=problem.id)
+                    for i, problem in enumerate(problems)]
         for problem, request in zip(problems, requests):
             _check_fits(backend, problem, request)
         found = [([c.text for c in completions], completions, 1)
@@ -86,6 +87,19 @@ def search_window(backend: DecodingBackend, tokenizer, problems: Sequence[Prompt
     total = sum(tokens)
     return [_finish(problem, texts, completions, rounds, seconds * (share / total if total else 1 / len(problems)))
             for problem, (texts, completions, rounds), share in zip(problems, found, tokens)]
+
+
+def _prompt_ids(tokenizer, problem: Prompt, vocab: int | None) -> list[int]:
+    """``problem``'s prompt as token ids (chat template applied), encoded once for every check and
+    decode of it.
+
+    Raises:
+        StandError: ``problem <id>: <why it cannot be encoded>``.
+    """
+    try:
+        return encode_prompt(tokenizer, problem.text, vocab)
+    except StandError as error:
+        raise StandError(f"problem {problem.id}: {error}") from None
 
 
 def _check_fits(backend: DecodingBackend, problem: Prompt, request: DecodeRequest) -> None:
@@ -108,7 +122,7 @@ class _Dvts:
 
     def __init__(self, backend, tokenizer, problem: Prompt, settings: SearchSettings, vocab: int, index: int) -> None:
         self.problem, self.settings, self.index = problem, settings, index
-        self.prompt = encode_prompt(tokenizer, problem.text, vocab)
+        self.prompt = _prompt_ids(tokenizer, problem, vocab)
         # the whole path's budget fits the context: refuse now, not in a late round
         _check_fits(backend, problem, DecodeRequest(self.prompt, max_new_tokens=settings.max_new_tokens,
                                                     sampling=settings.sampling))
