@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import tempfile
 import warnings
 from pathlib import Path
@@ -51,6 +52,35 @@ def _target(path: Path) -> tuple[Path, bool]:
     return target, in_place
 
 
+def standard_stream(path: str | os.PathLike) -> int | None:
+    """1 or 2 where ``path`` is this process's standard output or error (``/dev/stdout``, or the file
+    or pipe it is redirected to), else None. A write there goes through that descriptor: opened again
+    (``/proc/self/fd/1``), a file redirected with ``>`` would get a second offset, and the console's
+    next lines would overwrite what was written through it."""
+    try:
+        found = os.stat(path)
+    except OSError:
+        return None
+    for stream in (1, 2):
+        try:
+            if os.path.samestat(found, os.fstat(stream)):
+                return stream
+        except OSError:
+            continue
+    return None
+
+
+def written_in_place(path: str | os.PathLike) -> bool:
+    """Whether a write to ``path`` appends in place (a device, a FIFO, ``/dev/stdout``: :func:`_target`)
+    rather than replacing the file: a caller that saves a growing document after every unit of work
+    writes it there once, at the end, or the reader gets one document per save.
+
+    Raises:
+        StandError: a loop of symbolic links.
+    """
+    return _target(Path(path))[1]
+
+
 def _temporary(path: Path, target: Path, suffix: str) -> tuple[int, str]:
     """A new temporary file beside ``target`` (``(descriptor, name)``), the one-line error naming
     ``path`` when its folder is missing, is not a folder, or refuses new files."""
@@ -89,8 +119,16 @@ def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> Path:
     target, in_place = _target(path)
     if in_place:
         try:
-            with open(path, "ab") as out:
-                out.write(data)
+            stream = standard_stream(path)
+            if stream is not None:  # through the process's own descriptor: its offset, not a second one
+                sys.stdout.flush()
+                sys.stderr.flush()
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(stream, view):]
+            else:
+                with open(path, "ab") as out:
+                    out.write(data)
         except OSError as error:
             raise StandError(f"cannot write {path}: {error.strerror}") from None
         return path

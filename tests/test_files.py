@@ -94,6 +94,27 @@ def test_dev_stdout_is_appended_to_whatever_it_is(tmp_path):
     assert log.read_text() == "before\ntable\njson\n" and log.is_file()
 
 
+def test_dev_stdout_redirected_to_a_file_is_written_through_its_own_descriptor(tmp_path):
+    """Output redirected with ``>`` (no O_APPEND): opened again, /dev/stdout would get a second offset
+    and the lines printed after the JSON would overwrite it. Written through descriptor 1 (or 2 for
+    /dev/stderr) everything stays in order."""
+    import subprocess
+    import sys
+
+    from stand_runtime.files import standard_stream
+
+    code = ("import sys\nfrom stand_runtime.files import write_text_atomic\n"
+            "print('table')\nwrite_text_atomic('/dev/stdout', '{\"json\": 1}\\n')\nprint('after')\n"
+            "print('err', file=sys.stderr)\nwrite_text_atomic('/dev/stderr', 'e-json\\n')\nprint('err after', file=sys.stderr)\n")
+    log, errors = tmp_path / "log.txt", tmp_path / "err.txt"
+    with open(log, "w") as out, open(errors, "w") as err:
+        done = subprocess.run([sys.executable, "-c", code], stdout=out, stderr=err)
+    assert done.returncode == 0, errors.read_text()
+    assert log.read_text() == 'table\n{"json": 1}\nafter\n'
+    assert errors.read_text() == "err\ne-json\nerr after\n"
+    assert standard_stream(tmp_path / "missing") is None and standard_stream(log) is None
+
+
 def test_a_loop_of_links_is_one_line_error_and_stays(tmp_path):
     (tmp_path / "a").symlink_to(tmp_path / "b")
     (tmp_path / "b").symlink_to(tmp_path / "a")

@@ -209,3 +209,30 @@ def test_a_prompt_that_cannot_be_encoded_is_named_before_any_decoding(tiny_qwen2
     with pytest.raises(StandError, match="^problem blank: ") as error:
         run_search(backend, tokenizer, [PROBLEM, Prompt("blank", "")], settings, ConfidenceVerifier(), 16)
     assert "\n" not in str(error.value) and backend.calls == []
+
+
+def test_search_json_to_dev_stdout_is_one_document_alone_on_stdout(tmp_path):
+    """``--json /dev/stdout`` (redirected with ``>``, or a pipe): one JSON document, written once at the
+    end, with the tables and progress on stderr; before, the file was rewritten after every problem,
+    giving one document per problem, and the table printed after it overwrote the first."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    data = tmp_path / "problems.jsonl"
+    data.write_text("\n".join(json.dumps({"problem": "3 1 4 1 5 3 1 4", "answer": str(a)}) for a in (1, 5)) + "\n")
+    tests = Path(__file__).parent
+    code = ("import sys, cli\nfrom conftest import DigitsTokenizer, tiny_model\n"
+            "cli._load = lambda *args: (tiny_model(), DigitsTokenizer())\n"
+            "from treeopt_cli.app import app\n"
+            "sys.exit(app(sys.argv[1:], standalone_mode=False))\n")
+    args = ["search", "--dataset", str(data), "--samples", "2", "--n", "2", "--max-new-tokens", "4", "--methods", "ar",
+            "--json", "/dev/stdout"]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tests), str(tests.parent), os.environ.get("PYTHONPATH", "")])}
+    out, err = tmp_path / "out.txt", tmp_path / "err.txt"
+    with open(out, "w") as stdout, open(err, "w") as stderr:
+        done = subprocess.run([sys.executable, "-c", code, *args], stdout=stdout, stderr=stderr, env=env, cwd=tmp_path)
+    assert done.returncode == 0, err.read_text()
+    report = json.loads(out.read_text())  # the whole of stdout is one document
+    assert report["settings"]["problems_done"] == 2 and "speedup" in err.read_text()

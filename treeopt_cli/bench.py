@@ -17,7 +17,7 @@ from . import loading, render, render_value
 from .app import app, console, err_console, one_line_errors
 from .options import (BASE_SEED_HELP, DATASET_HELP, DTYPE_HELP, FIELD_HELP, MODEL_HELP, OFFSET_HELP, PLOT_HELP,
                       PRIOR_HELP, TEMPERATURE_HELP, TOP_P_HELP, check_budget_fits, check_outputs, check_prior_option,
-                      moved_options, sampling_options, write_json)
+                      moved_options, sampling_options, ResultsFile)
 
 TRACE_OPTIONS = ("--group-field", "--text-field", "--prompt-field", "--max-tokens", "--min-group-size", "--tokenizer",
                  "--copy-tokens")
@@ -61,7 +61,7 @@ def bench(
     trajectories: int = typer.Option(1, help="Trajectories per prompt, sharing one drafter memory (best-of-N)."),
     share_store: bool = typer.Option(False, "--share-store", metavar="", help="One drafter memory per method for all prompts (default: per prompt)."),
     ignore_eos: bool = typer.Option(False, "--ignore-eos", metavar="", help="Decode every trajectory to --max-new-tokens (equal token counts for speed; answers are read before the first EOS)."),
-    json_out: Optional[Path] = typer.Option(None, "--json", help="Write the results as JSON (after every prompt)."),
+    json_out: Optional[Path] = typer.Option(None, "--json", help="Write the results as JSON (after every prompt; to /dev/stdout or a pipe once, at the end, the tables then on stderr)."),
     dtype: str = typer.Option("float32", help=DTYPE_HELP),
     prior: bool = typer.Option(True, "--prior/--no-prior", help=PRIOR_HELP),
     png: Optional[Path] = typer.Option(None, help=f"Plot acceptance length against trajectory index, and for value-sized trees (dynamic-auto) the reliability diagram into NAME-reliability.png ({PLOT_HELP})."),
@@ -75,6 +75,7 @@ def bench(
     from treeopt.evaluate.bench import check_bench_settings, default_offset
 
     check_outputs({"--json": json_out, "--png": png}, {"--dataset": dataset, "--tree": tree}, plot=png)
+    out = ResultsFile(json_out, console, ctx)
     specs = parse_methods(methods, tree)
     check_prior_option(ctx, [spec.label for spec in specs], prior, [spec.method in STORE_METHODS for spec in specs],
                        [not spec.prior for spec in specs])
@@ -92,13 +93,13 @@ def bench(
     settings = {"model": model, "dtype": dtype, "dataset": dataset, "samples": samples, "offset": offset,
                 "temperature": temperature, "top_p": top_p, "max_new_tokens": max_new_tokens, "seed": seed,
                 "trajectories": trajectories, "share_store": share_store, "ignore_eos": ignore_eos, "prior": prior}
-    results, profile = _decode(prompts, specs, sampling, settings, json_out)
+    results, profile = _decode(prompts, specs, sampling, settings, out)
     title = (f"{len(prompts)} prompts from {dataset} (offset {offset}) x {trajectories} trajectories, "
              f"{max_new_tokens} tokens, T={temperature}, top-p={top_p}")
     _report(results, profile, title, json_out, png)
 
 
-def _decode(prompts: list, specs: list, sampling, settings: dict, json_out: Optional[Path]):
+def _decode(prompts: list, specs: list, sampling, settings: dict, out: ResultsFile):
     """Load the model, decode every prompt with every configuration (saving after each prompt);
     (results, the machine's latency profile)."""
     from treeopt import results_json, run_bench
@@ -115,8 +116,7 @@ def _decode(prompts: list, specs: list, sampling, settings: dict, json_out: Opti
     settings["prior"] = found is not None  # whether any configuration drafts with it
 
     def save(done: int, partial: list) -> None:  # after every prompt: an interrupted run keeps what it measured
-        if json_out is not None:
-            write_json(json_out, results_json(partial, {**settings, "prompts_done": done}, profile))
+        out.progress(lambda: results_json(partial, {**settings, "prompts_done": done}, profile))
 
     with render.progress(console) as bar:
         task = bar.add_task("decoding", total=len(prompts) * len(specs) * trajectories)
@@ -125,6 +125,7 @@ def _decode(prompts: list, specs: list, sampling, settings: dict, json_out: Opti
                             on_run=lambda *_: bar.advance(task), on_prompt=save,
                             share_across_prompts=settings["share_store"], ignore_eos=settings["ignore_eos"],
                             priors=settings["prior"])
+    out.done(lambda: results_json(results, {**settings, "prompts_done": len(prompts)}, profile))
     return results, profile
 
 

@@ -11,7 +11,7 @@ import typer
 from . import loading, render
 from .app import app, console, one_line_errors
 from .options import (DATASET_HELP, DTYPE_HELP, FIELD_HELP, MODEL_HELP, OFFSET_HELP, PRIOR_HELP, TEMPERATURE_HELP,
-                      TOP_P_HELP, check_budget_fits, check_outputs, check_prior_option, sampling_options, write_json)
+                      TOP_P_HELP, check_budget_fits, check_outputs, check_prior_option, sampling_options, ResultsFile)
 
 
 @app.command("bench-vllm")
@@ -33,7 +33,7 @@ def bench_vllm(
     seed: int = typer.Option(0, help="Base seed, an integer in [0, 2**64): prompt i's request uses seed + 1000 i."),
     trajectories: int = typer.Option(1, help="Samples per prompt, in one request (n): STAND's share the prompt's store."),
     ignore_eos: bool = typer.Option(False, "--ignore-eos", metavar="", help="Decode every sample to --max-new-tokens (equal token counts for speed)."),
-    json_out: Optional[Path] = typer.Option(None, "--json", help="Write the results as JSON (after every prompt)."),
+    json_out: Optional[Path] = typer.Option(None, "--json", help="Write the results as JSON (after every prompt; to /dev/stdout or a pipe once, at the end, the tables then on stderr)."),
     dtype: str = typer.Option("float32", help=DTYPE_HELP),
     k: str = typer.Option("auto", help="Draft tokens per step for stand (auto: from the calibrated tree and vLLM's "
                           "latency here) and ngram/suffix (auto: their defaults 5/16), or an integer."),
@@ -50,6 +50,7 @@ def bench_vllm(
     from treeopt.evaluate.vllm_bench import NOPRIOR_SUFFIX, parse_k, parse_vllm_methods
 
     check_outputs({"--json": json_out}, {"--dataset": dataset})
+    out = ResultsFile(json_out, console, ctx)
     check_vllm_dtype(dtype)
     check_budget(max_new_tokens)
     check_budget_fits(model, max_new_tokens)
@@ -72,7 +73,7 @@ def bench_vllm(
                     "offset": offset, "temperature": temperature, "top_p": top_p, "max_new_tokens": max_new_tokens,
                     "seed": seed, "n": trajectories, "ignore_eos": ignore_eos, "k": {name: ks.get(name) for name in names},
                     "prior": bool(priors)}
-        results = _decode(engines, hf_backend, ids, prompts, sampling, settings, json_out, priors)
+        results = _decode(engines, hf_backend, ids, prompts, sampling, settings, out, priors)
     title = (f"vLLM on this CPU: {len(prompts)} prompts from {dataset} (offset {offset}) x n={trajectories}, "
              f"{max_new_tokens} tokens, T={temperature}, top-p={top_p}")
     _report(results, title, json_out)
@@ -116,22 +117,23 @@ def _start(names: list, chain: Optional[int], folder, model: str, dtype: str, pr
     return engines, ks, hf_backend, priors
 
 
-def _decode(engines: dict, hf_backend, ids: list, prompts: list, sampling, settings: dict, json_out: Optional[Path],
+def _decode(engines: dict, hf_backend, ids: list, prompts: list, sampling, settings: dict, out: ResultsFile,
             priors: set) -> list:
     """Every prompt on every engine, saving after each prompt (``priors``: labels drafting with the successor prior)."""
     from treeopt.evaluate.bench import results_json
     from treeopt.evaluate.vllm_bench import run_vllm_bench
 
     def save(done: int, partial: list) -> None:
-        if json_out is not None:
-            write_json(json_out, results_json(partial, {**settings, "prompts_done": done}))
+        out.progress(lambda: results_json(partial, {**settings, "prompts_done": done}))
 
     with render.progress(console) as bar:
         task = bar.add_task("decoding", total=len(prompts))
-        return run_vllm_bench(engines, ids, [p.id for p in prompts], n=settings["n"], sampling=sampling,
-                              max_new_tokens=settings["max_new_tokens"], seed=settings["seed"],
-                              ignore_eos=settings["ignore_eos"], hf_backend=hf_backend, priors=priors,
-                              on_prompt=lambda done, partial: (save(done, partial), bar.advance(task)))
+        results = run_vllm_bench(engines, ids, [p.id for p in prompts], n=settings["n"], sampling=sampling,
+                                 max_new_tokens=settings["max_new_tokens"], seed=settings["seed"],
+                                 ignore_eos=settings["ignore_eos"], hf_backend=hf_backend, priors=priors,
+                                 on_prompt=lambda done, partial: (save(done, partial), bar.advance(task)))
+    out.done(lambda: results_json(results, {**settings, "prompts_done": len(prompts)}))
+    return results
 
 
 def _report(results: list, title: str, json_out: Optional[Path]) -> None:

@@ -166,6 +166,39 @@ def write_json(path: Path, data, indent: int | None = 1) -> None:
     write_json_atomic(path, data, indent)
 
 
+class ResultsFile:
+    """A command's ``--json`` results, saved as the run goes: rewritten after every unit of work (a
+    prompt, a problem) where a write replaces the file, so an interrupted run keeps what it measured;
+    written once, at the end, where writes append in place (``/dev/stdout``, a pipe, a device:
+    :func:`stand_runtime.files.written_in_place`), so the reader gets one JSON document.
+
+    Args:
+        path: the ``--json`` path, or None (nothing is written).
+        console, ctx: the command's console and Typer context; where ``path`` is standard output the
+            console prints to standard error until the command ends, so that standard output carries the
+            JSON document alone (``--json /dev/stdout | jq``).
+    """
+
+    def __init__(self, path: Optional[Path], console=None, ctx: typer.Context | None = None) -> None:
+        from stand_runtime.files import standard_stream, written_in_place
+
+        self.path = path
+        self.each = path is not None and not written_in_place(path)
+        if path is not None and console is not None and ctx is not None and standard_stream(path) == 1:
+            console.stderr = True
+            ctx.call_on_close(lambda: setattr(console, "stderr", False))
+
+    def progress(self, make: Callable[[], object]) -> None:
+        """Save ``make()`` now, where the file is rewritten after every unit of work."""
+        if self.each:
+            write_json(self.path, make())
+
+    def done(self, make: Callable[[], object]) -> None:
+        """Save ``make()``, the whole run's results, where they were not saved as it went."""
+        if self.path is not None and not self.each:
+            write_json(self.path, make())
+
+
 PLACEHOLDERS = {"model": "MODEL", "tokenizer_spec": "MODEL", "tree": "TREE", "method": "METHOD", "methods": "METHODS",
                 "dataset": "DATASET", "field": "FIELD", "group_field": "FIELD", "text_field": "FIELD",
                 "prompt_field": "FIELD", "verifier": "SPEC", "strategy": "NAME", "dtype": "DTYPE", "nodes": "K",

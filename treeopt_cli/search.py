@@ -12,7 +12,7 @@ from stand_runtime.limits import METHODS
 from . import loading, render
 from .app import app, console, err_console, one_line_errors
 from .options import (DTYPE_HELP, FIXED_SEED_HELP, MODEL_HELP, PRIOR_HELP, TEMPERATURE_HELP, TOP_P_HELP, check_budget_fits, check_outputs,
-                      check_prior_option, refuse_options, sampling_options, write_json)
+                      check_prior_option, refuse_options, sampling_options, ResultsFile)
 
 
 @app.command()
@@ -40,7 +40,7 @@ def search(
     temperature: float = typer.Option(0.6, help=TEMPERATURE_HELP),
     top_p: float = typer.Option(0.95, help=TOP_P_HELP),
     seed: int = typer.Option(0, help=FIXED_SEED_HELP),
-    json_out: Optional[Path] = typer.Option(None, "--json", help="Write the results as JSON (after every problem)."),
+    json_out: Optional[Path] = typer.Option(None, "--json", help="Write the results as JSON (after every problem; to /dev/stdout or a pipe once, at the end, the tables then on stderr)."),
     dtype: str = typer.Option("float32", help=DTYPE_HELP),
     prior: bool = typer.Option(True, "--prior/--no-prior", help=PRIOR_HELP),
 ) -> None:
@@ -50,6 +50,7 @@ def search(
     from treeopt.evaluate.verifiers import make_verifier
 
     check_outputs({"--json": json_out}, {"--dataset": dataset})
+    out = ResultsFile(json_out, console, ctx)
     names = parse_search_methods(methods, tree)
     _check_allocation(ctx, allocation, names, tree)
     check_prior_option(ctx, names, prior, [name.startswith("stand") for name in names], [False] * len(names))
@@ -68,7 +69,7 @@ def search(
               "step_tokens": step_tokens, "max_rounds": max_rounds, "verifier": verifier if judge else None,
               "temperature": temperature, "top_p": top_p, "seed": seed, "tree": tree or _default_trees(names),
               "allocation": allocation, "prior": prior}
-    data = _search(model, dtype, names, tree, max_batch, problems, settings, judge, config, json_out)
+    data = _search(model, dtype, names, tree, max_batch, problems, settings, judge, config, out)
     title = (f"{strategy} n={n}" + (f", {subtrees} subtrees" if strategy == "dvts" else "")
              + f", {len(problems)} problem{'s' if len(problems) != 1 else ''} from {Path(dataset).name}, "
              f"batch {max_batch}, T={temperature}")
@@ -131,7 +132,7 @@ def _note_own_trees(names: list, tree: Optional[str]) -> None:
 
 
 def _search(model: str, dtype: str, names: list, tree: Optional[str], max_batch: int, problems: list, settings, judge,
-            config: dict, json_out: Optional[Path]) -> dict:
+            config: dict, out: ResultsFile) -> dict:
     """Load the model, search every problem with every method (saving after each problem); the report."""
     from stand_runtime.target.model_facts import vocab_size
     from treeopt.evaluate.search import compare_methods, method_backends, search_report
@@ -142,12 +143,13 @@ def _search(model: str, dtype: str, names: list, tree: Optional[str], max_batch:
     backends = method_backends(target, tokenizer, names, tree, max_batch, config["allocation"], prior)
 
     def save(results: dict) -> None:
-        if json_out is not None:
-            write_json(json_out, search_report(config, results))
+        out.progress(lambda: search_report(config, results))
 
     with render.progress(console) as bar:
         windows = -(-len(problems) // settings.in_flight)
         task = bar.add_task("searching", total=windows * len(names))
         results = compare_methods(backends, tokenizer, problems, settings, judge, vocab_size(target),
                                   on_search=lambda _: bar.advance(task), on_problem=save)
-    return search_report(config, results)
+    report = search_report(config, results)
+    out.done(lambda: report)
+    return report
