@@ -132,3 +132,19 @@ def test_resume_skips_finished_prompts_and_rejects_other_settings(tmp_path):
         out.write_text(json.dumps(edited))
         with pytest.raises(StandError, match=message):
             calibrate(config, model, DigitsTokenizer(), out, resume=True, prompts=prompts)
+
+
+def test_a_late_prompt_beyond_the_context_is_named_before_the_first_batch(tmp_path):
+    """A prompt that does not fit the context with its budget stops the calibration before the first
+    batch samples (batch size 1: the late prompt's batch would come last), naming the prompt."""
+    model = tiny_model()
+    context = model.config.max_position_embeddings
+    prompts = [Prompt("p0", " ".join(map(str, PROMPTS[0]))), Prompt("long", " ".join(["3"] * context))]
+    config = CalibrationConfig(samples=2, max_new_tokens=12, candidate_nodes=15, batch_size=1)
+    started = []
+    from treeopt.optimize.calibrate import Progress
+
+    with pytest.raises(StandError, match="^prompt long: context too long") as error:
+        calibrate(config, model, DigitsTokenizer(), tmp_path / "cal.json", prompts=prompts,
+                  progress=Progress(prompt_done=started.append))
+    assert "\n" not in str(error.value) and started == [] and not (tmp_path / "cal.json").exists()

@@ -187,13 +187,16 @@ def test_search_cli_runs_both_strategies_and_rejects_bad_input(tmp_path, monkeyp
         one_line_error(output, message)
 
 
+@pytest.mark.parametrize("in_flight", [1, 2])
 @pytest.mark.parametrize("strategy", ["best-of-n", "dvts"])
-def test_a_problem_beyond_the_context_is_named_before_its_window_decodes(tiny_qwen2, strategy):
+def test_a_problem_beyond_the_context_is_named_before_any_problem_decodes(tiny_qwen2, strategy, in_flight):
+    """The late problem is refused before the first one decodes, whichever window it falls in."""
     tokenizer = DigitsTokenizer()
     backend = RecordingBackend(HFBackend(tiny_qwen2, tokenizer, "ar", max_batch=2))
     context = tiny_qwen2.config.max_position_embeddings
     problems = [PROBLEM, Prompt("too-long", " ".join(["3"] * context))]
-    settings = SearchSettings(strategy, n=2, subtrees=2 if strategy == "dvts" else 1, max_new_tokens=4, in_flight=2)
+    settings = SearchSettings(strategy, n=2, subtrees=2 if strategy == "dvts" else 1, max_new_tokens=4,
+                              in_flight=in_flight)
     with pytest.raises(StandError, match="^problem too-long: context too long") as error:
         run_search(backend, tokenizer, problems, settings, ConfidenceVerifier(), 16)
     assert "\n" not in str(error.value) and backend.calls == []
@@ -201,11 +204,11 @@ def test_a_problem_beyond_the_context_is_named_before_its_window_decodes(tiny_qw
 
 @pytest.mark.parametrize("strategy", ["best-of-n", "dvts"])
 def test_a_prompt_that_cannot_be_encoded_is_named_before_any_decoding(tiny_qwen2, strategy):
-    """Each problem's prompt is encoded once, before its window decodes; one that cannot be (empty
-    text) is refused with its id, as its window's first problem has not started."""
+    """A problem whose prompt cannot be encoded (empty text) is refused with its id before the first
+    problem decodes."""
     tokenizer = DigitsTokenizer()
     backend = RecordingBackend(HFBackend(tiny_qwen2, tokenizer, "ar", max_batch=2))
-    settings = SearchSettings(strategy, n=2, subtrees=2 if strategy == "dvts" else 1, max_new_tokens=4, in_flight=2)
+    settings = SearchSettings(strategy, n=2, subtrees=2 if strategy == "dvts" else 1, max_new_tokens=4)
     with pytest.raises(StandError, match="^problem blank: ") as error:
         run_search(backend, tokenizer, [PROBLEM, Prompt("blank", "")], settings, ConfidenceVerifier(), 16)
     assert "\n" not in str(error.value) and backend.calls == []

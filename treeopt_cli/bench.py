@@ -103,7 +103,7 @@ def _decode(prompts: list, specs: list, sampling, settings: dict, out: ResultsFi
     """Load the model, decode every prompt with every configuration (saving after each prompt);
     (results, the machine's latency profile)."""
     from treeopt import results_json, run_bench
-    from treeopt.evaluate.bench import check_prompts_fit
+    from treeopt.data.datasets import check_prompts_fit
 
     model, trajectories = settings["model"], settings["trajectories"]
     target, tokenizer = loading.load_model(model, settings["dtype"])

@@ -13,6 +13,11 @@ from .app import app, console, one_line_errors
 from .options import (DATASET_HELP, DTYPE_HELP, FIELD_HELP, MODEL_HELP, OFFSET_HELP, PRIOR_HELP, TEMPERATURE_HELP,
                       TOP_P_HELP, check_budget_fits, check_outputs, check_prior_option, sampling_options, ResultsFile)
 
+METHODS_HELP = ("Comma-separated: ar (vLLM's plain decoding), ngram, suffix, stand (one chain length K for every "
+                "request), stand-auto (each request's chain length by expected tokens per second, at most 16), "
+                "stand+noprior and stand-auto+noprior (without the successor prior), hf (this toolkit's engine, plain "
+                "decoding).")
+
 
 @app.command("bench-vllm")
 @one_line_errors
@@ -23,10 +28,7 @@ def bench_vllm(
     field: Optional[str] = typer.Option(None, help=FIELD_HELP),
     samples: int = typer.Option(5, help="Prompts."),
     offset: Optional[int] = typer.Option(None, help=OFFSET_HELP),
-    methods: str = typer.Option("ar,ngram,suffix,stand", help="Comma-separated: ar (vLLM's plain decoding), ngram, suffix, "
-                                "stand (one chain length K for every request), stand-auto (each request's chain length by expected "
-                                "tokens per second, at most 16), stand+noprior and stand-auto+noprior (without the successor prior), hf "
-                                "(this toolkit's engine, plain decoding)."),
+    methods: str = typer.Option("ar,ngram,suffix,stand", help=METHODS_HELP),
     temperature: float = typer.Option(0.6, help=TEMPERATURE_HELP),
     top_p: float = typer.Option(0.95, help=TOP_P_HELP),
     max_new_tokens: int = typer.Option(256, help="Tokens per sample at most."),

@@ -102,6 +102,23 @@ def load_prompts(
     return prompts
 
 
+def check_prompts_fit(model, tokenizer, prompts: list[Prompt], max_new_tokens: int) -> None:
+    """Every prompt fits in the model's positions with its budget: said before anything decodes (a
+    bench's first method, a calibration's first batch), not after some of it has.
+
+    Raises:
+        StandError: ``prompt <id>: ...`` naming the context and the budget.
+    """
+    from stand_runtime.target.model_facts import check_positions, vocab_size
+    from stand_runtime.target.prompts import encode_prompt
+
+    for prompt in prompts:
+        try:
+            check_positions(model, len(encode_prompt(tokenizer, prompt.text, vocab_size(model))), max_new_tokens)
+        except StandError as error:
+            raise StandError(f"prompt {prompt.id}: {error}") from None
+
+
 def jsonl_lines(path: Path, what: str):
     """The lines of a JSONL file, split at line breaks only (``\\n``, ``\\r\\n``, ``\\r``): a JSON string
     may hold U+2028, U+2029 or U+0085 unescaped (``json.dumps(ensure_ascii=False)`` writes them),

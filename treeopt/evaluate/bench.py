@@ -209,21 +209,6 @@ def default_offset(dataset: str, offset: int | None = None) -> int:
     return 30 if dataset == "humaneval" else 0
 
 
-def check_prompts_fit(model, tokenizer, prompts: list[Prompt], max_new_tokens: int) -> None:
-    """Every prompt fits in the model's positions with its budget: said before the first method runs,
-    not after some have.
-
-    Raises:
-        StandError: naming the context and the budget.
-    """
-    from stand_runtime.target.model_facts import vocab_size
-    from stand_runtime.target.prompts import encode_prompt
-    from stand_runtime.target.model_facts import check_positions
-
-    for prompt in prompts:
-        check_positions(model, len(encode_prompt(tokenizer, prompt.text, vocab_size(model))), max_new_tokens)
-
-
 def run_bench(
     model, tokenizer, prompts: list[Prompt], methods: list[BenchMethod], *, sampling: SamplingParams,
     max_new_tokens: int, seed: int, trajectories: int = 1, on_run: Callable[[str, str, object], None] | None = None,

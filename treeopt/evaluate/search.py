@@ -11,7 +11,7 @@ from stand_runtime.checks import check_callable
 
 from ..data.datasets import Prompt
 from .search_types import STEP_DELIMITER, STRATEGIES, ProblemResult, SearchSettings
-from .strategies import best_of_n, dvts, search_window
+from .strategies import best_of_n, check_problems_fit, dvts, search_window
 from .verifiers import Verifier, make_verifier
 
 __all__ = ["STEP_DELIMITER", "STRATEGIES", "ProblemResult", "SearchSettings", "best_of_n", "compare_methods", "dvts",
@@ -38,13 +38,15 @@ def run_search(backend: DecodingBackend, tokenizer, problems: Sequence[Prompt], 
     """Run the search on every problem, in order (``settings.in_flight`` at a time).
 
     Raises:
-        StandError: no problems, or DVTS without a verifier.
+        StandError: no problems, DVTS without a verifier, or a problem whose prompt cannot be encoded
+            or does not fit the context with its budget (before any decoding).
     """
     if isinstance(problems, Prompt) or not isinstance(problems, (list, tuple)):
         raise StandError(f"problems must be a list of Prompt, got {type(problems).__name__}")
     if not problems:
         raise StandError("the search needs at least one problem (the dataset is empty)")
     verifier = _start(settings, problems, verifier, on_tokens=on_tokens, on_problem=on_problem)
+    check_problems_fit(backend, tokenizer, problems, settings, vocab)
     results = []
     for first, window in _windows(problems, settings.in_flight):
         for result in search_window(backend, tokenizer, window, settings, verifier, vocab, first, on_tokens):
@@ -155,8 +157,13 @@ def compare_methods(backends: dict, tokenizer, problems: Sequence[Prompt], setti
 
     Returns:
         label → one :class:`ProblemResult` per problem.
+
+    Raises:
+        StandError: as :func:`run_search`, before any decoding.
     """
     verifier = _start(settings, problems, verifier, on_search=on_search, on_problem=on_problem)
+    for backend in list(backends.values())[:1]:  # one target: the first backend's context is every one's
+        check_problems_fit(backend, tokenizer, problems, settings, vocab)
     results: dict[str, list[ProblemResult]] = {name: [] for name in backends}
     for first, window in _windows(problems, settings.in_flight):
         for name, backend in backends.items():

@@ -89,6 +89,20 @@ def search_window(backend: DecodingBackend, tokenizer, problems: Sequence[Prompt
             for problem, (texts, completions, rounds), share in zip(problems, found, tokens)]
 
 
+def check_problems_fit(backend: DecodingBackend, tokenizer, problems: Sequence[Prompt], settings: SearchSettings,
+                       vocab: int | None) -> None:
+    """Refuse a search before its first problem decodes where any problem's prompt cannot be encoded or
+    its prompt plus ``settings.max_new_tokens`` exceeds the context: a long run does not stop at its
+    late problem, hours in (each window checks its own problems again as it starts).
+
+    Raises:
+        StandError: ``problem <id>: <why>`` (one line), the first offending problem.
+    """
+    for problem in problems:
+        _check_fits(backend, problem, DecodeRequest(_prompt_ids(tokenizer, problem, vocab),
+                                                    max_new_tokens=settings.max_new_tokens, sampling=settings.sampling))
+
+
 def _prompt_ids(tokenizer, problem: Prompt, vocab: int | None) -> list[int]:
     """``problem``'s prompt as token ids (chat template applied), encoded once for every check and
     decode of it.

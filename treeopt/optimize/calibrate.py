@@ -39,7 +39,7 @@ from stand_runtime.randomness import RandomStream, check_seed
 
 from .calibration import Calibration, load_calibration
 from .candidate import Prior, candidate_tree
-from ..data.datasets import Prompt, load_prompts
+from ..data.datasets import Prompt, check_prompts_fit, load_prompts
 from .replay import replay_trajectory
 
 METHODS = ("replay", "direct")
@@ -135,7 +135,8 @@ def calibrate(
         The :class:`Calibration` (also saved).
 
     Raises:
-        StandError: bad dataset, unwritable output, or a resume file with other settings.
+        StandError: bad dataset, unwritable output, a resume file with other settings, or a prompt that
+            does not fit the context with its budget (before the first batch).
     """
     progress = progress or Progress()
     if prompts is None:
@@ -146,6 +147,7 @@ def calibrate(
     calibration = _open_calibration(config, out, candidate, resume, [p.id for p in prompts])
     done = {p["id"] for p in calibration.per_prompt}
     todo = [p for p in prompts if p.id not in done]
+    check_prompts_fit(model, tokenizer, todo, config.max_new_tokens)  # before the first batch, not hours in
     timings = dict(calibration.metadata.get("timings", {"sampling_s": 0.0, "replay_s": 0.0, "direct_s": 0.0}))
     progress.start(len(todo), len(todo) * config.trajectories * config.max_new_tokens)
     seeds = {prompt.id: config.seed + SEED_STRIDE * number for number, prompt in enumerate(prompts)}
