@@ -153,6 +153,18 @@ def test_cached_prior_is_keyed_by_the_weights_not_the_folder(model, monkeypatch,
     assert prior_module.prior_key(model, [1], SamplingParams(temperature=0.5), VOCAB) != key
 
 
+def test_a_top_k_that_keeps_every_token_shares_the_uncut_prior(model):
+    """top-k >= the vocabulary cuts nothing: it is keyed and served as no top-k (not measured again)."""
+    uncut = prior_module.prior_key(model, [1], SAMPLING, VOCAB)
+    for top_k in (VOCAB, VOCAB + 1, 10**6):
+        wide = SamplingParams(temperature=0.8, top_p=0.95, top_k=top_k)
+        assert prior_module.prior_key(model, [1], wide, VOCAB) == uncut
+    assert prior_module.prior_key(model, [1], SamplingParams(temperature=0.8, top_p=0.95, top_k=VOCAB - 1), VOCAB) != uncut
+    prior = SuccessorPrior(np.zeros((VOCAB, 2), np.int32), np.zeros((VOCAB, 2), np.float32), SAMPLING)
+    assert prior.serves(SamplingParams(temperature=0.8, top_p=0.95, top_k=10**6))
+    assert not prior.serves(SamplingParams(temperature=0.8, top_p=0.95, top_k=4))
+
+
 def test_measurement_names_non_finite_logits(model, monkeypatch):
     real = model.forward
 

@@ -77,7 +77,7 @@ class SuccessorPrior:
             return True
         mine, theirs = self.distribution, store_params(params)
         return (abs(mine.temperature - theirs.temperature) < 1e-6 and abs(mine.top_p - theirs.top_p) < 1e-6
-                and mine.top_k == theirs.top_k)
+                and effective_top_k(mine.top_k, self.vocab) == effective_top_k(theirs.top_k, self.vocab))
 
     @property
     def vocab(self) -> int:
@@ -204,6 +204,12 @@ def measure_prior(model, context: list[int], params: SamplingParams, vocab: int,
     return SuccessorPrior(ids, probs, store_params(params))
 
 
+def effective_top_k(top_k: int, vocab: int) -> int:
+    """``top_k`` as a cut of a ``vocab``-token distribution: 0 (no cut) where it keeps every token, so
+    that ``top_k >= vocab`` shares the uncut distribution's prior rather than measuring its own."""
+    return top_k if 0 < top_k < vocab else 0
+
+
 def weights_fingerprint(model) -> str:
     """A digest of what tells one model's weights from another's without reading them all: the model
     type, the shapes of every parameter, every one-dimensional parameter (norms, biases) and every
@@ -225,7 +231,7 @@ def prior_key(model, context: list[int], params: SamplingParams, vocab: int) -> 
     first = next(model.parameters())
     stored = store_params(params)
     parts = [weights_fingerprint(model), str(first.dtype), str(vocab), json.dumps(context),
-             repr((stored.temperature, stored.top_p, stored.top_k))]
+             repr((stored.temperature, stored.top_p, effective_top_k(stored.top_k, vocab)))]
     return hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
 
 
