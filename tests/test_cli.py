@@ -578,3 +578,10 @@ def test_runtime_warnings_print_one_line_each_after_the_block(capsys):
     assert captured.out == "inside\n"
     assert captured.err.strip().splitlines() == ["warning: the successor prior is kept for this run only "
                                                  "(cannot write X: denied)"]
+
+
+def test_an_unknown_tokenizer_is_named_as_an_unknown_model():
+    """``bench-traces --tokenizer bogus`` says what ``--model bogus`` says, not the hub's network message."""
+    code, output = run("bench-traces", str(Path(__file__)), "--tokenizer", "no-such-model-xyz")
+    assert code == 2
+    one_line_error(output, "unknown model 'no-such-model-xyz': not a known name")

@@ -154,9 +154,16 @@ def load_tokenizer(spec: str = DEFAULT_MODEL):
                 return AutoTokenizer.from_pretrained(Path(where).parent, gguf_file=Path(where).name)
             if kind == "dir":
                 return AutoTokenizer.from_pretrained(where)
-            return AutoTokenizer.from_pretrained(str(where), local_files_only=True)
     except StandError:
         raise
+    except Exception as error:
+        raise StandError(f"cannot load the tokenizer of {spec!r}: {_one_line(error)}") from None
+    local_only = os.environ.get("STAND_ALLOW_DOWNLOAD") != "1"
+    try:
+        with _quiet():
+            return AutoTokenizer.from_pretrained(str(where), local_files_only=local_only)
+    except OSError:  # not in the local cache: named as load_model names it (not the hub's network message)
+        raise _unknown_model(str(where), local_only) from None
     except Exception as error:
         raise StandError(f"cannot load the tokenizer of {spec!r}: {_one_line(error)}") from None
 
@@ -208,12 +215,15 @@ def _load_hub(model_id: str, dtype: torch.dtype):
             tokenizer = AutoTokenizer.from_pretrained(model_id, local_files_only=local_only)
             model = AutoModelForCausalLM.from_pretrained(model_id, dtype=dtype, local_files_only=local_only)
     except Exception:  # hub errors come as many types (OSError, HTTP, offline, repo not found)
-        hint = " (STAND_ALLOW_DOWNLOAD=1 lets it download)" if local_only else ""
-        raise StandError(
-            f"unknown model {model_id!r}: not a known name, a .gguf file, a model folder, or a hub id "
-            f"in the local cache{hint}"
-        ) from None
+        raise _unknown_model(model_id, local_only) from None
     return model, tokenizer
+
+
+def _unknown_model(model_id: str, local_only: bool = True) -> StandError:
+    """The one-line error for a spec that names no known model, file, folder or cached hub id."""
+    hint = " (STAND_ALLOW_DOWNLOAD=1 lets it download)" if local_only else ""
+    return StandError(f"unknown model {model_id!r}: not a known name, a .gguf file, a model folder, or a hub id "
+                      f"in the local cache{hint}")
 
 
 def dequantized_folder(gguf: Path) -> Path:
