@@ -142,6 +142,8 @@ def test_bench_json_has_intervals_bounds_and_time_split():
     assert "95% interval" in text and "drafted" in text and "τ by trajectory" not in text
     rows = [line for line in text.splitlines() if line.startswith("│ stand[heuristic-80]")]
     assert len(rows) == 4 and f"{ratios['stand[heuristic-80]']:.2f}×" in rows[0]
+    plain_only = [r for r in results if r.method == "ar"]
+    assert plain_only and diagnostics_tables(plain_only) == []  # plain decoding alone: no table of empty rows
 
 
 def test_a_speedup_far_above_its_latency_bound_is_flagged():

@@ -193,6 +193,8 @@ def diagnostics_tables(results, depths: int = 6) -> list[Table]:
     p(argmax q) (the deterministic draft).
     """
     drafted = [(result.label, result.diagnostics()) for result in results if result.method != "ar"]  # ar drafts nothing
+    if not drafted:
+        return []  # plain decoding alone: no table of empty rows
     rates_table = Table(title="acceptance rate per depth (accepted / offered)")
     rates_table.add_column("method")
     reached = max((row["depth"] for _, diag in drafted for row in diag["acceptance_by_depth"] if row["offered"]), default=1)
