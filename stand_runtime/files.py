@@ -92,7 +92,7 @@ def _temporary(path: Path, target: Path, suffix: str) -> tuple[int, str]:
     try:
         return tempfile.mkstemp(prefix=f".{target.name}.", suffix=suffix, dir=folder)
     except OSError as error:
-        raise StandError(f"cannot write {path}: folder {folder}: {error.strerror}") from None
+        raise StandError(f"cannot write {path}: folder {folder} takes no new files ({error.strerror})") from None
 
 
 def write_text_atomic(path: str | os.PathLike, text: str) -> Path:

@@ -56,7 +56,7 @@ def test_export_writes_a_valid_tree_and_rejects_bad_input(tmp_path, calibration_
     assert code == 2
     one_line_error(output, "--nodes 31 is larger than the candidate tree (30 nodes)")
     code, output = run("export", str(calibration_file), "--nodes", "many", "--out", str(tmp_path / "x.json"))
-    one_line_error(output, "--nodes must be an integer or 'auto'")
+    one_line_error(output, "--nodes must be auto or an integer >= 1 in digits 0-9")
     code, output = run("export", str(calibration_file), "--out", str(tmp_path / "missing" / "t.json"))
     one_line_error(output, "does not exist")
     corrupt = tmp_path / "corrupt.json"
@@ -124,6 +124,7 @@ def test_the_shipped_calibration_exports_and_shows_by_name(tmp_path):
 def test_export_and_show_name_what_they_were_given(tmp_path):
     """From a user test: each message says what is wrong with the argument as written."""
     for args, message in ((["export", "stand-smollm2-humaneval", "--nodes", "-3"], "--nodes must be auto or an integer >= 1"),
+                          (["export", "stand-smollm2-humaneval", "--nodes", "0"], "--nodes must be auto or an integer >= 1"),
                           (["export", str(ROOT / "trees" / "stand-smollm2-humaneval.acceptance.json")],
                            "is an acceptance seed (of the value-sized trees, dynamic-auto), not a calibration"),
                           (["show", "dynamic-auto"], "STAND's dynamic trees (dynamic, dynamic-N, dynamic-auto, dynamic-auto-N, in lower case)")):
@@ -585,3 +586,14 @@ def test_an_unknown_tokenizer_is_named_as_an_unknown_model():
     code, output = run("bench-traces", str(Path(__file__)), "--tokenizer", "no-such-model-xyz")
     assert code == 2
     one_line_error(output, "unknown model 'no-such-model-xyz': not a known name")
+
+
+def test_a_folder_given_as_an_input_file_is_named_a_folder(tmp_path):
+    """A folder where a calibration or traces file belongs is said to be a folder (not "corrupt: Is a
+    directory", not "no traces file")."""
+    code, output = run("export", str(tmp_path), "--nodes", "10", "--out", str(tmp_path / "t.json"))
+    assert code == 2
+    one_line_error(output, f"{tmp_path} is a folder, not a calibration file")
+    code, output = run("bench-traces", str(tmp_path))
+    assert code == 2
+    one_line_error(output, f"{tmp_path} is a folder, not a traces file")

@@ -72,7 +72,7 @@ def test_check_writable_probes_the_folder(tmp_path):
     with pytest.raises(StandError, match="does not exist"):
         check_writable(tmp_path / "no" / "x.json")
     if Path("/proc/self").is_dir():  # permission bits say yes to root; the folder refuses new files
-        with pytest.raises(StandError, match=r"^cannot write /proc/out.json: folder /proc: "):
+        with pytest.raises(StandError, match=r"^cannot write /proc/out.json: folder /proc takes no new files \("):
             check_writable("/proc/out.json")
 
 

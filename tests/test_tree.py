@@ -151,3 +151,15 @@ def test_bundled_trees_load():
                                                 for p in loaded.tree.paths))
             parents = loaded.tree.parents
             assert all(alpha[i - 1] <= alpha[parents[i] - 1] + 1e-12 for i in range(1, 81) if parents[i] > 0)
+
+
+def test_a_family_where_one_tree_belongs_is_named_a_family():
+    """``calibrate --candidate FAMILY`` and every other single-tree input: said to be a family, not a
+    schema error about a missing 'paths'."""
+    from stand_runtime.trees.families import bundled_families
+    from stand_runtime.trees.tree_io import load_tree
+
+    family = next(iter(bundled_families().values()))
+    with pytest.raises(StandError, match="a tree family .*not one tree: give one of its members") as error:
+        load_tree(family)
+    assert "\n" not in str(error.value)

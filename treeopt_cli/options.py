@@ -24,7 +24,8 @@ SEED_HELP = ("Seed of every random draw, an integer in [0, 2**64) (omit for a ra
 FIXED_SEED_HELP = ("Seed of every random draw, an integer in [0, 2**64) (reproducible runs; value-sized trees: "
                    "while step times agree with the latency profile).")
 BASE_SEED_HELP = "Base seed, an integer in [0, 2**64): prompt i's trajectory t uses seed + 1000 i + t (reproducible runs)."
-DATASET_HELP = "Prompts: humaneval (built in), a JSONL file, or a local Hugging Face dataset."
+DATASET_HELP = ("Prompts: humaneval (built in), a JSONL file (one JSON object per line), or the name of a Hugging Face "
+                "dataset in the local cache (its test split; needs the datasets library).")
 FIELD_HELP = "Text field of a JSONL/HF dataset (default: prompt, problem or question)."
 OFFSET_HELP = ("Skip this many prompts first; default: 30 for humaneval (past the 30 calibration prompts), "
                "0 for any other dataset.")

@@ -18,9 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import StandError
-from .tree_io import FORMAT_NAME, FORMAT_VERSION, TreeFile, bundled_files, parse_tree
-
-FAMILY_FORMAT = "stand-tree-family"
+from .tree_io import FAMILY_FORMAT, FORMAT_NAME, FORMAT_VERSION, TreeFile, bundled_files, parse_tree
 
 
 def bundled_families() -> dict[str, Path]:

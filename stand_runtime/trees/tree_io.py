@@ -36,6 +36,9 @@ from .tree import DraftTree
 
 FORMAT_NAME = "stand-tree"
 FORMAT_VERSION = 1
+FAMILY_FORMAT = "stand-tree-family"
+"""The ``format`` of a tree family file (:mod:`.families`): named here so a family given where one tree
+belongs is said to be one."""
 BUNDLED_PACKAGE = "trees"
 
 _PATHS_SCHEMA = {"type": "array", "items": {"type": "array", "items": {"type": "integer"}}}
@@ -96,6 +99,9 @@ def parse_tree(data: Any, source: str = "tree") -> TreeFile:
     if isinstance(data, list):
         _check_schema(data, _PATHS_SCHEMA, source)
         return TreeFile(_build(data, source))
+    if isinstance(data, dict) and data.get("format") == FAMILY_FORMAT:
+        raise StandError(f"bad tree JSON {source}: a tree family (one tree per size), not one tree: give one of its "
+                         f"members (treeopt export --nodes K writes one)")
     if isinstance(data, dict) and isinstance(data.get("version"), int) and data["version"] != FORMAT_VERSION and data.get("format") == FORMAT_NAME:
         raise StandError(f"bad tree JSON {source}: version {data['version']} is not supported (expected {FORMAT_VERSION})")
     _check_schema(data, _TREE_SCHEMA, source)
@@ -268,7 +274,7 @@ def resolve_tree(tree: "DraftTree | TreeFile | str | os.PathLike") -> DraftTree:
     return load_tree(tree).tree
 
 
-_FAMILY_NAMES = frozenset({"FAMILY_FORMAT", "TreeFamily", "bundled_families", "family_to_json", "is_family",
+_FAMILY_NAMES = frozenset({"TreeFamily", "bundled_families", "family_to_json", "is_family",
                            "load_family"})
 
 

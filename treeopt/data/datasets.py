@@ -208,7 +208,8 @@ def _read_hf(name: str) -> list[dict]:
         import datasets
     except ImportError:
         raise StandError(
-            f"unknown dataset {name!r}: not humaneval, not a JSONL file, and the datasets library is not installed"
+            f"unknown dataset {name!r}: not humaneval, not a JSONL file, and the datasets library (for a Hugging "
+            f"Face dataset's name) is not installed"
         ) from None
     try:
         data = datasets.load_dataset(name, split="test", download_mode="reuse_cache_if_exists")

@@ -56,6 +56,8 @@ def load_traces(path: str | Path, *, group_field: str = "sample_group", text_fie
     if not isinstance(path, (str, os.PathLike)):
         raise StandError(f"the traces file must be a path, got {type(path).__name__} {path!r}")
     path = Path(path)
+    if path.is_dir():
+        raise StandError(f"{path} is a folder, not a traces file (a JSONL file)")
     if not path.is_file():
         raise StandError(f"no traces file {path}")
     min_group_size = check_int("min_group_size", min_group_size, 1)

@@ -120,6 +120,8 @@ def load_calibration(path: str | Path) -> Calibration:
         StandError: missing, not JSON, wrong format or version, or inconsistent contents (one line).
     """
     path = resolve_calibration(path)
+    if path.is_dir():
+        raise StandError(f"{path} is a folder, not a calibration file")
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:

@@ -95,7 +95,8 @@ def per_depth_tree(counts: list[int], prior: Prior = Prior(), max_width: int = M
     previous: list[tuple[tuple[int, ...], float]] = [((), 1.0)]
     for depth, count in enumerate(counts, start=1):
         if count < 1 or count > len(previous) * max_width:
-            raise StandError(f"depth {depth} cannot hold {count} nodes (previous depth has {len(previous)})")
+            raise StandError(f"depth {depth} cannot hold {count} nodes (from 1 to {len(previous) * max_width}: "
+                             f"the previous depth has {len(previous)}, at most {max_width} children each)")
         frontier = [(-value * prior.factor(0), parent + (0,), value) for parent, value in previous]
         heapq.heapify(frontier)
         level: list[tuple[tuple[int, ...], float]] = []

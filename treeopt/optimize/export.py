@@ -6,7 +6,6 @@ whose calibrated accepted tokens per second of forward time is highest.
 
 from __future__ import annotations
 
-import re
 
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -93,11 +92,9 @@ def parse_nodes(text: str) -> int | None:
     if text == "auto":
         return None
     try:
-        return parse_count("--nodes", text)
-    except StandError:
-        if re.fullmatch(r"[+-]?[0-9]+", text.strip()):  # a number (ASCII digits) out of range: say the range
-            raise StandError(f"--nodes must be auto or an integer >= 1, got {text!r}") from None
-        raise StandError(f"--nodes must be an integer or 'auto', got {text!r}") from None
+        return parse_count("--nodes", text, 1)
+    except StandError:  # one wording for every bad value: 0, -3, abc, ８０
+        raise StandError(f"--nodes must be auto or an integer >= 1 in digits 0-9, got {text!r}") from None
 
 
 def latency_model(calibration: Calibration, model: str | None = None) -> str:
