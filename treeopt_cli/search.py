@@ -148,8 +148,11 @@ def _search(model: str, dtype: str, names: list, tree: Optional[str], max_batch:
     with render.progress(console) as bar:
         windows = -(-len(problems) // settings.in_flight)
         task = bar.add_task("searching", total=windows * len(names))
+        # every method's budget: N paths of max_new_tokens each (EOS and DVTS's ends stop short of it)
+        tokens = bar.add_task("tokens", total=len(problems) * len(names) * settings.n * settings.max_new_tokens)
         results = compare_methods(backends, tokenizer, problems, settings, judge, vocab_size(target),
-                                  on_search=lambda _: bar.advance(task), on_problem=save)
+                                  on_search=lambda _: bar.advance(task), on_problem=save,
+                                  on_tokens=lambda count: bar.advance(tokens, count))
     report = search_report(config, results)
     out.done(lambda: report)
     return report

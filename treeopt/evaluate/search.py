@@ -147,13 +147,15 @@ def method_backends(target, tokenizer, names: Sequence[str], tree: str | None, m
 def compare_methods(backends: dict, tokenizer, problems: Sequence[Prompt], settings: SearchSettings,
                     verifier: Verifier | None, vocab: int | None,
                     on_search: Callable[[str], None] | None = None,
-                    on_problem: Callable[[dict], None] | None = None) -> dict[str, list[ProblemResult]]:
+                    on_problem: Callable[[dict], None] | None = None,
+                    on_tokens: Callable[[int], None] | None = None) -> dict[str, list[ProblemResult]]:
     """Every problem searched by every backend (label → backend), interleaved problem by problem (window
     by window of ``settings.in_flight`` problems) so machine drift hits all methods alike.
 
     Args:
         on_search: called with the label after each (window, method) search.
         on_problem: called with the results so far (label → results) after each window.
+        on_tokens: called with the count of tokens each decoding step of any method commits.
 
     Returns:
         label → one :class:`ProblemResult` per problem.
@@ -161,13 +163,13 @@ def compare_methods(backends: dict, tokenizer, problems: Sequence[Prompt], setti
     Raises:
         StandError: as :func:`run_search`, before any decoding.
     """
-    verifier = _start(settings, problems, verifier, on_search=on_search, on_problem=on_problem)
+    verifier = _start(settings, problems, verifier, on_search=on_search, on_problem=on_problem, on_tokens=on_tokens)
     for backend in list(backends.values())[:1]:  # one target: the first backend's context is every one's
         check_problems_fit(backend, tokenizer, problems, settings, vocab)
     results: dict[str, list[ProblemResult]] = {name: [] for name in backends}
     for first, window in _windows(problems, settings.in_flight):
         for name, backend in backends.items():
-            results[name].extend(search_window(backend, tokenizer, window, settings, verifier, vocab, first))
+            results[name].extend(search_window(backend, tokenizer, window, settings, verifier, vocab, first, on_tokens))
             if on_search is not None:
                 on_search(name)
         if on_problem is not None:
