@@ -527,6 +527,22 @@ def test_vllm_bench_bad_input_one_line():
 
 
 @needs_vllm
+def test_serve_checks_the_arguments_for_vllm_before_vllm_starts():
+    """Arguments after serve's options go to vLLM; one vLLM's parser would not take is refused in one
+    line before vLLM starts (its server printed ~300 lines of usage after ~10 s of start-up)."""
+    from test_cli import one_line_error, run
+
+    for args, message in ((["--tree", "dynamic-80"], "--tree is neither an option of treeopt serve nor of vLLM's server"),
+                          (["--seed", "abc"], "vLLM's server refuses the arguments after treeopt serve's options: "
+                                              "argument --seed: invalid int value: 'abc'")):
+        code, output = run("serve", "--dry-run", *args)
+        assert code == 2
+        one_line_error(output, message)
+    code, output = run("serve", "--dry-run", "--method", "ar", "--seed", "3")
+    assert code == 0 and "--seed 3" in output, output
+
+
+@needs_vllm
 def test_serve_prior_hands_vllm_the_cached_prior_file(monkeypatch, tmp_path):
     """``serve --prior T,TOP_P`` measures the successor prior once (this toolkit's engine; a tiny model
     here) and passes the cached file to the proposer; bad values, other methods and ``--no-prior`` (not

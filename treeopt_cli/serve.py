@@ -37,11 +37,12 @@ def serve(
     """Serve an OpenAI-compatible API with vLLM and STAND (arguments after the options go to vLLM as they are)."""
     from stand_runtime import DEFAULT_MODEL
     from stand_runtime.vllm import check_version, default_model_folder
-    from stand_runtime.vllm.server import ServerSettings, check_listen, describe, server_command
+    from stand_runtime.vllm.server import ServerSettings, check_extra_args, check_listen, describe, server_command
 
     _check_options(ctx, method)
     check_version()
     chain = _chain_length(k, method)
+    check_extra_args(ctx.args)
     distribution = None if prior is None else _prior_distribution(prior)
     if not dry_run:
         check_listen(host, port)  # before a prior's minutes and vLLM's start, not after them
@@ -117,10 +118,13 @@ def _chain_length(k: Optional[str], method: str):
 
     if k is None or (k == "auto" and method == "stand"):
         return k
+    from stand_runtime.limits import MAX_CHAIN_TOKENS
+
     try:
-        return parse_count("--k", k, 1, 128)
+        return parse_count("--k", k, 1, MAX_CHAIN_TOKENS)
     except StandError:
-        allowed = "auto or an integer in [1, 128]" if method == "stand" else "an integer in [1, 128]"
+        allowed = f"an integer in [1, {MAX_CHAIN_TOKENS}]"
+        allowed = f"auto or {allowed}" if method == "stand" else allowed
         raise StandError(f"--k must be {allowed}, got {k!r}") from None
 
 

@@ -123,6 +123,48 @@ def check_listen(host: str, port: int) -> None:
             raise StandError(f"cannot listen on {host}:{port}: {error.strerror or error}") from None
 
 
+def check_extra_args(extra) -> None:
+    """Refuse, in one line, arguments for vLLM's server that its parser would not take (an unknown
+    option such as another treeopt command's ``--tree``, a bad value of a known one), before vLLM
+    starts: its server would print a usage of ~300 lines and exit after ~10 s of start-up. Parsed with
+    vLLM's own parser (~8 s of imports, only when there are arguments for vLLM); with a vLLM whose
+    parser lives elsewhere the arguments go unchecked to vLLM.
+
+    Raises:
+        StandError: the first argument vLLM's parser does not take, or its complaint about a value.
+    """
+    extra = list(extra)
+    if not extra:
+        return
+    import contextlib
+    import io
+    import logging
+
+    quiet = io.StringIO()  # vLLM's import logs (its Triton notice): not the one line this check says
+    try:
+        with contextlib.redirect_stdout(quiet), contextlib.redirect_stderr(quiet):
+            from vllm.entrypoints.launchers.cli_args import make_arg_parser
+            from vllm.utils.argparse_utils import FlexibleArgumentParser
+    except ImportError:  # another vLLM's layout: its server checks them
+        return
+    finally:  # a log handler vLLM made during the import writes where it would have
+        for handler in logging.getLogger("vllm").handlers:
+            if isinstance(handler, logging.StreamHandler) and handler.stream is quiet:
+                handler.setStream(sys.stdout)
+    parser = make_arg_parser(FlexibleArgumentParser())
+    said = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(said), contextlib.redirect_stdout(io.StringIO()):
+            _, unknown = parser.parse_known_args(["--model", "model", *extra])
+    except SystemExit:
+        lines = [line for line in said.getvalue().splitlines() if line.strip()]
+        complaint = lines[-1].split("error: ", 1)[-1] if lines else "not taken"
+        raise StandError(f"vLLM's server refuses the arguments after treeopt serve's options: {complaint}") from None
+    if unknown:
+        raise StandError(f"{unknown[0]} is neither an option of treeopt serve nor of vLLM's server (arguments after "
+                         f"treeopt serve's options go to vLLM as they are)")
+
+
 def server_command(settings: ServerSettings) -> tuple[list[str], dict[str, str]]:
     """The argument vector and environment that start vLLM's server with ``settings``.
 

@@ -47,7 +47,8 @@ def parse_k(k_spec: str, names: list[str]) -> int | None:
     vLLM's latency, ngram/suffix their defaults).
 
     Raises:
-        StandError: neither auto nor an integer in [1, 64]; an integer with no drafting method listed;
+        StandError: neither auto nor an integer in [1, 128] (:data:`stand_runtime.limits.MAX_CHAIN_TOKENS`, as
+            ``treeopt serve --k``); an integer with no drafting method listed;
             ``auto`` for stand without ar (whose engine measures the latency).
     """
     from stand_runtime import StandError
@@ -61,10 +62,12 @@ def parse_k(k_spec: str, names: list[str]) -> int | None:
             raise StandError("--k auto sizes STAND's chain from vLLM's latency, measured with the ar engine: "
                              "add ar to --methods")
         return None
+    from stand_runtime.limits import MAX_CHAIN_TOKENS
+
     try:
-        k = parse_count("--k", k_spec, 1, 64)
+        k = parse_count("--k", k_spec, 1, MAX_CHAIN_TOKENS)
     except StandError:
-        raise StandError(f"--k must be auto or an integer in [1, 64], got {k_spec!r}") from None
+        raise StandError(f"--k must be auto or an integer in [1, {MAX_CHAIN_TOKENS}], got {k_spec!r}") from None
     if not bases & set(DRAFTING_METHODS):
         raise StandError(f"--k sizes the drafts of stand, ngram and suffix; none of {', '.join(names)} drafts")
     return k
