@@ -526,6 +526,19 @@ def test_vllm_bench_bad_input_one_line():
         one_line_error(output, message)
 
 
+def test_engines_make_their_ipc_sockets_in_a_private_folder():
+    """vLLM's engines left their socket files in /tmp (50-80 a test-suite run); load_llm points them at
+    one temporary folder per process, removed at exit, unless the caller chose a folder."""
+    from stand_runtime.vllm import engine
+
+    env = {engine.IPC_ENV: "/chosen"}
+    assert engine.private_ipc_folder(env) == "/chosen" and env == {engine.IPC_ENV: "/chosen"}
+    first, second = {}, {}
+    folder = engine.private_ipc_folder(first)
+    assert first[engine.IPC_ENV] == folder and os.path.isdir(folder) and "stand-vllm-ipc-" in folder
+    assert engine.private_ipc_folder(second) == folder  # one folder per process
+
+
 @needs_vllm
 def test_serve_checks_the_arguments_for_vllm_before_vllm_starts():
     """Arguments after serve's options go to vLLM; one vLLM's parser would not take is refused in one
@@ -641,7 +654,9 @@ def stand_server(tmp_path_factory):
     with open(log, "w") as out:
         server = subprocess.Popen([sys.executable, str(root / "cli.py"), "serve", "--port", str(port), "--k", "4"],
                                   stdout=out, stderr=subprocess.STDOUT, cwd=root, start_new_session=True,
-                                  env={**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "2")})
+                                  env={**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "2"),
+                                       # its sockets in pytest's folder, not /tmp (§7.10 of docs/design.md)
+                                       "VLLM_RPC_BASE_PATH": str(tmp_path_factory.mktemp("ipc"))})
     try:
         deadline = time.monotonic() + 420
         while True:

@@ -117,6 +117,7 @@ def load_llm(model: str | os.PathLike, method: str = "ar", *, k: int | str | Non
     config = method_config(method, k, **stand_options)
     folder = check_model_folder(model)
     cpu_environment(os.environ)  # the CPU target; on a small machine no core kept from the worker
+    private_ipc_folder(os.environ)
     os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(kv_cache_gib)
     try:
         from vllm import LLM
@@ -128,6 +129,32 @@ def load_llm(model: str | os.PathLike, method: str = "ar", *, k: int | str | Non
     extra = {"per_request_spec_decode_metrics": "summary"} if config is not None else {}
     return LLM(model=str(folder), dtype=dtype, max_model_len=max_model_len, enforce_eager=True, seed=seed,
                speculative_config=config, skip_tokenizer_init=not tokenizer, disable_log_stats=False, **extra)
+
+
+IPC_ENV = "VLLM_RPC_BASE_PATH"
+"""vLLM's variable: the folder its engine processes make their IPC sockets in (default: the system's
+temporary folder)."""
+
+_IPC_FOLDER: str | None = None
+
+
+def private_ipc_folder(env) -> str:
+    """The folder the vLLM engines this process starts make their IPC sockets in, set in ``env`` (in
+    place) unless the caller set :data:`IPC_ENV`: one temporary folder per process, removed when it
+    exits. vLLM's default, the system's temporary folder, kept every engine's socket files
+    (``/tmp/<uuid>``, a few per engine) after the engine stopped: a run of the test suite left 50-80."""
+    global _IPC_FOLDER
+    if IPC_ENV in env:
+        return env[IPC_ENV]
+    if _IPC_FOLDER is None:
+        import atexit
+        import shutil
+        import tempfile
+
+        _IPC_FOLDER = tempfile.mkdtemp(prefix="stand-vllm-ipc-")
+        atexit.register(shutil.rmtree, _IPC_FOLDER, ignore_errors=True)
+    env[IPC_ENV] = _IPC_FOLDER
+    return _IPC_FOLDER
 
 
 def shutdown_llm(llm) -> None:
