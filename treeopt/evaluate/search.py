@@ -164,8 +164,8 @@ def compare_methods(backends: dict, tokenizer, problems: Sequence[Prompt], setti
         StandError: as :func:`run_search`, before any decoding.
     """
     verifier = _start(settings, problems, verifier, on_search=on_search, on_problem=on_problem, on_tokens=on_tokens)
-    for backend in list(backends.values())[:1]:  # one target: the first backend's context is every one's
-        check_problems_fit(backend, tokenizer, problems, settings, vocab)
+    if backends:  # one target: the first backend's context is every one's
+        check_problems_fit(next(iter(backends.values())), tokenizer, problems, settings, vocab)
     results: dict[str, list[ProblemResult]] = {name: [] for name in backends}
     for first, window in _windows(problems, settings.in_flight):
         for name, backend in backends.items():
