@@ -526,6 +526,24 @@ def test_vllm_bench_bad_input_one_line():
         one_line_error(output, message)
 
 
+def test_a_seeded_requests_drafting_noise_is_not_seeded_like_vllms_generator():
+    """vLLM samples a seeded request from a torch generator seeded with the request's seed; the drafts'
+    stream takes that seed mixed, so its uniforms are not vLLM's (the same seed gave the same uniforms:
+    drafts correlated with their verification, a lossy output; the seeded chi-square cells test it)."""
+    from stand_runtime.randomness import RandomStream
+    from stand_runtime.vllm.proposer import drafting_seed
+
+    seeds = [0, 1, 2, 1000, 2**63, 2**64 - 1]
+    mixed = [drafting_seed(seed) for seed in seeds]
+    assert all(0 <= m < 2**64 for m in mixed) and len(set(mixed)) == len(seeds)
+    assert mixed == [drafting_seed(seed) for seed in seeds]  # reproducible per seed
+    for seed, m in zip(seeds, mixed):
+        assert m != seed
+        vllm_like = torch.rand(64, generator=torch.Generator().manual_seed(seed), dtype=torch.float64).numpy()
+        drafts = RandomStream.seeded(m).lend_uniforms(64)
+        assert not np.allclose(np.sort(vllm_like), np.sort(drafts))
+
+
 def test_engines_make_their_ipc_sockets_in_a_private_folder():
     """vLLM's engines left their socket files in /tmp (50-80 a test-suite run); load_llm points them at
     one temporary folder per process, removed at exit, unless the caller chose a folder."""

@@ -28,6 +28,7 @@ TINY_PROMPT = [2, 5, 3, 2, 5]
 TINY_SETTINGS = {"t1": {"temperature": 1.0, "top_p": 1.0}, "t07p09": {"temperature": 0.7, "top_p": 0.9},
                  "t08k4": {"temperature": 0.8, "top_p": 1.0, "top_k": 4}}
 TINY_SAMPLES = 6000
+TINY_SEED = 1_000
 MAX_PROMPTS = 4
 
 
@@ -133,7 +134,12 @@ def tiny_scenarios(folder: Path, work: Path) -> dict:
         stats_path = work / f"tiny-{variant}.json"
         llm = load_llm(folder, "stand", k=3, max_model_len=64, tokenizer=False, stats_path=str(stats_path), **options)
         for name, setting in settings.items():
-            params = SamplingParams(n=100, max_tokens=3, ignore_eos=True, detokenize=False, **setting)
+            # seeded, as clients send requests: request r's 100 samples take seeds TINY_SEED + 100 r + 0..99 (vLLM
+            # adds the sample's index), each sample its own generator. Seeded, these runs found drafts drawn
+            # from a stream seeded like vLLM's own generator (p down to 1e-28; proposer.drafting_seed); a run
+            # repeats its counts where the drafts repeat (fixed k; the sized rule reads step times)
+            params = [SamplingParams(n=100, max_tokens=3, ignore_eos=True, detokenize=False, seed=TINY_SEED + 100 * r,
+                                     **setting) for r in range(TINY_SAMPLES // 100)]
             outputs = llm.generate([prompt] * (TINY_SAMPLES // 100), params, use_tqdm=False)
             counts = Counter(" ".join(map(str, s.token_ids)) for o in outputs for s in o.outputs)
             stats = _stats(stats_path)
