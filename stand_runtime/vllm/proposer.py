@@ -51,7 +51,7 @@ from ..drafters.feeds import STORE_TOP_K, LogitsFeed, store_params
 from ..files import write_json_atomic
 from ..store.native_store import store_class, update_sequences
 from ..store.ngram_store import NGramStore
-from ..randomness import SEED_LIMIT, RandomStream
+from ..randomness import SEED_LIMIT, RandomStream, drafting_seed
 from ..target.sampling import MIN_TEMPERATURE, SamplingParams
 from .prompt_stores import FALLBACK_ENTRIES, PromptStores
 from .options import DEFAULT_OPTIONS, OPTIONS_ENV, load_prior, proposer_summary, read_options
@@ -84,20 +84,6 @@ def _sampler_top(step: StepLogits, rows: list[int], params: SamplingParams) -> t
     if not bool(found.known[index].all()):
         return None
     return found.ids[index].numpy(), found.probs[index].double().numpy()
-
-
-def drafting_seed(seed: int) -> int:
-    """The seed of a seeded request's drafting noise: ``seed`` (in [0, 2**64)) mixed by SHA-256, in
-    [0, 2**64). vLLM draws a seeded request's samples, acceptance uniforms and recovered tokens from a
-    torch generator seeded with ``seed`` itself; a drafting stream seeded alike drew the same uniforms,
-    so drafts were correlated with the draws that verify them, and the output left the target's
-    distribution (3-token continuations of the tiny test model at T 0.7, top-p 0.9: chi-square
-    p = 5e-18 against the exact distribution, where the mixed seed and unseeded requests pass).
-    Lossless needs the drafts independent of the verification's draws given what was committed."""
-    import hashlib
-
-    digest = hashlib.sha256(b"stand-vllm-drafting-noise" + int(seed).to_bytes(8, "little")).digest()
-    return int.from_bytes(digest[:8], "little")
 
 
 def _target_params(row: BatchRow) -> SamplingParams:
