@@ -137,7 +137,7 @@ def tiny_scenarios(folder: Path, work: Path) -> dict:
             # seeded, as clients send requests: request r's 100 samples take seeds TINY_SEED + 100 r + 0..99 (vLLM
             # adds the sample's index), each sample its own generator. Seeded, these runs found drafts drawn
             # from a stream seeded like vLLM's own generator (p down to 1e-28; randomness.drafting_seed); a run
-            # repeats its counts where the drafts repeat (fixed k; the sized rule reads step times)
+            # may repeat its counts where the drafts repeat (fixed k; the sized rule reads step times)
             params = [SamplingParams(n=100, max_tokens=3, ignore_eos=True, detokenize=False, seed=TINY_SEED + 100 * r,
                                      **setting) for r in range(TINY_SAMPLES // 100)]
             outputs = llm.generate([prompt] * (TINY_SAMPLES // 100), params, use_tqdm=False)
