@@ -11,7 +11,7 @@ from stand_runtime.checks import check_callable
 
 from ..data.datasets import Prompt
 from .search_types import STEP_DELIMITER, STRATEGIES, ProblemResult, SearchSettings
-from .strategies import best_of_n, check_problems_fit, dvts, search_window
+from .strategies import best_of_n, dvts, encode_problems, search_window
 from .verifiers import Verifier, make_verifier
 
 __all__ = ["STEP_DELIMITER", "STRATEGIES", "ProblemResult", "SearchSettings", "best_of_n", "compare_methods", "dvts",
@@ -46,10 +46,11 @@ def run_search(backend: DecodingBackend, tokenizer, problems: Sequence[Prompt], 
     if not problems:
         raise StandError("the search needs at least one problem (the dataset is empty)")
     verifier = _start(settings, problems, verifier, on_tokens=on_tokens, on_problem=on_problem)
-    check_problems_fit(backend, tokenizer, problems, settings, vocab)
+    ids = encode_problems(backend, tokenizer, problems, settings, vocab)  # every one before the first decodes
     results = []
     for first, window in _windows(problems, settings.in_flight):
-        for result in search_window(backend, tokenizer, window, settings, verifier, vocab, first, on_tokens):
+        for result in search_window(backend, tokenizer, window, settings, verifier, vocab, first, on_tokens,
+                                    ids[first: first + len(window)]):
             results.append(result)
             if on_problem is not None:
                 on_problem(result)
@@ -164,12 +165,13 @@ def compare_methods(backends: dict, tokenizer, problems: Sequence[Prompt], setti
         StandError: as :func:`run_search`, before any decoding.
     """
     verifier = _start(settings, problems, verifier, on_search=on_search, on_problem=on_problem, on_tokens=on_tokens)
-    if backends:  # one target: the first backend's context is every one's
-        check_problems_fit(next(iter(backends.values())), tokenizer, problems, settings, vocab)
+    # one target: the first backend's context is every one's; every prompt before the first decodes
+    ids = encode_problems(next(iter(backends.values())), tokenizer, problems, settings, vocab) if backends else []
     results: dict[str, list[ProblemResult]] = {name: [] for name in backends}
     for first, window in _windows(problems, settings.in_flight):
         for name, backend in backends.items():
-            results[name].extend(search_window(backend, tokenizer, window, settings, verifier, vocab, first, on_tokens))
+            results[name].extend(search_window(backend, tokenizer, window, settings, verifier, vocab, first, on_tokens,
+                                               ids[first: first + len(window)]))
             if on_search is not None:
                 on_search(name)
         if on_problem is not None:

@@ -60,26 +60,29 @@ def dvts(backend: DecodingBackend, tokenizer, problem: Prompt, settings: SearchS
 
 def search_window(backend: DecodingBackend, tokenizer, problems: Sequence[Prompt], settings: SearchSettings,
                   verifier: Verifier | None, vocab: int | None, first: int = 0,
-                  on_tokens: Callable[[int], None] | None = None) -> list[ProblemResult]:
+                  on_tokens: Callable[[int], None] | None = None,
+                  prompt_ids: Sequence[list[int]] | None = None) -> list[ProblemResult]:
     """``problems`` (indices ``first``, ``first + 1``, ...) searched together by ``settings.strategy``
     (module docstring); one result each, their wall time shared by tokens.
 
+    Args:
+        prompt_ids: each problem's prompt ids as :func:`encode_problems` gave them (already checked);
+            None encodes and checks them here.
+
     Raises:
-        StandError: a DVTS problem whose path budget does not fit the model's context (before any
-            decoding), a verifier's bad scores, and what the backend raises.
+        StandError: a problem whose prompt cannot be encoded or whose budget does not fit the model's
+            context (before any decoding), a verifier's bad scores, and what the backend raises.
     """
     start = time.perf_counter()
+    ids = encode_problems(backend, tokenizer, problems, settings, vocab) if prompt_ids is None else prompt_ids
     if settings.strategy == "dvts":
-        searches = [_Dvts(backend, tokenizer, problem, settings, vocab, first + i) for i, problem in enumerate(problems)]
+        searches = [_Dvts(problem, prompt, settings, first + i) for i, (problem, prompt) in enumerate(zip(problems, ids))]
         _rounds(backend, searches, verifier, on_tokens)
         found = [(search.texts(tokenizer), search.completions, search.rounds) for search in searches]
     else:
-        requests = [DecodeRequest(_prompt_ids(tokenizer, problem, vocab), n=settings.n,
-                                  max_new_tokens=settings.max_new_tokens, sampling=settings.sampling,
+        requests = [DecodeRequest(prompt, n=settings.n, max_new_tokens=settings.max_new_tokens, sampling=settings.sampling,
                                   seed=_seed(settings, (first + i) * settings.n), group=problem.id)
-                    for i, problem in enumerate(problems)]
-        for problem, request in zip(problems, requests):
-            _check_fits(backend, problem, request)
+                    for i, (problem, prompt) in enumerate(zip(problems, ids))]
         found = [([c.text for c in completions], completions, 1)
                  for completions in backend.generate(requests, on_tokens=on_tokens)]
     seconds = time.perf_counter() - start
@@ -89,23 +92,27 @@ def search_window(backend: DecodingBackend, tokenizer, problems: Sequence[Prompt
             for problem, (texts, completions, rounds), share in zip(problems, found, tokens)]
 
 
-def check_problems_fit(backend: DecodingBackend, tokenizer, problems: Sequence[Prompt], settings: SearchSettings,
-                       vocab: int | None) -> None:
-    """Refuse a search before its first problem decodes where any problem's prompt cannot be encoded or
-    its prompt plus ``settings.max_new_tokens`` exceeds the context: a long run does not stop at its
-    late problem, hours in (each window checks its own problems again as it starts).
+def encode_problems(backend: DecodingBackend, tokenizer, problems: Sequence[Prompt], settings: SearchSettings,
+                    vocab: int | None) -> list[list[int]]:
+    """Each problem's prompt as token ids (chat template applied), encoded once for every check and
+    decode of it, and checked before any problem decodes: a prompt that cannot be encoded, or whose
+    prompt plus ``settings.max_new_tokens`` (a best-of-N sample's budget, a DVTS path's) exceeds the
+    context, is refused now, not at its late turn hours into a run.
 
     Raises:
         StandError: ``problem <id>: <why>`` (one line), the first offending problem.
     """
+    encoded = []
     for problem in problems:
-        _check_fits(backend, problem, DecodeRequest(_prompt_ids(tokenizer, problem, vocab),
-                                                    max_new_tokens=settings.max_new_tokens, sampling=settings.sampling))
+        ids = _prompt_ids(tokenizer, problem, vocab)
+        _check_fits(backend, problem, DecodeRequest(ids, max_new_tokens=settings.max_new_tokens,
+                                                    sampling=settings.sampling))
+        encoded.append(ids)
+    return encoded
 
 
 def _prompt_ids(tokenizer, problem: Prompt, vocab: int | None) -> list[int]:
-    """``problem``'s prompt as token ids (chat template applied), encoded once for every check and
-    decode of it.
+    """``problem``'s prompt as token ids (chat template applied).
 
     Raises:
         StandError: ``problem <id>: <why it cannot be encoded>``.
@@ -134,12 +141,9 @@ def _check_fits(backend: DecodingBackend, problem: Prompt, request: DecodeReques
 class _Dvts:
     """One problem's DVTS between rounds: each subtree's path (token ids) and chosen step texts."""
 
-    def __init__(self, backend, tokenizer, problem: Prompt, settings: SearchSettings, vocab: int, index: int) -> None:
-        self.problem, self.settings, self.index = problem, settings, index
-        self.prompt = _prompt_ids(tokenizer, problem, vocab)
-        # the whole path's budget fits the context: refuse now, not in a late round
-        _check_fits(backend, problem, DecodeRequest(self.prompt, max_new_tokens=settings.max_new_tokens,
-                                                    sampling=settings.sampling))
+    def __init__(self, problem: Prompt, prompt: list[int], settings: SearchSettings, index: int) -> None:
+        # prompt: its ids, checked to hold the whole path's budget (encode_problems), not in a late round
+        self.problem, self.prompt, self.settings, self.index = problem, prompt, settings, index
         self.paths: list[list[int]] = [[] for _ in range(settings.subtrees)]
         self.steps: list[list[str]] = [[] for _ in range(settings.subtrees)]
         self.done = [False] * settings.subtrees
