@@ -19,18 +19,16 @@ from __future__ import annotations
 
 import hashlib
 import json
-import warnings
 from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
 import torch
 
-from ..errors import StandWarning
 from ..files import cache_or_warn, json_bytes
 from .fast_linear import dispatch_signature
 from .models import cache_root
-from .timing import architecture_digest, time_chain, timing_disturbed, warm_cache
+from .timing import architecture_digest, time_chain, timing_disturbed, warm_cache, warn_kept_for_run
 from ..trees.tree import DraftTree
 
 DEFAULT_SIZES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 80, 96, 128)
@@ -160,8 +158,7 @@ def cached_latency(model, model_name: str, *, refresh: bool = False,
              "profile": profile.as_dict()}
     disturbed = timing_disturbed()
     if disturbed is not None:
-        warnings.warn(StandWarning(f"the latency profile is kept for this run only ({disturbed}: its timings are "
-                                   f"not this machine's)"), stacklevel=2)
+        warn_kept_for_run("the latency profile", disturbed)
         _UNCACHED[str(path)] = profile
     elif not cache_or_warn(path, json_bytes(entry), "the latency profile"):
         _UNCACHED[str(path)] = profile  # measured once per process, warned once

@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import sys
 import time
+import warnings
 
 import torch
 
@@ -35,6 +36,16 @@ def timing_disturbed() -> str | None:
     if sys.gettrace() is not None:
         return "a Python tracer (debugger or coverage) is active"
     return None
+
+
+def warn_kept_for_run(what: str, reason: str) -> None:
+    """Say, with a :class:`StandWarning` pointing at the caller's caller, that ``what`` (e.g. ``"the
+    latency profile"``) is kept for this run only because of ``reason`` (:func:`timing_disturbed`'s
+    answer, perhaps with where it applies): the one wording of every timing cache that skips a write."""
+    from ..errors import StandWarning
+
+    warnings.warn(StandWarning(f"{what} is kept for this run only ({reason}: its timings are not this machine's)"),
+                  stacklevel=3)
 
 
 def warm_cache(model, prefix_len: int, longest: int, generator: torch.Generator):

@@ -145,13 +145,10 @@ def cached_vllm_latency(llm, folder, dtype: str, prompt_ids: list[int], *, refre
     does: the tracer's cost per Python call would be in every engine step. With the engine in its own
     process (vLLM's default) the caller's profiler does not slow its steps.
     """
-    import warnings
-
     import torch
 
-    from ..errors import StandWarning
     from ..files import cache_or_warn, json_bytes
-    from ..target.timing import timing_disturbed
+    from ..target.timing import timing_disturbed, warn_kept_for_run
 
     cached = None if refresh else read_vllm_latency(folder, dtype)
     if cached is not None:
@@ -164,8 +161,7 @@ def cached_vllm_latency(llm, folder, dtype: str, prompt_ids: list[int], *, refre
              "cpu": torch.backends.cpu.get_cpu_capability(), "profile": profile.as_dict()}
     disturbed = timing_disturbed() if engine_in_process() else None
     if disturbed is not None:
-        warnings.warn(StandWarning(f"vLLM's latency profile is kept for this run only ({disturbed} in vLLM's "
-                                   f"engine process: its timings are not this machine's)"), stacklevel=2)
+        warn_kept_for_run("vLLM's latency profile", f"{disturbed} in vLLM's engine process")
     else:
         cache_or_warn(path, json_bytes(entry), "vLLM's latency profile")
     return profile
