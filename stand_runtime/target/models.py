@@ -145,6 +145,7 @@ def load_tokenizer(spec: str = DEFAULT_MODEL):
     from transformers import AutoTokenizer
 
     kind, where = resolve_model_spec(spec)
+    local_only = os.environ.get("STAND_ALLOW_DOWNLOAD") != "1"
     try:
         with _quiet():
             if kind == "gguf":
@@ -154,17 +155,12 @@ def load_tokenizer(spec: str = DEFAULT_MODEL):
                 return AutoTokenizer.from_pretrained(Path(where).parent, gguf_file=Path(where).name)
             if kind == "dir":
                 return AutoTokenizer.from_pretrained(where)
+            return AutoTokenizer.from_pretrained(str(where), local_files_only=local_only)
     except StandError:
         raise
     except Exception as error:
-        raise StandError(f"cannot load the tokenizer of {spec!r}: {_one_line(error)}") from None
-    local_only = os.environ.get("STAND_ALLOW_DOWNLOAD") != "1"
-    try:
-        with _quiet():
-            return AutoTokenizer.from_pretrained(str(where), local_files_only=local_only)
-    except OSError:  # not in the local cache: named as load_model names it (not the hub's network message)
-        raise _unknown_model(str(where), local_only) from None
-    except Exception as error:
+        if kind == "hub" and isinstance(error, OSError):  # not in the local cache: as load_model names it
+            raise _unknown_model(str(where), local_only) from None
         raise StandError(f"cannot load the tokenizer of {spec!r}: {_one_line(error)}") from None
 
 

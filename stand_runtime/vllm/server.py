@@ -138,7 +138,6 @@ def check_extra_args(extra) -> None:
         return
     import contextlib
     import io
-    import logging
 
     quiet = io.StringIO()  # vLLM's import logs (its Triton notice): not the one line this check says
     try:
@@ -147,10 +146,6 @@ def check_extra_args(extra) -> None:
             from vllm.utils.argparse_utils import FlexibleArgumentParser
     except ImportError:  # another vLLM's layout: its server checks them
         return
-    finally:  # a log handler vLLM made during the import writes where it would have
-        for handler in logging.getLogger("vllm").handlers:
-            if isinstance(handler, logging.StreamHandler) and handler.stream is quiet:
-                handler.setStream(sys.stdout)
     parser = make_arg_parser(FlexibleArgumentParser())
     said = io.StringIO()
     try:
