@@ -37,6 +37,7 @@ def serve(
     """Serve an OpenAI-compatible API with vLLM and STAND (arguments after the options go to vLLM as they are)."""
     from stand_runtime import DEFAULT_MODEL
     from stand_runtime.vllm import check_version, default_model_folder
+    from stand_runtime.vllm.engine import private_ipc_folder
     from stand_runtime.vllm.server import ServerSettings, check_extra_args, check_listen, describe, server_command
 
     _check_options(ctx, method)
@@ -68,6 +69,7 @@ def serve(
         return
     console.print(describe(settings), highlight=False, soft_wrap=True)
     sys.stdout.flush()
+    private_ipc_folder(env)  # left when the server ends (no exit handler runs); the next start removes it
     os.execve(argv[0], argv, env)  # the server replaces this process: its PID is the server's
 
 

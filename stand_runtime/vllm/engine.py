@@ -137,12 +137,19 @@ temporary folder)."""
 
 _IPC_FOLDER: str | None = None
 
+IPC_PREFIX = "stand-vllm-ipc-"
+"""Name prefix of the private IPC folders: ``stand-vllm-ipc-<pid>-<random>``, ``<pid>`` the process
+that made it."""
+
 
 def private_ipc_folder(env) -> str:
     """The folder the vLLM engines this process starts make their IPC sockets in, set in ``env`` (in
     place) unless the caller set :data:`IPC_ENV`: one temporary folder per process, removed when it
     exits. vLLM's default, the system's temporary folder, kept every engine's socket files
-    (``/tmp/<uuid>``, a few per engine) after the engine stopped: a run of the test suite left 50-80."""
+    (``/tmp/<uuid>``, a few per engine) after the engine stopped: a run of the test suite left 50-80.
+    A process that ends without its exit handlers (killed, or ``treeopt serve``, which hands its
+    process to vLLM's server) leaves its folder; the next call in any process removes the folders of
+    processes that are gone (:func:`remove_orphan_ipc_folders`)."""
     global _IPC_FOLDER
     if IPC_ENV in env:
         return env[IPC_ENV]
@@ -151,10 +158,51 @@ def private_ipc_folder(env) -> str:
         import shutil
         import tempfile
 
-        _IPC_FOLDER = tempfile.mkdtemp(prefix="stand-vllm-ipc-")
+        remove_orphan_ipc_folders(tempfile.gettempdir())
+        _IPC_FOLDER = tempfile.mkdtemp(prefix=f"{IPC_PREFIX}{os.getpid()}-")
         atexit.register(shutil.rmtree, _IPC_FOLDER, ignore_errors=True)
     env[IPC_ENV] = _IPC_FOLDER
     return _IPC_FOLDER
+
+
+def remove_orphan_ipc_folders(parent: str) -> list[str]:
+    """Remove this user's private IPC folders in ``parent`` whose process no longer runs.
+
+    Returns:
+        The folders removed. A folder whose process id is alive (or taken again by another process)
+        is kept; nothing raises.
+    """
+    import re
+    import shutil
+
+    removed = []
+    pattern = re.compile(re.escape(IPC_PREFIX) + r"(\d+)-")
+    try:
+        entries = list(os.scandir(parent))
+    except OSError:
+        return removed
+    for entry in entries:
+        match = pattern.match(entry.name)
+        try:
+            if not match or not entry.is_dir(follow_symlinks=False) or entry.stat().st_uid != os.getuid():
+                continue
+        except OSError:
+            continue
+        if not _process_alive(int(match.group(1))):
+            shutil.rmtree(entry.path, ignore_errors=True)
+            removed.append(entry.path)
+    return removed
+
+
+def _process_alive(pid: int) -> bool:
+    """Whether a process with id ``pid`` exists (one of another user's counts)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):
+        return True
+    return True
 
 
 def shutdown_llm(llm) -> None:
