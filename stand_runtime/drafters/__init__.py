@@ -122,8 +122,8 @@ def takes_tree(method: str, spec) -> bool:
 
 def new_memory(method: str, vocab: int, tree=None) -> Memory | None:
     """A fresh drafter memory for ``method`` (None for methods without one); a store for a dynamic
-    ``tree`` keeps contexts up to :data:`DYNAMIC_MAX_N` tokens (the paper's store: 3); under
-    ``STAND_NATIVE=1`` the store is the native one, over which every STAND tree (static, fixed-budget
+    ``tree`` keeps contexts up to :data:`DYNAMIC_MAX_N` tokens (the paper's store: 3); where the
+    extension is built (unless ``STAND_NATIVE=0``) the store is the native one, over which every STAND tree (static, fixed-budget
     or value-sized dynamic) is drafted in C++ (:mod:`stand_runtime.store.native_store`,
     :mod:`stand_runtime.drafters.native_draft`).
 
