@@ -134,6 +134,23 @@ BUNDLED = {  # name: (nodes per depth, widest node per depth, calibrated)
 }
 
 
+def test_a_trees_folder_where_the_user_runs_does_not_hide_the_bundled_trees(tmp_path):
+    """The bundled trees were the package ``trees``: a user's own ``trees/`` folder in the working
+    directory (a package or a namespace one) shadowed it, and the default trees of recycle,
+    stand-det and ``auto`` were "not found". They install as ``stand_trees`` now."""
+    import subprocess
+    import sys
+
+    own = tmp_path / "trees"
+    own.mkdir()
+    (own / "__init__.py").write_text("")
+    (own / "mine.json").write_text("{}")
+    code = ("from stand_runtime import bundled_trees; from stand_runtime.trees.families import bundled_families; "
+            "print(sorted(bundled_trees()), sorted(bundled_families()))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == f"{sorted(BUNDLED)} ['stand-smollm2-humaneval']"
+
+
 def test_bundled_trees_load():
     """Each bundled tree loads as its file's paths, with the shape it was shipped with."""
     trees = bundled_trees()

@@ -39,7 +39,9 @@ FORMAT_VERSION = 1
 FAMILY_FORMAT = "stand-tree-family"
 """The ``format`` of a tree family file (:mod:`.families`): named here so a family given where one tree
 belongs is said to be one."""
-BUNDLED_PACKAGE = "trees"
+BUNDLED_PACKAGE = "stand_trees"
+"""The package of the bundled trees: the folder ``trees/`` of the source, installed under this name
+(setup.py), so that a ``trees/`` folder where the user runs does not hide it."""
 
 _PATHS_SCHEMA = {"type": "array", "items": {"type": "array", "items": {"type": "integer"}}}
 _TREE_SCHEMA = {
@@ -234,7 +236,7 @@ def save_tree(tree_file: TreeFile, path: str | os.PathLike, fmt: str = "stand") 
 
 
 def bundled_files(suffix: str) -> dict[str, Path]:
-    """Files shipped in the ``trees`` package whose name ends in ``suffix``: name (before it) → path
+    """Files shipped in the bundled trees' package (:data:`BUNDLED_PACKAGE`) whose name ends in ``suffix``: name (before it) → path
     (``.json`` alone matches plain tree files only, not ``NAME.family.json`` and the like)."""
     try:
         root = importlib.resources.files(BUNDLED_PACKAGE)
@@ -249,7 +251,7 @@ def bundled_files(suffix: str) -> dict[str, Path]:
 
 
 def bundled_trees() -> dict[str, Path]:
-    """Trees shipped in the ``trees`` package: name (file stem) → path."""
+    """Trees shipped in the bundled trees' package: name (file stem) → path."""
     return bundled_files(".json")
 
 
