@@ -113,8 +113,11 @@ def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> Path:
     """Write ``data`` to ``path`` as :func:`write_text_atomic` writes text.
 
     Raises:
-        StandError: the folder does not exist or is not writable, a loop of links, or the write failed.
+        StandError: a path that is not a str or os.PathLike, the folder does not exist or is not
+            writable, a loop of links, or the write failed.
     """
+    if not isinstance(path, (str, os.PathLike)) or not str(path):
+        raise StandError(f"a file path must be a non-empty str or os.PathLike, got {path!r}")
     path = Path(path)
     target, in_place = _target(path)
     if in_place:

@@ -106,7 +106,9 @@ class Method:
             object.__setattr__(self, "max_nodes", check_max_nodes(self.max_nodes, self.name))
         if self.suffix is not None and (self.name != "suffix" or not isinstance(self.suffix, SuffixSettings)):
             raise StandError("suffix settings apply to method 'suffix' (a SuffixSettings)")
-        if self.prior is not None and (self.name not in STORE_METHODS or not isinstance(self.prior, SuccessorPrior)):
+        if self.prior is not None and not isinstance(self.prior, SuccessorPrior):
+            raise StandError(f"prior must be a SuccessorPrior (method_prior) or None, not {type(self.prior).__name__}")
+        if self.prior is not None and self.name not in STORE_METHODS:
             raise StandError(f"a successor prior drafts for {', '.join(STORE_METHODS)}, not {self.name!r}")
         if (self.value is not None) != (isinstance(self.tree, DynamicTree) and self.tree.sized):
             raise StandError("a value rule goes with a value-sized dynamic tree (dynamic-auto): build it with Method.parse")
@@ -142,13 +144,15 @@ class Method:
         Raises:
             StandError: unknown method, a missing optional package, an option the method does not
                 take, a bad tree (or one without draft nodes), a family to size without a model, a
-                model that is not a loaded causal LM.
+                model that is not a loaded causal LM, ``latency`` or ``prior`` of the wrong type.
         """
         if isinstance(name, Method):
             raise StandError("Method.parse takes a method name; this is already a Method")
         if model is not None:
             check_model(model)
         batch = check_int("batch", batch, 1)
+        if latency is not None and not isinstance(latency, LatencyProfile):
+            raise StandError(f"latency must be a LatencyProfile or None, not {type(latency).__name__}")
         check_method(name, tree=tree, feed_rejected=feed_rejected, diagnose=diagnose, extend=extend,
                      copy_tokens=copy_tokens)
         max_nodes = check_max_nodes(max_nodes, name)

@@ -519,3 +519,45 @@ def test_cli_refuses_ignored_and_late_checked_options_before_the_model_loads(arg
     code, output = run(*args)
     assert code == 2, output
     one_line_error(output, message)
+
+
+def test_the_python_api_refuses_wrong_types_where_they_are_given(tiny_qwen2, tmp_path):
+    """A user test of the Python API: each of these reached torch, numpy or an attribute deep inside
+    (TypeError, AttributeError, ZeroDivisionError, IndexError) or was taken silently; each is now one line."""
+    from stand_runtime import LatencyProfile, load_model, measure_latency, replay_trace, save_tree, load_tree
+    from stand_runtime.drafters.prior import SuccessorPrior
+
+    row = RowSpec(PROMPT, GREEDY, max_new_tokens=2)
+    calls = [
+        (lambda: generate(tiny_qwen2, "tok", PROMPT, max_new_tokens=2), "tokenizer must be"),
+        (lambda: generate_batch(tiny_qwen2, object(), [PROMPT], max_new_tokens=2), "tokenizer must be"),
+        (lambda: HFBackend(tiny_qwen2, "tok"), "tokenizer must be"),
+        (lambda: decode_rows(tiny_qwen2, None, [row], method="ar", prefixes="x"), "prefixes must be a PrefixCache"),
+        (lambda: load_model(device="tpu"), "device 'tpu' cannot be used"),
+        (lambda: load_model(fast="no"), "fast must be True or False"),
+        (lambda: Method.parse("stand", "dynamic-auto", latency="x"), "latency must be a LatencyProfile"),
+        (lambda: LatencyProfile((1, 2, 4), (0.0, 0.0, 0.0)), r"seconds must be finite times \(> 0 s\)"),
+        (lambda: LatencyProfile((), ()), "sizes must be token counts"),
+        (lambda: LatencyProfile((1, 2), (0.1,)), "2 sizes but 1 seconds"),
+        (lambda: LatencyProfile((2, 1), (0.1, 0.2)), "sizes must increase"),
+        (lambda: LatencyProfile((1, 2), (0.1, math.nan)), "seconds must be finite"),
+        (lambda: measure_latency(tiny_qwen2, sizes=()), "at least one"),
+        (lambda: measure_latency(tiny_qwen2, sizes="abc"), "sequence of token counts"),
+        (lambda: measure_latency(tiny_qwen2, sizes=(1,), rounds=0), "rounds must be"),
+        (lambda: measure_latency(tiny_qwen2, sizes=(1,), prefix_len=-1), "prefix_len must be"),
+        (lambda: measure_latency(None, sizes=(1,)), "model must be"),
+        (lambda: replay_trace(None, None, [1]), "trace replay prompt"),
+        (lambda: replay_trace("x", [1, 2], [3, 4]), "drafter must be a Drafter"),
+        (lambda: replay_trace(None, [1, 2], [-1]), "trace replay tokens: prompt ids must be non-negative"),
+        (lambda: Method.parse("stand", "heuristic-80", prior="x"), "prior must be a SuccessorPrior"),
+        (lambda: SuccessorPrior(np.zeros((3,)), np.zeros((3, 2))), r"\[V, k\] numpy arrays of one shape"),
+        (lambda: RowSpec([]), "empty prompt"),
+        (lambda: RowSpec([-5]), "non-negative"),
+        (lambda: DecodeRequest(None), "a prompt is text or token ids, not NoneType"),
+        (lambda: DecodeRequest(""), "empty prompt"),
+        (lambda: save_tree(load_tree("heuristic-80"), 5), "a file path must be"),
+    ]
+    for call, message in calls:
+        with pytest.raises(StandError, match=message) as error:
+            call()
+        one_line(error)

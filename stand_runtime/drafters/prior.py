@@ -69,6 +69,18 @@ class SuccessorPrior:
     probs: np.ndarray
     distribution: SamplingParams | None = None
 
+    def __post_init__(self) -> None:
+        """Raises StandError unless ``ids`` and ``probs`` are 2-D numpy arrays of one shape and
+        ``distribution`` is None or a SamplingParams (their values are checked where a file is read,
+        :meth:`from_bytes`)."""
+        if not (isinstance(self.ids, np.ndarray) and isinstance(self.probs, np.ndarray) and self.ids.ndim == 2
+                and self.ids.shape == self.probs.shape):
+            shapes = [list(getattr(a, "shape", ())) or type(a).__name__ for a in (self.ids, self.probs)]
+            raise StandError(f"a successor prior's ids and probs must be [V, k] numpy arrays of one shape, got {shapes}")
+        if self.distribution is not None and not isinstance(self.distribution, SamplingParams):
+            raise StandError(f"a successor prior's distribution must be a SamplingParams or None, "
+                             f"not {type(self.distribution).__name__}")
+
     def serves(self, params: SamplingParams) -> bool:
         """Whether a request sampled with ``params`` records what this prior holds (its store
         distribution is the prior's, temperature and top-p within 1e-6: vLLM passes them as float32);

@@ -33,9 +33,9 @@ from .rows import RowSpec, check_budget
 from ..errors import StandError
 from ..limits import MAX_ROWS, MAX_SAMPLES
 from .metrics import DecodeStats, GenerationResult
-from ..target.model_facts import check_model, check_positions, default_eos_ids, vocab_size
+from ..target.model_facts import check_model, check_positions, check_tokenizer, default_eos_ids, vocab_size
 from ..target.prefix_cache import PrefixCache
-from ..target.prompts import encode_prompt
+from ..target.prompts import check_prompt, encode_prompt
 from ..randomness import check_seed, check_seed_span
 from ..target.sampling import SamplingParams
 from .stopping import check_stop_strings, text_before_stop
@@ -61,7 +61,7 @@ class DecodeRequest:
             tree search); None = the request's own memory (shared by its n samples).
 
     Raises:
-        StandError: n < 1, a bad budget, seed or stop string.
+        StandError: an empty prompt or one of another type, n < 1, a bad budget, seed or stop string.
     """
 
     prompt: str | Sequence[int]
@@ -76,6 +76,7 @@ class DecodeRequest:
     group: str | None = None
 
     def __post_init__(self) -> None:
+        check_prompt(self.prompt)
         object.__setattr__(self, "n", check_int("n (samples per prompt)", self.n, 1, MAX_SAMPLES))
         object.__setattr__(self, "max_new_tokens", check_budget(self.max_new_tokens))
         check_seed(self.seed)
@@ -173,6 +174,7 @@ class HFBackend:
     def __init__(self, model, tokenizer, method: Method | str = "ar", *, share_memory: bool = False,
                  batch_size: int = RECORD_BATCH, max_batch: int = 1) -> None:
         check_model(model)
+        check_tokenizer(tokenizer)
         share_memory = check_bool("share_memory", share_memory)
         batch_size = check_int("batch_size", batch_size, 1, MAX_ROWS)
         max_batch = check_int("max_batch", max_batch, 1, MAX_ROWS)

@@ -24,7 +24,7 @@ from ..errors import StandError
 from ..limits import MAX_ROWS
 from ..method import Method, as_method
 from ..randomness import check_seed, check_seed_span
-from ..target.model_facts import attention_layout, check_model, vocab_size
+from ..target.model_facts import attention_layout, check_model, check_tokenizer, vocab_size
 from ..target.prefix_cache import PrefixCache
 from ..target.prompts import encode_prompt
 from ..target.sampling import SamplingParams
@@ -69,14 +69,17 @@ def decode_rows(
     Raises:
         StandError: no rows, a bad row (prompt, budget, seed, stop strings), a prompt plus budget
             beyond the model's context, a model with sliding-window attention (not batched here),
-            a method with ``diagnose`` (one sequence at a time), a memory the method cannot use, or
-            ``slots`` < 1.
+            a method with ``diagnose`` (one sequence at a time), a memory the method cannot use,
+            ``slots`` < 1, a tokenizer or ``prefixes`` of the wrong type.
     """
     check_model(model)
+    check_tokenizer(tokenizer)
     check_rows(rows)
     slots = len(rows) if slots is None else min(check_int("slots", slots, 1), len(rows))
     check_callable("on_tokens", on_tokens)
     check_callable("on_finish", on_finish)
+    if prefixes is not None and not isinstance(prefixes, PrefixCache):
+        raise StandError(f"prefixes must be a PrefixCache or None, not {type(prefixes).__name__}")
     layout = attention_layout(model)
     if layout.window is not None:
         raise StandError("batched decoding does not support sliding-window attention; decode rows one at a time")
@@ -116,7 +119,8 @@ def generate_batch(
         seed: an int (row r is seeded with ``seed + r``), one seed (or None) per row, or None.
         store: drafter memory: None = one fresh memory per prompt, shared online by its n rows; one
             memory shared by every row; or one per prompt.
-        Other arguments: as in :func:`stand_runtime.generate` and :func:`decode_rows`.
+        Other arguments: as in :func:`stand_runtime.generate` and :func:`decode_rows` (per-token
+            logprobs: :func:`decode_rows` with ``RowSpec(logprobs=True)``).
 
     Returns:
         One :class:`GenerationResult` per row.

@@ -22,7 +22,7 @@ import torch
 from ..checks import check_callable
 from ..drafters import Memory
 from ..method import Method, as_method
-from ..target.model_facts import attention_layout, check_model, vocab_size
+from ..target.model_facts import attention_layout, check_model, check_tokenizer, vocab_size
 from ..target.prompts import encode_prompt
 from ..target.sampling import SamplingParams
 from .decode_row import Settled
@@ -82,6 +82,7 @@ def generate(
             tree step cannot reproduce exactly (one line each, before any forward).
     """
     check_model(model)
+    check_tokenizer(tokenizer)
     params = SamplingParams() if sampling is None else check_sampling(sampling)
     check_callable("on_step", on_step)
     method = as_method(method, model)

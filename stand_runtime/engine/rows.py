@@ -14,7 +14,7 @@ from ..limits import MAX_ROWS
 from ..method import Method
 from ..randomness import RandomStream, check_seed
 from ..target.model_facts import check_positions, default_eos_ids, vocab_size
-from ..target.prompts import encode_prompt
+from ..target.prompts import check_prompt, encode_prompt
 from ..target.sampling import SamplingParams
 from .decode_row import DecodeRow
 from .stopping import StopRule, check_eos_ids, check_stop_strings
@@ -31,10 +31,11 @@ def check_budget(max_new_tokens) -> int:
 
 @dataclass(frozen=True)
 class RowSpec:
-    """One row of decoding (frozen: checked once, when made, and never changed after).
+    """One row of decoding (frozen: what needs no model checked when made, never changed after).
 
     Attributes:
-        prompt: token ids (non-empty, inside the vocabulary).
+        prompt: token ids (non-empty; inside the vocabulary, checked by :func:`make_rows`), or text
+            (through the chat template; needs a tokenizer).
         sampling: the row's target sampling distribution.
         seed: the row's seed (None = nondeterministic).
         max_new_tokens: the row's token budget.
@@ -59,9 +60,10 @@ class RowSpec:
         :func:`make_rows`); normalises ``stop`` (a lone string is one stop string) and numpy scalars.
 
         Raises:
-            StandError: a sampling that is not a :class:`SamplingParams`, a bad seed, budget, stop
-                strings, EOS ids or a non-bool ``logprobs``.
+            StandError: an empty prompt or one of another type, a sampling that is not a
+                :class:`SamplingParams`, a bad seed, budget, stop strings, EOS ids or a non-bool ``logprobs``.
         """
+        check_prompt(self.prompt)
         check_sampling(self.sampling, "a row's sampling")
         check_seed(self.seed)
         fields = {"seed": None if self.seed is None else int(self.seed),

@@ -29,6 +29,7 @@ from .allocation import BatchAllocator
 from .clock import Clock
 from .metrics import DecodeStats
 from ..randomness import RandomStream
+from ..target.prompts import encode_prompt
 from ..target.sampling import SamplingParams
 from .stopping import StopRule
 
@@ -125,14 +126,23 @@ def replay_trace(drafter: Drafter | None, prompt: Sequence[int], tokens: Sequenc
         recorded: optional top-k rows along prompt + tokens (``[len(prompt) + len(tokens) - 1, k]``).
 
     Returns:
-        The :class:`ReplayResult`; its acceptance length is ``len(tokens) / steps``.
+        The :class:`ReplayResult` (``stats.acceptance_length``: ``len(tokens) / steps``).
 
     Raises:
-        StandError: an empty prompt or trace, or recorded rows of the wrong length.
+        StandError: a drafter that is not one, an empty prompt or trace, ids that are not a flat
+            sequence of non-negative ints, or recorded rows of the wrong length.
     """
+    if drafter is not None and not all(callable(getattr(drafter, name, None))
+                                       for name in ("observe_prompt", "draft", "observe_step")):
+        raise StandError(f"drafter must be a Drafter (stand_runtime.drafters) or None, not {type(drafter).__name__}")
+    for name, ids in (("prompt", prompt), ("tokens", tokens)):
+        if isinstance(ids, (list, tuple)) and not ids:
+            raise StandError(f"a trace replay needs a prompt and tokens; {name} is empty")
+        try:
+            encode_prompt(None, ids)
+        except StandError as error:
+            raise StandError(f"trace replay {name}: {error}") from None
     prompt, tokens = [int(t) for t in prompt], [int(t) for t in tokens]
-    if not prompt or not tokens:
-        raise StandError(f"a trace replay needs a prompt and tokens, got {len(prompt)} and {len(tokens)} tokens")
     sequence = prompt + tokens
     if recorded is not None and len(recorded.ids) != len(sequence) - 1:
         raise StandError(f"recorded rows cover {len(recorded.ids)} positions, not {len(sequence) - 1}")

@@ -19,20 +19,32 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
 import torch
 
+from ..checks import check_int
+from ..errors import StandError
 from ..files import cache_or_warn, json_bytes
 from .fast_linear import dispatch_signature
+from .model_facts import check_model
 from .models import cache_root
 from .timing import architecture_digest, time_chain, timing_disturbed, warm_cache, warn_kept_for_run
 from ..trees.tree import DraftTree
 
 DEFAULT_SIZES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 80, 96, 128)
 """Tokens per forward measured by default."""
+
+MAX_PROFILE_TOKENS = 4096
+"""The most tokens per forward :func:`measure_latency` times."""
+
+
+def _real(value) -> bool:
+    """Whether ``value`` is a finite real number (not a bool)."""
+    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 @dataclass(frozen=True)
@@ -44,12 +56,36 @@ class LatencyProfile:
         seconds: ``[s]`` fitted (non-decreasing) seconds per forward at each size.
         medians: ``[s]`` raw medians over rounds (seconds).
         spread: ``[s]`` interquartile range over rounds (seconds): how noisy the machine was.
+
+    Raises:
+        StandError: no sizes, sizes that are not whole token counts >= 1 in increasing order, seconds
+            not finite and > 0 at every size, medians or spread (when given) of another length or
+            not finite and >= 0.
     """
 
     sizes: tuple[int, ...]
     seconds: tuple[float, ...]
     medians: tuple[float, ...] = ()
     spread: tuple[float, ...] = ()
+
+    def __post_init__(self) -> None:
+        sizes, seconds = tuple(self.sizes), tuple(self.seconds)
+        if not sizes or not all(isinstance(s, (int, np.integer)) and not isinstance(s, bool) and s >= 1 for s in sizes):
+            raise StandError(f"a latency profile's sizes must be token counts >= 1, got {list(sizes)}")
+        if any(b <= a for a, b in zip(sizes, sizes[1:])):
+            raise StandError(f"a latency profile's sizes must increase, got {list(sizes)}")
+        checked = {"seconds": seconds, "medians": tuple(self.medians), "spread": tuple(self.spread)}
+        for name, values in checked.items():
+            if name != "seconds" and not values:
+                continue
+            if len(values) != len(sizes):
+                raise StandError(f"a latency profile has {len(sizes)} sizes but {len(values)} {name}")
+            if not all(_real(v) and v >= 0 and (v > 0 or name != "seconds") for v in values):
+                raise StandError(f"a latency profile's {name} must be finite times "
+                                 f"({'> 0' if name == 'seconds' else '>= 0'} s), got {list(values)}")
+        object.__setattr__(self, "sizes", tuple(int(s) for s in sizes))
+        for name, values in checked.items():
+            object.__setattr__(self, name, tuple(float(v) for v in values))
 
     def at(self, tokens: float) -> float:
         """Seconds of a forward over ``tokens``: linear between measured sizes, the last slope beyond."""
@@ -94,7 +130,30 @@ def measure_latency(model, sizes=DEFAULT_SIZES, prefix_len: int = 512, rounds: i
 
     ``rounds`` interleaved rounds after one warm-up round; each round times every size once, in a
     random order (the tree is a chain: the mask's shape does not change a dense forward's cost).
+
+    Args:
+        model: a loaded causal LM (:func:`stand_runtime.load_model`).
+        sizes: tokens per forward to time (root included): increasing ints in
+            ``[1, MAX_PROFILE_TOKENS]``.
+        prefix_len: tokens in the cache each forward attends to (>= 1; fewer where the context lacks room).
+        rounds: timed rounds (>= 1).
+        seed: seed of the random tokens and the order of sizes.
+
+    Returns:
+        The profile (seconds per forward).
+
+    Raises:
+        StandError: a model that is not a causal LM, or an argument out of the ranges above.
     """
+    check_model(model)
+    if isinstance(sizes, (str, bytes)) or not hasattr(sizes, "__iter__"):
+        raise StandError(f"sizes must be a sequence of token counts, got {sizes!r}")
+    sizes = tuple(check_int("a profile size", s, 1, MAX_PROFILE_TOKENS) for s in sizes)
+    if not sizes or any(b <= a for a, b in zip(sizes, sizes[1:])):
+        raise StandError(f"sizes must be increasing token counts, at least one, got {list(sizes)}")
+    prefix_len = check_int("prefix_len", prefix_len, 1)
+    rounds = check_int("rounds", rounds, 1, 1000)
+    seed = check_int("seed", seed, 0, 2**63 - 1)
     gen = torch.Generator().manual_seed(seed)
     order_rng = np.random.default_rng(seed)
     cache, prefix_len = warm_cache(model, prefix_len, max(sizes), gen)

@@ -43,6 +43,14 @@ def check_model(model) -> None:
         raise StandError(f"model must be a transformers causal LM (from load_model), not {type(model).__name__}")
 
 
+def check_tokenizer(tokenizer) -> None:
+    """Raises StandError unless ``tokenizer`` is None (token-id prompts only) or looks like a transformers
+    tokenizer (callable, with ``decode``)."""
+    if tokenizer is not None and not (callable(tokenizer) and callable(getattr(tokenizer, "decode", None))):
+        raise StandError(f"tokenizer must be a transformers tokenizer (from load_model) or None, "
+                         f"not {type(tokenizer).__name__}")
+
+
 def default_eos_ids(model, tokenizer) -> list[int]:
     """EOS ids of the tokenizer and of the model's generation config (sorted, distinct)."""
     ids: set[int] = set()

@@ -28,6 +28,7 @@ from pathlib import Path
 
 import torch
 
+from ..checks import check_bool
 from ..errors import StandError
 from .fast_linear import native_bf16, packable_dtypes, prepack_linears
 from .kernel_choice import choose_kernels
@@ -110,12 +111,13 @@ def load_model(
         ``(model, tokenizer)``: the model in eval mode without gradients, on ``device``.
 
     Raises:
-        StandError: unknown or unloadable model spec, or an unsupported dtype (one line).
+        StandError: unknown or unloadable model spec, an unsupported dtype, a device torch does not
+            know or this machine does not have, ``fast`` not a bool (one line).
     """
     dtype = _dtype(dtype)
+    fast = check_bool("fast", fast)
+    device = _device(device)
     kind, where = resolve_model_spec(spec)
-    if device is None:
-        device = "cuda" if torch.cuda.is_available() else "cpu"
     if kind == "gguf":
         folder = _dequantized_cache(Path(where))
         model, tokenizer = _load_folder(folder, dtype, spec)
@@ -130,6 +132,25 @@ def load_model(
         prepack_linears(model)
         choose_kernels(model, cache_root() / "latency")
     return model, tokenizer
+
+
+def _device(device) -> torch.device:
+    """``device`` as a torch device this machine has (None: CUDA when available, else the CPU).
+
+    Raises:
+        StandError: a device name torch does not know, or one it cannot use here.
+    """
+    if device is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(device)
+    except (RuntimeError, TypeError, ValueError) as error:
+        raise StandError(f"device {device!r} cannot be used: {str(error).splitlines()[0]}") from None
+    try:
+        torch.empty(0, device=device)
+    except (RuntimeError, AssertionError, ValueError) as error:
+        raise StandError(f"device {str(device)!r} is not available here: {str(error).splitlines()[0]}") from None
+    return device
 
 
 _DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16}

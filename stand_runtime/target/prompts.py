@@ -24,6 +24,21 @@ def check_prompt_text(text: str) -> str:
     return text
 
 
+def check_prompt(prompt_or_ids) -> None:
+    """Check a prompt's form before any tokenizer or model is at hand: text that can be a prompt
+    (:func:`check_prompt_text`), or token ids as :func:`encode_prompt` takes them (the vocabulary is
+    checked later, against the model).
+
+    Raises:
+        StandError: as :func:`encode_prompt` (an empty prompt, ids that are not a flat sequence of
+            non-negative ints, a prompt of another type).
+    """
+    if isinstance(prompt_or_ids, str):
+        check_prompt_text(prompt_or_ids)
+    else:
+        encode_prompt(None, prompt_or_ids)
+
+
 def encode_prompt(tokenizer, prompt_or_ids, vocab: int | None = None) -> list[int]:
     """Token ids of a prompt: text through the chat template (if any), ids as they are.
 
