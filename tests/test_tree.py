@@ -151,6 +151,19 @@ def test_a_trees_folder_where_the_user_runs_does_not_hide_the_bundled_trees(tmp_
     assert out.stdout.strip() == f"{sorted(BUNDLED)} ['stand-smollm2-humaneval']"
 
 
+def test_an_install_without_the_bundled_package_finds_the_folder_or_says_to_reinstall(monkeypatch, tmp_path):
+    """An install made while the folder was the package ``trees`` (or a source checkout) has no
+    ``stand_trees``: the folder beside ``stand_runtime`` serves; without it, one line says to reinstall
+    (it said "not found ... (none)")."""
+    from stand_runtime.trees import tree_io
+
+    monkeypatch.setattr(tree_io, "BUNDLED_PACKAGE", "stand_trees_not_installed")
+    assert sorted(bundled_trees()) == sorted(BUNDLED)
+    monkeypatch.setattr(tree_io, "__file__", str(tmp_path / "stand_runtime" / "trees" / "tree_io.py"))
+    with pytest.raises(StandError, match="not installed: run pip install -e . again"):
+        bundled_trees()
+
+
 def test_bundled_trees_load():
     """Each bundled tree loads as its file's paths, with the shape it was shipped with."""
     trees = bundled_trees()

@@ -555,13 +555,14 @@ def test_engines_make_their_ipc_sockets_in_a_private_folder():
     folder = engine.private_ipc_folder(first)
     assert first[engine.IPC_ENV] == folder and os.path.isdir(folder) and "stand-vllm-ipc-" in folder
     assert engine.private_ipc_folder(second) == folder  # one folder per process
-    assert os.path.basename(folder).startswith(f"{engine.IPC_PREFIX}{os.getpid()}-")
+    assert os.path.basename(folder).startswith(f"{engine.IPC_PREFIX}{engine._pid_namespace()}-{os.getpid()}-")
 
 
 def test_the_ipc_folders_of_processes_that_are_gone_are_removed(tmp_path):
     """A process that ends without its exit handlers (killed; ``treeopt serve``, which hands its process
     to vLLM's server) leaves its IPC folder: the next private folder made removes those of processes
-    that are gone, and keeps those of running ones and anything not named as one."""
+    that are gone, and keeps those of running ones, those of another pid namespace (a container sharing
+    /tmp) and anything not named as one."""
     import subprocess
     import sys
 
@@ -569,15 +570,17 @@ def test_the_ipc_folders_of_processes_that_are_gone_are_removed(tmp_path):
 
     gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
                           text=True, check=True)
-    dead = tmp_path / f"{engine.IPC_PREFIX}{int(gone.stdout)}-abc"
-    alive = tmp_path / f"{engine.IPC_PREFIX}{os.getpid()}-def"
+    here = f"{engine.IPC_PREFIX}{engine._pid_namespace()}"
+    dead = tmp_path / f"{here}-{int(gone.stdout)}-abc"
+    alive = tmp_path / f"{here}-{os.getpid()}-def"
     other = tmp_path / f"{engine.IPC_PREFIX}xyz"
-    for folder in (dead, alive, other):
+    elsewhere = tmp_path / f"{engine.IPC_PREFIX}1{engine._pid_namespace()}-{int(gone.stdout)}-ghi"
+    for folder in (dead, alive, other, elsewhere):
         folder.mkdir()
         (folder / "socket").write_text("")
     (tmp_path / f"{engine.IPC_PREFIX}1-file").write_text("")  # a file, not a folder: kept
     assert engine.remove_orphan_ipc_folders(str(tmp_path)) == [str(dead)]
-    assert not dead.exists() and alive.exists() and other.exists()
+    assert not dead.exists() and alive.exists() and other.exists() and elsewhere.exists()
     assert engine.remove_orphan_ipc_folders(str(tmp_path / "missing")) == []
 
 

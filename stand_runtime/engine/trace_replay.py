@@ -115,6 +115,22 @@ class ReplayResult:
     tokens: int
 
 
+def _ids(name: str, ids) -> list[int]:
+    """``ids`` (a flat or ``[1, n]`` sequence, tensor or array of token ids) as a list of ints.
+
+    Raises:
+        StandError: text, an empty sequence, or ids that are not non-negative ints (naming ``name``).
+    """
+    if isinstance(ids, str):
+        raise StandError(f"a trace replay takes token ids, not text ({name})")
+    if isinstance(ids, (list, tuple)) and not ids:
+        raise StandError(f"a trace replay needs a prompt and tokens; {name} is empty")
+    try:
+        return encode_prompt(None, ids)
+    except StandError as error:
+        raise StandError(f"trace replay {name}: {error}") from None
+
+
 def replay_trace(drafter: Drafter | None, prompt: Sequence[int], tokens: Sequence[int],
                  recorded: RecordedTop | None = None) -> ReplayResult:
     """Replay one trace greedily through ``drafter`` on the engine's steps (module docstring).
@@ -135,14 +151,7 @@ def replay_trace(drafter: Drafter | None, prompt: Sequence[int], tokens: Sequenc
     if drafter is not None and not all(callable(getattr(drafter, name, None))
                                        for name in ("observe_prompt", "draft", "observe_step")):
         raise StandError(f"drafter must be a Drafter (stand_runtime.drafters) or None, not {type(drafter).__name__}")
-    for name, ids in (("prompt", prompt), ("tokens", tokens)):
-        if isinstance(ids, (list, tuple)) and not ids:
-            raise StandError(f"a trace replay needs a prompt and tokens; {name} is empty")
-        try:
-            encode_prompt(None, ids)
-        except StandError as error:
-            raise StandError(f"trace replay {name}: {error}") from None
-    prompt, tokens = [int(t) for t in prompt], [int(t) for t in tokens]
+    prompt, tokens = _ids("prompt", prompt), _ids("tokens", tokens)
     sequence = prompt + tokens
     if recorded is not None and len(recorded.ids) != len(sequence) - 1:
         raise StandError(f"recorded rows cover {len(recorded.ids)} positions, not {len(sequence) - 1}")

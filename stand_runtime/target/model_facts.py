@@ -44,9 +44,9 @@ def check_model(model) -> None:
 
 
 def check_tokenizer(tokenizer) -> None:
-    """Raises StandError unless ``tokenizer`` is None (token-id prompts only) or looks like a transformers
-    tokenizer (callable, with ``decode``)."""
-    if tokenizer is not None and not (callable(tokenizer) and callable(getattr(tokenizer, "decode", None))):
+    """Raises StandError unless ``tokenizer`` is None (token-id prompts only) or has ``decode`` (a
+    transformers tokenizer; a raw ``tokenizers.Tokenizer`` decodes too, for token-id prompts)."""
+    if tokenizer is not None and not callable(getattr(tokenizer, "decode", None)):
         raise StandError(f"tokenizer must be a transformers tokenizer (from load_model) or None, "
                          f"not {type(tokenizer).__name__}")
 

@@ -63,8 +63,11 @@ def encode_prompt(tokenizer, prompt_or_ids, vocab: int | None = None) -> list[in
                 [{"role": "user", "content": prompt_or_ids}], add_generation_prompt=True, tokenize=True
             )
             ids = encoded["input_ids"] if hasattr(encoded, "keys") else encoded
-        else:
+        elif callable(tokenizer):
             ids = tokenizer(prompt_or_ids)["input_ids"]
+        else:
+            raise StandError(f"a {type(tokenizer).__name__} cannot encode a text prompt here: pass token ids, "
+                             f"or a transformers tokenizer")
     elif isinstance(prompt_or_ids, torch.Tensor):
         if prompt_or_ids.dim() not in (1, 2):
             raise StandError(f"prompt ids must be a [n] or [1, n] tensor, got shape {list(prompt_or_ids.shape)}")

@@ -22,7 +22,7 @@ from .tree_io import FAMILY_FORMAT, FORMAT_NAME, FORMAT_VERSION, TreeFile, bundl
 
 
 def bundled_families() -> dict[str, Path]:
-    """Tree families shipped in the ``trees`` package (``NAME.family.json``): name → path."""
+    """Tree families shipped with the bundled trees (``NAME.family.json``): name → path."""
     return bundled_files(".family.json")
 
 

@@ -238,16 +238,30 @@ def save_tree(tree_file: TreeFile, path: str | os.PathLike, fmt: str = "stand") 
 def bundled_files(suffix: str) -> dict[str, Path]:
     """Files shipped in the bundled trees' package (:data:`BUNDLED_PACKAGE`) whose name ends in ``suffix``: name (before it) → path
     (``.json`` alone matches plain tree files only, not ``NAME.family.json`` and the like)."""
-    try:
-        root = importlib.resources.files(BUNDLED_PACKAGE)
-    except ModuleNotFoundError:
-        return {}
     out = {}
+    root = bundled_root()
     for entry in root.iterdir():
         name = entry.name
         if name.endswith(suffix) and (suffix != ".json" or name.count(".") == 1):
             out[name[: -len(suffix)]] = Path(str(entry))
     return out
+
+
+def bundled_root():
+    """The bundled trees' folder: the package :data:`BUNDLED_PACKAGE`, else (a source checkout, or an
+    install made while the folder was the package ``trees``) the folder ``trees/`` beside the
+    ``stand_runtime`` package.
+
+    Raises:
+        StandError: neither is there (the install is damaged: run ``pip install -e .`` again).
+    """
+    try:
+        return importlib.resources.files(BUNDLED_PACKAGE)
+    except ModuleNotFoundError:
+        beside = Path(__file__).resolve().parents[2] / "trees"
+        if (beside / "__init__.py").is_file():
+            return beside
+    raise StandError(f"the bundled trees (package {BUNDLED_PACKAGE}) are not installed: run pip install -e . again")
 
 
 def bundled_trees() -> dict[str, Path]:
@@ -256,7 +270,7 @@ def bundled_trees() -> dict[str, Path]:
 
 
 def bundled_calibrations() -> dict[str, Path]:
-    """Calibration files shipped in the ``trees`` package (``NAME.calibration.json``): name → path."""
+    """Calibration files shipped with the bundled trees (``NAME.calibration.json``): name → path."""
     return bundled_files(".calibration.json")
 
 

@@ -138,8 +138,8 @@ temporary folder)."""
 _IPC_FOLDER: str | None = None
 
 IPC_PREFIX = "stand-vllm-ipc-"
-"""Name prefix of the private IPC folders: ``stand-vllm-ipc-<pid>-<random>``, ``<pid>`` the process
-that made it."""
+"""Name prefix of the private IPC folders: ``stand-vllm-ipc-<namespace>-<pid>-<random>``, ``<pid>`` the
+process that made it and ``<namespace>`` its process-id namespace (:func:`_pid_namespace`)."""
 
 
 def private_ipc_folder(env) -> str:
@@ -149,7 +149,8 @@ def private_ipc_folder(env) -> str:
     (``/tmp/<uuid>``, a few per engine) after the engine stopped: a run of the test suite left 50-80.
     A process that ends without its exit handlers (killed, or ``treeopt serve``, which hands its
     process to vLLM's server) leaves its folder; the next call in any process removes the folders of
-    processes that are gone (:func:`remove_orphan_ipc_folders`)."""
+    processes that are gone (:func:`remove_orphan_ipc_folders`). A process started with this
+    process's environment (its engines) uses the same folder."""
     global _IPC_FOLDER
     if IPC_ENV in env:
         return env[IPC_ENV]
@@ -159,7 +160,7 @@ def private_ipc_folder(env) -> str:
         import tempfile
 
         remove_orphan_ipc_folders(tempfile.gettempdir())
-        _IPC_FOLDER = tempfile.mkdtemp(prefix=f"{IPC_PREFIX}{os.getpid()}-")
+        _IPC_FOLDER = tempfile.mkdtemp(prefix=f"{IPC_PREFIX}{_pid_namespace()}-{os.getpid()}-")
         atexit.register(shutil.rmtree, _IPC_FOLDER, ignore_errors=True)
     env[IPC_ENV] = _IPC_FOLDER
     return _IPC_FOLDER
@@ -170,13 +171,14 @@ def remove_orphan_ipc_folders(parent: str) -> list[str]:
 
     Returns:
         The folders removed. A folder whose process id is alive (or taken again by another process)
-        is kept; nothing raises.
+        is kept, and so is one made in another process-id namespace (a container sharing the
+        temporary folder: its pids say nothing here); nothing raises.
     """
     import re
     import shutil
 
     removed = []
-    pattern = re.compile(re.escape(IPC_PREFIX) + r"(\d+)-")
+    pattern = re.compile(re.escape(IPC_PREFIX) + re.escape(_pid_namespace()) + r"-(\d+)-")
     try:
         entries = list(os.scandir(parent))
     except OSError:
@@ -192,6 +194,15 @@ def remove_orphan_ipc_folders(parent: str) -> list[str]:
             shutil.rmtree(entry.path, ignore_errors=True)
             removed.append(entry.path)
     return removed
+
+
+def _pid_namespace() -> str:
+    """This process's process-id namespace (the inode of ``/proc/self/ns/pid``; ``"0"`` where there is
+    none to read): a pid names a process only within it."""
+    try:
+        return str(os.stat("/proc/self/ns/pid").st_ino)
+    except OSError:
+        return "0"
 
 
 def _process_alive(pid: int) -> bool:
