@@ -10,6 +10,7 @@ appended to in place: renaming over it would replace a device, a pipe or a shell
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 import tempfile
@@ -191,8 +192,21 @@ def cache_or_warn(path: str | os.PathLike, data: bytes, what: str) -> bool:
 
 
 def json_bytes(data: Any, indent: int | None = 1) -> bytes:
-    """``data`` as a JSON file's UTF-8 bytes (a final line break), as :func:`write_json_atomic` writes it."""
-    return (json.dumps(data, indent=indent) + "\n").encode("utf-8")
+    """``data`` as a JSON file's UTF-8 bytes (a final line break), as :func:`write_json_atomic` writes it:
+    strict JSON, a NaN or infinite float written as ``null`` (Python's ``NaN`` is no JSON a strict
+    parser reads)."""
+    return (json.dumps(_strict_json(data), indent=indent, allow_nan=False) + "\n").encode("utf-8")
+
+
+def _strict_json(data: Any) -> Any:
+    """``data`` with every float that is not finite replaced by None (dicts, lists and tuples walked)."""
+    if isinstance(data, float):
+        return data if math.isfinite(data) else None
+    if isinstance(data, dict):
+        return {key: _strict_json(value) for key, value in data.items()}
+    if isinstance(data, (list, tuple)):
+        return [_strict_json(value) for value in data]
+    return data
 
 
 def write_json_atomic(path: str | os.PathLike, data: Any, indent: int | None = 1) -> Path:

@@ -34,6 +34,8 @@ def check_seed(seed) -> None:
 def check_seed_span(seed: int | None, count: int, what: str) -> None:
     """Raises StandError when ``count`` draws seeded ``seed``, ``seed + 1``, ... (``what`` names them:
     "rows", "samples", ...) would run past the last seed, 2**64 - 1; naming the largest seed that fits."""
+    if seed is not None and count > SEED_LIMIT:
+        raise StandError(f"{count} {what} need more than 2**64 seeds: ask for fewer")
     if seed is not None and seed + count - 1 >= SEED_LIMIT:
         raise StandError(f"seed {seed} seeds {count} {what} with seed + i: the last, {seed} + {count - 1}, is past "
                          f"2**64 - 1; give a seed <= {SEED_LIMIT - count}")

@@ -30,6 +30,8 @@ def test_parse_methods_and_unknown_method():
         ("first \\boxed{3} then \\boxed{ 1,234 }", "1234"),
         ("She makes 9 * 2 = $18 every day.", "18"),
         ("x = -4.0", "-4"),
+        ("she pays $3.50", "3.5"),  # a decimal's trailing zeros go as 18.00's do: 3.50 matches 3.5
+        ("it drops to -0 degrees", "0"),
         ("no answer here", None),
     ],
 )

@@ -1,6 +1,7 @@
 """Atomic writes (stand_runtime.files): links followed, devices and FIFOs written in place, folders
 probed by a real file."""
 
+import json
 import os
 import stat
 import threading
@@ -132,3 +133,14 @@ def test_a_replaced_file_keeps_its_mode_and_a_file_is_not_a_folder(tmp_path):
     assert out.read_text() == "new" and stat.S_IMODE(out.stat().st_mode) == 0o600
     with pytest.raises(StandError, match=r"ro.json is not a folder"):
         check_writable(out / "x.json")
+
+
+def test_json_results_are_strict_json_with_null_for_nan(tmp_path):
+    """A trace bench whose groups have different sizes had no data at some trajectory and wrote a
+    literal NaN, which strict parsers refuse: a non-finite float is written as null."""
+    from stand_runtime.files import json_bytes, write_json_atomic
+
+    data = {"tau": [1.5, float("nan")], "interval": (float("-inf"), 2.0), "nested": {"x": float("inf")}}
+    assert json.loads(json_bytes(data)) == {"tau": [1.5, None], "interval": [None, 2.0], "nested": {"x": None}}
+    path = write_json_atomic(tmp_path / "r.json", data)
+    json.loads(path.read_text(), parse_constant=lambda name: pytest.fail(f"{name} written"))

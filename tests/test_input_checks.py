@@ -402,7 +402,7 @@ def test_search_checks_its_settings_problems_and_seeds_before_the_first_problem(
     with pytest.raises(StandError, match="give a seed <= 18446744073709551612"):
         run_search(counting, DigitsTokenizer(), problems, SearchSettings(n=2, max_new_tokens=2, seed=2**64 - 3))
     assert calls == [], "the late problem's seed is checked before the first problem decodes"
-    for bad, message in ((["3 5 7"], "problem 0 must be a Prompt"), (Prompt("a", "3 5"), "problems must be a list of Prompt")):
+    for bad, message in ((["3 5 7"], "problems: item 0 must be a Prompt"), (Prompt("a", "3 5"), "problems must be a list of Prompt")):
         with pytest.raises(StandError, match=message):
             run_search(backend, DigitsTokenizer(), bad, SearchSettings(n=2, max_new_tokens=2))
     with pytest.raises(StandError, match="on_problem must be a function"):
@@ -561,3 +561,56 @@ def test_the_python_api_refuses_wrong_types_where_they_are_given(tiny_qwen2, tmp
         with pytest.raises(StandError, match=message) as error:
             call()
         one_line(error)
+
+
+def test_the_treeopt_library_refuses_what_it_would_misuse(tiny_qwen2, tmp_path):
+    """A user test of treeopt as a library: each of these returned a wrong result silently (a tree of
+    the wrong size, a calibration file its own loader refuses, best-of-N run as DVTS, a tree name split
+    into characters) or reached a raw error; each is now one line before any decoding."""
+    from pathlib import Path
+
+    from treeopt import CalibrationConfig, calibrate, per_depth_tree, prune, run_bench
+    from treeopt.evaluate.bench import parse_methods
+    from treeopt.evaluate.search import compare_methods, run_search, search_problem
+    from treeopt.evaluate.strategies import best_of_n, dvts
+    from treeopt.evaluate.verifiers import ConfidenceVerifier, make_verifier
+    from treeopt.optimize.candidate import candidate_tree
+
+    tokenizer, backend = DigitsTokenizer(), HFBackend(tiny_qwen2, DigitsTokenizer(), "ar")
+    twice = [Prompt("a", "3 5 7"), Prompt("a", "5 7 3")]
+    best, tree_search = SearchSettings(n=2, max_new_tokens=2), SearchSettings(strategy="dvts", n=2, max_new_tokens=2)
+    calls = [
+        (lambda: prune(candidate_tree(5), np.full(5, np.nan), 3), "alpha must be finite"),
+        (lambda: prune(candidate_tree(5), np.full(5, 0.5), 3.5), "nodes must be an integer"),
+        (lambda: per_depth_tree([]), "at least one depth"),
+        (lambda: per_depth_tree([2.5]), "nodes at depth 1 must be an integer"),
+        (lambda: calibrate(CalibrationConfig(max_new_tokens=2, candidate_nodes=5), tiny_qwen2, tokenizer,
+                           tmp_path / "c.json", prompts=twice), "the same id 'a'"),
+        (lambda: calibrate(CalibrationConfig(max_new_tokens=2, candidate_nodes=5), tiny_qwen2, tokenizer,
+                           tmp_path / "c.json", prompts=[]), "the list is empty"),
+        (lambda: run_search(backend, tokenizer, twice, best), "the same id 'a'"),
+        (lambda: run_bench(tiny_qwen2, tokenizer, twice, parse_methods("ar", None), sampling=GREEDY,
+                           max_new_tokens=2, seed=0), "the same id 'a'"),
+        (lambda: run_bench(tiny_qwen2, tokenizer, [Prompt("c", "4 4"), Prompt("long", " ".join(["1"] * 250))],
+                           parse_methods("ar", None), sampling=GREEDY, max_new_tokens=10, seed=0), "prompt long:"),
+        (lambda: run_bench(tiny_qwen2, tokenizer, twice[:1], parse_methods("ar", None), sampling=GREEDY,
+                           max_new_tokens=2, seed=0, on_run=5), "on_run must be"),
+        (lambda: best_of_n(backend, tokenizer, twice[0], tree_search), "for 'dvts', not 'best-of-n'"),
+        (lambda: dvts(backend, tokenizer, twice[0], best, ConfidenceVerifier(), 16), "for 'best-of-n', not 'dvts'"),
+        (lambda: search_problem(backend, tokenizer, twice[0], best, None, None, index=-1), "index"),
+        (lambda: search_problem(backend, tokenizer, "1 2 3", best, None, None), "problem must be a Prompt"),
+        (lambda: run_search(None, tokenizer, twice[:1], best), "backend must be a DecodingBackend"),
+        (lambda: compare_methods({"ar": backend}, tokenizer, [], best, None, None), "at least one problem"),
+        (lambda: compare_methods({}, tokenizer, twice[:1], best, None, None), "backends must be a non-empty dict"),
+        (lambda: make_verifier(ConfidenceVerifier), "not the class ConfidenceVerifier"),
+        (lambda: search_problem(backend, tokenizer, twice[0], SearchSettings(strategy="dvts", n=4, seed=2**63),
+                                "confidence", 16, index=2**62), "need more than 2\\*\\*64 seeds"),
+    ]
+    for call, message in calls:
+        with pytest.raises(StandError, match=message) as error:
+            call()
+        one_line(error)
+    assert [m.tree_name for m in parse_methods("stand", "heuristic-80")] == ["heuristic-80"]  # not its characters
+    data = tmp_path / "d.jsonl"
+    data.write_text(json.dumps({"id": "x", "prompt": "1 2"}) + "\n")
+    assert [p.id for p in load_prompts(Path(data))] == ["x"]

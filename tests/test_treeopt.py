@@ -139,6 +139,9 @@ def test_calibration_file_round_trip_and_export(tmp_path):
         (lambda d: json.dumps({k: v for k, v in d.items() if k != "per_prompt"}), "bad or missing field"),
         (lambda d: json.dumps({**d, "steps": 1}), "steps do not add up"),
         (lambda d: json.dumps({**d, "candidate": [[0], [0, 0, 0]]}), "has no parent"),
+        (lambda d: json.dumps({**{k: v for k, v in d.items() if k != "alpha"},  # sums beyond the steps, no alpha key
+                               "per_prompt": [{**p, "alpha_sum": [0] + [347 * p["steps"]] * (len(p["alpha_sum"]) - 1)}
+                                              for p in d["per_prompt"]]}), "alpha-hat above 1"),
     ],
 )
 def test_corrupt_calibration_is_a_one_line_error(tmp_path, mutate, message):
@@ -153,5 +156,15 @@ def test_corrupt_calibration_is_a_one_line_error(tmp_path, mutate, message):
 def test_config_validation():
     with pytest.raises(StandError, match="unknown calibration method"):
         CalibrationConfig(method="magic")
-    with pytest.raises(StandError, match="samples must be >= 1"):
+    with pytest.raises(StandError, match=r"samples must be an integer in \[1, 65536\], got 0"):
         CalibrationConfig(samples=0)
+    # a user test of the library: each of these was taken (or read "no" as True) and failed later
+    for settings, message in (({"samples": 2.5}, "samples must be an integer"), ({"offset": -5}, "offset must be"),
+                              ({"candidate_nodes": 100000}, "candidate_nodes must be"),
+                              ({"candidate_nodes": True}, "candidate_nodes must be"),
+                              ({"dataset": None}, "dataset must be a name or a path"),
+                              ({"field": 5}, "field must be a column name"),
+                              ({"deterministic_drafts": "no"}, "deterministic_drafts must be True or False"),
+                              ({"prior_base": "0.5"}, "prior base must be a number")):
+        with pytest.raises(StandError, match=message):
+            CalibrationConfig(**settings)

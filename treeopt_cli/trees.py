@@ -78,6 +78,8 @@ def export(
     extra = {}
     if count is None:
         count, extra = _auto_size(result, model, batch)
+    if count > result.candidate.num_nodes:
+        raise StandError(f"--nodes {count} is larger than the candidate tree ({result.candidate.num_nodes} nodes)")
     tree_file = export_tree(result, count, extra)
     save_tree(tree_file, out, fmt)
     if show_profile:

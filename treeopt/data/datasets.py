@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import random
 from dataclasses import dataclass
 from pathlib import Path
@@ -70,6 +71,8 @@ def load_prompts(
     samples = None if samples is None else check_int("samples", samples, 1)
     offset = check_int("offset", offset, 0)
     shuffle_seed = None if shuffle_seed is None else check_int("shuffle_seed", shuffle_seed, 0)
+    if isinstance(dataset, os.PathLike):
+        dataset = os.fspath(dataset)
     if not isinstance(dataset, str) or not dataset:
         raise StandError(f"dataset must be a name or a file path, got {dataset!r}")
     if dataset == "humaneval":
@@ -89,7 +92,7 @@ def load_prompts(
                                         [line for line, _ in numbered])
     else:
         prompts = _prompts_from_records(_read_hf(dataset), field, dataset)
-    _check_ids(prompts, dataset)
+    _check_ids(prompts, f"dataset {dataset}")
     if shuffle_seed is not None:
         prompts = random.Random(shuffle_seed).sample(prompts, len(prompts))
     prompts = prompts[offset:]
@@ -192,13 +195,32 @@ def _prompts_from_records(records: list[dict], field: str | None, source: str,
     return prompts
 
 
+def check_prompt_list(prompts, what: str = "prompts") -> list[Prompt]:
+    """``prompts`` as a list once it is a non-empty list (or tuple) of :class:`Prompt` with distinct ids
+    (a bench, calibration or search keys results, seeds and drafter memories by id).
+
+    Raises:
+        StandError: not a list, an empty one, an item that is not a Prompt, or two with one id.
+    """
+    if isinstance(prompts, Prompt) or not isinstance(prompts, (list, tuple)):
+        raise StandError(f"{what} must be a list of Prompt, got {type(prompts).__name__}")
+    if not prompts:
+        raise StandError(f"{what}: the list is empty")
+    for index, item in enumerate(prompts):
+        if not isinstance(item, Prompt):
+            raise StandError(f"{what}: item {index} must be a Prompt (treeopt.data.datasets.Prompt), "
+                             f"got {type(item).__name__} {item!r:.60}")
+    _check_ids(prompts, what)
+    return list(prompts)
+
+
 def _check_ids(prompts: list[Prompt], source: str) -> None:
     """Raises StandError when two prompts share an id (a search shares one drafter memory per id, and
     results are keyed by it); a record without an id is named by its index, which may collide too."""
     seen: dict[str, int] = {}
     for index, prompt in enumerate(prompts):
         if prompt.id in seen:
-            raise StandError(f"dataset {source}: records {seen[prompt.id] + 1} and {index + 1} have the same id "
+            raise StandError(f"{source}: records {seen[prompt.id] + 1} and {index + 1} have the same id "
                              f"{prompt.id!r} (a record without an id is named by its index): give every record its own")
         seen[prompt.id] = index
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 from collections import Counter
 
+from stand_runtime import StandError
+
 _NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
 
 
@@ -26,7 +28,13 @@ def last_boxed(text: str) -> str | None:
 
 
 def extract_answer(text: str) -> str | None:
-    """The final answer: the last ``\\boxed{...}``, else the last number in the text; normalised."""
+    """The final answer: the last ``\\boxed{...}``, else the last number in the text; normalised.
+
+    Raises:
+        StandError: ``text`` is not a string.
+    """
+    if not isinstance(text, str):
+        raise StandError(f"an answer is read from text, not {type(text).__name__}")
     answer = last_boxed(text)
     if answer is None:
         numbers = _NUMBER.findall(text)
@@ -35,10 +43,19 @@ def extract_answer(text: str) -> str | None:
 
 
 def normalise(answer: str) -> str:
-    """Strip spaces, dollar signs, thousands separators and a trailing ``.0`` so equal numbers match."""
+    """Strip spaces, dollar signs, thousands separators and a decimal's trailing zeros (``18.00`` is
+    ``18``, ``-3.50`` is ``-3.5``, ``-0`` is ``0``) so equal numbers match.
+
+    Raises:
+        StandError: ``answer`` is not a string.
+    """
+    if not isinstance(answer, str):
+        raise StandError(f"an answer is text, not {type(answer).__name__}")
     answer = answer.strip().strip("$").replace(",", "").replace(" ", "")
-    if re.fullmatch(r"-?\d+\.0+", answer):
-        answer = answer.split(".")[0]
+    if re.fullmatch(r"-?\d+\.\d+", answer):
+        answer = answer.rstrip("0").rstrip(".")
+    if re.fullmatch(r"-0+(\.0*)?", answer):
+        answer = "0"
     return answer
 
 

@@ -11,6 +11,7 @@ by tests: speed is reported, not tested.
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass, field
 from typing import Callable
@@ -22,13 +23,15 @@ from stand_runtime.drafters import STORE_METHODS, TREE_METHODS
 from stand_runtime.drafters.diagnostics import summarise_draft_quality
 from stand_runtime.engine.metrics import acceptance_by_depth
 from stand_runtime.method import DEFAULT_TREES
+from stand_runtime.checks import check_callable
+from stand_runtime.engine.rows import check_budget
 from stand_runtime.randomness import check_seed
 from stand_runtime.drafters.prior import method_prior
 from stand_runtime.target.model_facts import vocab_size
 from stand_runtime.drafters import takes_tree
 
 from .answers import extract_answer, majority_vote, normalise
-from ..data.datasets import Prompt
+from ..data.datasets import Prompt, check_prompt_list, check_prompts_fit
 from .method_lists import split_methods
 from .reliability import ReliabilityLog
 
@@ -85,7 +88,9 @@ def parse_methods(methods: str, trees: list[str] | None) -> list[BenchMethod]:
     valid = [*METHODS, *(method + suffix for suffix in (REJECTED_SUFFIX, NOPRIOR_SUFFIX, REJECTED_SUFFIX + NOPRIOR_SUFFIX)
                          for method in STORE_METHODS)]
     names = split_methods(methods, valid)
-    trees = list(trees or [])
+    if isinstance(trees, (str, os.PathLike)):  # one tree given alone, not its characters
+        trees = [trees]
+    trees = [str(tree) for tree in trees or []]
     if len(set(trees)) < len(trees):
         raise StandError(f"a tree is listed twice in {trees!r}")
     bases = [name.removesuffix(NOPRIOR_SUFFIX).removesuffix(REJECTED_SUFFIX) for name in names]
@@ -227,9 +232,20 @@ def run_bench(
     (:mod:`stand_runtime.drafters.prior`; measured once per model and cached) unless they say ``+noprior``.
 
     Raises:
-        StandError: a bad tree (before any decoding), or trajectories < 1.
+        StandError: before any decoding: prompts that are not a non-empty list of Prompt with distinct
+            ids, no methods or one that is not a BenchMethod, callbacks that are not callable, a bad
+            tree, trajectories < 1, or a prompt that does not fit the context with its budget.
     """
+    prompts = check_prompt_list(prompts, "bench prompts")
+    if isinstance(methods, BenchMethod) or not isinstance(methods, (list, tuple)) or not methods:
+        raise StandError("methods must be a non-empty list of BenchMethod (parse_methods)")
+    for spec in methods:
+        if not isinstance(spec, BenchMethod):
+            raise StandError(f"methods must be BenchMethod objects (parse_methods), got {type(spec).__name__}")
+    check_callable("on_run", on_run)
+    check_callable("on_prompt", on_prompt)
     check_bench_settings(len(prompts), trajectories, seed)
+    check_prompts_fit(model, tokenizer, prompts, check_budget(max_new_tokens))
     backends, results = [], []
     for spec in methods:
         prior = method_prior(spec.method, model, tokenizer, sampling, vocab_size(model), priors and spec.prior)

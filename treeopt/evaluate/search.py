@@ -9,9 +9,9 @@ from typing import Callable, Sequence
 from stand_runtime import DecodingBackend, StandError
 from stand_runtime.checks import check_callable
 
-from ..data.datasets import Prompt
+from ..data.datasets import Prompt, check_prompt_list
 from .search_types import STEP_DELIMITER, STRATEGIES, ProblemResult, SearchSettings
-from .strategies import best_of_n, dvts, encode_problems, search_window
+from .strategies import best_of_n, check_single_search, dvts, encode_problems, search_window
 from .verifiers import Verifier, make_verifier
 
 __all__ = ["STEP_DELIMITER", "STRATEGIES", "ProblemResult", "SearchSettings", "best_of_n", "compare_methods", "dvts",
@@ -27,6 +27,7 @@ def search_problem(backend: DecodingBackend, tokenizer, problem: Prompt, setting
         StandError: not a SearchSettings or a Prompt, DVTS without a verifier, a seed that runs past
             2**64 - 1 for this problem.
     """
+    index = check_single_search(None, problem, settings, index, on_tokens)
     verifier = _start(settings, [problem], verifier, index + 1, on_tokens=on_tokens)
     return search_window(backend, tokenizer, [problem], settings, verifier, vocab, index, on_tokens)[0]
 
@@ -41,10 +42,7 @@ def run_search(backend: DecodingBackend, tokenizer, problems: Sequence[Prompt], 
         StandError: no problems, DVTS without a verifier, or a problem whose prompt cannot be encoded
             or does not fit the context with its budget (before any decoding).
     """
-    if isinstance(problems, Prompt) or not isinstance(problems, (list, tuple)):
-        raise StandError(f"problems must be a list of Prompt, got {type(problems).__name__}")
-    if not problems:
-        raise StandError("the search needs at least one problem (the dataset is empty)")
+    problems = _check_problems(problems)
     verifier = _start(settings, problems, verifier, on_tokens=on_tokens, on_problem=on_problem)
     ids = encode_problems(backend, tokenizer, problems, settings, vocab)  # every one before the first decodes
     results = []
@@ -55,6 +53,18 @@ def run_search(backend: DecodingBackend, tokenizer, problems: Sequence[Prompt], 
             if on_problem is not None:
                 on_problem(result)
     return results
+
+
+def _check_problems(problems) -> list[Prompt]:
+    """``problems`` as a list: non-empty, of :class:`Prompt`, with distinct ids (a search shares a drafter
+    memory per id and keys results by it).
+
+    Raises:
+        StandError: anything else.
+    """
+    if isinstance(problems, (list, tuple)) and not problems:
+        raise StandError("the search needs at least one problem (the dataset is empty)")
+    return check_prompt_list(problems, "problems")
 
 
 def _start(settings: SearchSettings, problems, verifier, seeded: int | None = None, **callbacks) -> Verifier | None:
@@ -162,8 +172,11 @@ def compare_methods(backends: dict, tokenizer, problems: Sequence[Prompt], setti
         label → one :class:`ProblemResult` per problem.
 
     Raises:
-        StandError: as :func:`run_search`, before any decoding.
+        StandError: as :func:`run_search`, or no backends, before any decoding.
     """
+    problems = _check_problems(problems)
+    if not isinstance(backends, dict) or not backends:
+        raise StandError("backends must be a non-empty dict of label -> DecodingBackend")
     verifier = _start(settings, problems, verifier, on_search=on_search, on_problem=on_problem, on_tokens=on_tokens)
     # one target: the first backend's context is every one's; every prompt before the first decodes
     ids = encode_problems(next(iter(backends.values())), tokenizer, problems, settings, vocab) if backends else []

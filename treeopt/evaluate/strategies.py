@@ -16,8 +16,10 @@ whole search of that problem. :func:`search_window` searches several problems to
 (``SearchSettings.in_flight``): their requests (DVTS: each round's, the problems in lockstep) go to
 the backend in one call, whose batch then refills a finished row's place from any of them. Seeds
 depend only on a problem's index, so a problem draws the same seeds however many are in flight: its
-texts repeat for plain decoding and static trees, while a value-sized tree's batch allocation (a
-row's draft cut by the other rows' drafts) gives other texts from the same law. The drivers only see
+texts repeat for plain decoding. With drafts they may not: when the batch has fewer slots than the
+problem has rows, its rows start at other steps and feed the problem's shared store in another
+order, and a value-sized tree's batch allocation cuts a row's draft by the other rows' drafts; the
+texts then differ, from the same law (lossless either way). The drivers only see
 :class:`stand_runtime.DecodingBackend`, so any engine behind the seam serves them.
 """
 
@@ -27,12 +29,13 @@ import time
 from typing import Callable, Sequence
 
 from stand_runtime import DecodeRequest, DecodingBackend, StandError
+from stand_runtime.checks import check_callable, check_int
 from stand_runtime.target.prompts import encode_prompt
 
 from ..data.datasets import Prompt
 from .answers import extract_answer, majority_vote, normalise
 from .search_types import STEP_DELIMITER, ProblemResult, SearchSettings
-from .verifiers import Candidate, Verifier, check_scores
+from .verifiers import Candidate, Verifier, check_scores, make_verifier
 
 
 def _seed(settings: SearchSettings, offset: int) -> int | None:
@@ -41,7 +44,13 @@ def _seed(settings: SearchSettings, offset: int) -> int | None:
 
 def best_of_n(backend: DecodingBackend, tokenizer, problem: Prompt, settings: SearchSettings, index: int = 0,
               on_tokens: Callable[[int], None] | None = None) -> ProblemResult:
-    """N samples of ``problem`` and their majority answer (see the module docstring)."""
+    """N samples of ``problem`` and their majority answer (see the module docstring).
+
+    Raises:
+        StandError: settings that are not a best-of-N SearchSettings, a problem that is not a Prompt,
+            a bad index or callback, and what :func:`search_window` raises.
+    """
+    check_single_search("best-of-n", problem, settings, index, on_tokens)
     return search_window(backend, tokenizer, [problem], settings, None, None, index, on_tokens)[0]
 
 
@@ -52,10 +61,39 @@ def dvts(backend: DecodingBackend, tokenizer, problem: Prompt, settings: SearchS
     Args:
         backend: the decoding backend (its method decodes every candidate).
         tokenizer: the target's tokenizer (prompt ids, step texts).
-        verifier: scores candidate steps.
+        verifier: scores candidate steps (a Verifier, or what :func:`make_verifier` takes).
         vocab: the target's vocabulary size.
+
+    Raises:
+        StandError: settings that are not a DVTS SearchSettings, a problem that is not a Prompt, a bad
+            index, callback or verifier, and what :func:`search_window` raises.
     """
+    check_single_search("dvts", problem, settings, index, on_tokens)
+    if verifier is None:
+        raise StandError("DVTS needs a verifier")
+    verifier = make_verifier(verifier)
     return search_window(backend, tokenizer, [problem], settings, verifier, vocab, index, on_tokens)[0]
+
+
+def check_single_search(strategy: str, problem, settings, index, on_tokens=None) -> int:
+    """Check one problem's search by ``strategy`` before it decodes; returns ``index`` as an int.
+
+    Raises:
+        StandError: settings that are not a SearchSettings of ``strategy`` (the functions for one
+            strategy do not take the other's), a problem that is not a Prompt, an index that is not an
+            int >= 0, seeds past 2**64 - 1 for it, or an ``on_tokens`` that is not callable.
+    """
+    if not isinstance(settings, SearchSettings):
+        raise StandError(f"settings must be a SearchSettings, got {type(settings).__name__}")
+    if strategy is not None and settings.strategy != strategy:
+        raise StandError(f"these settings are for {settings.strategy!r}, not {strategy!r} "
+                         f"(search_problem picks the strategy from the settings)")
+    if not isinstance(problem, Prompt):
+        raise StandError(f"problem must be a Prompt (treeopt.data.datasets.Prompt), got {type(problem).__name__}")
+    index = check_int("index (the problem's number)", index, 0)
+    check_callable("on_tokens", on_tokens)
+    settings.check_seeds(index + 1)
+    return index
 
 
 def search_window(backend: DecodingBackend, tokenizer, problems: Sequence[Prompt], settings: SearchSettings,
@@ -74,6 +112,7 @@ def search_window(backend: DecodingBackend, tokenizer, problems: Sequence[Prompt
             context (before any decoding), a verifier's bad scores, and what the backend raises.
     """
     start = time.perf_counter()
+    check_backend(backend)
     ids = encode_problems(backend, tokenizer, problems, settings, vocab) if prompt_ids is None else prompt_ids
     if settings.strategy == "dvts":
         searches = [_Dvts(problem, prompt, settings, first + i) for i, (problem, prompt) in enumerate(zip(problems, ids))]
@@ -102,6 +141,8 @@ def encode_problems(backend: DecodingBackend, tokenizer, problems: Sequence[Prom
     Raises:
         StandError: ``problem <id>: <why>`` (one line), the first offending problem.
     """
+    check_backend(backend)
+    vocab = None if vocab is None else check_int("vocab", vocab, 1)
     encoded = []
     for problem in problems:
         ids = _prompt_ids(tokenizer, problem, vocab)
@@ -109,6 +150,12 @@ def encode_problems(backend: DecodingBackend, tokenizer, problems: Sequence[Prom
                                                     sampling=settings.sampling))
         encoded.append(ids)
     return encoded
+
+
+def check_backend(backend) -> None:
+    """Raises StandError unless ``backend`` has a ``generate`` (a :class:`stand_runtime.DecodingBackend`)."""
+    if not callable(getattr(backend, "generate", None)):
+        raise StandError(f"backend must be a DecodingBackend (e.g. HFBackend), not {type(backend).__name__}")
 
 
 def _prompt_ids(tokenizer, problem: Prompt, vocab: int | None) -> list[int]:

@@ -144,7 +144,8 @@ class TraceResult:
     def _ratio(self, numerator: int, denominator: int, groups: np.ndarray | None = None, index: int | None = None):
         runs = self.runs if groups is None else self.runs[groups]
         runs = runs if index is None else runs[:, index : index + 1]
-        return float(np.nansum(runs[..., numerator]) / np.nansum(runs[..., denominator]))
+        denominator = np.nansum(runs[..., denominator])  # 0 where no group has trajectory ``index``
+        return float(np.nansum(runs[..., numerator]) / denominator) if denominator > 0 else float("nan")
 
     def acceptance(self, index: int | None = None) -> float:
         """τ pooled over groups at trajectory ``index`` (0-based), or over everything (None)."""
@@ -181,7 +182,10 @@ def bootstrap_ratio(results: list[TraceResult], statistic: Callable, resamples: 
     (the same resample for every result: paired)."""
     groups = results[0].runs.shape[0]
     rng = np.random.default_rng(seed)
-    values = [statistic(results, rng.integers(0, groups, groups)) for _ in range(resamples)]
+    values = np.array([statistic(results, rng.integers(0, groups, groups)) for _ in range(resamples)])
+    values = values[np.isfinite(values)]  # a resample without any group of that trajectory says nothing
+    if not len(values):
+        return float("nan"), float("nan")
     tail = (1 - confidence) / 2
     return float(np.quantile(values, tail)), float(np.quantile(values, 1 - tail))
 

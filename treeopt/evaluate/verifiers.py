@@ -192,6 +192,9 @@ def make_verifier(spec: str | Callable | Verifier, *, trust_remote_code: bool = 
             not load.
     """
     trust_remote_code = check_bool("trust_remote_code", trust_remote_code)
+    if isinstance(spec, type):
+        raise StandError(f"a verifier must be an instance or a function, not the class {spec.__name__}: "
+                         f"pass {spec.__name__}(...)")
     if hasattr(spec, "score") and hasattr(spec, "name"):
         return spec
     if callable(spec):

@@ -15,6 +15,7 @@ seeds, so a resumed run samples exactly what an uninterrupted one would.
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
@@ -34,12 +35,14 @@ from stand_runtime import (
     __version__,
     generate,
 )
+from stand_runtime.checks import check_bool, check_int
 from stand_runtime.files import check_writable
+from stand_runtime.limits import MAX_ROWS, MAX_SAMPLES
 from stand_runtime.randomness import RandomStream, check_seed
 
 from .calibration import Calibration, load_calibration
-from .candidate import Prior, candidate_tree
-from ..data.datasets import Prompt, check_prompts_fit, load_prompts
+from .candidate import MAX_CANDIDATE_NODES, Prior, candidate_tree
+from ..data.datasets import Prompt, check_prompt_list, check_prompts_fit, load_prompts
 from .replay import replay_trajectory
 
 METHODS = ("replay", "direct")
@@ -78,11 +81,18 @@ class CalibrationConfig:
     def __post_init__(self) -> None:
         if self.method not in METHODS:
             raise StandError(f"unknown calibration method {self.method!r} (valid: {', '.join(METHODS)})")
-        for name in ("samples", "candidate_nodes", "max_new_tokens", "trajectories", "batch_size"):
-            if getattr(self, name) < 1:
-                raise StandError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.trajectories > MAX_TRAJECTORIES:
-            raise StandError(f"trajectories must be <= {MAX_TRAJECTORIES}, got {self.trajectories}")
+        for name in ("model", "dataset"):
+            value = getattr(self, name)
+            if not isinstance(value, (str, os.PathLike)) or not str(value).strip():
+                raise StandError(f"{name} must be a name or a path, got {value!r}")
+            object.__setattr__(self, name, str(value))
+        if self.field is not None and not isinstance(self.field, str):
+            raise StandError(f"field must be a column name or None, got {self.field!r}")
+        bounds = {"samples": (1, MAX_SAMPLES), "offset": (0, None), "candidate_nodes": (1, MAX_CANDIDATE_NODES),
+                  "max_new_tokens": (1, None), "trajectories": (1, MAX_TRAJECTORIES), "batch_size": (1, MAX_ROWS)}
+        for name, (low, high) in bounds.items():
+            object.__setattr__(self, name, check_int(name, getattr(self, name), low, high))
+        object.__setattr__(self, "deterministic_drafts", check_bool("deterministic_drafts", self.deterministic_drafts))
         check_seed(self.seed)
         if self.seed + SEED_STRIDE * (self.offset + self.samples) + self.trajectories >= 2**64:
             raise StandError(f"seed {self.seed} is too large: the prompts' seeds would run past 2**64")
@@ -135,12 +145,15 @@ def calibrate(
         The :class:`Calibration` (also saved).
 
     Raises:
-        StandError: bad dataset, unwritable output, a resume file with other settings, or a prompt that
-            does not fit the context with its budget (before the first batch).
+        StandError: not a CalibrationConfig, bad dataset or prompts (empty, not Prompt, a repeated id),
+            a candidate that is not a DraftTree, unwritable output, a resume file with other settings,
+            or a prompt that does not fit the context with its budget (before the first batch).
     """
+    resume = _check_arguments(config, out, resume, candidate, progress)
     progress = progress or Progress()
     if prompts is None:
         prompts = load_prompts(config.dataset, field=config.field, samples=config.samples, offset=config.offset)
+    prompts = check_prompt_list(prompts, "calibration prompts")
     if candidate is None:
         candidate = default_candidate(config)
     settings = asdict(config)
@@ -166,6 +179,24 @@ def calibrate(
     calibration.metadata = _metadata(config, settings, timings, calibration)
     calibration.save(out)
     return calibration
+
+
+def _check_arguments(config, out, resume, candidate, progress) -> bool:
+    """:func:`calibrate`'s arguments checked before any work; returns ``resume`` as a bool.
+
+    Raises:
+        StandError: not a CalibrationConfig, a Progress, a DraftTree or a file path where one belongs,
+            or ``resume`` not a bool.
+    """
+    if not isinstance(config, CalibrationConfig):
+        raise StandError(f"config must be a CalibrationConfig, not {type(config).__name__}")
+    if progress is not None and not isinstance(progress, Progress):
+        raise StandError(f"progress must be a Progress or None, not {type(progress).__name__}")
+    if candidate is not None and not isinstance(candidate, DraftTree):
+        raise StandError(f"candidate must be a DraftTree (load_tree(...).tree), not {type(candidate).__name__}")
+    if not isinstance(out, (str, os.PathLike)) or not str(out):
+        raise StandError(f"out must be a file path, got {out!r}")
+    return check_bool("resume", resume)
 
 
 def _open_calibration(config: CalibrationConfig, out: str | Path, candidate: DraftTree, resume: bool,

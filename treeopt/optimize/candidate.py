@@ -16,6 +16,7 @@ import heapq
 from dataclasses import dataclass
 
 from stand_runtime import DraftTree, StandError
+from stand_runtime.checks import check_int, check_real
 from stand_runtime.trees.tree import MAX_RANK
 
 
@@ -35,12 +36,20 @@ class Prior:
     decay: float = 1.0
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "base", check_real("prior base", self.base))
+        object.__setattr__(self, "decay", check_real("prior decay", self.decay))
         if not (0.0 < self.base < 1.0) or not (0.0 < self.decay < float("inf")):
             raise StandError(f"prior needs 0 < base < 1 and decay > 0, got base={self.base}, decay={self.decay}")
 
     def factor(self, rank: int) -> float:
         """a(rank), the value multiplier of taking the rank-th child."""
         return self.base / (rank + 1) ** self.decay
+
+
+def check_prior(prior) -> None:
+    """Raises StandError unless ``prior`` is a :class:`Prior`."""
+    if not isinstance(prior, Prior):
+        raise StandError(f"prior must be a candidate Prior, not {type(prior).__name__}")
 
 
 def candidate_tree(
@@ -60,11 +69,10 @@ def candidate_tree(
     Raises:
         StandError: a parameter out of range.
     """
-    for name, value, low, high in (("nodes", num_nodes, 1, MAX_CANDIDATE_NODES), ("max_width", max_width, 1, MAX_RANK),
-                                   ("max_depth", max_depth, 1, None)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < low or (high is not None and value > high):
-            bounds = f"in [{low}, {high}]" if high is not None else f">= {low}"
-            raise StandError(f"candidate tree: {name} must be an integer {bounds}, got {value!r}")
+    num_nodes = check_int("candidate tree: nodes", num_nodes, 1, MAX_CANDIDATE_NODES)
+    max_width = check_int("candidate tree: max_width", max_width, 1, MAX_RANK)
+    max_depth = check_int("candidate tree: max_depth", max_depth, 1)
+    check_prior(prior)
     chosen: list[tuple[int, ...]] = []
     frontier = [(-prior.factor(0), (0,))]
     while frontier and len(chosen) < num_nodes:
@@ -89,8 +97,16 @@ def per_depth_tree(counts: list[int], prior: Prior = Prior(), max_width: int = M
     static 80-node tree has the depth profile 8/21/25/15/8/3.
 
     Raises:
-        StandError: a count is < 1, or larger than the previous depth can hold.
+        StandError: no counts, a count that is not an integer >= 1 or is larger than the previous
+            depth can hold, a bad prior or max_width.
     """
+    if isinstance(counts, (str, bytes)) or not hasattr(counts, "__iter__"):
+        raise StandError(f"per-depth counts must be a list of integers, got {counts!r}")
+    counts = [check_int(f"nodes at depth {depth}", count, 1) for depth, count in enumerate(counts, start=1)]
+    if not counts:
+        raise StandError("per-depth counts must name at least one depth")
+    max_width = check_int("max_width", max_width, 1, MAX_RANK)
+    check_prior(prior)
     paths: list[tuple[int, ...]] = []
     previous: list[tuple[tuple[int, ...], float]] = [((), 1.0)]
     for depth, count in enumerate(counts, start=1):

@@ -13,6 +13,7 @@ from datetime import datetime, timezone
 import numpy as np
 
 from stand_runtime import StandError, TreeFile, __version__
+from stand_runtime.checks import check_int
 from stand_runtime.trees.families import TreeFamily
 
 from .calibration import Calibration
@@ -26,7 +27,8 @@ def export_tree(calibration: Calibration, num_nodes: int, extra_metadata: dict |
     """The best ``num_nodes``-node tree of a calibration, with alpha-hat per node and provenance.
 
     Raises:
-        StandError: ``num_nodes`` < 1 or larger than the candidate, or a calibration with no steps.
+        StandError: not a Calibration, ``num_nodes`` not an integer >= 1 or larger than the
+            candidate, or a calibration with no steps.
     """
     _check_exportable(calibration)
     tree, alpha = prune(calibration.candidate, calibration.alpha, num_nodes)
@@ -40,10 +42,13 @@ def export_family(calibration: Calibration, sizes=FAMILY_SIZES) -> TreeFamily:
     (:func:`stand_runtime.tree_choice.machine_tree`).
 
     Raises:
-        StandError: a calibration with no steps, or alpha-hat that are not probabilities.
+        StandError: not a Calibration, one with no steps, alpha-hat that are not probabilities, or
+            sizes that are not integers.
     """
     _check_exportable(calibration)
-    sizes = sorted({k for k in sizes if 1 <= k <= calibration.candidate.num_nodes})
+    if isinstance(sizes, (str, bytes)) or not hasattr(sizes, "__iter__"):
+        raise StandError(f"family sizes must be a list of integers, got {sizes!r}")
+    sizes = sorted({k for k in (check_int("a family size", k) for k in sizes) if 1 <= k <= calibration.candidate.num_nodes})
     if not sizes:
         raise StandError("no family size fits the candidate tree")
     solution = KnapsackSolution(calibration.candidate, calibration.alpha, sizes[-1])
@@ -56,6 +61,8 @@ def export_family(calibration: Calibration, sizes=FAMILY_SIZES) -> TreeFamily:
 
 
 def _check_exportable(calibration: Calibration) -> None:
+    if not isinstance(calibration, Calibration):
+        raise StandError(f"export needs a Calibration (load_calibration), not {type(calibration).__name__}")
     if calibration.steps <= 0:
         raise StandError("the calibration has no decoding steps: nothing to export")
     if not (np.all(np.isfinite(calibration.alpha)) and np.all(calibration.alpha <= 1.0 + 1e-9)):

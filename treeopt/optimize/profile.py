@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from stand_runtime import DraftTree, load_tree
+from stand_runtime import DraftTree, StandError, load_tree
 from stand_runtime.trees.families import load_family
 from stand_runtime.trees.families import is_family
 
@@ -46,11 +46,22 @@ class DepthProfile:
 
 
 def depth_profile(tree: DraftTree, alpha: np.ndarray | None = None) -> DepthProfile:
-    """The depth profile of ``tree``; ``alpha`` is ``[N]`` alpha-hat per node (breadth-first) or None."""
+    """The depth profile of ``tree``; ``alpha`` is ``[N]`` alpha-hat per node (breadth-first) or None.
+
+    Raises:
+        StandError: not a DraftTree, or alpha that is not ``[N]`` probabilities.
+    """
+    if not isinstance(tree, DraftTree):
+        raise StandError(f"a depth profile needs a DraftTree, not {type(tree).__name__}")
     alpha_per_depth = None
     expected = None
     if alpha is not None:
-        alpha = np.asarray(alpha, dtype=np.float64)
+        try:
+            alpha = np.asarray(alpha, dtype=np.float64)
+        except (TypeError, ValueError):
+            raise StandError(f"alpha must be numbers, got {type(alpha).__name__}") from None
+        if alpha.shape != (tree.num_nodes,) or not (np.isfinite(alpha).all() and (alpha >= 0).all() and (alpha <= 1 + 1e-9).all()):
+            raise StandError(f"alpha must be {tree.num_nodes} probabilities (one per node), got shape {list(alpha.shape)}")
         sums = np.bincount(tree.depths[1:], weights=alpha, minlength=tree.max_depth + 1)
         alpha_per_depth = [float(x) for x in sums[1:]]
         expected = 1.0 + float(alpha.sum())

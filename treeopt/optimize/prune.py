@@ -19,6 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from stand_runtime import DraftTree, StandError
+from stand_runtime.checks import check_int
 
 _NEG = -np.inf
 
@@ -98,16 +99,17 @@ def prune(tree: DraftTree, alpha: np.ndarray, num_nodes: int) -> tuple[DraftTree
         ``(pruned tree, [K] alpha of its nodes in its breadth-first order)``.
 
     Raises:
-        StandError: K < 1, K larger than the candidate, or alpha of the wrong length.
+        StandError: K not an integer >= 1, K larger than the candidate, not a DraftTree, or alpha
+            not ``[N]`` finite numbers.
     """
-    _check(tree, alpha, num_nodes)
+    alpha, num_nodes = _check(tree, alpha, num_nodes)
     solution = KnapsackSolution(tree, alpha, num_nodes)
     return subtree(tree, alpha, solution.nodes(num_nodes))
 
 
 def best_sums(tree: DraftTree, alpha: np.ndarray, max_nodes: int) -> np.ndarray:
     """``[max_nodes + 1]`` the best ``sum alpha`` of a valid k-node tree, for k = 0 .. max_nodes."""
-    _check(tree, alpha, max_nodes)
+    alpha, max_nodes = _check(tree, alpha, max_nodes)
     return KnapsackSolution(tree, alpha, max_nodes).best_sum
 
 
@@ -118,10 +120,23 @@ def subtree(tree: DraftTree, alpha: np.ndarray, nodes: list[int]) -> tuple[Draft
     return pruned, np.array([lookup[p] for p in pruned.paths])
 
 
-def _check(tree: DraftTree, alpha: np.ndarray, num_nodes: int) -> None:
-    if len(alpha) != tree.num_nodes:
-        raise StandError(f"alpha has {len(alpha)} values for {tree.num_nodes} candidate nodes")
-    if num_nodes < 1:
-        raise StandError(f"--nodes must be >= 1, got {num_nodes}")
+def _check(tree: DraftTree, alpha, num_nodes) -> tuple[np.ndarray, int]:
+    """``(alpha as float64, num_nodes as int)`` once both fit ``tree``.
+
+    Raises:
+        StandError: see :func:`prune`.
+    """
+    if not isinstance(tree, DraftTree):
+        raise StandError(f"the candidate must be a DraftTree, not {type(tree).__name__}")
+    try:
+        alpha = np.asarray(alpha, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise StandError(f"alpha must be numbers, got {type(alpha).__name__}") from None
+    if alpha.ndim != 1 or len(alpha) != tree.num_nodes:
+        raise StandError(f"alpha has shape {list(alpha.shape)} for {tree.num_nodes} candidate nodes")
+    if not np.isfinite(alpha).all():
+        raise StandError("alpha must be finite (a NaN or infinite alpha-hat would choose the tree arbitrarily)")
+    num_nodes = check_int("nodes", num_nodes, 1)
     if num_nodes > tree.num_nodes:
-        raise StandError(f"--nodes {num_nodes} is larger than the candidate tree ({tree.num_nodes} nodes)")
+        raise StandError(f"nodes {num_nodes} is larger than the candidate tree ({tree.num_nodes} nodes)")
+    return alpha, num_nodes
