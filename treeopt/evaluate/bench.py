@@ -297,13 +297,13 @@ def _add_prompt(result: MethodResult, spec: BenchMethod, prompt: Prompt, complet
         result.final_stores = [store_stats] if shared else result.final_stores + [store_stats]
     entry = {"prompt": prompt.id, "trajectories": runs}
     if prompt.answer is not None:
-        vote = majority_vote(answers)
+        vote, reference = majority_vote(answers), normalise(str(prompt.answer))
         entry["majority_answer"] = vote
-        entry["correct"] = vote is not None and vote == normalise(prompt.answer)
+        entry["correct"] = vote is not None and vote == reference
         result.graded += 1
         result.correct += int(entry["correct"])
         result.trajectories_graded += len(answers)
-        result.trajectories_correct += sum(answer == normalise(prompt.answer) for answer in answers)
+        result.trajectories_correct += sum(answer == reference for answer in answers)
     result.per_prompt.append(entry)
 
 

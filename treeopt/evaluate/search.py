@@ -179,7 +179,7 @@ def compare_methods(backends: dict, tokenizer, problems: Sequence[Prompt], setti
         raise StandError("backends must be a non-empty dict of label -> DecodingBackend")
     verifier = _start(settings, problems, verifier, on_search=on_search, on_problem=on_problem, on_tokens=on_tokens)
     # one target: the first backend's context is every one's; every prompt before the first decodes
-    ids = encode_problems(next(iter(backends.values())), tokenizer, problems, settings, vocab) if backends else []
+    ids = encode_problems(next(iter(backends.values())), tokenizer, problems, settings, vocab)
     results: dict[str, list[ProblemResult]] = {name: [] for name in backends}
     for first, window in _windows(problems, settings.in_flight):
         for name, backend in backends.items():

@@ -61,6 +61,11 @@ def measure_acceptance(model, tokenizer, prompts: list[str], seeds: list[int], *
     Raises:
         StandError: bad prompts, seeds or settings (as :func:`stand_runtime.generate`).
     """
+    for name, values in (("prompts", prompts), ("seeds", seeds)):
+        if isinstance(values, (str, bytes)) or not isinstance(values, (list, tuple)):
+            raise StandError(f"{name} must be a list, got {type(values).__name__}")
+    if len(prompts) != len(seeds):
+        raise StandError(f"one seed per prompt: {len(prompts)} prompts, {len(seeds)} seeds")
     acceptance = AcceptanceMap()
     method = Method.parse("stand-det" if deterministic else "stand", f"dynamic-{nodes}", model)
 

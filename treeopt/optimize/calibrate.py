@@ -35,9 +35,9 @@ from stand_runtime import (
     __version__,
     generate,
 )
-from stand_runtime.checks import check_bool, check_int
+from stand_runtime.checks import check_bool, check_int, check_real
 from stand_runtime.files import check_writable
-from stand_runtime.limits import MAX_ROWS, MAX_SAMPLES
+from stand_runtime.limits import MAX_ROWS
 from stand_runtime.randomness import RandomStream, check_seed
 
 from .calibration import Calibration, load_calibration
@@ -88,12 +88,16 @@ class CalibrationConfig:
             object.__setattr__(self, name, str(value))
         if self.field is not None and not isinstance(self.field, str):
             raise StandError(f"field must be a column name or None, got {self.field!r}")
-        bounds = {"samples": (1, MAX_SAMPLES), "offset": (0, None), "candidate_nodes": (1, MAX_CANDIDATE_NODES),
+        bounds = {"samples": (1, None), "offset": (0, None), "candidate_nodes": (1, MAX_CANDIDATE_NODES),
                   "max_new_tokens": (1, None), "trajectories": (1, MAX_TRAJECTORIES), "batch_size": (1, MAX_ROWS)}
         for name, (low, high) in bounds.items():
             object.__setattr__(self, name, check_int(name, getattr(self, name), low, high))
         object.__setattr__(self, "deterministic_drafts", check_bool("deterministic_drafts", self.deterministic_drafts))
         check_seed(self.seed)
+        object.__setattr__(self, "seed", int(self.seed))  # plain Python numbers: the settings are saved as JSON
+        object.__setattr__(self, "top_k", check_int("top_k", self.top_k, 0))
+        for name in ("temperature", "top_p", "prior_base", "prior_decay"):
+            object.__setattr__(self, name, check_real(name, getattr(self, name)))
         if self.seed + SEED_STRIDE * (self.offset + self.samples) + self.trajectories >= 2**64:
             raise StandError(f"seed {self.seed} is too large: the prompts' seeds would run past 2**64")
         SamplingParams(self.temperature, self.top_p, self.top_k)

@@ -151,10 +151,6 @@ def load_calibration(path: str | Path) -> Calibration:
             raise StandError("steps do not add up over prompts")
         stored = data.get("alpha")
         recomputed = alpha_sum[1:] / steps if steps > 0 else np.zeros(candidate.num_nodes)
-        if (recomputed > 1 + 1e-6).any():
-            node = int(np.argmax(recomputed))
-            raise StandError(f"alpha-hat above 1 (node {node + 1}: {recomputed[node]:.3g}): the per-prompt sums exceed "
-                             f"the steps")
         if stored is not None and (not isinstance(stored, list) or len(stored) != candidate.num_nodes
                                    or not np.allclose(np.asarray(stored, dtype=float), recomputed, atol=1e-6)):
             raise StandError("alpha does not match the per-prompt sums (the file was edited)")

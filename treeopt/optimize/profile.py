@@ -49,7 +49,8 @@ def depth_profile(tree: DraftTree, alpha: np.ndarray | None = None) -> DepthProf
     """The depth profile of ``tree``; ``alpha`` is ``[N]`` alpha-hat per node (breadth-first) or None.
 
     Raises:
-        StandError: not a DraftTree, or alpha that is not ``[N]`` probabilities.
+        StandError: not a DraftTree, or alpha that is not ``[N]`` finite numbers >= 0 (a replay
+            calibration's importance-weighted alpha-hat may exceed 1 by noise; §6.3).
     """
     if not isinstance(tree, DraftTree):
         raise StandError(f"a depth profile needs a DraftTree, not {type(tree).__name__}")
@@ -60,8 +61,10 @@ def depth_profile(tree: DraftTree, alpha: np.ndarray | None = None) -> DepthProf
             alpha = np.asarray(alpha, dtype=np.float64)
         except (TypeError, ValueError):
             raise StandError(f"alpha must be numbers, got {type(alpha).__name__}") from None
-        if alpha.shape != (tree.num_nodes,) or not (np.isfinite(alpha).all() and (alpha >= 0).all() and (alpha <= 1 + 1e-9).all()):
-            raise StandError(f"alpha must be {tree.num_nodes} probabilities (one per node), got shape {list(alpha.shape)}")
+        if alpha.shape != (tree.num_nodes,):
+            raise StandError(f"alpha must hold one value per node ({tree.num_nodes}), got shape {list(alpha.shape)}")
+        if not (np.isfinite(alpha).all() and (alpha >= 0).all()):
+            raise StandError("alpha must be finite numbers >= 0")
         sums = np.bincount(tree.depths[1:], weights=alpha, minlength=tree.max_depth + 1)
         alpha_per_depth = [float(x) for x in sums[1:]]
         expected = 1.0 + float(alpha.sum())
