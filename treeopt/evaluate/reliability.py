@@ -60,9 +60,16 @@ def reliability(predicted: np.ndarray, accepted: np.ndarray, edges: np.ndarray =
         ``gap`` (observed - mean predicted); means and ECE are None when N is 0.
 
     Raises:
-        StandError: arrays of different lengths, or predictions outside [0, 1].
+        StandError: arrays of different lengths, predictions that are not numbers in [0, 1], or
+            edges that are not at least two increasing numbers.
     """
-    predicted = np.asarray(predicted, dtype=np.float64).ravel()
+    try:
+        predicted = np.asarray(predicted, dtype=np.float64).ravel()
+        edges = np.asarray(edges, dtype=np.float64).ravel()
+    except (TypeError, ValueError):
+        raise StandError("predictions and edges must be numbers") from None
+    if len(edges) < 2 or not (np.diff(edges) > 0).all():
+        raise StandError(f"edges must be at least two increasing numbers, got {edges.tolist()}")
     accepted = np.asarray(accepted, dtype=bool).ravel()
     if predicted.shape != accepted.shape:
         raise StandError(f"{len(predicted)} predictions but {len(accepted)} outcomes")

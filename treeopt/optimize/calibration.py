@@ -58,13 +58,18 @@ class Calibration:
         Returns:
             ``[N]`` per node, or ``[max(groups) + 1]`` for the sum of alpha-hat over each group's
             nodes; ``inf`` with fewer than 2 prompts.
+
+        Raises:
+            StandError: ``groups`` that are not ``[N]`` integers >= 0.
         """
         nodes = self.candidate.num_nodes
         sums = np.zeros((len(self.per_prompt), nodes))
         for row, prompt in enumerate(self.per_prompt):
             sums[row] = prompt["alpha_sum"][1:]
         if groups is not None:
-            groups = np.asarray(groups, dtype=np.int64)
+            groups = np.asarray(groups)
+            if groups.shape != (nodes,) or groups.dtype.kind not in "iu" or (groups < 0).any():
+                raise StandError(f"groups must be {nodes} integers >= 0 (one per node), got shape {list(groups.shape)}")
             members = np.zeros((nodes, int(groups.max()) + 1))
             members[np.arange(nodes), groups] = 1.0
             sums = sums @ members
