@@ -117,9 +117,7 @@ def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> Path:
         StandError: a path that is not a str or os.PathLike, the folder does not exist or is not
             writable, a loop of links, or the write failed.
     """
-    if not isinstance(path, (str, os.PathLike)) or not str(path):
-        raise StandError(f"a file path must be a non-empty str or os.PathLike, got {path!r}")
-    path = Path(path)
+    path = checked_path(path)
     target, in_place = _target(path)
     if in_place:
         try:
@@ -225,12 +223,16 @@ def check_writable(path: str | os.PathLike) -> None:
     tell: root may "write" to /sys or /proc, which refuse new files).
 
     Raises:
-        StandError: the folder does not exist or refuses new files, the path is a folder, or a
-            device or FIFO that is not writable.
+        StandError: not a path, the folder does not exist or refuses new files, the path is a folder,
+            a name too long, or a device or FIFO that is not writable.
     """
-    path = Path(path)
-    target, in_place = _target(path)
-    if target.is_dir():
+    path = checked_path(path)
+    try:
+        target, in_place = _target(path)
+        is_dir = target.is_dir()
+    except OSError as error:
+        raise StandError(f"cannot write {str(path)[:120]}: {error.strerror or error}") from None
+    if is_dir:
         raise StandError(f"cannot write {path}: it is a folder")
     if in_place:
         if not os.access(path, os.W_OK):
@@ -239,6 +241,19 @@ def check_writable(path: str | os.PathLike) -> None:
     handle, probe = _temporary(path, target, ".probe")
     os.close(handle)
     Path(probe).unlink(missing_ok=True)
+
+
+def checked_path(path) -> Path:
+    """``path`` as a Path once it is a non-empty str or os.PathLike without a NUL character.
+
+    Raises:
+        StandError: anything else.
+    """
+    if not isinstance(path, (str, os.PathLike)) or not str(path):
+        raise StandError(f"a file path must be a non-empty str or os.PathLike, got {path!r}")
+    if "\0" in str(path):
+        raise StandError(f"a file path cannot hold a NUL character, got {str(path)[:80]!r}")
+    return Path(path)
 
 
 def parse_json_object(text: str | bytes, where: str, hint: str = "") -> dict:
@@ -253,6 +268,8 @@ def parse_json_object(text: str | bytes, where: str, hint: str = "") -> dict:
         value = json.loads(text)
     except json.JSONDecodeError as error:
         raise StandError(f"{where}: not valid JSON ({error.msg}){more}") from None
+    except (UnicodeDecodeError, ValueError) as error:  # bytes that are not UTF-8; an int past 4300 digits
+        raise StandError(f"{where}: not valid JSON ({' '.join(str(error).split())[:120]}){more}") from None
     except RecursionError:
         raise StandError(f"{where}: JSON nested too deeply{more}") from None
     if not isinstance(value, dict):

@@ -317,7 +317,7 @@ def test_bad_options_one_line():
     auto = speculative_config("auto", latency={"sizes": [1, 8], "seconds": [0.1, 0.2]})
     assert auto["num_speculative_tokens"] == 16 and json.loads(os.environ["STAND_VLLM_OPTIONS"])["sized"] is True
     assert method_config("stand", "auto")["num_speculative_tokens"] == 16
-    with pytest.raises(StandError, match="must be an integer >= 1, got 'auto'"):
+    with pytest.raises(StandError, match=r"must be an integer in \[1, 128\], got 'auto'"):
         method_config("ngram", "auto")
     with pytest.raises(StandError, match="unknown vLLM method 'eagle'"):
         method_config("eagle")
@@ -326,6 +326,52 @@ def test_bad_options_one_line():
     with pytest.raises(StandError, match="is not a model folder"):
         check_model_folder("/nonexistent")
     assert speculative_config(3)["model"] == "stand_runtime.vllm.proposer.StandProposer"
+
+
+@needs_vllm
+def test_the_vllm_python_api_refuses_bad_input_before_an_engine_starts(tmp_path):
+    """A user test of the vLLM API: each of these was taken silently (a sized flag ignored, k 10**9 for
+    ngram, a string split into vLLM's arguments), failed after ~20 s inside vLLM's engine, or reached a
+    raw TypeError/ValueError/OSError; each is one line now."""
+    from stand_runtime import LatencyProfile
+    from stand_runtime.vllm import load_llm
+    from stand_runtime.vllm.engine import check_model_folder, default_model_folder, method_config
+    from stand_runtime.vllm.options import read_options
+    from stand_runtime.vllm.server import ServerSettings
+    from stand_runtime.vllm.sizing import choose_k
+
+    folder, bare = default_model_folder(), tmp_path / "bare"
+    bare.mkdir()
+    (bare / "config.json").write_text("{}")
+    profile = LatencyProfile((1, 2), (0.1, 0.2))
+    calls = [
+        (lambda: method_config("stand", "auto", sized="no"), "takes sized=True or no sized"),
+        (lambda: method_config("stand", latency={"sizes": None, "seconds": None}), "non-empty flat lists"),
+        (lambda: method_config("stand", 4, stats_path="/tmp/x\x00y"), "NUL character"),
+        (lambda: method_config("stand", 4, prior="/tmp/a\x00b"), "prior: cannot read"),
+        (lambda: read_options('{"max_prompts": ' + "9" * 5000 + "}"), "not valid JSON"),
+        (lambda: read_options(b'{"copy": tru\xe9}'), "not valid JSON"),
+        (lambda: method_config("ngram", 10**9), r"in \[1, 128\]"),
+        (lambda: method_config("ar", "x"), "does not apply to plain decoding"),
+        (lambda: check_model_folder(None), "a model folder is a path"),
+        (lambda: check_model_folder(bare), "holds no weights"),
+        (lambda: load_llm(folder, "ar", dtype="foo"), "unknown dtype"),
+        (lambda: load_llm(folder, "ar", kv_cache_gib=0.5), "kv_cache_gib must be"),
+        (lambda: load_llm(folder, "ar", max_model_len="x"), "max_model_len must be"),
+        (lambda: ServerSettings(folder, k=0), "k .draft tokens per step. must be"),
+        (lambda: ServerSettings(folder, stand_options={"foo": 1}), "unknown STAND vLLM option"),
+        (lambda: ServerSettings(folder, extra="--seed 1"), "must be a list of strings"),
+        (lambda: ServerSettings(folder, name=5), "served model name"),
+        (lambda: ServerSettings(folder, host="--port"), "host must be"),
+        (lambda: choose_k(None), "profile must be a LatencyProfile"),
+        (lambda: choose_k(profile, max_k=0), "max_k must be"),
+        (lambda: choose_k(profile, batch="4"), "batch must be"),
+    ]
+    for call, message in calls:
+        with pytest.raises(StandError, match=message) as error:
+            call()
+        assert "\n" not in str(error.value)
+    assert os.environ.get("VLLM_CPU_KVCACHE_SPACE") != "0.5"  # nothing set by a call refused
 
 
 @needs_vllm

@@ -38,5 +38,6 @@ def test_the_server_and_the_latency_cache_use_it(monkeypatch, tmp_path):
     folder = tmp_path / "model"
     folder.mkdir()
     (folder / "config.json").write_text("{}")
+    (folder / "model.safetensors").write_bytes(b"")  # a folder with weights (only their presence is checked)
     _, env = server_command(ServerSettings(folder=str(folder), method="ar"))
     assert env[cpu_cores.RESERVED_ENV] == "0"

@@ -81,8 +81,8 @@ def profile_function(sizes: Sequence[int], seconds: Sequence[float]) -> Callable
     except (TypeError, ValueError):
         raise StandError("a latency profile needs lists of sizes and seconds (numbers)") from None
     if x.ndim != 1 or x.shape != y.shape or len(x) == 0:
-        raise StandError(f"a latency profile needs equally long, non-empty lists of sizes and seconds, got {len(x)} "
-                         f"and {len(y)}")
+        raise StandError(f"a latency profile needs equally long, non-empty flat lists of sizes and seconds, got shapes "
+                         f"{list(x.shape)} and {list(y.shape)}")
     if np.any(x < 1) or np.any(x != np.round(x)) or np.any(np.diff(x) <= 0):
         raise StandError("a latency profile's sizes must be increasing integers >= 1")
     if not np.all(np.isfinite(y)) or np.any(y <= 0):

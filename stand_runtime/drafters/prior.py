@@ -148,7 +148,8 @@ class SuccessorPrior:
                 recorded = arrays["distribution"].tolist() if "distribution" in arrays.files else None
             distribution = None if recorded is None else SamplingParams(recorded[0], recorded[1], int(recorded[2]))
         except (OSError, ValueError, KeyError, EOFError, TypeError, IndexError, zipfile.BadZipFile) as error:
-            raise StandError(f"not a successor prior file ({' '.join(str(error).split())})") from None
+            why = "not numpy's .npz of arrays" if "pickle" in str(error) else " ".join(str(error).split())
+            raise StandError(f"not a successor prior file ({why})") from None
         if ids.ndim != 2 or ids.shape != probs.shape or not 1 <= ids.shape[1] <= STORE_TOP_K or not len(ids):
             raise StandError(f"not a successor prior file (arrays of shape {ids.shape} and {probs.shape})")
         bound = len(ids) if id_bound is None else id_bound

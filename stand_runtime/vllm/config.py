@@ -52,8 +52,9 @@ def speculative_config(k: int | str = 4, **options) -> dict:
         StandError: ``k`` out of range or a bad option.
     """
     if k == AUTO_K:
-        if options.get("sized") is False:
-            raise StandError('k="auto" sizes each chain (sized): it cannot be combined with sized=False')
+        if "sized" in options and options["sized"] is not True:
+            raise StandError(f'k="auto" sizes each chain (sized): it takes sized=True or no sized, '
+                             f'got sized={options["sized"]!r}')
         k, options = AUTO_MAX_K, {**options, "sized": True}
     k = check_int("k (draft tokens per step)", k, 1, MAX_CHAIN_TOKENS)
     try:

@@ -11,7 +11,11 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import numpy as np
+
+from ..checks import check_bool, check_int
 from ..errors import StandError
+from ..limits import MAX_CHAIN_TOKENS
 from .config import AUTO_K, speculative_config
 from .cpu_cores import cpu_environment
 
@@ -57,13 +61,16 @@ def method_config(method: str, k: int | str | None = None, **stand_options) -> d
     if stand_options and method != "stand":
         raise StandError(f"options {sorted(stand_options)} apply to method 'stand' only")
     if method == "ar":
+        if k is not None:
+            raise StandError(f"k (draft tokens per step) does not apply to plain decoding (method 'ar'), got {k!r}")
         return None
     k = DEFAULT_K[method] if k is None else k
     if method == "stand" and k == AUTO_K:
         return speculative_config(k, **stand_options)
-    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-        raise StandError(f"k (draft tokens per step) must be an integer >= 1{' or auto' if method == 'stand' else ''}, "
-                         f"got {k!r}")
+    if isinstance(k, (bool, np.bool_)) or not isinstance(k, (int, np.integer)) or not 1 <= k <= MAX_CHAIN_TOKENS:
+        raise StandError(f"k (draft tokens per step) must be an integer in [1, {MAX_CHAIN_TOKENS}]"
+                         f"{' or auto' if method == 'stand' else ''}, got {k!r}")
+    k = int(k)
     if method == "stand":
         return speculative_config(k, **stand_options)
     if method == "ngram":
@@ -72,15 +79,25 @@ def method_config(method: str, k: int | str | None = None, **stand_options) -> d
 
 
 def check_model_folder(folder: str | os.PathLike) -> Path:
-    """A model folder vLLM can load (``config.json`` and weights).
+    """A model folder vLLM can load (``config.json`` and weights: ``*.safetensors`` or ``*.bin``).
 
     Raises:
-        StandError: not a folder with ``config.json``.
+        StandError: not a path, or not a folder with ``config.json`` and weights.
     """
+    if not isinstance(folder, (str, os.PathLike)) or not str(folder):
+        raise StandError(f"a model folder is a path, got {folder!r}")
     path = Path(folder)
-    if not (path / "config.json").is_file():
+    try:
+        has_config = (path / "config.json").is_file()
+        has_weights = has_config and (any(path.glob("*.safetensors")) or any(path.glob("*.bin")))
+    except (OSError, ValueError) as error:
+        raise StandError(f"{str(path)[:200]} is not a model folder ({error.__class__.__name__}: "
+                         f"{str(error)[:80]})") from None
+    if not has_config:
         raise StandError(f"{path} is not a model folder (no config.json): vLLM loads a Hugging Face folder, "
                          "e.g. the one `stand_runtime.vllm.engine.default_model_folder()` returns")
+    if not has_weights:
+        raise StandError(f"{path} holds no weights (*.safetensors or *.bin): vLLM cannot load it")
     return path
 
 
@@ -112,8 +129,14 @@ def load_llm(model: str | os.PathLike, method: str = "ar", *, k: int | str | Non
         **stand_options: STAND proposer options.
 
     Raises:
-        StandError: a bad method/option, a folder that is not a model, or vLLM not installed.
+        StandError: a bad method/option, a folder that is not a model, a bad dtype, cache size,
+            context length, seed or ``tokenizer`` flag (all before vLLM starts), or vLLM not installed.
     """
+    check_vllm_dtype(dtype)
+    kv_cache_gib = check_int("kv_cache_gib", kv_cache_gib, 1, 1024)
+    max_model_len = check_int("max_model_len", max_model_len, 16, 1 << 20)
+    seed = check_int("seed", seed, 0, 2**63 - 1)
+    tokenizer = check_bool("tokenizer", tokenizer)
     config = method_config(method, k, **stand_options)
     folder = check_model_folder(model)
     cpu_environment(os.environ)  # the CPU target; on a small machine no core kept from the worker

@@ -87,10 +87,11 @@ def load_prior(path: str):
         if path in _LOADED_PRIORS and _LOADED_PRIORS[path][0] == version:
             return _LOADED_PRIORS[path][1]
         prior = SuccessorPrior.from_bytes(Path(path).read_bytes())
-    except OSError as error:
-        raise StandError(f"STAND vLLM option prior: cannot read {path}: {error.strerror or error}") from None
     except StandError as error:
         raise StandError(f"STAND vLLM option prior: {path}: {error}") from None
+    except (OSError, ValueError) as error:  # ValueError: a NUL in the path
+        raise StandError(f"STAND vLLM option prior: cannot read {str(path)[:120]}: "
+                         f"{getattr(error, 'strerror', None) or error}") from None
     _LOADED_PRIORS[path] = (version, prior)
     return prior
 

@@ -77,11 +77,19 @@ class ServerSettings:
         check_int("kv_cache_gib", self.kv_cache_gib, 1, 1024)
         check_int("max_model_len", self.max_model_len, 16, 1 << 20)
         check_vllm_dtype(self.dtype)
-        if not isinstance(self.host, str) or not self.host or any(c.isspace() for c in self.host):
+        if (not isinstance(self.host, str) or not self.host or self.host.startswith("-")
+                or any(c.isspace() or c == "\0" for c in self.host)):
             raise StandError(f"host must be an address or host name, got {self.host!r}")
+        if self.name is not None and (not isinstance(self.name, str) or not self.name.strip()):
+            raise StandError(f"name (the served model name) must be text or None, got {self.name!r}")
+        if not isinstance(self.stand_options, dict):
+            raise StandError(f"stand_options must be a dict, got {type(self.stand_options).__name__}")
+        if isinstance(self.extra, (str, bytes)) or not all(isinstance(arg, str) for arg in self.extra):
+            raise StandError(f"extra (vLLM's arguments) must be a list of strings, got {self.extra!r}")
         context = folder_context(self.folder)
         if context is not None and self.max_model_len > context:
             raise StandError(f"max_model_len {self.max_model_len} is longer than the model's context of {context} tokens")
+        self.speculative_config  # k and the proposer's options checked now, not when the command is built
 
     @cached_property
     def speculative_config(self) -> dict | None:

@@ -18,6 +18,7 @@ from typing import Callable
 
 import numpy as np
 
+from ..errors import StandError
 from ..target.latency import LatencyProfile, choose_size, profile_from_rounds
 from ..tree_choice import DEFAULT_FAMILY
 from ..trees.families import load_family
@@ -86,9 +87,25 @@ def choose_k(profile: LatencyProfile, batch: int = 1, family: str = DEFAULT_FAMI
              max_k: int = 16) -> tuple[int, list[dict]]:
     """The chain length with the most expected tokens per second for ``batch`` concurrent requests.
 
+    Args:
+        profile: vLLM's forward latency here (:func:`cached_vllm_latency`).
+        batch: concurrent requests (an int >= 1).
+        family: the calibrated tree family whose chain acceptance prices each K.
+        max_k: the longest chain considered (an int in [1, MAX_CHAIN_TOKENS]).
+
     Returns:
         ``(K, curve)`` as :func:`stand_runtime.target.latency.choose_size` (K >= 1).
+
+    Raises:
+        StandError: a profile that is not a LatencyProfile, or batch or max_k out of range.
     """
+    from ..checks import check_int
+    from ..limits import MAX_CHAIN_TOKENS
+
+    if not isinstance(profile, LatencyProfile):
+        raise StandError(f"profile must be a LatencyProfile, not {type(profile).__name__}")
+    batch = check_int("batch", batch, 1)
+    max_k = check_int("max_k", max_k, 1, MAX_CHAIN_TOKENS)
     sums = chain_acceptance(family)[: max_k + 1].copy()
     sums[0] = -np.inf  # STAND drafts at least one token
     return choose_size(sums, profile, batch)
