@@ -614,3 +614,28 @@ def test_the_treeopt_library_refuses_what_it_would_misuse(tiny_qwen2, tmp_path):
     data = tmp_path / "d.jsonl"
     data.write_text(json.dumps({"id": "x", "prompt": "1 2"}) + "\n")
     assert [p.id for p in load_prompts(Path(data))] == ["x"]
+
+
+def test_replay_and_trace_tokenizing_refuse_what_does_not_fit():
+    """The last of the treeopt user test's raw errors: a replay past its recording (IndexError), an
+    empty prompt, a short accumulator, and groups that are not TraceGroups."""
+    from stand_runtime.engine.batch_sampling import RecordedDistributions
+    from stand_runtime.randomness import RandomStream
+    from treeopt.data.traces import tokenize_groups
+    from treeopt.optimize.candidate import candidate_tree
+    from treeopt.optimize.replay import replay_trajectory
+
+    tree = candidate_tree(5)
+    recorded = RecordedDistributions(np.zeros((3, 10), np.int64), np.zeros((3, 10)), [np.zeros(1, np.int64)] * 2,
+                                     [np.ones(1)] * 2)
+    store, stream, sums = NGramStore(), RandomStream.seeded(0), np.zeros(6)
+    for args, message in ((([1, 2], [3, 4, 5], recorded, tree, store, stream, sums), "fewer than 4 and 3"),
+                          (([], [3], recorded, tree, store, stream, sums), "needs a prompt and tokens"),
+                          (([1, 2], [3], recorded, tree, store, stream, np.zeros(3)), r"alpha_sum must be \[6\]")):
+        with pytest.raises(StandError, match=message):
+            replay_trajectory(*args)
+    with pytest.raises(StandError, match="segmentations must be"):
+        replay_trajectory([1, 2], [3], recorded, tree, store, stream, sums, segmentations=0)
+    for groups, message in ((None, "groups must be a list of TraceGroup"), (["x"], "TraceGroup objects")):
+        with pytest.raises(StandError, match=message):
+            tokenize_groups(groups, DigitsTokenizer(), 8)

@@ -105,7 +105,11 @@ def tokenize_groups(groups: list[TraceGroup], tokenizer, max_tokens: int) -> Non
     max_tokens = check_int("max_tokens", max_tokens, 1)
     if not callable(tokenizer):
         raise StandError(f"tokenize_groups needs a tokenizer (callable on text), got {tokenizer!r}")
+    if isinstance(groups, (str, bytes)) or not isinstance(groups, (list, tuple)):
+        raise StandError(f"groups must be a list of TraceGroup (load_traces), got {type(groups).__name__}")
     for group in groups:
+        if not isinstance(group, TraceGroup):
+            raise StandError(f"groups must be TraceGroup objects (load_traces), got {type(group).__name__}")
         group.prompt_ids = list(tokenizer(group.prompt, add_special_tokens=False)["input_ids"])
         group.trace_ids = [ids for ids in (first_tokens(tokenizer, text, max_tokens) for text in group.traces) if ids]
         if not group.prompt_ids or not group.trace_ids:

@@ -27,11 +27,30 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from stand_runtime import DraftTree, NGramStore, RecordedDistributions
+from stand_runtime import DraftTree, NGramStore, RecordedDistributions, StandError
+from stand_runtime.checks import check_int
 from stand_runtime.drafters.gumbel import choose_children
 from stand_runtime.randomness import RandomStream
 from stand_runtime.target.sampling import sample_index
 from stand_runtime.verify import acceptance_chain
+
+
+def _check_replay(prompt, tokens, recorded: RecordedDistributions, tree: DraftTree, alpha_sum, segmentations) -> int:
+    """:func:`replay_trajectory`'s inputs checked; returns ``segmentations`` as an int.
+
+    Raises:
+        StandError: see :func:`replay_trajectory`.
+    """
+    if not len(prompt) or not len(tokens):
+        raise StandError(f"a replay needs a prompt and tokens, got {len(prompt)} and {len(tokens)} tokens")
+    rows = len(prompt) - 1 + len(tokens)
+    if len(recorded.store_ids) < rows or len(recorded.target_ids) < len(tokens):
+        raise StandError(f"the recorded distributions cover {len(recorded.store_ids)} store rows and "
+                         f"{len(recorded.target_ids)} target rows, fewer than {rows} and {len(tokens)}")
+    if np.shape(alpha_sum) != (tree.num_nodes + 1,):
+        raise StandError(f"alpha_sum must be [{tree.num_nodes + 1}] (the root and every node), got shape "
+                         f"{list(np.shape(alpha_sum))}")
+    return check_int("segmentations", segmentations, 1)
 
 
 def replay_trajectory(
@@ -68,7 +87,13 @@ def replay_trajectory(
 
     Returns:
         The number of steps replayed.
+
+    Raises:
+        StandError: an empty prompt or trajectory, recorded rows that do not cover it
+            (at least ``len(prompt) - 1 + len(tokens)`` store rows and ``len(tokens)`` target rows), an
+            ``alpha_sum`` that is not ``[N + 1]``, or segmentations not an int >= 1.
     """
+    segmentations = _check_replay(prompt, tokens, recorded, tree, alpha_sum, segmentations)
     sequence = list(prompt) + list(tokens)
     prompt_len = len(prompt)
     store.update_sequence(sequence, range(prompt_len - 1), recorded.store_ids, recorded.store_probs)
