@@ -32,6 +32,11 @@ def test_parse_methods_and_unknown_method():
         ("x = -4.0", "-4"),
         ("she pays $3.50", "3.5"),  # a decimal's trailing zeros go as 18.00's do: 3.50 matches 3.5
         ("it drops to -0 degrees", "0"),
+        ("about 1e5 people", "100000"),  # an exponent is read, not just its last digits (was "5")
+        ("\\boxed{1.0E+5}", "100000"),
+        ("rate 2.5e-3", "0.0025"),
+        ("agent 007", "7"),
+        ("\\boxed{1e999}", "1e999"),  # too long to spell out: kept as written
         ("no answer here", None),
     ],
 )

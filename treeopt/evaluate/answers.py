@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from decimal import Decimal
 
 from stand_runtime import StandError
 
-_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
+_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?(?:[eE][-+]?\d+)?")
+_PLAIN_NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
+_MAX_DIGITS = 60  # a number written with more digits than this keeps its own spelling
 
 
 def last_boxed(text: str) -> str | None:
@@ -43,8 +46,10 @@ def extract_answer(text: str) -> str | None:
 
 
 def normalise(answer: str) -> str:
-    """Strip spaces, dollar signs, thousands separators and a decimal's trailing zeros (``18.00`` is
-    ``18``, ``-3.50`` is ``-3.5``, ``-0`` is ``0``) so equal numbers match.
+    """Strip spaces, dollar signs and thousands separators, and write a number in one canonical
+    decimal spelling (``18.00`` is ``18``, ``-3.50`` is ``-3.5``, ``-0`` is ``0``, ``1e5`` and
+    ``1.0E+5`` are ``100000``, ``007`` is ``7``) so equal numbers match. A number whose plain
+    spelling would take more than 60 digits, and any text that is not a number, keep their spelling.
 
     Raises:
         StandError: ``answer`` is not a string.
@@ -52,11 +57,16 @@ def normalise(answer: str) -> str:
     if not isinstance(answer, str):
         raise StandError(f"an answer is text, not {type(answer).__name__}")
     answer = answer.strip().strip("$").replace(",", "").replace(" ", "")
-    if re.fullmatch(r"-?\d+\.\d+", answer):
-        answer = answer.rstrip("0").rstrip(".")
-    if re.fullmatch(r"-0+(\.0*)?", answer):
-        answer = "0"
-    return answer
+    if not _PLAIN_NUMBER.fullmatch(answer):
+        return answer
+    value = Decimal(answer)
+    if value.is_zero():
+        return "0"
+    value = value.normalize()
+    sign, digits, exponent = value.as_tuple()
+    if max(len(digits) + exponent, len(digits), -exponent) > _MAX_DIGITS:
+        return answer
+    return format(value, "f")
 
 
 def majority_vote(answers: list[str | None]) -> str | None:
