@@ -1,5 +1,9 @@
 """Export: prune a calibration to K nodes and describe the result as a versioned tree file.
 
+Alpha-hat is first made monotone along the candidate (a child at most its parent;
+:mod:`treeopt.optimize.isotonic`): replay calibrations estimate nodes separately and may order a
+child above its parent, which no acceptance probability can.
+
 ``--nodes auto`` (:func:`choose_export_size`) picks K from the machine's latency profile: the size
 whose calibrated accepted tokens per second of forward time is highest.
 """
@@ -17,6 +21,7 @@ from stand_runtime.checks import check_int
 from stand_runtime.trees.families import TreeFamily
 
 from .calibration import Calibration
+from .isotonic import tree_isotonic
 from .prune import KnapsackSolution, best_sums, prune, subtree
 
 FAMILY_SIZES = tuple(range(1, 17)) + tuple(range(20, 65, 4)) + (72, 80, 96, 112, 128)
@@ -30,8 +35,8 @@ def export_tree(calibration: Calibration, num_nodes: int, extra_metadata: dict |
         StandError: not a Calibration, ``num_nodes`` not an integer >= 1 or larger than the
             candidate, or a calibration with no steps.
     """
-    _check_exportable(calibration)
-    tree, alpha = prune(calibration.candidate, calibration.alpha, num_nodes)
+    alpha = _exportable_alpha(calibration)
+    tree, alpha = prune(calibration.candidate, alpha, num_nodes)
     return TreeFile(tree, tuple(float(a) for a in alpha), _metadata(calibration, tree.num_nodes, float(alpha.sum()),
                                                                     extra_metadata))
 
@@ -45,28 +50,35 @@ def export_family(calibration: Calibration, sizes=FAMILY_SIZES) -> TreeFamily:
         StandError: not a Calibration, one with no steps, alpha-hat that are not probabilities, or
             sizes that are not integers.
     """
-    _check_exportable(calibration)
+    alpha = _exportable_alpha(calibration)
     if isinstance(sizes, (str, bytes)) or not hasattr(sizes, "__iter__"):
         raise StandError(f"family sizes must be a list of integers, got {sizes!r}")
     sizes = sorted({k for k in (check_int("a family size", k) for k in sizes) if 1 <= k <= calibration.candidate.num_nodes})
     if not sizes:
         raise StandError("no family size fits the candidate tree")
-    solution = KnapsackSolution(calibration.candidate, calibration.alpha, sizes[-1])
+    solution = KnapsackSolution(calibration.candidate, alpha, sizes[-1])
     members = {}
     for k in sizes:
-        tree, alpha = subtree(calibration.candidate, calibration.alpha, solution.nodes(k))
-        members[k] = TreeFile(tree, tuple(float(a) for a in alpha))
+        tree, member_alpha = subtree(calibration.candidate, alpha, solution.nodes(k))
+        members[k] = TreeFile(tree, tuple(float(a) for a in member_alpha))
     metadata = _metadata(calibration, None, None, {"sizes": sizes})
     return TreeFamily(members, metadata)
 
 
-def _check_exportable(calibration: Calibration) -> None:
+def _exportable_alpha(calibration: Calibration) -> np.ndarray:
+    """``[N]`` the calibration's alpha-hat made monotone along the candidate (a child at most its
+    parent: :func:`treeopt.optimize.isotonic.tree_isotonic`), once it is checked exportable.
+
+    Raises:
+        StandError: not a Calibration, one with no steps, or alpha-hat that are not probabilities.
+    """
     if not isinstance(calibration, Calibration):
         raise StandError(f"export needs a Calibration (load_calibration), not {type(calibration).__name__}")
     if calibration.steps <= 0:
         raise StandError("the calibration has no decoding steps: nothing to export")
     if not (np.all(np.isfinite(calibration.alpha)) and np.all(calibration.alpha <= 1.0 + 1e-9)):
         raise StandError("the calibration's alpha-hat are not probabilities (some are > 1 or not finite)")
+    return tree_isotonic(calibration.candidate, calibration.alpha)
 
 
 def _metadata(calibration: Calibration, nodes: int | None, alpha_sum: float | None, extra: dict | None) -> dict:
@@ -135,8 +147,7 @@ def choose_export_size(calibration: Calibration, profile, batch: int = 1) -> Siz
     :class:`stand_runtime.LatencyProfile`) for ``batch`` rows per forward."""
     from stand_runtime.target.latency import choose_size
 
-    _check_exportable(calibration)
-    sums = best_sums(calibration.candidate, calibration.alpha,
+    sums = best_sums(calibration.candidate, _exportable_alpha(calibration),
                      min(calibration.candidate.num_nodes, profile.sizes[-1] - 1))
     count, curve = choose_size(sums, profile, batch)
     return SizeChoice(count, curve, {"nodes_auto": {"latency": profile.as_dict(), "chosen": count, "batch": batch}})
