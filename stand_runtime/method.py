@@ -29,6 +29,7 @@ from .store.ngram_store import NGramStore
 from .drafters.prior import SuccessorPrior
 from .target.latency import LatencyProfile, cached_latency, profile_name
 from .target.model_facts import check_model
+from .target.timing import target_identity
 from .target.sampling import SamplingParams
 from .tree_choice import AUTO, DEFAULT_FAMILY, check_auto_available, machine_tree
 from .trees.tree import DraftTree
@@ -71,6 +72,10 @@ class Method:
         prior: STAND: the target's successor prior, filling the 1-token context of a step's root
             where the store has none (:mod:`stand_runtime.drafters.prior`;
             :func:`stand_runtime.drafters.prior.method_prior` gives it); None = no prior.
+        sized_for: the target whose latency on this machine sized the tree (``"auto"``, a family) or
+            the value rule, as ``(key, description)`` (:func:`stand_runtime.target.timing.target_identity`);
+            None when nothing was sized from a target. Decoding another target with it is refused
+            (:meth:`check_target`): its draft sizes were chosen for a forward of other cost.
 
     Raises:
         StandError: options the method does not take (:func:`stand_runtime.drafters.check_method`),
@@ -89,6 +94,7 @@ class Method:
     value: ValueRule | None = None
     batch_verify: bool | None = None
     prior: SuccessorPrior | None = None
+    sized_for: tuple[str, str] | None = None
 
     def __post_init__(self) -> None:
         if self.copy_tokens is None:
@@ -110,6 +116,9 @@ class Method:
             raise StandError(f"prior must be a SuccessorPrior (method_prior) or None, not {type(self.prior).__name__}")
         if self.prior is not None and self.name not in STORE_METHODS:
             raise StandError(f"a successor prior drafts for {', '.join(STORE_METHODS)}, not {self.name!r}")
+        if self.sized_for is not None and not (isinstance(self.sized_for, tuple) and len(self.sized_for) == 2
+                                               and all(isinstance(part, str) for part in self.sized_for)):
+            raise StandError("sized_for must be None or (key, description) strings: build it with Method.parse")
         if (self.value is not None) != (isinstance(self.tree, DynamicTree) and self.tree.sized):
             raise StandError("a value rule goes with a value-sized dynamic tree (dynamic-auto): build it with Method.parse")
 
@@ -162,8 +171,10 @@ class Method:
         if max_nodes == AUTO:
             max_nodes = auto_node_cap(resolved, sized, batch)
         value = value_rule(resolved, model, batch, allocation, latency)
+        measured_here = sized or (value is not None and latency is None)
+        sized_for = target_identity(model) if model is not None and measured_here else None
         return cls(name, resolved, feed_rejected, extend, copy_tokens, diagnose, max_nodes, sized, suffix, value,
-                   batch_verify, prior)
+                   batch_verify, prior, sized_for)
 
     @property
     def label(self) -> str:
@@ -183,6 +194,16 @@ class Method:
             StandError: ``vocab`` (the target's vocabulary size) not an integer >= 1.
         """
         return new_memory(self.name, vocab, self.tree)
+
+    def check_target(self, model) -> None:
+        """Raises StandError when this method was sized for another target (architecture, dtype or
+        device; :attr:`sized_for`) than ``model``, the one it is about to decode."""
+        if self.sized_for is None:
+            return
+        key, description = target_identity(model)
+        if key != self.sized_for[0]:
+            raise StandError(f"this {self.name} method was sized for another target ({self.sized_for[1]}), not "
+                             f"{description}: parse it again with the model it decodes")
 
     def check_memory(self, memory: Memory | None, vocab: int) -> None:
         """Raises StandError when ``memory`` is of the wrong kind, keeps contexts shorter than this

@@ -639,3 +639,24 @@ def test_replay_and_trace_tokenizing_refuse_what_does_not_fit():
     for groups, message in ((None, "groups must be a list of TraceGroup"), (["x"], "TraceGroup objects")):
         with pytest.raises(StandError, match=message):
             tokenize_groups(groups, DigitsTokenizer(), 8)
+
+
+def test_a_method_sized_for_one_target_refuses_to_decode_another(tiny_qwen2):
+    """A value-sized tree's draft sizes come from its target's latency here: decoding a target of another
+    architecture, dtype or device with it is one line; the same architecture with other weights is fine."""
+    sized = Method.parse("stand", "dynamic-auto-16", tiny_qwen2)
+    assert sized.sized_for is not None and "float32 on cpu" in sized.sized_for[1]
+    other_weights = tiny_model("qwen2", seed=5)
+    generate(other_weights, None, PROMPT, method=sized, sampling=GREEDY, max_new_tokens=4)
+    other_arch = tiny_model("llama")
+    message = "this stand method was sized for another target (qwen2, float32 on cpu), not llama, float32 on cpu"
+    for call in (lambda: generate(other_arch, None, PROMPT, method=sized, sampling=GREEDY, max_new_tokens=4),
+                 lambda: decode_rows(other_arch, None, [RowSpec(PROMPT, GREEDY, max_new_tokens=4)], method=sized)):
+        with pytest.raises(StandError, match=re.escape(message)) as error:
+            call()
+        one_line(error)
+    unsized = Method.parse("stand", "dynamic-80", tiny_qwen2)  # nothing in it depends on the target
+    assert unsized.sized_for is None
+    generate(other_arch, None, PROMPT, method=unsized, sampling=GREEDY, max_new_tokens=4)
+    with pytest.raises(StandError, match="sized_for must be None or"):
+        Method("stand", unsized.tree, sized_for="qwen2")

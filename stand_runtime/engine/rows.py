@@ -102,9 +102,11 @@ def make_rows(model, tokenizer, specs: Sequence[RowSpec], method: Method, on_ste
 
     Raises:
         StandError: a prompt outside the vocabulary, a prompt plus budget beyond the model's context,
-            EOS ids outside the vocabulary, a memory the method cannot use.
+            EOS ids outside the vocabulary, a memory the method cannot use, a method sized for
+            another target (:meth:`Method.check_target`).
     """
     vocab = vocab_size(model)
+    method.check_target(model)
     prepared = []
     for spec in specs:
         prompt = encode_prompt(tokenizer, spec.prompt, vocab)
