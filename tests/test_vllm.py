@@ -602,6 +602,12 @@ def test_engines_make_their_ipc_sockets_in_a_private_folder():
     assert first[engine.IPC_ENV] == folder and os.path.isdir(folder) and "stand-vllm-ipc-" in folder
     assert engine.private_ipc_folder(second) == folder  # one folder per process
     assert os.path.basename(folder).startswith(f"{engine.IPC_PREFIX}{engine._pid_namespace()}-{os.getpid()}-")
+    # a folder inherited from another process that made one (its environment) is not shared: it goes
+    # when that process ends, or with the next sweep if it was killed; this process makes its own
+    inherited = {engine.IPC_ENV: f"/tmp/{engine.IPC_PREFIX}{engine._pid_namespace()}-1-abc"}
+    assert engine.private_ipc_folder(inherited) == folder and inherited[engine.IPC_ENV] == folder
+    chosen = {engine.IPC_ENV: "/tmp/my-sockets"}
+    assert engine.private_ipc_folder(chosen) == "/tmp/my-sockets"
 
 
 def test_the_ipc_folders_of_processes_that_are_gone_are_removed(tmp_path):

@@ -173,9 +173,11 @@ def private_ipc_folder(env) -> str:
     A process that ends without its exit handlers (killed, or ``treeopt serve``, which hands its
     process to vLLM's server) leaves its folder; the next call in any process removes the folders of
     processes that are gone (:func:`remove_orphan_ipc_folders`). A process started with this
-    process's environment (its engines) uses the same folder."""
+    process's environment uses the same folder (vLLM's engine processes, which never call this); one
+    that calls this makes its own (:func:`_inherited_ipc_folder`): the folder it inherited is removed
+    when its maker ends, or by the next call anywhere if its maker is killed."""
     global _IPC_FOLDER
-    if IPC_ENV in env:
+    if IPC_ENV in env and not _inherited_ipc_folder(env[IPC_ENV]):
         return env[IPC_ENV]
     if _IPC_FOLDER is None:
         import atexit
@@ -187,6 +189,13 @@ def private_ipc_folder(env) -> str:
         atexit.register(shutil.rmtree, _IPC_FOLDER, ignore_errors=True)
     env[IPC_ENV] = _IPC_FOLDER
     return _IPC_FOLDER
+
+
+def _inherited_ipc_folder(path: str) -> bool:
+    """Whether ``path`` is another process's private IPC folder (named for another process id or
+    process-id namespace), not one the caller chose."""
+    name = os.path.basename(os.path.normpath(path))
+    return name.startswith(IPC_PREFIX) and not name.startswith(f"{IPC_PREFIX}{_pid_namespace()}-{os.getpid()}-")
 
 
 def remove_orphan_ipc_folders(parent: str) -> list[str]:
