@@ -117,8 +117,10 @@ class Method:
         if self.prior is not None and self.name not in STORE_METHODS:
             raise StandError(f"a successor prior drafts for {', '.join(STORE_METHODS)}, not {self.name!r}")
         if self.sized_for is not None and not (isinstance(self.sized_for, tuple) and len(self.sized_for) == 2
-                                               and all(isinstance(part, str) for part in self.sized_for)):
-            raise StandError("sized_for must be None or (key, description) strings: build it with Method.parse")
+                                               and all(isinstance(part, str) and part for part in self.sized_for)
+                                               and (self.sized or self.value is not None)):
+            raise StandError("sized_for must be None or (key, description) non-empty strings of a method sized "
+                             "for its target: build it with Method.parse")
         if (self.value is not None) != (isinstance(self.tree, DynamicTree) and self.tree.sized):
             raise StandError("a value rule goes with a value-sized dynamic tree (dynamic-auto): build it with Method.parse")
 

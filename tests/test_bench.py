@@ -4,7 +4,7 @@ import pytest
 
 from conftest import DigitsTokenizer, tiny_model
 from stand_runtime import SamplingParams, StandError
-from treeopt.evaluate.answers import extract_answer, last_boxed, majority_vote
+from treeopt.evaluate.answers import extract_answer, last_boxed, majority_vote, normalise
 from treeopt.evaluate.bench import parse_methods, results_json, run_bench, speedups
 from treeopt.data.datasets import Prompt
 
@@ -37,11 +37,29 @@ def test_parse_methods_and_unknown_method():
         ("rate 2.5e-3", "0.0025"),
         ("agent 007", "7"),
         ("\\boxed{1e999}", "1e999"),  # too long to spell out: kept as written
+        ("\\boxed{1e99999999999}", "1e99999999999"),  # past Decimal's exponent range: no Overflow
+        ("1e-999999999", "1e-999999999"),  # tiny, not zero
+        ("12345678901234567890123456789012345", "12345678901234567890123456789012345"),  # not rounded to 28 digits
+        ("\\boxed{1.2345678901234567890123456789012345}", "1.2345678901234567890123456789012345"),
+        ("about -.5 of it", "-0.5"),
+        ("\\boxed{5.}", "5"),
+        ("+5 points", "5"),
+        ("\u22125 degrees", "-5"),  # a Unicode minus
         ("no answer here", None),
     ],
 )
 def test_extract_answer(text, answer):
     assert extract_answer(text) == answer
+
+
+def test_normalise_spells_numbers_exactly_whatever_the_decimal_context():
+    import decimal
+
+    with decimal.localcontext() as context:
+        context.prec = 5
+        assert normalise("123456789") == "123456789"
+    assert normalise("1" * 60) == "1" * 60 and normalise("1" * 61) == "1" * 61
+    assert normalise("1e" + "9" * 5000) == "1e" + "9" * 5000
 
 
 def test_majority_vote_and_unbalanced_boxed():

@@ -649,7 +649,7 @@ def test_a_method_sized_for_one_target_refuses_to_decode_another(tiny_qwen2):
     other_weights = tiny_model("qwen2", seed=5)
     generate(other_weights, None, PROMPT, method=sized, sampling=GREEDY, max_new_tokens=4)
     other_arch = tiny_model("llama")
-    message = "this stand method was sized for another target (qwen2, float32 on cpu), not llama, float32 on cpu"
+    message = "this stand method was sized for another target (qwen2, float32 on cpu, architecture "
     for call in (lambda: generate(other_arch, None, PROMPT, method=sized, sampling=GREEDY, max_new_tokens=4),
                  lambda: decode_rows(other_arch, None, [RowSpec(PROMPT, GREEDY, max_new_tokens=4)], method=sized)):
         with pytest.raises(StandError, match=re.escape(message)) as error:
@@ -658,5 +658,25 @@ def test_a_method_sized_for_one_target_refuses_to_decode_another(tiny_qwen2):
     unsized = Method.parse("stand", "dynamic-80", tiny_qwen2)  # nothing in it depends on the target
     assert unsized.sized_for is None
     generate(other_arch, None, PROMPT, method=unsized, sampling=GREEDY, max_new_tokens=4)
+    for junk in ("qwen2", ("", ""), ("key", "name", "extra")):
+        with pytest.raises(StandError, match="sized_for must be None or"):
+            Method("stand", unsized.tree, sized_for=junk)
     with pytest.raises(StandError, match="sized_for must be None or"):
-        Method("stand", unsized.tree, sized_for="qwen2")
+        Method("ar", sized_for=("key", "name"))  # plain decoding sizes nothing
+    wider = tiny_model("qwen2", vocab=32)  # one name, another shape: the message tells them apart
+    with pytest.raises(StandError, match=r"\(qwen2, float32 on cpu, architecture [0-9a-f]{8}\), not qwen2, float32 on "
+                                         r"cpu, architecture [0-9a-f]{8}: parse it again"):
+        generate(wider, None, PROMPT, method=sized, sampling=GREEDY, max_new_tokens=4)
+
+
+def test_a_used_value_sized_method_copies_and_pickles(tiny_qwen2):
+    """A value rule's latency model marked its fit stale with a sentinel object, which a copy or pickle
+    replaced: the next decode failed deep inside (TypeError in np.interp)."""
+    import copy
+    import pickle
+
+    method = Method.parse("stand", "dynamic-auto-16", tiny_qwen2)
+    first = generate(tiny_qwen2, None, PROMPT, method=method, sampling=GREEDY, max_new_tokens=8)
+    for clone in (copy.deepcopy(method), pickle.loads(pickle.dumps(method))):
+        again = generate(tiny_qwen2, None, PROMPT, method=clone, sampling=GREEDY, max_new_tokens=8)
+        assert again.tokens == first.tokens  # greedy: the same tokens whatever the draft sizes

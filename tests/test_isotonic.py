@@ -69,10 +69,30 @@ def test_the_bundled_replay_calibration_becomes_monotone_and_keeps_its_mass():
 
 
 def test_tree_isotonic_refuses_what_does_not_fit():
+    import torch
+
     tree = candidate_tree(8, Prior())
-    with pytest.raises(StandError, match=r"alpha must be \[8\] finite numbers"):
+    with pytest.raises(StandError, match=r"alpha must be \[8\] real numbers, one per draft node, got \[7\]"):
         tree_isotonic(tree, np.zeros(7))
-    with pytest.raises(StandError, match="finite"):
+    with pytest.raises(StandError, match="alpha must be finite"):
         tree_isotonic(tree, [np.nan] * 8)
+    for bad in (["0.5"] * 8, [10 ** 400] * 8, torch.ones(8, requires_grad=True), [1j] * 8):
+        with pytest.raises(StandError, match=r"alpha must be \[8\] real numbers"):
+            tree_isotonic(tree, bad)
     with pytest.raises(StandError, match="needs a DraftTree"):
         tree_isotonic([(0,)], [0.5])
+    chain = DraftTree.from_paths([(0,), (0, 0)])  # pooled means are not sums: no overflow from finite values
+    np.testing.assert_allclose(tree_isotonic(chain, [1e308, 1.7e308]), [1.35e308, 1.35e308])
+
+
+def test_export_writes_probabilities_when_alpha_hat_exceeds_one_by_rounding():
+    """Export takes alpha-hat up to 1 + 1e-9 (rounding); the tree file it writes holds [0, 1]."""
+    from treeopt.optimize.calibration import Calibration
+    from treeopt.optimize.export import export_family, export_tree
+
+    tree = candidate_tree(6, Prior())
+    alpha_sum = np.concatenate([[0.0], np.full(tree.num_nodes, 1.0 + 5e-10)])
+    calibration = Calibration(tree, alpha_sum, 1.0, [], {})
+    exported = export_tree(calibration, 3)
+    assert max(exported.expected_acceptance) == 1.0
+    assert all(max(member.expected_acceptance) == 1.0 for member in export_family(calibration, (1, 2)).members.values())

@@ -139,6 +139,9 @@ def test_calibration_file_round_trip_and_export(tmp_path):
         (lambda d: json.dumps({k: v for k, v in d.items() if k != "per_prompt"}), "bad or missing field"),
         (lambda d: json.dumps({**d, "steps": 1}), "steps do not add up"),
         (lambda d: json.dumps({**d, "candidate": [[0], [0, 0, 0]]}), "has no parent"),
+        # a JSON integer too large for a float (was an OverflowError traceback)
+        (lambda d: json.dumps({**d, "per_prompt": [{**d["per_prompt"][0], "alpha_sum": [10 ** 400] * 21}]}),
+         "alpha_sum values that are not finite numbers"),
     ],
 )
 def test_corrupt_calibration_is_a_one_line_error(tmp_path, mutate, message):

@@ -49,9 +49,6 @@ it (when 2 observations counted), and a profile measured under load (flat) price
 free until then (6 such steps)."""
 
 
-_STALE = object()
-
-
 def explores(step: int) -> bool:
     """Whether the rule's step ``step`` (0-based) explores, while the root-only forward is unobserved."""
     return step < EXPLORE_FIRST or step % EXPLORE_EVERY == 0
@@ -93,7 +90,8 @@ class LatencyModel:
         self._forwards = 0  # forwards observed so far (the next one's index)
         self._medians: list = [None] * len(self.sizes)  # per size its (tokens, ratio) median, None: refit
         self._profiled = np.zeros(0)  # profile(t) for t = 1 .. len (filled on demand: it never changes)
-        self._fit = _STALE  # _fitted()'s answer until the next observation
+        self._fit = None  # _fitted()'s answer until the next observation
+        self._fit_stale = True  # a flag, not a sentinel object: a copied or unpickled model keeps its meaning
 
     def _profile_many(self, tokens: np.ndarray) -> np.ndarray:
         """``profile`` at integer token counts ``tokens`` (``[m]`` int, >= 1), from a table kept per count."""
@@ -108,8 +106,8 @@ class LatencyModel:
         """The correction as it stands: ``(tokens, ratios)`` of the sizes observed, or None (the
         profile stands: nothing observed, or the run agrees with the profile within the tolerances);
         refitted only after an observation."""
-        if self._fit is _STALE:
-            self._fit = self._fit_now()
+        if self._fit_stale:
+            self._fit, self._fit_stale = self._fit_now(), False
         return self._fit
 
     def _fit_now(self):
@@ -175,7 +173,7 @@ class LatencyModel:
             bucket = self._bucket(tokens)
             self._ratios[bucket].append((tokens, seconds / expected, self._forwards))
             self._medians[bucket] = None
-            self._fit = _STALE
+            self._fit_stale = True
             self._forwards += 1
             oldest = self._forwards - MAX_AGE
             for b, kept in enumerate(self._ratios):

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from decimal import Decimal
 
 from stand_runtime import StandError
 
-_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?(?:[eE][-+]?\d+)?")
-_PLAIN_NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
+_NUMBER = re.compile(r"[-+\u2212]?(?:\d[\d,]*(?:\.\d+)?|\.\d+)(?:[eE][-+]?\d+)?")
+_PLAIN_NUMBER = re.compile(r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?")
 _MAX_DIGITS = 60  # a number written with more digits than this keeps its own spelling
 
 
@@ -48,25 +47,45 @@ def extract_answer(text: str) -> str | None:
 def normalise(answer: str) -> str:
     """Strip spaces, dollar signs and thousands separators, and write a number in one canonical
     decimal spelling (``18.00`` is ``18``, ``-3.50`` is ``-3.5``, ``-0`` is ``0``, ``1e5`` and
-    ``1.0E+5`` are ``100000``, ``007`` is ``7``) so equal numbers match. A number whose plain
-    spelling would take more than 60 digits, and any text that is not a number, keep their spelling.
+    ``1.0E+5`` are ``100000``, ``007`` is ``7``, ``.5`` is ``0.5``, ``+5`` and ``−5`` (a Unicode minus)
+    are ``5`` and ``-5``) so equal numbers match. The spelling is exact (no rounding, whatever the
+    decimal context). A number whose plain spelling would take more than 60 digits, and any text that
+    is not a number, keep their spelling.
 
     Raises:
         StandError: ``answer`` is not a string.
     """
     if not isinstance(answer, str):
         raise StandError(f"an answer is text, not {type(answer).__name__}")
-    answer = answer.strip().strip("$").replace(",", "").replace(" ", "")
+    answer = answer.strip().strip("$").replace(",", "").replace(" ", "").replace("\u2212", "-")
     if not _PLAIN_NUMBER.fullmatch(answer):
         return answer
-    value = Decimal(answer)
-    if value.is_zero():
+    return _plain_spelling(answer) or answer
+
+
+def _plain_spelling(number: str) -> str | None:
+    """``number`` (a match of ``_PLAIN_NUMBER``) spelled without exponent, trailing fraction zeros or
+    leading zeros, computed on its digits alone; None when that takes more than ``_MAX_DIGITS`` digits."""
+    mantissa, _, exponent = number.lower().partition("e")
+    negative = mantissa.startswith("-")
+    whole, _, fraction = mantissa.lstrip("+-").partition(".")
+    if len(exponent.lstrip("+-").lstrip("0")) > 9:
+        return None  # an exponent of ten or more digits: far past _MAX_DIGITS either way
+    shift = int(exponent or 0) - len(fraction)  # value = int(digits) * 10 ** shift
+    digits = (whole + fraction).lstrip("0")
+    if not digits:
         return "0"
-    value = value.normalize()
-    sign, digits, exponent = value.as_tuple()
-    if max(len(digits) + exponent, len(digits), -exponent) > _MAX_DIGITS:
-        return answer
-    return format(value, "f")
+    stripped = digits.rstrip("0")
+    shift += len(digits) - len(stripped)
+    digits = stripped
+    if max(len(digits) + shift, len(digits), -shift) > _MAX_DIGITS:
+        return None
+    if shift >= 0:
+        text = digits + "0" * shift
+    else:
+        point = len(digits) + shift
+        text = (digits[:point] if point > 0 else "0") + "." + "0" * max(0, -point) + digits[max(point, 0):]
+    return ("-" if negative else "") + text
 
 
 def majority_vote(answers: list[str | None]) -> str | None:

@@ -176,7 +176,13 @@ def load_calibration(path: str | Path) -> Calibration:
 
 
 def _is_number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    """A JSON number that is finite as a float (an integer too large for one is not)."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return False
+    try:
+        return math.isfinite(float(value))
+    except OverflowError:
+        return False
 
 
 def _prompt_sums(per_prompt: list, nodes: int) -> np.ndarray:
@@ -207,5 +213,6 @@ def _prompt_sums(per_prompt: list, nodes: int) -> np.ndarray:
         row = np.asarray(entry["alpha_sum"], dtype=float)
         if row.shape != alpha_sum.shape:
             raise StandError(f"prompt {label!r} has {row.shape[0]} values for {alpha_sum.shape[0]} nodes")
-        alpha_sum += row
+        with np.errstate(over="ignore"):  # an overflowing total is refused where the sums are checked
+            alpha_sum += row
     return alpha_sum

@@ -39,16 +39,21 @@ def tree_isotonic(tree: DraftTree, alpha) -> np.ndarray:
         where it is already ordered. Depth-1 nodes have no constraint above them (the root is not drafted).
 
     Raises:
-        StandError: ``tree`` is not a DraftTree, or ``alpha`` is not ``[N]`` finite numbers.
+        StandError: ``tree`` is not a DraftTree, or ``alpha`` is not ``[N]`` finite real numbers
+            (text, complex numbers and tensors that need grad are refused).
     """
     if not isinstance(tree, DraftTree):
         raise StandError(f"tree_isotonic needs a DraftTree, not {type(tree).__name__}")
     try:
-        values = np.asarray(alpha, dtype=np.float64)
-    except (TypeError, ValueError):
-        raise StandError("alpha must be numbers, one per draft node") from None
-    if values.shape != (tree.num_nodes,) or not np.all(np.isfinite(values)):
-        raise StandError(f"alpha must be [{tree.num_nodes}] finite numbers, got shape {list(values.shape)}")
+        raw = np.asarray(alpha)
+        values = raw.astype(np.float64) if raw.dtype.kind in "biuf" else None
+    except (TypeError, ValueError, OverflowError, RuntimeError):  # ragged, huge ints, a tensor needing grad
+        values = None
+    if values is None or values.shape != (tree.num_nodes,):
+        shape = list(values.shape) if values is not None else type(alpha).__name__
+        raise StandError(f"alpha must be [{tree.num_nodes}] real numbers, one per draft node, got {shape}")
+    if not np.all(np.isfinite(values)):
+        raise StandError("alpha must be finite (no NaN or infinity)")
     index = {path: i for i, path in enumerate(tree.paths)}
     parent = [index[path[:-1]] if len(path) > 1 else -1 for path in tree.paths]
     owner = list(range(tree.num_nodes))  # union-find: a block is named by its top node
@@ -59,7 +64,7 @@ def tree_isotonic(tree: DraftTree, alpha) -> np.ndarray:
             node = owner[node]
         return node
 
-    total, count = values.copy(), np.ones(tree.num_nodes)
+    mean, count = values.copy(), np.ones(tree.num_nodes)
     version = [0] * tree.num_nodes
     heap = [(-values[i], i, 0) for i in range(tree.num_nodes)]
     heapq.heapify(heap)
@@ -70,12 +75,12 @@ def tree_isotonic(tree: DraftTree, alpha) -> np.ndarray:
         if parent[top] < 0:
             continue  # a depth-1 block: nothing above it, fixed
         up = block(parent[top])
-        if total[top] * count[up] <= total[up] * count[top]:
+        if mean[top] <= mean[up]:
             continue  # ordered with the block above: fixed
         owner[top] = up
-        total[up] += total[top]
         count[up] += count[top]
+        mean[up] += (mean[top] - mean[up]) * (count[top] / count[up])  # the pooled mean, without summing
         version[up] += 1
-        heapq.heappush(heap, (-total[up] / count[up], up, version[up]))
+        heapq.heappush(heap, (-mean[up], up, version[up]))
     heads = np.array([block(i) for i in range(tree.num_nodes)], dtype=np.int64)
-    return total[heads] / count[heads]
+    return mean[heads]
