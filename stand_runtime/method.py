@@ -27,9 +27,8 @@ from .errors import StandError
 from .randomness import RandomStream
 from .store.ngram_store import NGramStore
 from .drafters.prior import SuccessorPrior
-from .target.latency import LatencyProfile, cached_latency, profile_name
+from .target.latency import LatencyProfile, cached_latency, profile_name, target_identity
 from .target.model_facts import check_model
-from .target.timing import target_identity
 from .target.sampling import SamplingParams
 from .tree_choice import AUTO, DEFAULT_FAMILY, check_auto_available, machine_tree
 from .trees.tree import DraftTree
@@ -73,7 +72,7 @@ class Method:
             where the store has none (:mod:`stand_runtime.drafters.prior`;
             :func:`stand_runtime.drafters.prior.method_prior` gives it); None = no prior.
         sized_for: the target whose latency on this machine sized the tree (``"auto"``, a family) or
-            the value rule, as ``(key, description)`` (:func:`stand_runtime.target.timing.target_identity`);
+            the value rule, as ``(key, description)`` (:func:`stand_runtime.target.latency.target_identity`);
             None when nothing was sized from a target. Decoding another target with it is refused
             (:meth:`check_target`): its draft sizes were chosen for a forward of other cost.
 

@@ -173,6 +173,19 @@ def profile_name(model) -> str:
     return str(getattr(model.config, "_name_or_path", "") or getattr(model.config, "model_type", "model"))
 
 
+def target_identity(model) -> tuple[str, str]:
+    """Which target a method was sized for: ``(key, description)``. The key is a SHA-256 hex digest
+    of :func:`~stand_runtime.target.timing.architecture_digest`, the parameters' dtype and device
+    (what the target's latency depends on in the model; a moved or copied folder keeps it). The
+    description names it for an error message: :func:`profile_name`, dtype, device and the
+    architecture digest's first 8 hex digits (two models of one name may differ in shape)."""
+    first = next(model.parameters())
+    architecture = architecture_digest(model)
+    key = hashlib.sha256(f"{architecture}|{first.dtype}|{first.device}".encode()).hexdigest()
+    dtype = str(first.dtype).removeprefix("torch.")
+    return key, f"{profile_name(model)}, {dtype} on {first.device}, architecture {architecture[:8]}"
+
+
 def profile_key(model, model_name: str) -> str:
     """What a cached profile depends on: the model's architecture (its type and every parameter's
     name and shape: a forward's cost, not its weights, so a moved or copied model folder keeps its

@@ -24,19 +24,6 @@ def architecture_digest(model) -> str:
     return hashlib.sha256(repr((getattr(model.config, "model_type", ""), shapes)).encode()).hexdigest()
 
 
-def target_identity(model) -> tuple[str, str]:
-    """Which target a method was sized for: ``(key, description)``. The key is a SHA-256 hex digest
-    of :func:`architecture_digest`, the parameters' dtype and device (what the target's latency
-    depends on in the model; a moved or copied folder keeps it). The description names it for an
-    error message: the folder it was loaded from, dtype, device and the architecture digest's first 8
-    hex digits (two models of one name may differ in shape)."""
-    first = next(model.parameters())
-    architecture = architecture_digest(model)
-    key = hashlib.sha256(f"{architecture}|{first.dtype}|{first.device}".encode()).hexdigest()
-    name = getattr(model.config, "_name_or_path", "") or getattr(model.config, "model_type", "model")
-    return key, f"{name}, {str(first.dtype).removeprefix('torch.')} on {first.device}, architecture {architecture[:8]}"
-
-
 def timing_disturbed() -> str | None:
     """Why timings taken now would not be this machine's, or None: a Python profiler or tracer is
     active (``cProfile``, a debugger, line coverage). It adds a fixed cost to every Python call, so a

@@ -185,7 +185,7 @@ def private_ipc_folder(env) -> str:
         import tempfile
 
         remove_orphan_ipc_folders(tempfile.gettempdir())
-        _IPC_FOLDER = tempfile.mkdtemp(prefix=f"{IPC_PREFIX}{_pid_namespace()}-{os.getpid()}-")
+        _IPC_FOLDER = tempfile.mkdtemp(prefix=_own_ipc_prefix())
         atexit.register(shutil.rmtree, _IPC_FOLDER, ignore_errors=True)
     env[IPC_ENV] = _IPC_FOLDER
     return _IPC_FOLDER
@@ -195,7 +195,12 @@ def _inherited_ipc_folder(path: str) -> bool:
     """Whether ``path`` is another process's private IPC folder (named for another process id or
     process-id namespace), not one the caller chose."""
     name = os.path.basename(os.path.normpath(path))
-    return name.startswith(IPC_PREFIX) and not name.startswith(f"{IPC_PREFIX}{_pid_namespace()}-{os.getpid()}-")
+    return name.startswith(IPC_PREFIX) and not name.startswith(_own_ipc_prefix())
+
+
+def _own_ipc_prefix() -> str:
+    """The name prefix of this process's private IPC folder: ``stand-vllm-ipc-<namespace>-<pid>-``."""
+    return f"{IPC_PREFIX}{_pid_namespace()}-{os.getpid()}-"
 
 
 def remove_orphan_ipc_folders(parent: str) -> list[str]:

@@ -76,11 +76,12 @@ def _exportable_alpha(calibration: Calibration) -> np.ndarray:
         raise StandError(f"export needs a Calibration (load_calibration), not {type(calibration).__name__}")
     if calibration.steps <= 0:
         raise StandError("the calibration has no decoding steps: nothing to export")
-    if not (np.all(np.isfinite(calibration.alpha)) and np.all(calibration.alpha <= 1.0 + 1e-9)):
+    alpha = calibration.alpha
+    if not (np.all(np.isfinite(alpha)) and np.all(alpha <= 1.0 + 1e-9)):
         raise StandError("the calibration's alpha-hat are not probabilities (some are > 1 or not finite)")
     # clipped into [0, 1] after the projection (alpha-hat may exceed 1 by rounding): the projection onto
     # the order and the box at once, so the tree file's probabilities hold
-    return np.clip(tree_isotonic(calibration.candidate, calibration.alpha), 0.0, 1.0)
+    return np.clip(tree_isotonic(calibration.candidate, alpha), 0.0, 1.0)
 
 
 def _metadata(calibration: Calibration, nodes: int | None, alpha_sum: float | None, extra: dict | None) -> dict:

@@ -54,8 +54,7 @@ def tree_isotonic(tree: DraftTree, alpha) -> np.ndarray:
         raise StandError(f"alpha must be [{tree.num_nodes}] real numbers, one per draft node, got {shape}")
     if not np.all(np.isfinite(values)):
         raise StandError("alpha must be finite (no NaN or infinity)")
-    index = {path: i for i, path in enumerate(tree.paths)}
-    parent = [index[path[:-1]] if len(path) > 1 else -1 for path in tree.paths]
+    parent = (tree.parents[1:] - 1).tolist()  # 0-based like alpha; -1 at depth 1 (the root's children)
     owner = list(range(tree.num_nodes))  # union-find: a block is named by its top node
 
     def block(node: int) -> int:
