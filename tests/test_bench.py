@@ -46,6 +46,11 @@ def test_parse_methods_and_unknown_method():
         ("+5 points", "5"),
         ("\u22125 degrees", "-5"),  # a Unicode minus
         ("no answer here", None),
+        ("it costs \\boxed{1{,}000} dollars", "1000"),  # LaTeX's grouping comma
+        ("\\boxed{12\\,345}", "12345"),
+        ("about 1\u202f000\u00a0000 stars", "1000000"),  # narrow and plain no-break spaces group digits
+        ("so 3,\n4", "4"),  # a comma before a non-digit ends the number
+        ("\\boxed{1 000}", "1000"),
     ],
 )
 def test_extract_answer(text, answer):

@@ -8,6 +8,7 @@ import re
 
 import numpy as np
 import pytest
+import torch
 
 from conftest import DigitsTokenizer, tiny_model
 from stand_runtime import (DecodeRequest, HFBackend, Method, NGramStore, RowSpec, SamplingParams, StandError, decode_rows, generate, generate_batch)
@@ -667,6 +668,10 @@ def test_a_method_sized_for_one_target_refuses_to_decode_another(tiny_qwen2):
     with pytest.raises(StandError, match=r"\(qwen2, float32 on cpu, architecture [0-9a-f]{8}\), not qwen2, float32 on "
                                          r"cpu, architecture [0-9a-f]{8}: parse it again"):
         generate(wider, None, PROMPT, method=sized, sampling=GREEDY, max_new_tokens=4)
+    part_cast = tiny_model("qwen2", seed=5)  # every parameter counts, not the first alone (the embedding)
+    part_cast.model.layers[0].mlp.to(torch.bfloat16)
+    with pytest.raises(StandError, match=r"not qwen2, bfloat16 on cpu \+ float32 on cpu, architecture"):
+        generate(part_cast, None, PROMPT, method=sized, sampling=GREEDY, max_new_tokens=4)
 
 
 def test_a_used_value_sized_method_copies_and_pickles(tiny_qwen2):

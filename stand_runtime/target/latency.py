@@ -175,15 +175,17 @@ def profile_name(model) -> str:
 
 def target_identity(model) -> tuple[str, str]:
     """Which target a method was sized for: ``(key, description)``. The key is a SHA-256 hex digest
-    of :func:`~stand_runtime.target.timing.architecture_digest`, the parameters' dtype and device
-    (what the target's latency depends on in the model; a moved or copied folder keeps it). The
-    description names it for an error message: :func:`profile_name`, dtype, device and the
-    architecture digest's first 8 hex digits (two models of one name may differ in shape)."""
-    first = next(model.parameters())
+    of :func:`~stand_runtime.target.timing.architecture_digest` and the dtypes and devices of all the
+    parameters (what the target's latency depends on in the model; a moved or copied folder keeps it;
+    a model cast or moved in part changes it). The description names it for an error message:
+    :func:`profile_name`, dtype(s), device(s) and the architecture digest's first 8 hex digits (two
+    models of one name may differ in shape)."""
+    placements = sorted({(str(p.dtype).removeprefix("torch."), str(p.device)) for p in model.parameters()})
     architecture = architecture_digest(model)
-    key = hashlib.sha256(f"{architecture}|{first.dtype}|{first.device}".encode()).hexdigest()
-    dtype = str(first.dtype).removeprefix("torch.")
-    return key, f"{profile_name(model)}, {dtype} on {first.device}, architecture {architecture[:8]}"
+    where = "|".join(f"{dtype}|{device}" for dtype, device in placements)
+    key = hashlib.sha256(f"{architecture}|{where}".encode()).hexdigest()
+    described = " + ".join(f"{dtype} on {device}" for dtype, device in placements)
+    return key, f"{profile_name(model)}, {described}, architecture {architecture[:8]}"
 
 
 def profile_key(model, model_name: str) -> str:

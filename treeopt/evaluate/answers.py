@@ -7,7 +7,9 @@ from collections import Counter
 
 from stand_runtime import StandError
 
-_NUMBER = re.compile(r"[-+\u2212]?(?:\d[\d,]*(?:\.\d+)?|\.\d+)(?:[eE][-+]?\d+)?")
+_GROUP = r"(?:,|\{,\}|\\,|[\u00a0\u2009\u202f])"  # a thousands separator: , {,} \, or a no-break/thin space
+_SEPARATORS = ("{,}", "\\,", ",", " ", "\u00a0", "\u2009", "\u202f")  # taken out of an answer, in this order
+_NUMBER = re.compile(r"[-+\u2212]?(?:\d(?:\d|" + _GROUP + r"(?=\d))*(?:\.\d+)?|\.\d+)(?:[eE][-+]?\d+)?")
 _PLAIN_NUMBER = re.compile(r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?")
 _MAX_DIGITS = 60  # a number written with more digits than this keeps its own spelling
 
@@ -32,6 +34,10 @@ def last_boxed(text: str) -> str | None:
 def extract_answer(text: str) -> str | None:
     """The final answer: the last ``\\boxed{...}``, else the last number in the text; normalised.
 
+    A number's digits may be grouped by ``,``, ``{,}``, ``\\,`` or a no-break or thin space; in free
+    text an ordinary space ends a number (``"1 000"`` is two numbers, read as ``0``), as it may
+    separate two numbers; inside ``\\boxed{}`` every space goes.
+
     Raises:
         StandError: ``text`` is not a string.
     """
@@ -45,8 +51,8 @@ def extract_answer(text: str) -> str | None:
 
 
 def normalise(answer: str) -> str:
-    """Strip spaces, dollar signs and thousands separators, and write a number in one canonical
-    decimal spelling (``18.00`` is ``18``, ``-3.50`` is ``-3.5``, ``-0`` is ``0``, ``1e5`` and
+    """Strip spaces, dollar signs and thousands separators (``,``, LaTeX's ``{,}`` and ``\\,``, no-break
+    and thin spaces), and write a number in one canonical decimal spelling (``18.00`` is ``18``, ``-3.50`` is ``-3.5``, ``-0`` is ``0``, ``1e5`` and
     ``1.0E+5`` are ``100000``, ``007`` is ``7``, ``.5`` is ``0.5``, ``+5`` and ``−5`` (a Unicode minus)
     are ``5`` and ``-5``) so equal numbers match. The spelling is exact (no rounding, whatever the
     decimal context). A number whose plain spelling would take more than 60 digits, and any text that
@@ -57,7 +63,9 @@ def normalise(answer: str) -> str:
     """
     if not isinstance(answer, str):
         raise StandError(f"an answer is text, not {type(answer).__name__}")
-    answer = answer.strip().strip("$").replace(",", "").replace(" ", "").replace("\u2212", "-")
+    answer = answer.strip().strip("$").replace("\u2212", "-")
+    for separator in _SEPARATORS:
+        answer = answer.replace(separator, "")
     if not _PLAIN_NUMBER.fullmatch(answer):
         return answer
     return _plain_spelling(answer) or answer
