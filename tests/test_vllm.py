@@ -563,7 +563,8 @@ def test_vllm_bench_bad_input_one_line():
                           (["serve", "--method", "ngram", "--k", "auto"], "--k must be an integer in [1, 128]"),
                           (["bench-vllm", "--dtype", "float16"], "unknown dtype 'float16' (use float32 or bfloat16)"),
                           (["bench-vllm", "--max-new-tokens", "100000"], "context too long: --max-new-tokens 100000"),
-                          (["serve", "--dry-run", "--host", "not a host"], "host must be an address or host name"),
+                          (["serve", "--dry-run", "--host", "not a host"], "--host not a host: not an address or a host name"),
+                          (["serve", "--dry-run", "--host", "10.255.255.1"], "--host 10.255.255.1: not an address of this"),
                           (["serve", "--dry-run", "--method", "bogus", "--max-prompts", "5"], "unknown vLLM method 'bogus'"),
                           (["serve", "--dry-run", "--max-model-len", "100000"],
                            "max_model_len 100000 is longer than the model's context of 8192 tokens")):

@@ -45,8 +45,9 @@ def serve(
     chain = _chain_length(k, method)
     check_extra_args(ctx.args)
     distribution = None if prior is None else _prior_distribution(prior)
-    if not dry_run:
-        check_listen(host, port)  # before a prior's minutes and vLLM's start, not after them
+    # before a prior's minutes and vLLM's start, not after them; a dry run checks the host only (port
+    # 0: any free one), as the port may be held by the server it describes
+    check_listen(host, 0 if dry_run else port)
     if distribution is not None:
         _check_prior_folder()  # before a measurement of minutes, not after it
     folder = str(default_model_folder() if model == DEFAULT_MODEL else model)
