@@ -254,6 +254,7 @@ def test_sampling_takes_numpy_scalars_and_refuses_a_float_top_k(tiny_qwen2):
     for bad, message in (({"top_k": 2.5}, "top_k must be an integer, got 2.5"),
                          ({"temperature": "0.7"}, "temperature must be a number"),
                          ({"temperature": 10**400}, "temperature must be a finite number, got an integer too large"),
+                         ({"temperature": 1e308}, "temperature must be <= 1e\\+06"),  # 1 / T is 0 in float32
                          ({"top_p": math.nan}, "top_p must be a finite number"), ({"top_k": True}, "top_k must be an integer")):
         with pytest.raises(StandError, match=message):
             SamplingParams(**bad)

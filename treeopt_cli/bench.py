@@ -74,7 +74,8 @@ def bench(
     from treeopt import load_prompts, parse_methods
     from treeopt.evaluate.bench import check_bench_settings, default_offset
 
-    check_outputs({"--json": json_out, "--png": png}, {"--dataset": dataset, "--tree": tree}, plot=png)
+    check_outputs({"--json": json_out, "--png": png, "--png's reliability diagram": _reliability_path(png)},
+                  {"--dataset": dataset, "--tree": tree}, plot=png)
     out = ResultsFile(json_out, console, ctx)
     specs = parse_methods(methods, tree)
     check_prior_option(ctx, [spec.label for spec in specs], prior, [spec.method in STORE_METHODS for spec in specs],
@@ -157,13 +158,18 @@ def _report(results: list, profile, title: str, json_out: Optional[Path], png: O
         _plot_reliability(results, png)
 
 
+def _reliability_path(png: Optional[Path]) -> Optional[Path]:
+    """Where ``--png`` puts the reliability diagram: NAME-reliability.png beside it (None without --png)."""
+    return None if png is None else png.with_name(f"{png.stem}-reliability{png.suffix or '.png'}")
+
+
 def _plot_reliability(results: list, png: Path) -> None:
     """The reliability diagram of the value-sized trees, next to ``png`` (NAME-reliability.png)."""
     from treeopt.evaluate.plots import plot_reliability
 
     summaries = [(r.label, r.reliability.summary()) for r in results if r.reliability is not None]
     if summaries:
-        path = plot_reliability(summaries, png.with_name(f"{png.stem}-reliability{png.suffix or '.png'}"))
+        path = plot_reliability(summaries, _reliability_path(png))
         console.print(f"reliability diagram written to {path}")
 
 

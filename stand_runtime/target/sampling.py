@@ -23,6 +23,10 @@ from .nucleus import NUCLEUS_PROBE, Nucleus, logits_nucleus, nucleus  # noqa: F4
 MIN_TEMPERATURE = 1e-6
 """Smallest positive temperature: below it logits / temperature overflow float32."""
 
+MAX_TEMPERATURE = 1e6
+"""Largest temperature: p is then uniform over the kept tokens to float32 precision for any logits
+a model gives; far above it 1 / temperature rounds to 0 in float32."""
+
 MIN_TOP_P = float(np.finfo(np.float32).tiny)
 """Smallest top-p (float32's smallest normal, ~1.2e-38): float32 rounds a smaller one to 0, which
 would cut every token. Any top-p up to the top token's probability keeps that token alone."""
@@ -32,7 +36,8 @@ class SamplingParams:
     """How the target model is sampled.
 
     Attributes:
-        temperature: softmax temperature; 0 selects greedy decoding (one-hot p on the argmax).
+        temperature: softmax temperature, 0 or in [MIN_TEMPERATURE, MAX_TEMPERATURE]; 0 selects greedy
+            decoding (one-hot p on the argmax).
         top_p: nucleus mass in (0, 1]; 1 disables top-p.
         top_k: keep the k most likely tokens; 0 disables top-k.
 
@@ -53,6 +58,9 @@ class SamplingParams:
         if 0.0 < self.temperature < MIN_TEMPERATURE:
             raise StandError(f"temperature must be 0 (greedy) or >= {MIN_TEMPERATURE:g} (logits / temperature would "
                              f"overflow), got {self.temperature:g}")
+        if self.temperature > MAX_TEMPERATURE:
+            raise StandError(f"temperature must be <= {MAX_TEMPERATURE:g} (p is uniform over the kept tokens long "
+                             f"before), got {self.temperature:g}")
         if not (0.0 < self.top_p <= 1.0):
             raise StandError(f"top_p must be in (0, 1], got {self.top_p}")
         if self.top_p < MIN_TOP_P:

@@ -52,7 +52,7 @@ from ..files import write_json_atomic
 from ..store.native_store import store_class, update_sequences
 from ..store.ngram_store import NGramStore
 from ..randomness import SEED_LIMIT, RandomStream, drafting_seed
-from ..target.sampling import MIN_TEMPERATURE, SamplingParams
+from ..target.sampling import MAX_TEMPERATURE, MIN_TEMPERATURE, SamplingParams
 from .prompt_stores import FALLBACK_ENTRIES, PromptStores
 from .options import DEFAULT_OPTIONS, OPTIONS_ENV, load_prior, proposer_summary, read_options
 from .runner_access import LOG, BatchRow, RunnerAccess, StepLogits, check_version, find_runner
@@ -90,7 +90,7 @@ def _target_params(row: BatchRow) -> SamplingParams:
     """Our :class:`SamplingParams` for a vLLM request (greedy below vLLM's epsilon)."""
     if row.temperature < _GREEDY_EPS:
         return SamplingParams(temperature=0.0, top_p=1.0, top_k=0)
-    return SamplingParams(temperature=max(row.temperature, MIN_TEMPERATURE), top_p=row.top_p, top_k=row.top_k)
+    return SamplingParams(temperature=min(max(row.temperature, MIN_TEMPERATURE), MAX_TEMPERATURE), top_p=row.top_p, top_k=row.top_k)
 
 
 def _budget(options: dict) -> ChainBudget:
