@@ -26,3 +26,10 @@ MAX_CHAIN_TOKENS = 128
 
 MAX_PROMPT_STORES = 1_000_000
 """Prompt stores STAND's vLLM proposer keeps at most (``max_prompts``)."""
+
+MIN_TEMPERATURE = 1e-6
+"""Smallest positive sampling temperature: below it logits / temperature overflow float32."""
+
+MAX_TEMPERATURE = 1e6
+"""Largest sampling temperature: p is then uniform over the kept tokens to float32 precision for any
+logits a model gives; far above it 1 / temperature rounds to 0 in float32."""

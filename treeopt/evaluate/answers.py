@@ -7,8 +7,8 @@ from collections import Counter
 
 from stand_runtime import StandError
 
-_GROUP = r"(?:,|\{,\}|\\,|[\u00a0\u2009\u202f])"  # a thousands separator: , {,} \, or a no-break/thin space
-_SEPARATORS = ("{,}", "\\,", ",", " ", "\u00a0", "\u2009", "\u202f")  # taken out of an answer, in this order
+_SEPARATORS = ("{,}", "\\,", ",", "\u00a0", "\u2009", "\u202f")  # thousands separators, taken out in this order
+_GROUP = "(?:" + "|".join(map(re.escape, _SEPARATORS)) + ")"  # one of them between digits of a number
 _NUMBER = re.compile(r"[-+\u2212]?(?:\d(?:\d|" + _GROUP + r"(?=\d))*(?:\.\d+)?|\.\d+)(?:[eE][-+]?\d+)?")
 _PLAIN_NUMBER = re.compile(r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?")
 _MAX_DIGITS = 60  # a number written with more digits than this keeps its own spelling
@@ -63,7 +63,7 @@ def normalise(answer: str) -> str:
     """
     if not isinstance(answer, str):
         raise StandError(f"an answer is text, not {type(answer).__name__}")
-    answer = answer.strip().strip("$").replace("\u2212", "-")
+    answer = answer.strip().strip("$").replace("\u2212", "-").replace(" ", "")
     for separator in _SEPARATORS:
         answer = answer.replace(separator, "")
     if not _PLAIN_NUMBER.fullmatch(answer):
