@@ -27,11 +27,11 @@ import numpy as np
 from .drafters.value import EDGES, AcceptanceMap
 from .errors import StandError
 from .files import parse_json_object, write_json_atomic
+from .formats import ACCEPTANCE_FORMAT
 from .target.latency import profile_name
 from .target.models import cache_root
 from .trees.tree_io import bundled_files
 
-ACCEPTANCE_FORMAT = "stand-acceptance"
 ACCEPTANCE_VERSION = 2
 BUNDLED_SUFFIX = ".acceptance.json"
 
@@ -154,9 +154,10 @@ def find_acceptance_seed(model) -> AcceptanceSeed | None:
     if cached.is_file():
         try:
             seed = load_acceptance_seed(cached)
-        except StandError:
+        except StandError as error:
             if not _outdated(cached):  # an earlier version is skipped, anything else said
-                raise
+                raise StandError(f"{error} (the cached seed treeopt calibrate wrote for this model: remove it to "
+                                 f"use the bundled seed, or calibrate again)") from None
         else:
             if seed.model != identity:
                 raise StandError(f"acceptance seed {cached} was measured on {seed.model!r}, not {identity!r}: "

@@ -33,3 +33,6 @@ MIN_TEMPERATURE = 1e-6
 MAX_TEMPERATURE = 1e6
 """Largest sampling temperature: p is then uniform over the kept tokens to float32 precision for any
 logits a model gives; far above it 1 / temperature rounds to 0 in float32."""
+
+DTYPE_NAMES = {"float32": "float32", "fp32": "float32", "bfloat16": "bfloat16", "bf16": "bfloat16"}
+"""The target's weight dtypes, by every spelling the toolkit accepts → the name results record."""

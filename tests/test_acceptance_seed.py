@@ -109,8 +109,12 @@ def test_the_value_rule_is_seeded_for_its_model_only(cache, tmp_path, monkeypatc
     with pytest.raises(StandError, match="was measured on 'llama', not 'qwen2'"):
         Method.parse("stand", "dynamic-auto", model)
     seed_path(identity).write_text("[]")
-    with pytest.raises(StandError, match="must be a JSON object"):
+    with pytest.raises(StandError, match="must be a JSON object.*remove it to use the bundled seed, or calibrate again"):
         Method.parse("stand", "dynamic-auto", model)
+    seed_path(identity).write_text(json.dumps(AcceptanceSeed(identity, drafted, accepted).as_json())[:40])  # truncated
+    with pytest.raises(StandError, match=r"seed treeopt calibrate wrote for this model: remove it") as error:
+        Method.parse("stand", "dynamic-auto", model)
+    assert "\n" not in str(error.value)
     # a cached file of version 1 (copied nodes binned by their parent's score) is skipped: the bundled one
     old = {**AcceptanceSeed(identity, drafted, accepted).as_json(), "version": 1}
     seed_path(identity).write_text(json.dumps(old))

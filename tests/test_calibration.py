@@ -109,6 +109,8 @@ def test_resume_skips_finished_prompts_and_rejects_other_settings(tmp_path):
     assert resumed.steps > 0 and full.steps > 0
     assert config.stochastic_drafts  # each prompt replays from its own stream: the same as uninterrupted
     assert json.loads(out.read_text())["per_prompt"] == uninterrupted
+    steps = json.loads(out.read_text())["steps"]  # written as the uninterrupted run writes it (79, not 79.0)
+    assert (steps, type(steps)) == (uninterrupted_file["steps"], type(uninterrupted_file["steps"])) and isinstance(steps, int)
     other = CalibrationConfig(samples=3, max_new_tokens=13, candidate_nodes=15, batch_size=1)
     with pytest.raises(StandError, match="other settings .*max_new_tokens"):
         calibrate(other, model, DigitsTokenizer(), out, resume=True, prompts=prompts)

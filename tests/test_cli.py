@@ -336,7 +336,7 @@ def test_outputs_never_overwrite_inputs(tmp_path, monkeypatch, calibration_file)
     cases = [
         (["generate", "--prompt-file", str(prompt), "--json", str(prompt)], "--json"),
         (["generate", "--tree", str(tree), "--json", str(tree), "hi"], "is the --tree file itself"),
-        (["show", str(tree), "--png", str(tree)], "is the FILES file itself"),
+        (["show", str(tree), "--png", str(tree)], "is one of the FILES given: it would be overwritten"),
         (["calibrate", "--candidate", str(tree), "--out", str(tree)], "is the --candidate file itself"),
         (["calibrate", "--dataset", str(data), "--out", str(data), "--samples", "1"], "is the --dataset file itself"),
         (["bench", "--dataset", str(data), "--json", str(data), "--samples", "1", "--offset", "0"], "is the --dataset file itself"),
@@ -539,6 +539,11 @@ def test_export_nodes_auto_sizes_the_tree_from_the_latency_profile(tmp_path, mon
     (["bench", "--methods", "stand,stand+noprior", "--no-prior"], "a +noprior method in --methods would repeat"),
     (["bench", "--methods", "ar,stand+noprior", "--prior"],
      "--prior does not apply to --methods ar,stand+noprior (every STAND method there says +noprior)"),
+    (["bench", "--methods", "ar,pld", "--share-store"], "--share-store does not apply to --methods ar,pld (none of them"),
+    (["search", "--dataset", "DATA", "--methods", "ar", "--subtrees", "2"],
+     "--subtrees does not apply to --strategy best-of-n (options of --strategy dvts)"),
+    (["search", "--dataset", "DATA", "--samples", "1", "--methods", "ar", "--in-flight", "2"],
+     "--in-flight 2 is more than the 1 problem searched"),
     (["serve", "--dry-run", "--method", "ar", "--k", "4"], "--k does not apply to --method ar"),
     (["serve", "--dry-run", "--method", "suffix", "--max-prompts", "5"], "--max-prompts does not apply to --method suffix"),
 ])
@@ -600,3 +605,23 @@ def test_a_folder_given_as_an_input_file_is_named_a_folder(tmp_path):
     code, output = run("bench-traces", str(tmp_path))
     assert code == 2
     one_line_error(output, f"{tmp_path} is a folder, not a traces file")
+
+
+def test_every_dtype_and_json_option_reads_its_spellings():
+    """``--dtype bf16`` is recorded as ``bfloat16`` (results said ``bf16`` verbatim); ``--json -`` is
+    standard output (it wrote a file named ``-``); other values pass on to their checks."""
+    import inspect
+
+    from treeopt_cli.options import dtype_name, json_path
+
+    assert [dtype_name(v) for v in ("fp32", "float32", "bf16", "bfloat16", "fp16")] == [
+        "float32", "float32", "bfloat16", "bfloat16", "fp16"]
+    assert json_path(Path("-")) == Path("/dev/stdout") and json_path(Path("r.json")) == Path("r.json")
+    assert json_path(None) is None
+    seen = {"dtype": 0, "json_out": 0}
+    for command in app.registered_commands:
+        for name, parameter in inspect.signature(command.callback).parameters.items():
+            if name in seen:
+                seen[name] += 1
+                assert parameter.default.callback is {"dtype": dtype_name, "json_out": json_path}[name], (command, name)
+    assert seen == {"dtype": 5, "json_out": 5}

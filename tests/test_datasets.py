@@ -46,7 +46,7 @@ def test_jsonl_field_detection_and_explicit_field(tmp_path):
         ('{"problem": ""}\n', {}, r"d\.jsonl line 1: field 'problem' is empty$"),
         ('{"prompt": "hi"}\n\n{"prompt": " \\n"}\n', {}, r"line 3: field 'prompt' is empty \(only whitespace\)"),
         ('{"prompt": "hi", "q": ""}\n', {"field": "q"}, "line 1: field 'q' is empty"),
-        ('{"prompt": "hi", "q": 3}\n', {"field": "q"}, r"line 1: field 'q' is not text \(a int\)"),
+        ('{"prompt": "hi", "q": 3}\n', {"field": "q"}, r"line 1: field 'q' is not text \(its type is int\)"),
         ('{"prompt": "hi"}\n', {"field": "nope"}, "has no text field 'nope'"),
         ('{"prompt": "hi"}\n{oops\n', {}, ":2: not valid JSON"),
         ('{"prompt": "hi"}\n', {"samples": 5}, "5 requested"),
@@ -65,3 +65,16 @@ def test_missing_file_and_unknown_dataset():
         load_prompts("/nowhere/data.jsonl")
     with pytest.raises(StandError, match="unknown dataset 'no-such-dataset'"):
         load_prompts("no-such-dataset")
+
+
+def test_a_file_that_is_not_utf8_names_its_line(tmp_path):
+    import gzip
+
+    content = '{"prompt": "hi"}\r\n\n{"prompt": "caf'.encode() + b"\xe9" + b'"}\n'
+    for name, write in [("d.jsonl", lambda p: p.write_bytes(content)),
+                        ("d.jsonl.gz", lambda p: p.write_bytes(gzip.compress(content)))]:
+        path = tmp_path / name
+        write(path)
+        with pytest.raises(StandError, match=r"line 3 is not UTF-8 \(byte 0xe9 at column 16\)$") as info:
+            load_prompts(str(path))
+        assert "\n" not in str(info.value)

@@ -214,10 +214,12 @@ def test_a_prompt_that_cannot_be_encoded_is_named_before_any_decoding(tiny_qwen2
     assert "\n" not in str(error.value) and backend.calls == []
 
 
-def test_search_json_to_dev_stdout_is_one_document_alone_on_stdout(tmp_path):
+@pytest.mark.parametrize("target", ["/dev/stdout", "-"])
+def test_search_json_to_dev_stdout_is_one_document_alone_on_stdout(tmp_path, target):
     """``--json /dev/stdout`` (redirected with ``>``, or a pipe): one JSON document, written once at the
     end, with the tables and progress on stderr; before, the file was rewritten after every problem,
-    giving one document per problem, and the table printed after it overwrote the first."""
+    giving one document per problem, and the table printed after it overwrote the first. ``--json -``
+    is the same (it wrote a file named ``-``)."""
     import os
     import subprocess
     import sys
@@ -231,7 +233,7 @@ def test_search_json_to_dev_stdout_is_one_document_alone_on_stdout(tmp_path):
             "from treeopt_cli.app import app\n"
             "sys.exit(app(sys.argv[1:], standalone_mode=False))\n")
     args = ["search", "--dataset", str(data), "--samples", "2", "--n", "2", "--max-new-tokens", "4", "--methods", "ar",
-            "--json", "/dev/stdout"]
+            "--json", target]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tests), str(tests.parent), os.environ.get("PYTHONPATH", "")])}
     out, err = tmp_path / "out.txt", tmp_path / "err.txt"
     with open(out, "w") as stdout, open(err, "w") as stderr:
@@ -239,3 +241,4 @@ def test_search_json_to_dev_stdout_is_one_document_alone_on_stdout(tmp_path):
     assert done.returncode == 0, err.read_text()
     report = json.loads(out.read_text())  # the whole of stdout is one document
     assert report["settings"]["problems_done"] == 2 and "speedup" in err.read_text()
+    assert not (tmp_path / "-").exists()

@@ -1,6 +1,7 @@
 """Static draft trees: validation errors name the path; masks and positions of a hand-checked tree."""
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -190,6 +191,19 @@ def test_a_family_where_one_tree_belongs_is_named_a_family():
     from stand_runtime.trees.tree_io import load_tree
 
     family = next(iter(bundled_families().values()))
-    with pytest.raises(StandError, match="a tree family .*not one tree: give one of its members") as error:
+    with pytest.raises(StandError, match=r"a tree family \(one tree per size; treeopt export --nodes K writes one of "
+                                         r"them\), not a tree$") as error:
         load_tree(family)
     assert "\n" not in str(error.value)
+
+
+def test_the_toolkits_other_files_where_a_tree_belongs_are_named():
+    """``--tree calibration.json`` or an acceptance seed: said to be what it is, not a schema error."""
+    from stand_runtime.trees.tree_io import bundled_files, load_tree
+
+    for suffix, kind in ((".calibration.json", "a calibration (treeopt calibrate's output; treeopt export FILE"),
+                         (".acceptance.json", "an acceptance seed (of the value-sized trees, dynamic-auto), not a tree")):
+        path = next(iter(bundled_files(suffix).values()))
+        with pytest.raises(StandError, match="bad tree JSON .*: " + re.escape(kind)) as error:
+            load_tree(path)
+        assert "\n" not in str(error.value)

@@ -15,9 +15,9 @@ from stand_runtime.limits import METHODS
 
 from . import loading, render, render_value
 from .app import app, console, err_console, one_line_errors
-from .options import (BASE_SEED_HELP, DATASET_HELP, DTYPE_HELP, FIELD_HELP, MODEL_HELP, OFFSET_HELP, PLOT_HELP,
+from .options import (dtype_name, BASE_SEED_HELP, DATASET_HELP, DTYPE_HELP, FIELD_HELP, MODEL_HELP, OFFSET_HELP, PLOT_HELP,
                       PRIOR_HELP, TEMPERATURE_HELP, TOP_P_HELP, check_budget_fits, check_outputs, check_prior_option,
-                      moved_options, sampling_options, ResultsFile)
+                      json_path, moved_options, refuse_options, sampling_options, ResultsFile)
 
 TRACE_OPTIONS = ("--group-field", "--text-field", "--prompt-field", "--max-tokens", "--min-group-size", "--tokenizer",
                  "--copy-tokens")
@@ -61,15 +61,15 @@ def bench(
     trajectories: int = typer.Option(1, help="Trajectories per prompt, sharing one drafter memory (best-of-N)."),
     share_store: bool = typer.Option(False, "--share-store", metavar="", help="One drafter memory per method for all prompts (default: per prompt)."),
     ignore_eos: bool = typer.Option(False, "--ignore-eos", metavar="", help="Decode every trajectory to --max-new-tokens (equal token counts for speed; answers are read before the first EOS)."),
-    json_out: Optional[Path] = typer.Option(None, "--json", help="Write the results as JSON (after every prompt; to /dev/stdout or a pipe once, at the end, the tables then on stderr)."),
-    dtype: str = typer.Option("float32", help=DTYPE_HELP),
+    json_out: Optional[Path] = typer.Option(None, "--json", callback=json_path, help="Write the results as JSON (after every prompt; to -, /dev/stdout or a pipe once, at the end, the tables then on stderr)."),
+    dtype: str = typer.Option("float32", callback=dtype_name, help=DTYPE_HELP),
     prior: bool = typer.Option(True, "--prior/--no-prior", help=PRIOR_HELP),
     png: Optional[Path] = typer.Option(None, help=f"Plot acceptance length against trajectory index, and for value-sized trees (dynamic-auto) the reliability diagram into NAME-reliability.png ({PLOT_HELP})."),
 ) -> None:
     """Decode the same prompts with several methods, interleaved, and compare them (recorded traces:
     bench-traces; vLLM: bench-vllm)."""
     from stand_runtime.engine.rows import check_budget
-    from stand_runtime.drafters import STORE_METHODS
+    from stand_runtime.drafters import MEMORY_METHODS, STORE_METHODS
     from stand_runtime.method import check_tree_spec
     from treeopt import load_prompts, parse_methods
     from treeopt.evaluate.bench import check_bench_settings, default_offset
@@ -80,6 +80,8 @@ def bench(
     specs = parse_methods(methods, tree)
     check_prior_option(ctx, [spec.label for spec in specs], prior, [spec.method in STORE_METHODS for spec in specs],
                        [not spec.prior for spec in specs])
+    if not any(spec.method in MEMORY_METHODS for spec in specs):
+        refuse_options(ctx, ["share_store"], f"--methods {methods} (none of them keeps a drafter memory)")
     for spec in specs:
         check_tree_spec(spec.method, spec.tree)
         if tree and spec.tree is None and spec.tree_name is not None:  # no tree given applies (recycle: static only)

@@ -9,12 +9,13 @@ import typer
 
 from . import render
 from .app import app, console, one_line_errors
-from .options import PLOT_HELP, check_outputs, write_json
+from .options import PLOT_HELP, ResultsFile, check_outputs, json_path
 
 
 @app.command("bench-traces")
 @one_line_errors
 def bench_traces(
+    ctx: typer.Context,
     traces: Path = typer.Argument(..., help="JSONL file of recorded traces (one per line: a group, the trace's text, the problem)."),
     methods: Optional[str] = typer.Option(None, help="Comma-separated: stand, stand-det (on dynamic-80), stand-static (the static "
                                           "80-node tree), pld, recycle, suffix, suffix-tuned (default: all)."),
@@ -27,7 +28,7 @@ def bench_traces(
     tokenizer_spec: str = typer.Option("smollm2-135m", "--tokenizer", help="Tokenizer (a model spec)."),
     copy_tokens: Optional[int] = typer.Option(None, help="STAND's copy path length (tokens, 0-64; default: 10, "
                                               "64 on a value-sized tree, which keeps what pays)."),
-    json_out: Optional[Path] = typer.Option(None, "--json", help="Write the results as JSON."),
+    json_out: Optional[Path] = typer.Option(None, "--json", callback=json_path, help="Write the results as JSON (-: to standard output, the tables then on stderr)."),
     png: Optional[Path] = typer.Option(None, help=f"Plot acceptance length against trajectory index ({PLOT_HELP})."),
     latency: Optional[Path] = typer.Option(None, help="Latency profile JSON of the hardware to project onto (a cached "
                                            "~/.cache/stand/latency/*.json or benchmarks/results/gpu-check-h200.json): "
@@ -40,6 +41,7 @@ def bench_traces(
     from treeopt.evaluate.projection import load_latency_file, projection_block
 
     check_outputs({"--json": json_out, "--png": png}, {"TRACES": traces, "--latency": latency}, plot=png)
+    out = ResultsFile(json_out, console, ctx)
     profile = None if latency is None else load_latency_file(latency)  # a bad file fails before the replay
     specs = parse_trace_methods(",".join(TRACE_METHODS) if methods is None else methods, tree, copy_tokens,
                                 None if profile is None else profile[0])
@@ -61,10 +63,10 @@ def bench_traces(
         data["projection"] = projection_block(data["results"], profile[0], {"path": str(latency), "format": profile[1]})
     title = (f"{len(groups)} groups x up to {max(len(g.trace_ids) for g in groups)} traces from {traces.name}, "
              f"{max_tokens} tokens, greedy replay")
-    _report(data, title, json_out, png)
+    _report(data, title, out, png)
 
 
-def _report(data: dict, title: str, json_out: Optional[Path], png: Optional[Path]) -> None:
+def _report(data: dict, title: str, out: ResultsFile, png: Optional[Path]) -> None:
     """The trace bench's tables and notes; its JSON and plot when asked for."""
     for table in render.trace_tables(data, title):
         console.print(table)
@@ -72,9 +74,9 @@ def _report(data: dict, title: str, json_out: Optional[Path], png: Optional[Path
         console.print(render.projection_table(data["projection"]))
     for note in data["notes"]:
         console.print(note, style="yellow")
-    if json_out is not None:
-        write_json(json_out, data)
-        console.print(f"results written to {json_out}")
+    if out.path is not None:
+        out.save(lambda: data)
+        console.print(f"results written to {out.path}")
     if png is not None:
         from treeopt.evaluate.plots import plot_trace_acceptance
 

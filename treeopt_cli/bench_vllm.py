@@ -10,8 +10,9 @@ import typer
 
 from . import loading, render
 from .app import app, console, one_line_errors
-from .options import (DATASET_HELP, DTYPE_HELP, FIELD_HELP, MODEL_HELP, OFFSET_HELP, PRIOR_HELP, TEMPERATURE_HELP,
-                      TOP_P_HELP, check_budget_fits, check_outputs, check_prior_option, sampling_options, ResultsFile)
+from .options import (dtype_name, DATASET_HELP, DTYPE_HELP, FIELD_HELP, MODEL_HELP, OFFSET_HELP, PRIOR_HELP, TEMPERATURE_HELP,
+                      TOP_P_HELP, check_budget_fits, check_outputs, check_prior_option, json_path, sampling_options,
+                      ResultsFile)
 
 METHODS_HELP = ("Comma-separated: ar (vLLM's plain decoding), ngram, suffix, stand (one chain length K for every "
                 "request), stand-auto (each request's chain length by expected tokens per second, at most 16), "
@@ -35,8 +36,8 @@ def bench_vllm(
     seed: int = typer.Option(0, help="Base seed, an integer in [0, 2**64): prompt i's request uses seed + 1000 i."),
     trajectories: int = typer.Option(1, help="Samples per prompt, in one request (n): STAND's share the prompt's store."),
     ignore_eos: bool = typer.Option(False, "--ignore-eos", metavar="", help="Decode every sample to --max-new-tokens (equal token counts for speed)."),
-    json_out: Optional[Path] = typer.Option(None, "--json", help="Write the results as JSON (after every prompt; to /dev/stdout or a pipe once, at the end, the tables then on stderr)."),
-    dtype: str = typer.Option("float32", help=DTYPE_HELP),
+    json_out: Optional[Path] = typer.Option(None, "--json", callback=json_path, help="Write the results as JSON (after every prompt; to -, /dev/stdout or a pipe once, at the end, the tables then on stderr)."),
+    dtype: str = typer.Option("float32", callback=dtype_name, help=DTYPE_HELP),
     k: str = typer.Option("auto", help="Draft tokens per step for stand (auto: from the calibrated tree and vLLM's "
                           "latency here) and ngram/suffix (auto: their defaults 5/16), or an integer."),
     prior: bool = typer.Option(True, "--prior/--no-prior", help=PRIOR_HELP + " Measured with this toolkit's engine "

@@ -11,8 +11,8 @@ from stand_runtime.limits import METHODS
 
 from . import loading, render
 from .app import app, console, one_line_errors
-from .options import (DTYPE_HELP, PRIOR_HELP, MODEL_HELP, SEED_HELP, TEMPERATURE_HELP, TOP_K_HELP, TOP_P_HELP, check_budget_fits,
-                      check_paths, read_prompt, refuse_options, sampling_options, write_json)
+from .options import (dtype_name, DTYPE_HELP, PRIOR_HELP, MODEL_HELP, SEED_HELP, TEMPERATURE_HELP, TOP_K_HELP, TOP_P_HELP, check_budget_fits,
+                      check_paths, json_path, read_prompt, refuse_options, sampling_options, ResultsFile)
 
 FINISH_NOTES = {"length": "(stopped at --max-new-tokens {})", "stop": "(stopped at a --stop string, which the text leaves out)",
                 "eos": "(stopped at the model's end-of-sequence token)"}
@@ -36,9 +36,9 @@ def generate_command(
     seed: Optional[int] = typer.Option(None, help=SEED_HELP),
     stop: Optional[list[str]] = typer.Option(None, metavar="TEXT", help="Stop once the text contains this string (repeatable)."),
     feed_rejected: bool = typer.Option(False, "--feed-rejected", metavar="", help="STAND: also feed the store at rejected tree nodes."),
-    dtype: str = typer.Option("float32", help=DTYPE_HELP),
+    dtype: str = typer.Option("float32", callback=dtype_name, help=DTYPE_HELP),
     prior: bool = typer.Option(True, "--prior/--no-prior", help=PRIOR_HELP),
-    json_out: Optional[Path] = typer.Option(None, "--json", help="Also write the statistics to this JSON file."),
+    json_out: Optional[Path] = typer.Option(None, "--json", callback=json_path, help="Also write the statistics to this JSON file (-: to standard output, the text then on stderr)."),
 ) -> None:
     """Decode one prompt, streaming the text, then show the decoding statistics."""
     from stand_runtime.drafters import STORE_METHODS, check_method
@@ -62,6 +62,7 @@ def generate_command(
     check_budget_fits(model, max_new_tokens)
     if json_out is not None:
         check_writable(json_out)
+    out = ResultsFile(json_out, console, ctx)
     target, tokenizer = loading.load_model(model, dtype)
     choice = loading.announce_tree(target, method, tree)
     seeded = loading.successor_prior(target, tokenizer, [method], sampling, prior)
@@ -72,10 +73,10 @@ def generate_command(
     if choice is not None:
         _warn_observed(choice.profile, result.stats)
     if json_out is not None:
-        write_json(json_out, {"method": method, "model": model, "tree": tree or DEFAULT_TREES.get(method), "seed": seed,
-                              "temperature": temperature, "top_p": top_p, "top_k": top_k, "max_new_tokens": max_new_tokens,
-                              "dtype": dtype, "prior": seeded is not None,
-                              "text": result.text, "finish_reason": result.finish_reason, "stats": result.stats.as_dict()})
+        out.save(lambda: {"method": method, "model": model, "tree": tree or DEFAULT_TREES.get(method), "seed": seed,
+                          "temperature": temperature, "top_p": top_p, "top_k": top_k, "max_new_tokens": max_new_tokens,
+                          "dtype": dtype, "prior": seeded is not None,
+                          "text": result.text, "finish_reason": result.finish_reason, "stats": result.stats.as_dict()})
         console.print(f"statistics written to {json_out}")
 
 

@@ -30,7 +30,7 @@ DATASET_HELP = ("Prompts: humaneval (built in), a JSONL file (one JSON object pe
 FIELD_HELP = "Text field of a JSONL/HF dataset (default: prompt, problem or question)."
 OFFSET_HELP = ("Skip this many prompts first; default: 30 for humaneval (past the 30 calibration prompts), "
                "0 for any other dataset.")
-DTYPE_HELP = ("Weights of the target: float32, or bfloat16 (a different target, lossless relative to itself "
+DTYPE_HELP = ("Weights of the target: float32 (or fp32), or bfloat16 (or bf16; a different target, lossless relative to itself "
               "up to bfloat16 rounding: greedy output with drafts may differ from plain greedy decoding where two "
               "tokens tie; fast only on CPUs with native bfloat16).")
 PRIOR_HELP = ("STAND: where the store has not seen a step's root token as a context, draft from the target's "
@@ -67,7 +67,8 @@ def check_paths(outputs: dict[str, Optional[Path]], inputs: dict[str, object]) -
         for source, given in inputs.items():
             for item in given if isinstance(given, (list, tuple)) else [given]:
                 if item is not None and Path(str(item)).is_file() and same(path, str(item)):
-                    raise StandError(f"{name} {path} is the {source} file itself: it would be overwritten; choose another path")
+                    what = f"one of the {source} given" if isinstance(given, (list, tuple)) else f"the {source} file itself"
+                    raise StandError(f"{name} {path} is {what}: it would be overwritten; choose another path")
 
 
 def check_outputs(outputs: dict[str, Optional[Path]], inputs: dict[str, object], plot: Optional[Path] = None) -> None:
@@ -168,6 +169,17 @@ def write_json(path: Path, data, indent: int | None = 1) -> None:
     write_json_atomic(path, data, indent)
 
 
+def dtype_name(value: str) -> str:
+    """``--dtype``'s callback: an accepted spelling by the name results record (``bf16`` → ``bfloat16``);
+    any other value is passed on to the loader's one-line error."""
+    return limits.DTYPE_NAMES.get(value, value)
+
+
+def json_path(value: Optional[Path]) -> Optional[Path]:
+    """``--json``'s callback: ``-`` names standard output (``/dev/stdout``), as Unix tools read it."""
+    return Path("/dev/stdout") if value is not None and str(value) == "-" else value
+
+
 class ResultsFile:
     """A command's ``--json`` results, saved as the run goes: rewritten after every unit of work (a
     prompt, a problem) where a write replaces the file, so an interrupted run keeps what it measured;
@@ -198,6 +210,11 @@ class ResultsFile:
     def done(self, make: Callable[[], object]) -> None:
         """Save ``make()``, the whole run's results, where they were not saved as it went."""
         if self.path is not None and not self.each:
+            write_json(self.path, make())
+
+    def save(self, make: Callable[[], object]) -> None:
+        """Save ``make()`` once (a command with one unit of work)."""
+        if self.path is not None:
             write_json(self.path, make())
 
 

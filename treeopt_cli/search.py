@@ -11,8 +11,8 @@ from stand_runtime.limits import METHODS
 
 from . import loading, render
 from .app import app, console, err_console, one_line_errors
-from .options import (DTYPE_HELP, FIXED_SEED_HELP, MODEL_HELP, PRIOR_HELP, TEMPERATURE_HELP, TOP_P_HELP, check_budget_fits, check_outputs,
-                      check_prior_option, refuse_options, sampling_options, ResultsFile)
+from .options import (dtype_name, DTYPE_HELP, FIXED_SEED_HELP, MODEL_HELP, PRIOR_HELP, TEMPERATURE_HELP, TOP_P_HELP, check_budget_fits, check_outputs,
+                      check_prior_option, json_path, refuse_options, sampling_options, ResultsFile)
 
 
 @app.command()
@@ -40,8 +40,8 @@ def search(
     temperature: float = typer.Option(0.6, help=TEMPERATURE_HELP),
     top_p: float = typer.Option(0.95, help=TOP_P_HELP),
     seed: int = typer.Option(0, help=FIXED_SEED_HELP),
-    json_out: Optional[Path] = typer.Option(None, "--json", help="Write the results as JSON (after every problem; to /dev/stdout or a pipe once, at the end, the tables then on stderr)."),
-    dtype: str = typer.Option("float32", help=DTYPE_HELP),
+    json_out: Optional[Path] = typer.Option(None, "--json", callback=json_path, help="Write the results as JSON (after every problem; to -, /dev/stdout or a pipe once, at the end, the tables then on stderr)."),
+    dtype: str = typer.Option("float32", callback=dtype_name, help=DTYPE_HELP),
     prior: bool = typer.Option(True, "--prior/--no-prior", help=PRIOR_HELP),
 ) -> None:
     """Test-time scaling: best-of-N or DVTS on a dataset, each problem decoded by every method (interleaved)."""
@@ -56,12 +56,12 @@ def search(
     check_prior_option(ctx, names, prior, [name.startswith("stand") for name in names], [False] * len(names))
     if strategy != "dvts":
         refuse_options(ctx, ["subtrees", "verifier", "trust_remote_code", "step_tokens", "max_rounds"],
-                       f"--strategy {strategy} (they steer dvts)")
+                       f"--strategy {strategy} (options of --strategy dvts)")
     check_budget_fits(model, max_new_tokens)
     settings = SearchSettings(strategy, n, subtrees, max_new_tokens, step_tokens, max_rounds,
                               sampling_options(temperature, top_p), seed, in_flight)
     problems = load_prompts(dataset, field=field, samples=samples, offset=offset)
-    settings.check_seeds(len(problems))
+    settings.check_problems(len(problems))
     judge = make_verifier(verifier, trust_remote_code=trust_remote_code) if strategy == "dvts" else None
     _note_own_trees(names, tree)  # after every check: a bad option stays a one-line error
     config = {"dataset": dataset, "strategy": strategy, "n": n, "subtrees": subtrees, "max_batch": max_batch,

@@ -9,7 +9,7 @@ from typing import Optional
 import typer
 
 from .app import app, console, one_line_errors
-from .options import refuse_options
+from .options import dtype_name, refuse_options
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
@@ -23,7 +23,7 @@ def serve(
     port: int = typer.Option(8000, help="Port to listen on."),
     kv_cache_gib: int = typer.Option(1, help="KV-cache size in GiB (1 GiB holds ~23k tokens of the default model); a fixed size lets vLLM start beside other processes."),
     max_model_len: int = typer.Option(2048, help="Context length (tokens)."),
-    dtype: str = typer.Option("float32", help="float32 or bfloat16."),
+    dtype: str = typer.Option("float32", callback=dtype_name, help="float32 (or fp32) or bfloat16 (or bf16)."),
     max_prompts: int = typer.Option(64, help="stand: prompt stores kept (least recently used dropped)."),
     prior: Optional[str] = typer.Option(None, metavar="T,TOP_P", help="stand: draft from the target's successor prior "
                                         "for requests sampled at temperature T and top-p TOP_P (e.g. 0.6,0.95; T 0: greedy), "

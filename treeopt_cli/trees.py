@@ -36,7 +36,7 @@ def candidate(
         refuse_options(ctx, ["nodes"], "--profile (the profile says the nodes per depth)")
         from stand_runtime.checks import parse_count
 
-        counts = [parse_count("--profile entries", c, 0) for c in profile.split(",")]
+        counts = [parse_count("--profile entries", c, 1) for c in profile.split(",")]
         tree = per_depth_tree(counts, prior, max_width)
         meta = {"kind": "per-depth", "profile": counts, "prior": {"base": base, "decay": decay}, "max_width": max_width}
     else:

@@ -41,6 +41,9 @@ TREE_METHODS = ("stand", "stand-det", "recycle")
 DYNAMIC_METHODS = STORE_METHODS
 """The methods that can draft a dynamic tree (``tree="dynamic"`` or ``"dynamic-N"``)."""
 
+MEMORY_METHODS = STORE_METHODS + ("recycle", "suffix")
+"""The methods with a drafter memory (:func:`new_memory`; ``ar`` drafts nothing, ``pld`` reads the sequence)."""
+
 COPY_TOKENS = 10
 """STAND's default copy path: up to 10 tokens that followed the latest earlier occurrence of the
 context's suffix, grafted onto the drafted tree (prompt lookup's chain, inside STAND's draft)."""
@@ -143,7 +146,7 @@ def new_memory(method: str, vocab: int, tree=None) -> Memory | None:
 
 __all__ = [
     "COPY_TOKENS", "MAX_COPY_TOKENS", "DYNAMIC", "DYNAMIC_MAX_N", "DYNAMIC_METHODS", "Drafter", "DynamicTree",
-    "Extension", "METHODS", "Memory", "OPTIONAL_PACKAGES", "PromptLookupDrafter", "RecyclingMatrix", "STORE_METHODS",
+    "Extension", "MEMORY_METHODS", "METHODS", "Memory", "OPTIONAL_PACKAGES", "PromptLookupDrafter", "RecyclingMatrix", "STORE_METHODS",
     "STORE_TOP_K", "SUFFIX_TUNED", "StandDrafter", "SuffixDecodingDrafter", "SuffixMemory", "SuffixSettings",
     "TREE_METHODS", "TokenRecyclingDrafter", "best_first_draft", "check_method", "check_method_available", "draft_tree",
     "new_memory", "parse_dynamic", "store_params", "takes_tree",

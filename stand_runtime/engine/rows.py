@@ -94,7 +94,7 @@ def check_rows(rows) -> None:
         raise StandError(f"{len(rows)} rows in one batch; at most {MAX_ROWS} (decode them in batches)")
     for index, spec in enumerate(rows):
         if not isinstance(spec, RowSpec):
-            raise StandError(f"row {index} is a {type(spec).__name__}, not a RowSpec")
+            raise StandError(f"row {index} is not a RowSpec (its type is {type(spec).__name__})")
 
 
 def make_rows(model, tokenizer, specs: Sequence[RowSpec], method: Method, on_step=None) -> list[DecodeRow]:

@@ -30,6 +30,7 @@ import torch
 
 from ..checks import check_bool
 from ..errors import StandError
+from ..limits import DTYPE_NAMES
 from .fast_linear import native_bf16, packable_dtypes, prepack_linears
 from .kernel_choice import choose_kernels
 from .model_facts import folder_context
@@ -153,7 +154,7 @@ def _device(device) -> torch.device:
     return device
 
 
-_DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16}
+_DTYPES = {spelling: getattr(torch, name) for spelling, name in DTYPE_NAMES.items()}
 
 
 def load_tokenizer(spec: str = DEFAULT_MODEL):

@@ -66,7 +66,7 @@ def encode_prompt(tokenizer, prompt_or_ids, vocab: int | None = None) -> list[in
         elif callable(tokenizer):
             ids = tokenizer(prompt_or_ids)["input_ids"]
         else:
-            raise StandError(f"a {type(tokenizer).__name__} cannot encode a text prompt here: pass token ids, "
+            raise StandError(f"a tokenizer of type {type(tokenizer).__name__} cannot encode a text prompt here: pass token ids, "
                              f"or a transformers tokenizer")
     elif isinstance(prompt_or_ids, torch.Tensor):
         if prompt_or_ids.dim() not in (1, 2):

@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import StandError
-from .tree_io import FAMILY_FORMAT, FORMAT_NAME, FORMAT_VERSION, TreeFile, bundled_files, parse_tree
+from ..formats import FAMILY_FORMAT
+from .tree_io import FORMAT_NAME, FORMAT_VERSION, TreeFile, bundled_files, parse_tree
 
 
 def bundled_families() -> dict[str, Path]:

@@ -32,13 +32,11 @@ import jsonschema
 
 from ..errors import StandError
 from ..files import write_text_atomic
+from ..formats import FILE_KINDS, TREE_FORMAT
 from .tree import DraftTree
 
-FORMAT_NAME = "stand-tree"
+FORMAT_NAME = TREE_FORMAT
 FORMAT_VERSION = 1
-FAMILY_FORMAT = "stand-tree-family"
-"""The ``format`` of a tree family file (:mod:`.families`): named here so a family given where one tree
-belongs is said to be one."""
 BUNDLED_PACKAGE = "stand_trees"
 """The package of the bundled trees: the folder ``trees/`` of the source, installed under this name
 (setup.py), so that a ``trees/`` folder where the user runs does not hide it."""
@@ -101,9 +99,8 @@ def parse_tree(data: Any, source: str = "tree") -> TreeFile:
     if isinstance(data, list):
         _check_schema(data, _PATHS_SCHEMA, source)
         return TreeFile(_build(data, source))
-    if isinstance(data, dict) and data.get("format") == FAMILY_FORMAT:
-        raise StandError(f"bad tree JSON {source}: a tree family (one tree per size), not one tree: give one of its "
-                         f"members (treeopt export --nodes K writes one)")
+    if isinstance(data, dict) and data.get("format") in FILE_KINDS and data["format"] != FORMAT_NAME:
+        raise StandError(f"bad tree JSON {source}: {FILE_KINDS[data['format']]}, not a tree")
     if isinstance(data, dict) and isinstance(data.get("version"), int) and data["version"] != FORMAT_VERSION and data.get("format") == FORMAT_NAME:
         raise StandError(f"bad tree JSON {source}: version {data['version']} is not supported (expected {FORMAT_VERSION})")
     _check_schema(data, _TREE_SCHEMA, source)

@@ -98,7 +98,7 @@ def load_prompts(
     prompts = prompts[offset:]
     if samples is not None:
         if len(prompts) < samples:
-            raise StandError(f"dataset {dataset} has {len(prompts)} prompts after offset {offset}, {samples} requested")
+            raise StandError(f"dataset {dataset} has {len(prompts)} prompt{'' if len(prompts) == 1 else 's'} after offset {offset}, {samples} requested")
         prompts = prompts[:samples]
     if not prompts:
         raise StandError(f"dataset {dataset} has no prompts after offset {offset}")
@@ -135,8 +135,23 @@ def jsonl_lines(path: Path, what: str):
     try:
         with opener(path, "rt", encoding="utf-8-sig", newline=None) as handle:
             yield from handle
-    except (OSError, UnicodeDecodeError) as error:
+    except UnicodeDecodeError:
+        raise StandError(f"cannot read {what} {path}: {_undecodable(path, opener)}") from None
+    except OSError as error:
         raise StandError(f"cannot read {what} {path}: {error}") from None
+
+
+def _undecodable(path: Path, opener) -> str:
+    """Where a file that is not UTF-8 first fails, as ``line N is not UTF-8 (byte 0xXX at column C)``
+    (lines as :func:`jsonl_lines` counts them; the decoder's own position counts from a read chunk)."""
+    with opener(path, "rb") as handle:
+        data = handle.read()
+    for number, line in enumerate(data.replace(b"\r\n", b"\n").replace(b"\r", b"\n").split(b"\n"), start=1):
+        try:
+            line.decode("utf-8-sig" if number == 1 else "utf-8")
+        except UnicodeDecodeError as error:
+            return f"line {number} is not UTF-8 (byte 0x{line[error.start]:02x} at column {error.start + 1})"
+    return "it is not UTF-8"
 
 
 def jsonl_records(path: Path, what: str, hint: str = ""):
@@ -180,7 +195,7 @@ def _prompts_from_records(records: list[dict], field: str | None, source: str,
         where = f"dataset {source} " + (f"record {index + 1}" if lines is None else f"line {lines[index]}")
         text = record.get(field)
         if field in record and not isinstance(text, str):
-            raise StandError(f"{where}: field {field!r} is not text (a {type(text).__name__})")
+            raise StandError(f"{where}: field {field!r} is not text (its type is {type(text).__name__})")
         if not isinstance(text, str):
             raise StandError(f"{where} has no text field {field!r}")
         if not text.strip():

@@ -62,6 +62,14 @@ class SearchSettings:
         if self.seed is not None:
             object.__setattr__(self, "seed", int(self.seed))
 
+    def check_problems(self, problems: int) -> None:
+        """:meth:`check_seeds`, and raises StandError when ``in_flight`` exceeds ``problems`` (a whole
+        run's count: the setting would be recorded and never take effect)."""
+        if self.in_flight > problems:
+            raise StandError(f"--in-flight {self.in_flight} is more than the {problems} problem"
+                             f"{'s' if problems != 1 else ''} searched: at most that many can share the batch")
+        self.check_seeds(problems)
+
     def check_seeds(self, problems: int) -> None:
         """Raises StandError when a search of ``problems`` problems would seed a sample past 2**64 - 1
         (checked before the first problem, not when the late one is reached)."""

@@ -15,11 +15,10 @@ from pathlib import Path
 import numpy as np
 
 from stand_runtime import DraftTree, StandError
-from stand_runtime.acceptance_seed import ACCEPTANCE_FORMAT
+from stand_runtime.formats import CALIBRATION_FORMAT, FILE_KINDS, TREE_FORMAT
 from stand_runtime.files import write_text_atomic
 from stand_runtime.trees.tree_io import bundled_calibrations
 
-CALIBRATION_FORMAT = "stand-calibration"
 CALIBRATION_VERSION = 1
 
 
@@ -98,8 +97,8 @@ class Calibration:
             "version": CALIBRATION_VERSION,
             "candidate": [list(p) for p in self.candidate.paths],
             "alpha": [round(float(a), 8) for a in self.alpha],
-            "steps": round(self.steps, 6),
-            "per_prompt": [{**p, "steps": round(p["steps"], 6), "alpha_sum": [round(a, 8) for a in p["alpha_sum"]]} for p in self.per_prompt],
+            "steps": _count(self.steps),
+            "per_prompt": [{**p, "steps": _count(p["steps"]), "alpha_sum": [round(a, 8) for a in p["alpha_sum"]]} for p in self.per_prompt],
             "metadata": self.metadata,
         }
 
@@ -134,11 +133,9 @@ def load_calibration(path: str | Path) -> Calibration:
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as error:
         raise StandError(f"corrupt calibration file {path}: {str(error) or 'nested too deeply'}") from None
     wanted = "give the file `treeopt calibrate --out` wrote (or the shipped one, stand-smollm2-humaneval)"
-    if isinstance(data, (dict, list)) and (isinstance(data, list) or str(data.get("format", "")).startswith("stand-tree")):
-        raise StandError(f"{path} is a tree file, not a calibration: {wanted}")
-    if isinstance(data, dict) and data.get("format") == ACCEPTANCE_FORMAT:
-        raise StandError(f"{path} is an acceptance seed (of the value-sized trees, dynamic-auto), not a calibration: "
-                         f"{wanted}")
+    kind = data.get("format") if isinstance(data, dict) else TREE_FORMAT if isinstance(data, list) else None
+    if kind in FILE_KINDS and kind != CALIBRATION_FORMAT:
+        raise StandError(f"{path} is {FILE_KINDS[kind]}, not a calibration: {wanted}")
     if not isinstance(data, dict) or data.get("format") != CALIBRATION_FORMAT:
         raise StandError(f"corrupt calibration file {path}: not a {CALIBRATION_FORMAT} file")
     if data.get("version") != CALIBRATION_VERSION:
@@ -173,6 +170,13 @@ def load_calibration(path: str | Path) -> Calibration:
     except (KeyError, TypeError, ValueError, AttributeError) as error:
         raise StandError(f"corrupt calibration file {path}: bad or missing field ({error})") from None
     return Calibration(candidate, alpha_sum, steps, per_prompt, dict(metadata))
+
+
+def _count(value: float) -> int | float:
+    """A step count as JSON writes it: an integer where it is one (a resumed run reads counts back as
+    floats and must write what an uninterrupted run writes), else rounded to 6 decimals."""
+    value = float(value)
+    return int(value) if value.is_integer() else round(value, 6)
 
 
 def _is_number(value) -> bool:
