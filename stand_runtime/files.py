@@ -35,15 +35,21 @@ def _target(path: Path) -> tuple[Path, bool]:
     before must not lose).
 
     Raises:
-        StandError: a loop of symbolic links.
+        StandError: a loop of symbolic links, or a name the file system refuses (too long).
     """
+    try:
+        return _resolve_target(path)
+    except OSError as error:
+        raise StandError(f"cannot write {path}: {error.strerror}") from None
+
+
+def _resolve_target(path: Path) -> tuple[Path, bool]:
+    """:func:`_target` without its error handling."""
     if path.is_symlink():
         try:
             target = Path(os.path.realpath(path, strict=True))
         except FileNotFoundError:
             target = Path(os.path.realpath(path))
-        except OSError as error:
-            raise StandError(f"cannot write {path}: {error.strerror}") from None
     else:
         target = path
     absolute = str(path.absolute())

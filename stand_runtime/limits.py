@@ -36,3 +36,7 @@ logits a model gives; far above it 1 / temperature rounds to 0 in float32."""
 
 DTYPE_NAMES = {"float32": "float32", "fp32": "float32", "bfloat16": "bfloat16", "bf16": "bfloat16"}
 """The target's weight dtypes, by every spelling the toolkit accepts → the name results record."""
+
+MAX_VOCAB = 1 << 22
+"""Vocabulary size at most (4,194,304 tokens; the largest real vocabularies hold ~260k): a drafter
+memory sized by the vocabulary (Token Recycling's matrix) is refused beyond it, not allocated."""

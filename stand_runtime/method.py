@@ -171,7 +171,8 @@ class Method:
         sized = name in TREE_METHODS and sized_family(spec) is not None
         if max_nodes == AUTO:
             max_nodes = auto_node_cap(resolved, sized, batch)
-        value = value_rule(resolved, model, batch, allocation, latency)
+        value = value_rule(resolved, model, batch, allocation, latency,
+                           repr(spec) if tree is not None else f"{spec!r} ({name}'s default)")
         measured_here = sized or (value is not None and latency is None)
         sized_for = target_identity(model) if model is not None and measured_here else None
         return cls(name, resolved, feed_rejected, extend, copy_tokens, diagnose, max_nodes, sized, suffix, value,
@@ -263,13 +264,14 @@ def check_allocation(allocation) -> str:
 
 
 def value_rule(tree, model, batch: int, allocation: str = "batch",
-               latency: LatencyProfile | None = None) -> ValueRule | None:
+               latency: LatencyProfile | None = None, spec: str | None = None) -> ValueRule | None:
     """The expected-value rule of a value-sized dynamic tree: this machine's latency profile of
     ``model`` (measured once, cached; or ``latency``, another machine's, never corrected here) at
     ``batch`` rows per forward, corrected online, sizing rows one forward at a time
     (``allocation="batch"``) or each alone (``"row"``), with an acceptance map seeded from the
     model's offline calibration when one was measured (:func:`stand_runtime.acceptance_seed.seeded_map`;
-    the default seed without a model); None for other trees.
+    the default seed without a model); None for other trees. ``spec``: the tree as the caller named it
+    (for the error; default: the tree's own name).
 
     Raises:
         StandError: an allocation not in :data:`ALLOCATIONS`; a value-sized tree without a model or a
@@ -283,7 +285,7 @@ def value_rule(tree, model, batch: int, allocation: str = "batch",
         return ValueRule(LatencyModel(latency.at, latency.sizes, rows=batch, observing=False), acceptance,
                          batch_allocated=allocation == "batch", nodes=tree.num_nodes)
     if model is None:
-        raise StandError(f"the tree {tree.name!r} is sized from the target's latency on this machine: "
+        raise StandError(f"the tree {spec or repr(tree.name)} is sized from the target's latency on this machine: "
                          f"parse the method with the model")
     profile = cached_latency(model, profile_name(model))
     return ValueRule(LatencyModel(profile.at, profile.sizes, rows=batch), seeded_map(model),

@@ -84,11 +84,22 @@ def checked_row(row: "TargetRow | np.ndarray", node: int) -> TargetRow:
     be silently accepted (``min(1, nan)`` is 1).
 
     Raises:
-        StandError: p is not finite."""
+        StandError: p is not finite or has no mass; an array that is not a non-empty ``[vocab]`` vector
+            of values >= 0; anything else that is not a TargetRow."""
     if isinstance(row, np.ndarray):
+        if row.ndim != 1 or not row.size or row.dtype.kind not in "fiu":
+            raise StandError(f"p at draft node {node} must be a non-empty [vocab] numeric array, got shape "
+                             f"{list(row.shape)} of {row.dtype}")
+        if (row < 0).any():
+            raise StandError(f"p at draft node {node} holds a negative probability")
         row = TargetRow.dense(row)
-    if not np.isfinite(row.total):
+    elif not isinstance(row, TargetRow):
+        raise StandError(f"p at draft node {node} must be a TargetRow or a [vocab] numpy array, not {type(row).__name__}")
+    total = row.total
+    if not np.isfinite(total):
         raise StandError(f"the target distribution at draft node {node} is not finite (NaN or inf logits)")
+    if total <= 0:
+        raise StandError(f"the target distribution at draft node {node} has no mass (every p is 0)")
     return row
 
 
@@ -99,7 +110,18 @@ def verify_greedy(draft: Draft, argmax_at: ArgmaxAt) -> Verification:
         draft: the drafted tree.
         argmax_at: the argmax token per draft position (the engine checks its logits are finite).
     """
+    _check_draft(draft, argmax_at, "argmax_at")
     return _drive(greedy_walk(draft), argmax_at)
+
+
+def _check_draft(draft: Draft, read, name: str, randomness: RandomStream | None = None, sampling: bool = False) -> None:
+    """Raises StandError unless ``draft`` is a Draft, ``read`` a callable and (sampling) ``randomness`` a RandomStream."""
+    if not isinstance(draft, Draft):
+        raise StandError(f"draft must be a Draft (stand_runtime.trees.draft), not {type(draft).__name__}")
+    if not callable(read):
+        raise StandError(f"{name} must be a callable of a draft position, not {type(read).__name__}")
+    if sampling and not isinstance(randomness, RandomStream):
+        raise StandError(f"randomness must be a RandomStream (RandomStream.seeded(seed)), not {type(randomness).__name__}")
 
 
 def greedy_walk(draft: Draft) -> Walk:
@@ -145,6 +167,7 @@ def verify_sampling(draft: Draft, target: TargetAt, randomness: RandomStream) ->
     Raises:
         StandError: p is not finite at a visited node.
     """
+    _check_draft(draft, target, "target", randomness, sampling=True)
     return _drive(sampling_walk(draft, randomness), lambda node: _target_at(target, node))
 
 
@@ -158,6 +181,8 @@ def sampling_walk(draft: Draft, randomness: RandomStream) -> Walk:
         if not kids:
             return Verification(accepted, row.sample(randomness.uniform()), True)
         support, q, slots = node_draft(draft, node)
+        if row.ids is None and int(support.max()) >= len(row.probs):
+            raise StandError(f"draft token {int(support.max())} at node {node} is outside p's {len(row.probs)} entries")
         on_support = row.at(support)
         chain = acceptance_chain(on_support.tolist(), q, slots, stochastic=draft.stochastic and q is not None,
                                  outside=max(0.0, row.total - float(on_support.sum())),

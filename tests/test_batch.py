@@ -174,3 +174,24 @@ def test_batched_greedy_equals_plain_decoding_on_humaneval(default_model, plain_
         assert result.tokens == plain.tokens, problem["task_id"]
         accepted += result.stats.new_tokens - result.stats.target_forwards
     assert accepted >= 20, "no drafts were accepted: the comparison proves nothing"
+
+
+def test_a_stop_string_of_wide_characters_is_found_however_many_tokens_it_takes():
+    """The stop check decodes a window of the latest tokens sized by the stop string's UTF-8 bytes:
+    sized by its characters, it missed nine emoji (27 byte-level tokens) on every decoding path."""
+    from stand_runtime import load_tokenizer
+    from stand_runtime.engine.stopping import StopRule
+
+    tokenizer = load_tokenizer()
+    fish = "🐟" * 12
+    tokens = tokenizer.encode(fish, add_special_tokens=False)
+    assert len(tokens) > len(fish) + 16  # a window of characters is too short for this text
+    for count in (1, 8, 9, 12):
+        rule, generated, reason = StopRule([], 1000, ["🐟" * count], tokenizer), [], None
+        for token in tokens:  # one token per step, as plain decoding emits them
+            kept, reason = rule.cut(generated, [token])
+            generated += kept
+            if reason is not None:
+                break
+        assert reason == "stop" and tokenizer.decode(generated).endswith("🐟" * count), count
+        assert len(generated) == 3 * count  # stopped at the token completing it, not later

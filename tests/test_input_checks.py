@@ -363,7 +363,7 @@ def test_every_method_refuses_a_vocabulary_size_that_is_not_a_positive_int(vocab
     recycle's matrix refused them): a positive int, numpy integers too; never a bool."""
     from stand_runtime.drafters import METHODS, new_memory
 
-    message = "^" + re.escape(f"vocab must be an integer >= 1, got {vocab!r}")
+    message = "^" + re.escape(f"vocab must be an integer in [1, 4194304], got {vocab!r}")
     for name in METHODS:
         with pytest.raises(StandError, match=message) as error:
             new_memory(name, vocab)
@@ -528,6 +528,7 @@ def test_the_python_api_refuses_wrong_types_where_they_are_given(tiny_qwen2, tmp
     """A user test of the Python API: each of these reached torch, numpy or an attribute deep inside
     (TypeError, AttributeError, ZeroDivisionError, IndexError) or was taken silently; each is now one line."""
     from stand_runtime import LatencyProfile, load_model, measure_latency, replay_trace, save_tree, load_tree
+    from stand_runtime.drafters import RecyclingMatrix, TokenRecyclingDrafter
     from stand_runtime.drafters.prior import SuccessorPrior
 
     row = RowSpec(PROMPT, GREEDY, max_new_tokens=2)
@@ -559,6 +560,12 @@ def test_the_python_api_refuses_wrong_types_where_they_are_given(tiny_qwen2, tmp
         (lambda: DecodeRequest(None), "a prompt is text or token ids, not NoneType"),
         (lambda: DecodeRequest(""), "empty prompt"),
         (lambda: save_tree(load_tree("heuristic-80"), 5), "a file path must be"),
+        (lambda: replay_trace(TokenRecyclingDrafter(load_tree("heuristic-80").tree, RecyclingMatrix(100)), [1, 2], [3, 150]),
+         "token id 150 is outside the drafter's vocabulary of 100 tokens"),
+        (lambda: RecyclingMatrix(10**12), r"RecyclingMatrix vocab must be an integer in \[1, 4194304\]"),
+        (lambda: Method.parse("recycle").new_memory(10**12), r"vocab must be an integer in \[1, 4194304\]"),
+        (lambda: DecodeRequest(PROMPT, group=""), "group must be a non-empty string or None"),
+        (lambda: Method.parse("stand"), r"the tree 'dynamic-auto' \(stand's default\) is sized from the target's latency"),
     ]
     for call, message in calls:
         with pytest.raises(StandError, match=message) as error:

@@ -4,6 +4,7 @@ import json
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -207,3 +208,39 @@ def test_the_toolkits_other_files_where_a_tree_belongs_are_named():
         with pytest.raises(StandError, match="bad tree JSON .*: " + re.escape(kind)) as error:
             load_tree(path)
         assert "\n" not in str(error.value)
+
+
+def test_tree_files_that_python_itself_refuses_are_one_line_errors(tmp_path):
+    """An integer past Python's 4,300-digit limit, a name too long for the file system: StandError,
+    not a ValueError or OSError from inside json or pathlib."""
+    from stand_runtime.trees.tree_io import load_tree, save_tree
+
+    big = tmp_path / "big.json"
+    big.write_text("[[0], [" + "9" * 5000 + "]]")
+    long = tmp_path / ("a" * 300 + ".json")
+    for action, message in [(lambda: load_tree(big), "bad tree JSON .*: not JSON .*5000 digits"),
+                            (lambda: load_tree(long), "cannot read tree .*: File name too long$"),
+                            (lambda: save_tree(load_tree("heuristic-80"), long), "cannot write .*: File name too long$")]:
+        with pytest.raises(StandError, match=message) as error:
+            action()
+        assert "\n" not in str(error.value)
+
+
+def test_a_loaded_trees_metadata_is_the_callers_own():
+    """Trees are parsed once and cached; each load hands out its own metadata, so editing one
+    caller's copy changes no later load."""
+    from stand_runtime.trees.tree_io import load_tree
+
+    first = load_tree("heuristic-80")
+    first.metadata["note"] = "mine"
+    again = load_tree("heuristic-80")
+    assert "note" not in again.metadata and again.tree is first.tree
+
+
+def test_numpy_integer_ranks_are_ranks():
+    """Numpy integers are accepted wherever ints are; a tree's paths keep Python ints (saved as JSON)."""
+    tree = DraftTree.from_paths([[np.int64(0)], np.array([1]), [0, np.int32(0)]])
+    assert tree.paths == DraftTree.from_paths([[0], [1], [0, 0]]).paths
+    assert all(type(rank) is int for path in tree.paths for rank in path)
+    with pytest.raises(StandError, match="is not a list of integer ranks"):
+        DraftTree.from_paths([np.array([0.0])])

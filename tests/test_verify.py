@@ -471,3 +471,34 @@ def test_dynamic_trees_keep_the_markov_joint_distribution_exact(budget):
     joint, accepted, _ = two_token_law(p_matrix, q_matrix, observations=30, **drafting)
     assert accepted > 0.5, accepted
     assert_exact_markov_joint(joint, p_matrix)
+
+
+def test_the_public_verifiers_refuse_bad_input_in_one_line():
+    """verify_greedy / verify_sampling and Draft.chain are exported: a wrong argument is a StandError
+    naming it, not an AttributeError or IndexError from inside the walk; a negative or massless p is
+    refused rather than accepted silently."""
+    from stand_runtime import StandError
+    from stand_runtime.trees.draft import Draft
+
+    draft, stream = Draft.chain(5, [6, 7]), RandomStream.seeded(0)
+    p = np.full(10, 0.1)
+    cases = [
+        (lambda: verify_greedy(None, lambda node: 6), "draft must be a Draft"),
+        (lambda: verify_greedy(draft, [6, 7]), "argmax_at must be a callable"),
+        (lambda: verify_sampling(draft, lambda node: p, None), "randomness must be a RandomStream"),
+        (lambda: verify_sampling(draft, lambda node: np.array([1.0]), stream), "draft token 6 at node 0 is outside p's 1 entries"),
+        (lambda: verify_sampling(draft, lambda node: np.zeros(10), stream), "has no mass"),
+        (lambda: verify_sampling(draft, lambda node: list(p), stream), "must be a TargetRow or a \\[vocab\\] numpy array, not list"),
+        (lambda: verify_sampling(draft, lambda node: -p, stream), "holds a negative probability"),
+        (lambda: verify_sampling(draft, lambda node: np.ones((2, 10)) / 20, stream), "must be a non-empty \\[vocab\\]"),
+        (lambda: Draft.chain("a", [1]), "root token must be an integer >= 0"),
+        (lambda: Draft.chain(1, "bc"), "a chain's tokens must be a sequence of token ids"),
+        (lambda: Draft.chain(-1, [2]), "root token must be an integer >= 0"),
+        (lambda: Draft.chain(1, [None]), "chain token must be an integer >= 0"),
+    ]
+    for action, message in cases:
+        with pytest.raises(StandError, match=message) as error:
+            action()
+        assert "\n" not in str(error.value)
+    assert verify_sampling(draft, lambda node: p, stream).token in range(10)  # a valid dense p still verifies
+    assert Draft.chain(np.int64(1), np.array([2, 3])).tokens == [1, 2, 3]

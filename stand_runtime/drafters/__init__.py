@@ -19,7 +19,7 @@ import importlib.util
 
 from ..checks import check_bool, check_int
 from ..errors import StandError
-from ..limits import MAX_COPY_TOKENS, METHODS
+from ..limits import MAX_COPY_TOKENS, MAX_VOCAB, METHODS
 from ..store.native_store import store_class
 from ..store.ngram_store import NGramStore
 from .base import Drafter
@@ -131,9 +131,9 @@ def new_memory(method: str, vocab: int, tree=None) -> Memory | None:
     :mod:`stand_runtime.drafters.native_draft`).
 
     Raises:
-        StandError: ``vocab`` not an integer >= 1 (for every method, so none accepts what another refuses).
+        StandError: ``vocab`` not an integer in [1, :data:`stand_runtime.limits.MAX_VOCAB`] (for every method, so none accepts what another refuses).
     """
-    vocab = check_int("vocab", vocab, 1)
+    vocab = check_int("vocab", vocab, 1, MAX_VOCAB)
     if method in STORE_METHODS:
         dynamic = parse_dynamic(tree)
         return store_class(True)(top_k=STORE_TOP_K, max_n=DYNAMIC_MAX_N if dynamic is not None else 3)

@@ -17,6 +17,7 @@ import numpy as np
 
 from ..trees.draft import Draft
 from ..checks import check_int
+from ..limits import MAX_VOCAB
 from .feeds import TargetFeed
 from ..target.sampling import SamplingParams
 from ..trees.tree import DraftTree
@@ -42,11 +43,11 @@ class RecyclingMatrix:
             for rows only :meth:`push` wrote).
 
     Raises:
-        StandError: ``vocab`` not an integer >= 1, or ``k`` not an integer in [1, vocab].
+        StandError: ``vocab`` not an integer in [1, :data:`stand_runtime.limits.MAX_VOCAB`], or ``k`` not an integer in [1, vocab].
     """
 
     def __init__(self, vocab: int, k: int = RECYCLE_TOP_K) -> None:
-        vocab = check_int("RecyclingMatrix vocab", vocab, 1)
+        vocab = check_int("RecyclingMatrix vocab", vocab, 1, MAX_VOCAB)
         k = check_int("RecyclingMatrix k (successors per token)", k, 1, vocab)
         self.k = k
         self.successors = np.zeros((vocab, k), dtype=np.int64)
@@ -101,6 +102,11 @@ class TokenRecyclingDrafter:
     def max_nodes(self) -> int:
         """Drafted nodes per step at most."""
         return self.tree.num_nodes
+
+    @property
+    def vocab(self) -> int:
+        """The vocabulary its matrix was built for (token ids below it)."""
+        return self.matrix.vocab
 
     def observe_prompt(self, prompt, feed: TargetFeed, positions) -> None:
         self._learn([prompt[p] for p in positions], range(len(positions)), feed)

@@ -85,8 +85,8 @@ class DecodeRequest:
             check_seed_span(self.seed, self.n, "samples")
         if not isinstance(self.sampling, SamplingParams):
             raise StandError(f"sampling must be a SamplingParams, got {type(self.sampling).__name__} {self.sampling!r}")
-        if self.group is not None and not isinstance(self.group, str):
-            raise StandError(f"group must be a string or None, got {self.group!r}")
+        if self.group is not None and (not isinstance(self.group, str) or not self.group):
+            raise StandError(f"group must be a non-empty string or None, got {self.group!r}")
         for name in ("record_probs", "ignore_eos", "logprobs"):
             object.__setattr__(self, name, check_bool(name, getattr(self, name)))
         object.__setattr__(self, "stop", check_stop_strings(self.stop))
@@ -164,7 +164,9 @@ class HFBackend:
     Requests with ``record_probs`` are sampled by batched plain decoding (method ``ar`` only, no stop
     strings); the others are decoded by the method, ``max_batch`` rows at a time, a finished row's place
     taken at once by the next waiting row (continuous batching); a prompt that extends one a batch
-    prefilled before (a tree search's next round) is prefilled from it (:attr:`prefixes`).
+    prefilled before (a tree search's next round) is prefilled from it (:attr:`prefixes`). Every request
+    decodes with the one method, so a value-sized tree's rule (``dynamic-auto``) learns from them all:
+    a seeded request sent again may sample another, equally distributed, text (a new backend repeats it).
 
     Raises:
         StandError: an unknown method or bad tree (a name), ``diagnose`` or ``max_nodes`` with a

@@ -15,8 +15,9 @@ import numpy as np
 from ..errors import StandError
 
 _STOP_TAIL_TOKENS = 16
-"""Extra tokens decoded around a stop string's length when checking for it (a character may take
-several byte-level tokens)."""
+"""Extra tokens decoded beyond a stop string's length in UTF-8 bytes when checking for it (every token
+decodes to at least one byte, and a character may take several byte-level tokens: a window of
+characters missed a stop string of nine emoji, 27 tokens)."""
 
 
 def check_stop_strings(stop) -> tuple[str, ...]:
@@ -89,7 +90,7 @@ class StopRule:
         self.max_new_tokens = max_new_tokens
         self.stop = stop
         self.tokenizer = tokenizer
-        self._tail = max((len(s) for s in self.stop), default=0) + _STOP_TAIL_TOKENS
+        self._tail = max((len(s.encode("utf-8")) for s in self.stop), default=0) + _STOP_TAIL_TOKENS
 
     def cut(self, generated: list[int], new_tokens: list[int]) -> tuple[list[int], str | None]:
         """The part of a step's tokens that plain decoding would emit, and why the run ends.

@@ -146,13 +146,17 @@ def replay_trace(drafter: Drafter | None, prompt: Sequence[int], tokens: Sequenc
 
     Raises:
         StandError: a drafter that is not one, an empty prompt or trace, ids that are not a flat
-            sequence of non-negative ints, or recorded rows of the wrong length.
+            sequence of non-negative ints (below the drafter's ``vocab`` where it has one), or recorded
+            rows of the wrong length.
     """
     if drafter is not None and not all(callable(getattr(drafter, name, None))
                                        for name in ("observe_prompt", "draft", "observe_step")):
         raise StandError(f"drafter must be a Drafter (stand_runtime.drafters) or None, not {type(drafter).__name__}")
     prompt, tokens = _ids("prompt", prompt), _ids("tokens", tokens)
     sequence = prompt + tokens
+    vocab = getattr(drafter, "vocab", None)  # a drafter whose memory is sized by the vocabulary says so
+    if vocab is not None and max(sequence) >= vocab:
+        raise StandError(f"token id {max(sequence)} is outside the drafter's vocabulary of {vocab} tokens")
     if recorded is not None and len(recorded.ids) != len(sequence) - 1:
         raise StandError(f"recorded rows cover {len(recorded.ids)} positions, not {len(sequence) - 1}")
     stats = DecodeStats()

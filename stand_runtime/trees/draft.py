@@ -27,6 +27,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
+from ..checks import check_int
 from ..errors import StandError
 
 
@@ -116,11 +117,16 @@ class Draft:
 
     @classmethod
     def chain(cls, root_token: int, tokens: Sequence[int]) -> "Draft":
-        """A chain root → tokens[0] → tokens[1] → ... without draft probabilities."""
-        builder = DraftBuilder(root_token)
+        """A chain root → tokens[0] → tokens[1] → ... without draft probabilities.
+
+        Raises:
+            StandError: a token that is not an integer >= 0, or ``tokens`` not a sequence of them."""
+        if isinstance(tokens, (str, bytes)) or not isinstance(tokens, (Sequence, np.ndarray)):
+            raise StandError(f"a chain's tokens must be a sequence of token ids, got {tokens!r}")
+        builder = DraftBuilder(check_int("root token", root_token, 0))
         parent = 0
         for token in tokens:
-            parent = builder.add(parent, int(token))
+            parent = builder.add(parent, check_int("chain token", token, 0))
         return builder.build(stochastic=False)
 
 

@@ -59,9 +59,10 @@ def validate_paths(paths: Iterable[Sequence[int]], *, max_rank: int = MAX_RANK, 
     seen: set[tuple[int, ...]] = set()
     checked: list[tuple[int, ...]] = []
     for raw in paths:
-        if not isinstance(raw, (list, tuple)) or not all(isinstance(r, int) and not isinstance(r, bool) for r in raw):
+        if (not isinstance(raw, (list, tuple, np.ndarray))
+                or not all(isinstance(r, (int, np.integer)) and not isinstance(r, bool) for r in raw)):
             raise StandError(f"bad tree: path {raw!r} is not a list of integer ranks")
-        path = tuple(raw)
+        path = tuple(int(r) for r in raw)  # numpy integers as Python ints (paths are saved as JSON)
         if not path:
             raise StandError("bad tree: empty path [] (the root is implicit)")
         if min(path) < 0:

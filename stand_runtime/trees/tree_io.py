@@ -19,12 +19,13 @@ import from here.
 
 from __future__ import annotations
 
+import copy
 import functools
 import importlib.resources
 import json
 import math
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -158,7 +159,11 @@ def load_tree(path_or_name: str | os.PathLike) -> TreeFile:
     if not spec.strip():
         raise StandError("empty tree spec (a file path or a bundled name)")
     path = Path(spec)
-    if not path.exists():
+    try:
+        exists = path.exists()
+    except OSError as error:  # a name too long for the file system
+        raise StandError(f"cannot read tree {spec}: {error.strerror}") from None
+    if not exists:
         bundled = bundled_trees()
         if spec in bundled:
             path = bundled[spec]
@@ -175,9 +180,10 @@ def load_tree(path_or_name: str | os.PathLike) -> TreeFile:
             raise StandError(f"tree not found: {spec!r} is neither a file nor a bundled tree ({names}){hint}")
     try:
         stat = path.stat()
-        return _load_cached(path.resolve(), stat.st_mtime_ns, stat.st_size)
+        loaded = _load_cached(path.resolve(), stat.st_mtime_ns, stat.st_size)
     except OSError as error:
         raise StandError(f"cannot read tree {path}: {error}") from None
+    return replace(loaded, metadata=copy.deepcopy(loaded.metadata))  # the cached parse stays as it was read
 
 
 @functools.lru_cache(maxsize=32)
@@ -189,8 +195,8 @@ def _load_cached(path: Path, mtime_ns: int, size: int) -> TreeFile:
         raise StandError(f"cannot read tree {path}: {error}") from None
     try:
         data = json.loads(text)
-    except (json.JSONDecodeError, RecursionError) as error:
-        raise StandError(f"bad tree JSON {path}: not JSON ({str(error) or 'nested too deeply'})") from None
+    except (ValueError, RecursionError) as error:  # ValueError: JSONDecodeError, or an int past 4300 digits
+        raise StandError(f"bad tree JSON {path}: not JSON ({' '.join(str(error).split())[:200] or 'nested too deeply'})") from None
     return parse_tree(data, str(path))
 
 
