@@ -16,7 +16,8 @@ CALIBRATION_FORMAT = "stand-calibration"
 
 FILE_KINDS = {
     TREE_FORMAT: "a tree file",
-    FAMILY_FORMAT: "a tree family (one tree per size; treeopt export --nodes K writes one of them)",
+    FAMILY_FORMAT: "a tree family (one tree per size; treeopt export CALIBRATION --nodes K writes one of them "
+                   "from the calibration it came from)",
     ACCEPTANCE_FORMAT: "an acceptance seed (of the value-sized trees, dynamic-auto)",
     CALIBRATION_FORMAT: "a calibration (treeopt calibrate's output; treeopt export FILE --out TREE writes its tree)",
 }

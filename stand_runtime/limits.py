@@ -40,3 +40,9 @@ DTYPE_NAMES = {"float32": "float32", "fp32": "float32", "bfloat16": "bfloat16", 
 MAX_VOCAB = 1 << 22
 """Vocabulary size at most (4,194,304 tokens; the largest real vocabularies hold ~260k): a drafter
 memory sized by the vocabulary (Token Recycling's matrix) is refused beyond it, not allocated."""
+
+MIN_PRIOR_BASE = 1e-3
+MAX_PRIOR_DECAY = 16.0
+"""The candidate tree's rank-product prior ``base / (rank + 1) ** decay`` takes base in [1e-3, 1) and
+decay in (0, 16]: beyond them a path's value leaves float range (11 ** 1025 overflows; a base of 1e-300
+makes every path past depth 1 worth 0, so the tree's shape came from ties, not the prior)."""

@@ -134,6 +134,11 @@ def test_resume_skips_finished_prompts_and_rejects_other_settings(tmp_path):
         out.write_text(json.dumps(edited))
         with pytest.raises(StandError, match=message):
             calibrate(config, model, DigitsTokenizer(), out, resume=True, prompts=prompts)
+    # a dataset edited since: the finished prompt's text is not the one calibrated
+    out.write_text(json.dumps(data))
+    changed = [Prompt(p.id, p.text + " 7") if p.id == "p0" else p for p in prompts]
+    with pytest.raises(StandError, match=r"cannot resume .*: prompt 'p0' has another text than when it was calibrated"):
+        calibrate(config, model, DigitsTokenizer(), out, resume=True, prompts=changed)
 
 
 def test_a_late_prompt_beyond_the_context_is_named_before_the_first_batch(tmp_path):

@@ -138,6 +138,8 @@ def test_family_files_show_and_tree_files_are_not_calibrations(tmp_path, calibra
     assert run("export", str(calibration_file), "--format", "family", "--out", str(family))[0] == 0
     code, output = run("show", str(family))
     assert code == 0 and "τ̂" in output and "a tree family of" in " ".join(output.split())
+    code, output = run("show", "stand-smollm2-humaneval")  # the bundled calibration's name, shared by its family
+    assert code == 0 and "625 nodes" in output and "a tree family of" not in " ".join(output.split())
     assert run("export", str(calibration_file), "--nodes", "5", "--out", str(tree))[0] == 0
     code, output = run("export", str(tree), "--out", str(tmp_path / "x.json"))
     one_line_error(output, "is a tree file, not a calibration")
@@ -157,6 +159,18 @@ def test_show_draws_profiles_and_trees_as_png(tmp_path, calibration_file):
     assert code == 0, output
     for picture in (profiles, trees):
         assert picture.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and picture.stat().st_size > 10_000
+    # a plot is written as every file is: through a link to its target, a device in place, a failure one line
+    link, real = tmp_path / "link.png", tmp_path / "real.png"
+    link.symlink_to(real)
+    code, output = run("show", "heuristic-80", "--png", str(link))
+    assert code == 0 and link.is_symlink() and real.read_bytes()[:4] == b"\x89PNG", output
+    if Path("/dev/full").is_char_device():
+        code, output = run("show", "heuristic-80", "--png", "/dev/full")
+        assert Path("/dev/full").is_char_device()  # written in place, not replaced by a file
+        assert code != 0 and output.strip().splitlines()[-1] == "error: cannot write /dev/full: No space left on device"
+    (tmp_path / ".q.png.tmp.png").mkdir()  # the old fixed temporary name
+    code, output = run("show", "heuristic-80", "--png", str(tmp_path / "q.png"))
+    assert code == 0 and (tmp_path / "q.png").read_bytes()[:4] == b"\x89PNG", output
 
 
 def test_bench_unknown_method_lists_valid_ones():

@@ -78,3 +78,14 @@ def test_a_file_that_is_not_utf8_names_its_line(tmp_path):
         with pytest.raises(StandError, match=r"line 3 is not UTF-8 \(byte 0xe9 at column 16\)$") as info:
             load_prompts(str(path))
         assert "\n" not in str(info.value)
+
+
+def test_a_truncated_gzip_file_is_named_not_taken_for_an_interrupt(tmp_path):
+    """gzip raises EOFError at a truncated stream, which click reported as "aborted" (exit 130)."""
+    import gzip
+
+    path = tmp_path / "d.jsonl.gz"
+    path.write_bytes(gzip.compress(b'{"prompt": "hi"}\n{"prompt": "there"}\n')[:30])
+    with pytest.raises(StandError, match=r"cannot read dataset .*d\.jsonl\.gz: the compressed file ends early") as info:
+        load_prompts(str(path))
+    assert "\n" not in str(info.value)

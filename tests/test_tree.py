@@ -192,8 +192,8 @@ def test_a_family_where_one_tree_belongs_is_named_a_family():
     from stand_runtime.trees.tree_io import load_tree
 
     family = next(iter(bundled_families().values()))
-    with pytest.raises(StandError, match=r"a tree family \(one tree per size; treeopt export --nodes K writes one of "
-                                         r"them\), not a tree$") as error:
+    with pytest.raises(StandError, match=r"a tree family \(one tree per size; treeopt export CALIBRATION --nodes K "
+                                         r"writes one of them from the calibration it came from\), not a tree$") as error:
         load_tree(family)
     assert "\n" not in str(error.value)
 

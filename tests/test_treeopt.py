@@ -32,8 +32,10 @@ def test_per_depth_tree_has_the_requested_profile():
     assert load_tree("heuristic-80").tree.paths == tree.paths
     with pytest.raises(StandError, match="cannot hold"):
         per_depth_tree([2, 30])
-    with pytest.raises(StandError, match="prior needs"):
-        Prior(base=1.5)
+    for bad in ({"base": 1.5}, {"base": 1e-300}, {"decay": 1025.0}, {"decay": 0.0}):
+        with pytest.raises(StandError, match="prior needs 0.001 <= base < 1 and 0 < decay <= 16"):
+            Prior(**bad)
+    assert candidate_tree(40, Prior(base=0.001)).num_nodes == 40 and candidate_tree(40, Prior(decay=16.0)).num_nodes == 40
 
 
 def random_valid_subtree(tree: DraftTree, k: int, rng) -> list[int]:

@@ -59,6 +59,9 @@ def one_line_errors(command):
         except KeyboardInterrupt:
             err_console.print("interrupted (files already written are complete)", highlight=False)
             raise typer.Exit(130) from None
+        except EOFError as error:  # click would report it as "aborted" (its reading of a closed stdin)
+            print_error(f"unexpected end of input ({type(error).__name__}: {error})")
+            raise typer.Exit(2) from None
 
     return wrapper
 

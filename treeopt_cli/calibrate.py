@@ -88,7 +88,7 @@ def _calibrate_decoding(config, candidate_file: Optional[Path], out: Path, resum
         raise StandError(f"candidate tree {candidate_file} has no nodes")
     done = 0
     if resume and out.exists():  # a corrupt file or other settings fail now, not after the model has loaded
-        done = len(resumable(config, out, tree, [p.id for p in prompts]).per_prompt)
+        done = len(resumable(config, out, tree, prompts).per_prompt)
     target, tokenizer = loading.load_model(config.model)
     with render.progress(console, *render.calibration_columns()) as bar:
         if done:

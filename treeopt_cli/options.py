@@ -233,7 +233,7 @@ RANGES = {"max_new_tokens": (1, None), "samples": (1, None), "trajectories": (1,
           "copy_tokens": (0, limits.MAX_COPY_TOKENS), "batch": (1, limits.MAX_ROWS), "port": (1, 65535),
           "kv_cache_gib": (1, 1024), "max_model_len": (16, None), "max_prompts": (1, limits.MAX_PROMPT_STORES),
           "k": (1, limits.MAX_CHAIN_TOKENS), "max_width": (1, 10), "nodes": (1, None),
-          "base": (0.0, 1.0, True, True), "decay": (0.0, None, True)}
+          "base": (limits.MIN_PRIOR_BASE, 1.0, False, True), "decay": (0.0, limits.MAX_PRIOR_DECAY, True)}
 """Numeric options' ranges (the toolkit's bounds from :mod:`stand_runtime.limits`), checked by click as
 the command line is read: a bad value is refused at once (in a fraction of a second, before torch is
 imported), as click refuses a malformed one. ``(low, high, low_open, high_open)``: an open end is not

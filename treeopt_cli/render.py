@@ -54,7 +54,7 @@ def profile_table(name: str, profile: DepthProfile) -> Table:
     """A tree's depth profile: nodes and widest fan-out per depth, with bars, and the calibration's
     expected accepted tokens per depth (sum of alpha-hat over the depth's nodes) when it has them."""
     expected = profile.expected_acceptance_length
-    title = f"{name}\n{profile.num_nodes} nodes, max depth {profile.max_depth}"
+    title = f"{name}\n{profile.num_nodes} node{'' if profile.num_nodes == 1 else 's'}, max depth {profile.max_depth}"
     if expected is not None:
         title += f", τ̂ {expected:.2f}"
     caption = "fan-out: most children of one node at the depth above"

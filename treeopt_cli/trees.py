@@ -68,7 +68,8 @@ def export(
     if fmt not in ("stand", "choices", "family"):
         raise StandError(f"unknown --format {fmt!r} (use stand, choices or family)")
     if fmt == "family":
-        refuse_options(ctx, ["nodes", "batch", "model"], "--format family (it holds the best tree of every size)")
+        refuse_options(ctx, ["nodes", "batch", "model", "show_profile"], "--format family (it holds the best tree of every "
+                       "size; treeopt show FILE profiles its largest)")
     elif nodes != "auto":
         refuse_options(ctx, ["batch", "model"], "a fixed --nodes (they size --nodes auto)")
     count = parse_nodes(nodes) if fmt != "family" else None
@@ -118,12 +119,14 @@ def _auto_size(result, model: Optional[str], batch: int) -> tuple[int, dict]:
 def _note_families(files: list[str]) -> None:
     """A line for each tree family among ``files``: how many trees it holds (show profiles its largest)."""
     from stand_runtime.trees.families import is_family, load_family
+    from stand_runtime.trees.tree_io import bundled_calibrations
 
-    for spec in files:
-        if is_family(spec):
+    for spec in files:  # a bundled name of a calibration and a family both shows the calibration
+        if is_family(spec) and (Path(spec).is_file() or spec not in bundled_calibrations()):
             sizes = sorted(load_family(spec).members)
             console.print(f"{spec}: a tree family of {len(sizes)} trees ({sizes[0]}-{sizes[-1]} nodes), shown by its "
-                          "largest; treeopt export --nodes N writes any one", highlight=False, soft_wrap=True)
+                          "largest; treeopt export CALIBRATION --nodes N writes any one from the calibration it "
+                          "came from", highlight=False, soft_wrap=True)
 
 
 @app.command()

@@ -137,6 +137,8 @@ def jsonl_lines(path: Path, what: str):
             yield from handle
     except UnicodeDecodeError:
         raise StandError(f"cannot read {what} {path}: {_undecodable(path, opener)}") from None
+    except EOFError:  # gzip's end of a truncated stream
+        raise StandError(f"cannot read {what} {path}: the compressed file ends early (truncated?)") from None
     except OSError as error:
         raise StandError(f"cannot read {what} {path}: {error}") from None
 

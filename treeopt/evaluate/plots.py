@@ -3,12 +3,13 @@ against trajectory index, and the reliability diagram of value-sized trees."""
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 import numpy as np
 
 from stand_runtime import StandError
-from stand_runtime.files import check_writable
+from stand_runtime.files import check_writable, write_bytes_atomic
 
 
 def plot_profiles(profiles: list, path: str | Path) -> Path:
@@ -235,7 +236,7 @@ def pyplot():
     """matplotlib's pyplot on the Agg backend (files only, no screen).
 
     Raises:
-        StandError: matplotlib is not installed.
+        StandError: matplotlib is not installed, or fails to load (a bad ``MPLBACKEND``, a broken install).
     """
     try:
         import matplotlib
@@ -244,14 +245,20 @@ def pyplot():
         import matplotlib.pyplot as plt
     except ImportError:
         raise StandError("plots need matplotlib: pip install matplotlib (or the project's [plot] extra)") from None
+    except Exception as error:  # matplotlib's own configuration errors (ValueError, RuntimeError)
+        raise StandError(f"matplotlib failed to load: {' '.join(str(error).split())[:200]}") from None
     return plt
 
 
 def _save(figure, plt, path) -> Path:
+    """Render ``figure`` (the format follows the name's extension, PNG otherwise) and write it as every
+    file of the toolkit is written (:func:`stand_runtime.files.write_bytes_atomic`: atomically, a link
+    followed, a device or FIFO written in place, a failure one line)."""
     path = Path(path)
     suffix = path.suffix.lower() if path.suffix.lower() in (".png", ".pdf", ".svg", ".jpg", ".jpeg") else ".png"
-    tmp = path.with_name(f".{path.name}.tmp{suffix}")  # the format follows the name's extension (PNG otherwise)
-    figure.savefig(tmp, dpi=110)
-    plt.close(figure)
-    tmp.replace(path)
-    return Path(path)
+    buffer = io.BytesIO()
+    try:
+        figure.savefig(buffer, dpi=110, format=suffix.lstrip(".").replace("jpg", "jpeg"))
+    finally:
+        plt.close(figure)
+    return write_bytes_atomic(path, buffer.getvalue())

@@ -40,7 +40,7 @@ from stand_runtime.files import check_writable
 from stand_runtime.limits import MAX_ROWS
 from stand_runtime.randomness import RandomStream, check_seed
 
-from .calibration import Calibration, load_calibration
+from .calibration import Calibration, load_calibration, prompt_digest
 from .candidate import MAX_CANDIDATE_NODES, Prior, candidate_tree
 from ..data.datasets import Prompt, check_prompt_list, check_prompts_fit, load_prompts
 from .replay import replay_trajectory
@@ -164,7 +164,7 @@ def calibrate(
     if candidate is None:
         candidate = default_candidate(config)
     settings = asdict(config)
-    calibration = _open_calibration(config, out, candidate, resume, [p.id for p in prompts])
+    calibration = _open_calibration(config, out, candidate, resume, prompts)
     done = {p["id"] for p in calibration.per_prompt}
     todo = [p for p in prompts if p.id not in done]
     check_prompts_fit(model, tokenizer, todo, config.max_new_tokens)  # before the first batch, not hours in
@@ -207,11 +207,11 @@ def _check_arguments(config, out, resume, candidate, progress) -> bool:
 
 
 def _open_calibration(config: CalibrationConfig, out: str | Path, candidate: DraftTree, resume: bool,
-                      prompt_ids: list[str]) -> Calibration:
+                      prompts: list[Prompt]) -> Calibration:
     """The run to continue: the one saved in ``out`` when resuming (checked against the settings and
     the prompts), else an empty one (``out`` checked writable first: fail now, not after an hour)."""
     if resume and Path(out).exists():
-        return resumable(config, out, candidate, prompt_ids)
+        return resumable(config, out, candidate, prompts)
     calibration = Calibration(candidate, np.zeros(candidate.num_nodes + 1))
     check_writable(out)
     return calibration
@@ -223,7 +223,7 @@ def _direct_batch(config, model, tokenizer, batch, seeds, candidate, calibration
         tick = time.perf_counter()
         alpha_sum, steps, tokens = direct_prompt(config, model, tokenizer, prompt.text, seeds[prompt.id], candidate,
                                                  progress.tokens)
-        calibration.add_prompt(prompt.id, alpha_sum, steps, tokens)
+        calibration.add_prompt(prompt.id, alpha_sum, steps, tokens, prompt.text)
         timings["direct_s"] += time.perf_counter() - tick
         finish(prompt.id)
 
@@ -248,7 +248,7 @@ def _replay_batch(config, backend, batch, seeds, candidate, calibration, timings
             steps += replay_trajectory(sample.prompt_ids, sample.tokens, sample.recorded, candidate, store, randomness,
                                        alpha_sum, stochastic=config.stochastic_drafts, budget=config.max_new_tokens)
             tokens += len(sample.tokens)
-        calibration.add_prompt(prompt.id, alpha_sum, steps, tokens)
+        calibration.add_prompt(prompt.id, alpha_sum, steps, tokens, prompt.text)
         finish(prompt.id)
     timings["replay_s"] += time.perf_counter() - tick
 
@@ -259,14 +259,14 @@ def default_candidate(config: CalibrationConfig) -> DraftTree:
 
 
 def resumable(config: CalibrationConfig, out: str | Path, candidate: DraftTree | None = None,
-              prompt_ids: list[str] | None = None) -> Calibration:
+              prompts: list[Prompt] | None = None) -> Calibration:
     """The interrupted calibration in ``out``, checked to have been made with ``config``'s settings
-    and candidate tree, on prompts among ``prompt_ids`` when given (call it before loading a model: a
-    mismatch fails at once).
+    and candidate tree, on prompts among ``prompts`` when given, with the same texts where it recorded
+    them (call it before loading a model: a mismatch fails at once).
 
     Raises:
         StandError: a corrupt file, one without settings, one made with other settings (naming them),
-            or one holding a prompt this run does not calibrate.
+            one holding a prompt this run does not calibrate, or one whose prompt's text changed since.
     """
     calibration = load_calibration(out)
     candidate = candidate if candidate is not None else default_candidate(config)
@@ -274,9 +274,15 @@ def resumable(config: CalibrationConfig, out: str | Path, candidate: DraftTree |
     if not previous:
         raise StandError(f"cannot resume {out}: it records no settings (metadata.settings; not written by "
                          "treeopt calibrate)")
-    unknown = [p["id"] for p in calibration.per_prompt if prompt_ids is not None and p["id"] not in prompt_ids]
+    texts = None if prompts is None else {p.id: p.text for p in prompts}
+    unknown = [p["id"] for p in calibration.per_prompt if texts is not None and p["id"] not in texts]
     if unknown:
         raise StandError(f"cannot resume {out}: it holds prompt {unknown[0]!r}, not among this run's prompts")
+    edited = [p["id"] for p in calibration.per_prompt
+              if texts is not None and "digest" in p and p["digest"] != prompt_digest(texts[p["id"]])]
+    if edited:
+        raise StandError(f"cannot resume {out}: prompt {edited[0]!r} has another text than when it was calibrated "
+                         f"(the dataset changed since)")
     if previous != settings or calibration.candidate.paths != candidate.paths:
         changed = sorted(k for k in settings if previous.get(k) != settings[k]) or ["candidate tree"]
         raise StandError(f"cannot resume {out}: it was made with other settings ({', '.join(changed)})")

@@ -7,6 +7,7 @@ prompt), and metadata (settings, model, timings, version). Written atomically af
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from dataclasses import dataclass, field
@@ -86,10 +87,15 @@ class Calibration:
         """1 + sum of alpha-hat over the whole candidate."""
         return 1.0 + float(self.alpha.sum())
 
-    def add_prompt(self, prompt_id: str, alpha_sum: np.ndarray, steps: float, tokens: int) -> None:
+    def add_prompt(self, prompt_id: str, alpha_sum: np.ndarray, steps: float, tokens: int, text: str | None = None) -> None:
+        """Count one prompt's replay or decode; ``text``: the prompt, kept as a digest so that a resumed
+        run notices a dataset edited since (:func:`prompt_digest`)."""
         self.alpha_sum += alpha_sum
         self.steps += steps
-        self.per_prompt.append({"id": prompt_id, "steps": steps, "tokens": tokens, "alpha_sum": alpha_sum.tolist()})
+        entry = {"id": prompt_id, "steps": steps, "tokens": tokens, "alpha_sum": alpha_sum.tolist()}
+        if text is not None:
+            entry["digest"] = prompt_digest(text)
+        self.per_prompt.append(entry)
 
     def to_json(self) -> dict:
         return {
@@ -170,6 +176,11 @@ def load_calibration(path: str | Path) -> Calibration:
     except (KeyError, TypeError, ValueError, AttributeError) as error:
         raise StandError(f"corrupt calibration file {path}: bad or missing field ({error})") from None
     return Calibration(candidate, alpha_sum, steps, per_prompt, dict(metadata))
+
+
+def prompt_digest(text: str) -> str:
+    """A prompt's text as 16 hex digits of its SHA-256 (a calibration's per-prompt ``digest``)."""
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
 
 
 def _count(value: float) -> int | float:

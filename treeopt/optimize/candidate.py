@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from stand_runtime import DraftTree, StandError
 from stand_runtime.checks import check_int, check_real
+from stand_runtime.limits import MAX_PRIOR_DECAY, MIN_PRIOR_BASE
 from stand_runtime.trees.tree import MAX_RANK
 
 
@@ -29,7 +30,8 @@ class Prior:
     """The rank-product prior: ``a(r) = base / (r + 1) ** decay``.
 
     Raises:
-        StandError: base not in (0, 1) or decay <= 0.
+        StandError: base not in [:data:`~stand_runtime.limits.MIN_PRIOR_BASE`, 1) or decay not in
+            (0, :data:`~stand_runtime.limits.MAX_PRIOR_DECAY`].
     """
 
     base: float = 0.9
@@ -38,8 +40,9 @@ class Prior:
     def __post_init__(self) -> None:
         object.__setattr__(self, "base", check_real("prior base", self.base))
         object.__setattr__(self, "decay", check_real("prior decay", self.decay))
-        if not (0.0 < self.base < 1.0) or not (0.0 < self.decay < float("inf")):
-            raise StandError(f"prior needs 0 < base < 1 and decay > 0, got base={self.base}, decay={self.decay}")
+        if not (MIN_PRIOR_BASE <= self.base < 1.0) or not (0.0 < self.decay <= MAX_PRIOR_DECAY):
+            raise StandError(f"prior needs {MIN_PRIOR_BASE:g} <= base < 1 and 0 < decay <= {MAX_PRIOR_DECAY:g}, "
+                             f"got base={self.base}, decay={self.decay}")
 
     def factor(self, rank: int) -> float:
         """a(rank), the value multiplier of taking the rank-th child."""
@@ -98,13 +101,15 @@ def per_depth_tree(counts: list[int], prior: Prior = Prior(), max_width: int = M
 
     Raises:
         StandError: no counts, a count that is not an integer >= 1 or is larger than the previous
-            depth can hold, a bad prior or max_width.
+            depth can hold, more than :data:`MAX_CANDIDATE_NODES` in all, a bad prior or max_width.
     """
     if isinstance(counts, (str, bytes)) or not hasattr(counts, "__iter__"):
         raise StandError(f"per-depth counts must be a list of integers, got {counts!r}")
     counts = [check_int(f"nodes at depth {depth}", count, 1) for depth, count in enumerate(counts, start=1)]
     if not counts:
         raise StandError("per-depth counts must name at least one depth")
+    if sum(counts) > MAX_CANDIDATE_NODES:
+        raise StandError(f"per-depth counts hold {sum(counts)} nodes, more than a tree's {MAX_CANDIDATE_NODES}")
     max_width = check_int("max_width", max_width, 1, MAX_RANK)
     check_prior(prior)
     paths: list[tuple[int, ...]] = []
