@@ -639,3 +639,16 @@ def test_every_dtype_and_json_option_reads_its_spellings():
                 seen[name] += 1
                 assert parameter.default.callback is {"dtype": dtype_name, "json_out": json_path}[name], (command, name)
     assert seen == {"dtype": 5, "json_out": 5}
+
+
+def test_outputs_named_dash_folders_and_devices_are_named(tmp_path):
+    """``--out -`` or ``--png -`` wrote a file named '-' (only --json means standard output); a folder
+    given as a tree and a device given as a dataset are said to be what they are."""
+    (tmp_path / "adir").mkdir()
+    for args, message in [(["calibrate", "--out", "-", "--samples", "1"], "--out - would write a file named '-'"),
+                          (["show", "heuristic-80", "--png", "-"], "--png - would write a file named '-'"),
+                          (["show", str(tmp_path / "adir")], f"cannot read tree {tmp_path / 'adir'}: Is a directory"),
+                          (["bench", "--dataset", "/dev/null", "--samples", "1"], "dataset /dev/null is not a regular file")]:
+        code, output = run(*args)
+        assert code == 2, (args, output)
+        one_line_error(output, message)

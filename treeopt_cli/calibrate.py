@@ -89,6 +89,8 @@ def _calibrate_decoding(config, candidate_file: Optional[Path], out: Path, resum
     done = 0
     if resume and out.exists():  # a corrupt file or other settings fail now, not after the model has loaded
         done = len(resumable(config, out, tree, prompts).per_prompt)
+    elif resume:
+        console.print(f"nothing to resume at {out}: a new calibration starts", highlight=False)
     target, tokenizer = loading.load_model(config.model)
     with render.progress(console, *render.calibration_columns()) as bar:
         if done:

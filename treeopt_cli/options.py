@@ -60,6 +60,8 @@ def check_paths(outputs: dict[str, Optional[Path]], inputs: dict[str, object]) -
     for name, path in outputs.items():
         if path is None:
             continue
+        if str(path) == "-":  # --json maps "-" to /dev/stdout before this; other outputs are files
+            raise StandError(f"{name} - would write a file named '-': give a path (only --json writes to standard output)")
         for other, earlier in seen:
             if Path(path).resolve() == earlier.resolve():
                 raise StandError(f"{name} and {other} are the same file ({path}): choose two paths")

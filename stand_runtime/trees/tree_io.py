@@ -182,7 +182,7 @@ def load_tree(path_or_name: str | os.PathLike) -> TreeFile:
         stat = path.stat()
         loaded = _load_cached(path.resolve(), stat.st_mtime_ns, stat.st_size)
     except OSError as error:
-        raise StandError(f"cannot read tree {path}: {error}") from None
+        raise StandError(f"cannot read tree {path}: {error.strerror or error}") from None
     return replace(loaded, metadata=copy.deepcopy(loaded.metadata))  # the cached parse stays as it was read
 
 
@@ -191,7 +191,9 @@ def _load_cached(path: Path, mtime_ns: int, size: int) -> TreeFile:
     """Parse a tree file once per (path, mtime, size): trees are immutable once loaded."""
     try:
         text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as error:
+    except OSError as error:
+        raise StandError(f"cannot read tree {path}: {error.strerror or error}") from None
+    except UnicodeDecodeError as error:
         raise StandError(f"cannot read tree {path}: {error}") from None
     try:
         data = json.loads(text)

@@ -85,8 +85,10 @@ def load_prompts(
         path = Path(dataset)
         if path.is_dir():
             raise StandError(f"dataset {dataset} is a folder, not a JSONL file")
-        if not path.is_file():
+        if not path.exists():
             raise StandError(f"dataset file not found: {dataset}")
+        if not path.is_file():
+            raise StandError(f"dataset {dataset} is not a regular file (a device or a pipe: read it into a file first)")
         numbered = _read_jsonl(path)
         prompts = _prompts_from_records([record for _, record in numbered], field, str(path),
                                         [line for line, _ in numbered])
