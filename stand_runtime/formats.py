@@ -22,3 +22,12 @@ FILE_KINDS = {
     CALIBRATION_FORMAT: "a calibration (treeopt calibrate's output; treeopt export FILE --out TREE writes its tree)",
 }
 """What each format is, as errors name it."""
+
+
+def file_kind(data) -> str | None:
+    """The format of decoded JSON ``data`` where it is one of :data:`FILE_KINDS` (a bare list of paths is
+    a tree file), else None (an unknown, missing or unhashable ``format`` value)."""
+    if isinstance(data, list):
+        return TREE_FORMAT
+    kind = data.get("format") if isinstance(data, dict) else None
+    return kind if isinstance(kind, str) and kind in FILE_KINDS else None

@@ -143,6 +143,10 @@ def test_family_files_show_and_tree_files_are_not_calibrations(tmp_path, calibra
     assert run("export", str(calibration_file), "--nodes", "5", "--out", str(tree))[0] == 0
     code, output = run("export", str(tree), "--out", str(tmp_path / "x.json"))
     one_line_error(output, "is a tree file, not a calibration")
+    odd = tmp_path / "odd.json"
+    odd.write_text('{"format": ["stand-tree"]}')  # a format that is no name: corrupt, not a TypeError
+    code, output = run("export", str(odd), "--out", str(tmp_path / "x.json"))
+    one_line_error(output, "not a stand-calibration file")
 
 
 def test_bench_offset_defaults_to_zero_for_a_dataset_file(tmp_path):

@@ -208,6 +208,9 @@ def test_the_toolkits_other_files_where_a_tree_belongs_are_named():
         with pytest.raises(StandError, match="bad tree JSON .*: " + re.escape(kind)) as error:
             load_tree(path)
         assert "\n" not in str(error.value)
+    for unhashable in ([1], {"a": 1}):  # a format that is no name: the schema's error, not a TypeError
+        with pytest.raises(StandError, match="bad tree JSON tree: top level"):
+            parse_tree({"format": unhashable, "paths": [[0]]})
 
 
 def test_tree_files_that_python_itself_refuses_are_one_line_errors(tmp_path):

@@ -154,9 +154,9 @@ def replay_trace(drafter: Drafter | None, prompt: Sequence[int], tokens: Sequenc
         raise StandError(f"drafter must be a Drafter (stand_runtime.drafters) or None, not {type(drafter).__name__}")
     prompt, tokens = _ids("prompt", prompt), _ids("tokens", tokens)
     sequence = prompt + tokens
-    vocab = getattr(drafter, "vocab", None)  # a drafter whose memory is sized by the vocabulary says so
-    if vocab is not None and max(sequence) >= vocab:
-        raise StandError(f"token id {max(sequence)} is outside the drafter's vocabulary of {vocab} tokens")
+    vocab, largest = getattr(drafter, "vocab", None), max(sequence)  # a drafter sized by the vocabulary says so
+    if vocab is not None and largest >= vocab:
+        raise StandError(f"token id {largest} is outside the drafter's vocabulary of {vocab} tokens")
     if recorded is not None and len(recorded.ids) != len(sequence) - 1:
         raise StandError(f"recorded rows cover {len(recorded.ids)} positions, not {len(sequence) - 1}")
     stats = DecodeStats()

@@ -33,7 +33,7 @@ import jsonschema
 
 from ..errors import StandError
 from ..files import write_text_atomic
-from ..formats import FILE_KINDS, TREE_FORMAT
+from ..formats import FILE_KINDS, TREE_FORMAT, file_kind
 from .tree import DraftTree
 
 FORMAT_NAME = TREE_FORMAT
@@ -100,8 +100,9 @@ def parse_tree(data: Any, source: str = "tree") -> TreeFile:
     if isinstance(data, list):
         _check_schema(data, _PATHS_SCHEMA, source)
         return TreeFile(_build(data, source))
-    if isinstance(data, dict) and data.get("format") in FILE_KINDS and data["format"] != FORMAT_NAME:
-        raise StandError(f"bad tree JSON {source}: {FILE_KINDS[data['format']]}, not a tree")
+    kind = file_kind(data)
+    if kind not in (None, FORMAT_NAME):
+        raise StandError(f"bad tree JSON {source}: {FILE_KINDS[kind]}, not a tree")
     if isinstance(data, dict) and isinstance(data.get("version"), int) and data["version"] != FORMAT_VERSION and data.get("format") == FORMAT_NAME:
         raise StandError(f"bad tree JSON {source}: version {data['version']} is not supported (expected {FORMAT_VERSION})")
     _check_schema(data, _TREE_SCHEMA, source)

@@ -98,10 +98,11 @@ class CalibrationConfig:
         object.__setattr__(self, "top_k", check_int("top_k", self.top_k, 0))
         for name in ("temperature", "top_p", "prior_base", "prior_decay"):
             object.__setattr__(self, name, check_real(name, getattr(self, name)))
-        if SEED_STRIDE * (self.offset + self.samples) + self.trajectories >= 2**64:
+        span = SEED_STRIDE * (self.offset + self.samples) + self.trajectories  # past the last prompt's seeds
+        if span >= 2**64:
             raise StandError(f"offset {self.offset} is too large: prompt i is seeded with seed + {SEED_STRIDE} i, "
                              "which would run past 2**64")
-        if self.seed + SEED_STRIDE * (self.offset + self.samples) + self.trajectories >= 2**64:
+        if self.seed + span >= 2**64:
             raise StandError(f"seed {self.seed} is too large: the prompts' seeds would run past 2**64")
         SamplingParams(self.temperature, self.top_p, self.top_k)
         Prior(self.prior_base, self.prior_decay)

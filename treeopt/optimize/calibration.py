@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from stand_runtime import DraftTree, StandError
-from stand_runtime.formats import CALIBRATION_FORMAT, FILE_KINDS, TREE_FORMAT
+from stand_runtime.formats import CALIBRATION_FORMAT, FILE_KINDS, file_kind
 from stand_runtime.files import write_text_atomic
 from stand_runtime.trees.tree_io import bundled_calibrations
 
@@ -103,8 +103,8 @@ class Calibration:
             "version": CALIBRATION_VERSION,
             "candidate": [list(p) for p in self.candidate.paths],
             "alpha": [round(float(a), 8) for a in self.alpha],
-            "steps": _count(self.steps),
-            "per_prompt": [{**p, "steps": _count(p["steps"]), "alpha_sum": [round(a, 8) for a in p["alpha_sum"]]} for p in self.per_prompt],
+            "steps": step_count(self.steps),
+            "per_prompt": [{**p, "steps": step_count(p["steps"]), "alpha_sum": [round(a, 8) for a in p["alpha_sum"]]} for p in self.per_prompt],
             "metadata": self.metadata,
         }
 
@@ -139,8 +139,8 @@ def load_calibration(path: str | Path) -> Calibration:
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as error:
         raise StandError(f"corrupt calibration file {path}: {str(error) or 'nested too deeply'}") from None
     wanted = "give the file `treeopt calibrate --out` wrote (or the shipped one, stand-smollm2-humaneval)"
-    kind = data.get("format") if isinstance(data, dict) else TREE_FORMAT if isinstance(data, list) else None
-    if kind in FILE_KINDS and kind != CALIBRATION_FORMAT:
+    kind = file_kind(data)
+    if kind not in (None, CALIBRATION_FORMAT):
         raise StandError(f"{path} is {FILE_KINDS[kind]}, not a calibration: {wanted}")
     if not isinstance(data, dict) or data.get("format") != CALIBRATION_FORMAT:
         raise StandError(f"corrupt calibration file {path}: not a {CALIBRATION_FORMAT} file")
@@ -183,7 +183,7 @@ def prompt_digest(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
 
 
-def _count(value: float) -> int | float:
+def step_count(value: float) -> int | float:
     """A step count as JSON writes it: an integer where it is one (a resumed run reads counts back as
     floats and must write what an uninterrupted run writes), else rounded to 6 decimals."""
     value = float(value)

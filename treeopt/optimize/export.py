@@ -20,7 +20,7 @@ from stand_runtime import StandError, TreeFile, __version__
 from stand_runtime.checks import check_int
 from stand_runtime.trees.families import TreeFamily
 
-from .calibration import Calibration
+from .calibration import Calibration, step_count
 from .isotonic import tree_isotonic
 from .prune import KnapsackSolution, best_sums, prune, subtree
 
@@ -94,7 +94,7 @@ def _metadata(calibration: Calibration, nodes: int | None, alpha_sum: float | No
         "top_p": source.get("top_p"),
         "method": source.get("method"),
         "candidate_nodes": calibration.candidate.num_nodes,
-        "calibration_steps": int(calibration.steps) if float(calibration.steps).is_integer() else calibration.steps,
+        "calibration_steps": step_count(calibration.steps),
         "calibration_tokens": source.get("tokens"),
         **({} if nodes is None else {"nodes": nodes, "expected_acceptance_length": round(1.0 + alpha_sum, 4)}),
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
