@@ -7,7 +7,7 @@ torch): decoding (:func:`generate`, :func:`generate_batch`, :func:`decode_rows`,
 loading, latency profiles, lossless verification and trace replay. Everything else is imported from
 its module; the parts, in import order (docs/design.md §1.1-1.2):
 
-- foundation: ``errors``, ``limits``, ``checks``, ``files``, ``randomness``, ``lazy``;
+- foundation: ``errors``, ``limits``, ``formats``, ``checks``, ``files``, ``randomness``, ``lazy``;
 - ``trees/`` (static trees, a step's draft, tree files and families), ``target/`` (the target model, p,
   forwards, KV caches, latency), ``store/`` (the logit n-gram store), ``verify`` (lossless verification),
   ``verify_batch`` (it for a batch of rows, in tensors);

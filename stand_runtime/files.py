@@ -97,7 +97,8 @@ def _temporary(path: Path, target: Path, suffix: str) -> tuple[int, str]:
     if not folder.is_dir():
         raise StandError(f"cannot write {path}: {folder} is not a folder")
     try:
-        return tempfile.mkstemp(prefix=f".{target.name}.", suffix=suffix, dir=folder)
+        # the name cut so that a target name near the file system's 255-byte limit still has a temporary
+        return tempfile.mkstemp(prefix=f".{target.name[:64]}.", suffix=suffix, dir=folder)
     except OSError as error:
         raise StandError(f"cannot write {path}: folder {folder} takes no new files ({error.strerror})") from None
 

@@ -21,6 +21,14 @@ def test_replaces_a_regular_file_and_leaves_no_temporary(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.json"]
 
 
+def test_a_name_at_the_file_system_limit_is_written(tmp_path):
+    """The temporary beside it is named from a cut of the name (it used to add 14 bytes and fail)."""
+    out = tmp_path / ("a" * 250 + ".json")
+    write_text_atomic(out, "{}")
+    check_writable(out)
+    assert [p.name for p in tmp_path.iterdir()] == [out.name] and out.read_text() == "{}"
+
+
 def test_bytes_are_written_as_they_are_and_a_missing_folder_is_one_line(tmp_path):
     out = tmp_path / "a.npz"
     write_bytes_atomic(out, b"\x00\xffdata")

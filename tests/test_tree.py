@@ -119,6 +119,9 @@ def test_round_trip_versioned_and_choices(tmp_path):
     choices = save_tree(TreeFile(tree), tmp_path / "c.json", fmt="choices")
     assert json.loads(choices.read_text()) == [list(p) for p in tree.paths]
     assert load_tree(choices).tree.paths == tree.paths
+    # trees compare (and hash) by their paths, in whatever order they were given
+    assert load_tree(choices).tree == tree == DraftTree.from_paths(reversed(FIVE)) != DraftTree.chain(5)
+    assert len({tree, load_tree(out).tree}) == 1
     # alpha follows its path when the file lists paths out of breadth-first order
     shuffled = {"format": "stand-tree", "version": 1, "paths": [[1], [0]], "expected_acceptance": [0.2, 0.7]}
     assert parse_tree(shuffled).expected_acceptance == (0.7, 0.2)

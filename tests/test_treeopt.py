@@ -70,21 +70,24 @@ def test_prune_beats_random_search_and_is_valid(seed):
         assert alpha[np.array(nodes) - 1].sum() <= best + 1e-12
 
 
-def test_prune_is_exact_on_a_small_tree_by_enumeration():
+@pytest.mark.parametrize("nodes, seed", [(11, 5), (14, 6)])
+def test_prune_is_exact_on_a_small_tree_by_enumeration(nodes, seed):
+    """Every size at once: the size-capped tables (each stops at its subtree's size) lose nothing."""
     import itertools
 
-    tree = candidate_tree(11)
-    rng = np.random.default_rng(5)
-    alpha = rng.random(11)
-    best = -1.0
-    for subset in itertools.combinations(range(11), 5):
-        paths = [tree.paths[i] for i in subset]
+    tree = candidate_tree(nodes)
+    alpha = np.round(np.random.default_rng(seed).random(nodes), 1)  # rounded: ties too
+    best = np.full(nodes + 1, -1.0)
+    best[0] = 0.0
+    for subset in itertools.chain.from_iterable(itertools.combinations(range(nodes), k) for k in range(1, nodes + 1)):
         try:
-            validate_paths(paths)
+            validate_paths([tree.paths[i] for i in subset])
         except StandError:
             continue
-        best = max(best, alpha[list(subset)].sum())
-    assert prune(tree, alpha, 5)[1].sum() == pytest.approx(best)
+        best[len(subset)] = max(best[len(subset)], alpha[list(subset)].sum())
+    assert np.allclose(best_sums(tree, alpha, nodes), best)
+    for k in range(1, nodes + 1):
+        assert prune(tree, alpha, k)[1].sum() == pytest.approx(best[k])
 
 
 def test_prune_rejects_bad_sizes():

@@ -125,14 +125,12 @@ def _left_padded(prompts, width: int):
 
 
 def _sample_batch(model, prompts, params, max_new_tokens, eos, streams, on_tokens):
-    from transformers import DynamicCache
-
-    from ..target.growing_cache import grow_in_place
+    from ..target.kv_cache import new_cache  # imports transformers: only when a batch is decoded
 
     device = model_device(model)
     batch, width = len(prompts), max(len(p) for p in prompts)
     ids, mask, positions = _left_padded(prompts, width)
-    cache = grow_in_place(DynamicCache(config=model.config))  # sliding-window layers stay as they are
+    cache = new_cache(model, full_window=False)  # sliding-window layers stay as they are
     store_ids, store_probs = [[] for _ in prompts], [[] for _ in prompts]
     target_ids, target_vals = [[] for _ in prompts], [[] for _ in prompts]
     generated = [[] for _ in prompts]

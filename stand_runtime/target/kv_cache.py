@@ -46,19 +46,20 @@ def _move_to_front(cache: Cache, block_start: int, keep: Sequence[int]) -> None:
                 states[:, :, block_start : block_start + kept] = states.index_select(2, index)
 
 
-def new_cache(model) -> Cache:
+def new_cache(model, *, full_window: bool = True) -> Cache:
     """An empty KV cache for ``model`` on transformers' own ``DynamicCache``, its layers growing in
     place (:mod:`stand_runtime.target.growing_cache`).
 
-    Models with sliding-window layers get full-length layers (no trimming): compaction needs every
-    entry in place, and the window is applied by the tree mask instead
-    (:func:`stand_runtime.trees.tree.tree_attention_mask`).
+    With ``full_window`` (speculative decoding), models with sliding-window layers get full-length
+    layers (no trimming): compaction needs every entry in place, and the window is applied by the
+    tree mask instead (:func:`stand_runtime.trees.tree.tree_attention_mask`). Without it (plain
+    decoding, which never compacts) sliding-window layers stay as the model's config makes them.
     """
     from transformers import DynamicCache
 
     from .growing_cache import grow_in_place
     from .model_facts import attention_layout
 
-    if attention_layout(model).window is not None:
+    if full_window and attention_layout(model).window is not None:
         return grow_in_place(DynamicCache())
     return grow_in_place(DynamicCache(config=model.config))

@@ -210,7 +210,7 @@ def cached_latency(model, model_name: str, *, refresh: bool = False,
 
     Args:
         model: the target model.
-        model_name: its spec (part of the cache key).
+        model_name: its spec (recorded in the profile; not part of the cache key, :func:`profile_key`).
         refresh: measure again even if cached.
         on_measure: called just before a measurement starts (to tell the user).
 

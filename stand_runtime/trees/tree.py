@@ -181,6 +181,15 @@ class DraftTree:
             graph.add_edge(int(self.parents[node]), node)
         return graph
 
+    def __eq__(self, other: object) -> bool:
+        """Trees are equal when their rank paths are: every other attribute follows from them."""
+        if not isinstance(other, DraftTree):
+            return NotImplemented
+        return self.paths == other.paths
+
+    def __hash__(self) -> int:
+        return hash(self.paths)
+
     def __len__(self) -> int:
         return self.num_nodes
 

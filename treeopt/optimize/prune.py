@@ -4,7 +4,8 @@ A valid tree is closed under parent and elder sibling (a node with m children us
 draws). Written in left-child/right-sibling form — a node's "left" link is its rank-0 child, its
 "right" link its next younger sibling — this closure is exactly closure under the binary parent,
 so the best K-node tree is the best K-node rooted subtree of that binary tree, which a tree
-knapsack computes exactly in O(N K^2):
+knapsack computes exactly; each table stops at its subtree's size, so the merges cost O(N K)
+in all (the classic bound for size-capped tree knapsacks), not O(N K^2):
 
     best(v, k) = alpha(v) + max_{i + j = k - 1} best(left(v), i) + best(right(v), j),  best(., 0) = 0
 
@@ -42,35 +43,35 @@ class KnapsackSolution:
         for node, path in enumerate(tree.paths, start=1):
             self._left[node] = index.get(path + (0,), 0)
             self._right[node] = index.get(path[:-1] + (path[-1] + 1,), 0)
-        # best[v][k]: best sum using k nodes of v's binary subtree, v included when k >= 1
+        # best[v][k]: best sum using k nodes of v's binary subtree, v included when k >= 1; a table
+        # stops at the subtree's size (or max_nodes), so the merges cost O(N K) in all, not O(N K^2)
         self._best: dict[int, np.ndarray] = {}
         self._split: dict[int, np.ndarray] = {}
         for node in range(n, 0, -1):  # children and younger siblings come later in BFS order
             self._solve(node)
         self._first = index.get((0,), 0)
-        self.best_sum = self._table(self._first)
+        first = self._table(self._first)
+        self.best_sum = np.full(self._max + 1, _NEG)
+        self.best_sum[: len(first)] = first
 
     def _table(self, node: int) -> np.ndarray:
-        if node == 0:
-            table = np.full(self._max + 1, _NEG)
-            table[0] = 0.0
-            return table
-        return self._best[node]
+        return self._best[node] if node else np.zeros(1)
 
     def _solve(self, node: int) -> None:
+        """best(node, k) = alpha(node) + max over i of left[i] + right[k - 1 - i], the smallest such i
+        on ties; a loop over the shorter table, each pass one vector operation over the longer."""
         left, right = self._table(self._left[node]), self._table(self._right[node])
-        best = np.full(self._max + 1, _NEG)
-        split = np.zeros(self._max + 1, dtype=np.int64)
-        best[0] = 0.0
-        for k in range(1, self._max + 1):
-            # i nodes to the left subtree, k - 1 - i to the right one
-            candidates = left[: k] + right[k - 1 :: -1][: k]
-            i = int(np.argmax(candidates))
-            if candidates[i] > _NEG:
-                best[k] = self._alpha[node - 1] + candidates[i]
-                split[k] = i
-        self._best[node] = best
-        self._split[node] = split
+        size = min(len(left) + len(right) - 1, self._max)  # merged[m]: best left + right sum of m nodes
+        merged = np.full(size, _NEG)
+        split = np.zeros(size, dtype=np.int64)  # nodes given to the left subtree
+        if len(left) <= len(right):
+            for i in range(min(len(left), size)):  # ascending i: the first maximum stays
+                _improve(merged, split, i, left[i] + right[: size - i], np.full(size, i))
+        else:
+            for j in range(min(len(right), size) - 1, -1, -1):  # descending j: ascending i
+                _improve(merged, split, j, right[j] + left[: size - j], np.arange(size))
+        self._best[node] = np.concatenate(([0.0], self._alpha[node - 1] + merged))
+        self._split[node] = np.concatenate(([0], split))
 
     def nodes(self, k: int) -> list[int]:
         """Static node indices (1-based, breadth-first) of the best k-node tree."""
@@ -85,6 +86,14 @@ class KnapsackSolution:
             stack.append((int(self._left[node]), i))
             stack.append((int(self._right[node]), budget - 1 - i))
         return sorted(chosen)
+
+
+def _improve(merged: np.ndarray, split: np.ndarray, start: int, values: np.ndarray, lefts: np.ndarray) -> None:
+    """Where ``values`` beat ``merged[start:]`` strictly, take them and their left counts."""
+    window = slice(start, start + len(values))
+    better = values > merged[window]
+    merged[window][better] = values[better]
+    split[window][better] = lefts[: len(values)][better]
 
 
 def prune(tree: DraftTree, alpha: np.ndarray, num_nodes: int) -> tuple[DraftTree, np.ndarray]:
