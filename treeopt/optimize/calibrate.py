@@ -338,7 +338,7 @@ def _metadata(config: CalibrationConfig, settings: dict, timings: dict, calibrat
         "seed": config.seed,
         "tokens": int(sum(p["tokens"] for p in calibration.per_prompt)),
         "steps": round(calibration.steps, 3),
-        "expected_acceptance_length": calibration.expected_acceptance_length,
+        "expected_acceptance_length": round(calibration.expected_acceptance_length, 6),  # resumed = whole run
         "timings": {k: round(v, 3) for k, v in timings.items()},
         "settings": settings,
         "version": __version__,
