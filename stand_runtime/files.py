@@ -35,12 +35,17 @@ def _target(path: Path) -> tuple[Path, bool]:
     before must not lose).
 
     Raises:
-        StandError: a loop of symbolic links, or a name the file system refuses (too long).
+        StandError: a loop of symbolic links, a name the file system refuses (too long), or a file of
+            the kernel's (under /proc or /sys).
     """
     try:
-        return _resolve_target(path)
+        target, in_place = _resolve_target(path)
+        kernel = in_place and str(target).startswith(("/proc/", "/sys/")) and target.is_file()
     except OSError as error:
         raise StandError(f"cannot write {path}: {error.strerror}") from None
+    if kernel:  # /proc/version, /proc/sys/...: a write would fail late, or change the kernel's settings
+        raise StandError(f"cannot write {path}: a kernel interface file, not a place for output")
+    return target, in_place
 
 
 def _resolve_target(path: Path) -> tuple[Path, bool]:

@@ -51,6 +51,21 @@ def test_parse_methods_and_unknown_method():
         ("about 1\u202f000\u00a0000 stars", "1000000"),  # narrow and plain no-break spaces group digits
         ("so 3,\n4", "4"),  # a comma before a non-digit ends the number
         ("\\boxed{1 000}", "1000"),
+        # a user test: every comma went, so tuples and lists collapsed into one number
+        ("\\boxed{1,23}", "1,23"),
+        ("\\boxed{(1, 2)}", "(1,2)"),
+        ("\\boxed{3, 5, 7}", "3,5,7"),
+        ("\\boxed{\\$18}", "18"),
+        ("\\boxed{18\\%}", "18"),
+        ("\\boxed{18 \\text{ dollars}}", "18"),
+        ("\\boxed{90^\\circ}", "90"),
+        ("\\boxed{\\left( 1, -2 \\right)}", "(1,-2)"),
+        ("\\boxed{\\dfrac{1}{2}\\,\\text{cm}}", "\\frac{1}{2}"),
+        ("Page 5-6", "6"),  # a hyphen after a word is no minus sign
+        ("so 1,2 and 3", "3"),
+        ("it is 12,3456", "3456"),  # digits grouped by threes only
+        ("\\boxed{11,\\! 111,\\! 111}", "11111111"),  # MATH's grouping comma
+        ("\\boxed{\\begin{pmatrix} -1 \\\\ 2 \\end{pmatrix}}", "\\begin{pmatrix}-1\\\\2\\end{pmatrix}"),  # a new line stays
     ],
 )
 def test_extract_answer(text, answer):

@@ -29,6 +29,13 @@ def test_a_name_at_the_file_system_limit_is_written(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == [out.name] and out.read_text() == "{}"
 
 
+def test_a_kernel_file_is_refused_before_any_work():
+    """/proc/version passed every check as a file written in place (root may write anything) and failed
+    after the whole run; /proc/sys/... would have taken the results as a kernel setting."""
+    with pytest.raises(StandError, match="a kernel interface file"):
+        check_writable("/proc/version")
+
+
 def test_bytes_are_written_as_they_are_and_a_missing_folder_is_one_line(tmp_path):
     out = tmp_path / "a.npz"
     write_bytes_atomic(out, b"\x00\xffdata")

@@ -479,6 +479,12 @@ def test_vllm_options_and_datasets_take_what_python_code_passes(tmp_path):
     data.write_text(json.dumps({"problem": "a", "answer": [1, 2]}))
     with pytest.raises(StandError, match="answer must be text or a number"):
         load_prompts(str(data))
+    # a user test: these were graded as wrong answers ('', 'nan', 'inf') instead of being refused
+    for answer, message in (('""', "line 1: answer is empty"), ('"  "', "answer is empty"), ("NaN", "answer nan is not a finite"),
+                            ("1e400", "answer inf is not a finite"), ("-Infinity", "answer -inf is not a finite")):
+        data.write_text('{"problem": "a", "answer": ' + answer + '}')
+        with pytest.raises(StandError, match=message):
+            load_prompts(str(data))
 
 
 @pytest.mark.parametrize("args, message", [

@@ -250,6 +250,8 @@ def test_calibrate_traces_cli_writes_an_exportable_calibration(tmp_path):
     assert result.exit_code == 0, result.output
     result = CliRunner().invoke(app, ["calibrate", "--traces", str(tmp_path / "missing.jsonl"), "--out", str(out)])
     assert result.exit_code == 2 and "no traces file" in result.output
+    result = CliRunner().invoke(app, ["calibrate", "--traces", "/dev/null", "--out", str(out)])  # read, never written
+    assert result.exit_code == 2 and "is not a regular file" in result.output
 
 
 def test_trace_bench_tree_goes_to_the_methods_that_take_it():

@@ -171,7 +171,7 @@ def vllm_bench_table(results, speedups: dict, intervals: dict, title: str) -> Ta
 
 def search_table(summary: dict, title: str) -> Table:
     """Per method: accuracy (correct / graded), tokens, acceptance length, tokens/s, speedup over ``ar``."""
-    table = Table(title=title, title_justify="left")
+    table = Table(title=title, title_justify="left", min_width=len(title))  # the title on one line where it fits
     for name, justify in (("method", "left"), ("accuracy", "right"), ("tokens", "right"), ("τ", "right"),
                           ("tok/s", "right"), ("speedup", "right")):
         table.add_column(name, justify=justify)

@@ -72,7 +72,7 @@ def search(
     data = _search(model, dtype, names, tree, max_batch, problems, settings, judge, config, out)
     title = (f"{strategy} n={n}" + (f", {subtrees} subtrees" if strategy == "dvts" else "")
              + f", {len(problems)} problem{'s' if len(problems) != 1 else ''} from {Path(dataset).name}, "
-             f"batch {max_batch}, T={temperature}")
+             f"batch {min(max_batch, n * in_flight)}, T={temperature}")  # rows at once: n per problem in flight
     console.print(render.search_table(data["summary"], title))
     if json_out is not None:
         console.print(f"results written to {json_out}")
@@ -138,6 +138,13 @@ def _search(model: str, dtype: str, names: list, tree: Optional[str], max_batch:
     from treeopt.evaluate.search import compare_methods, method_backends, search_report
 
     target, tokenizer = loading.load_model(model, dtype)
+    from stand_runtime.method import DEFAULT_TREES
+
+    announced = set()  # how each sized tree is sized, and a latency profile not to trust, as bench and generate say
+    for name in names:
+        spec = tree or DEFAULT_TREES.get(name)
+        if spec not in announced and loading.announce_tree(target, name, tree) is not None:
+            announced.add(spec)
     prior = loading.successor_prior(target, tokenizer, names, settings.sampling, config["prior"])
     config["prior"] = prior is not None  # whether any method drafts with it
     backends = method_backends(target, tokenizer, names, tree, max_batch, config["allocation"], prior)

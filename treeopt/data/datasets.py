@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import math
 import os
 import random
 from dataclasses import dataclass
@@ -207,6 +208,10 @@ def _prompts_from_records(records: list[dict], field: str | None, source: str,
         answer = record.get("answer")
         if answer is not None and (isinstance(answer, bool) or not isinstance(answer, (str, int, float))):
             raise StandError(f"{where}: answer must be text or a number, got {json.dumps(answer)[:40]}")
+        if isinstance(answer, float) and not math.isfinite(answer):
+            raise StandError(f"{where}: answer {answer} is not a finite number")
+        if isinstance(answer, str) and not answer.strip():
+            raise StandError(f"{where}: answer is empty (leave the field out for a problem without a reference answer)")
         given = record.get("id", record.get("task_id"))
         if given is not None and (isinstance(given, bool) or not isinstance(given, (str, int))):
             raise StandError(f"{where}: id must be text or an integer, got {json.dumps(given)[:40]}")

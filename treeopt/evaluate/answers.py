@@ -7,10 +7,19 @@ from collections import Counter
 
 from stand_runtime import StandError
 
-_SEPARATORS = ("{,}", "\\,", ",", "\u00a0", "\u2009", "\u202f")  # thousands separators, taken out in this order
-_GROUP = "(?:" + "|".join(map(re.escape, _SEPARATORS)) + ")"  # one of them between digits of a number
-_NUMBER = re.compile(r"[-+\u2212]?(?:\d(?:\d|" + _GROUP + r"(?=\d))*(?:\.\d+)?|\.\d+)(?:[eE][-+]?\d+)?")
+_SEPARATORS = ("{,}", "\\,", ",", "\u00a0", "\u2009", "\u202f")  # thousands separators
+_GROUP = "(?:" + "|".join(map(re.escape, _SEPARATORS)) + ")"  # one of them between digit groups of a number
+_DIGITS = r"(?:\d{1,3}(?:" + _GROUP + r"\d{3})+(?!\d)|\d+)"  # grouped by threes, or not grouped
+# a sign only where it is not a hyphen after a word ("5-6" is two numbers, "x = -6" one)
+_NUMBER = re.compile(r"(?:(?<![\w.])[-+\u2212])?(?:" + _DIGITS + r"(?:\.\d+)?|\.\d+)(?:[eE][-+]?\d+)?")
+_GROUPED = re.compile(r"[-+]?" + _DIGITS + r"(?:\.\d+)?")
 _PLAIN_NUMBER = re.compile(r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?")
+# LaTeX that does not change an answer's value: sizing, thin/negative spaces, degree marks, percent
+# and dollar signs (Hendrycks et al. 2021, MATH, its answer normalisation)
+_DECORATION = re.compile(r"\\left(?![a-zA-Z])|\\right(?![a-zA-Z])|(?<!\\)\\!|\^\{?\\circ\}?|\\%|%|\\\$|\$")
+_UNITS = re.compile(r"(?<=\S)\s*\\(?:text|mbox|textrm|mathrm)\{[^{}]*\}$")  # a trailing unit: 18\text{ dollars}
+_LATEX_SPACE = re.compile(r"(?<!\\)\\[,;: ]|~")  # not the "\\\\" of a new line followed by a space
+_LATEX_GROUP = re.compile(r",\\!\s*")  # MATH's "10,\\!080": a grouping comma
 _MAX_DIGITS = 60  # a number written with more digits than this keeps its own spelling
 
 
@@ -51,21 +60,29 @@ def extract_answer(text: str) -> str | None:
 
 
 def normalise(answer: str) -> str:
-    """Strip spaces, dollar signs and thousands separators (``,``, LaTeX's ``{,}`` and ``\\,``, no-break
-    and thin spaces), and write a number in one canonical decimal spelling (``18.00`` is ``18``, ``-3.50`` is ``-3.5``, ``-0`` is ``0``, ``1e5`` and
-    ``1.0E+5`` are ``100000``, ``007`` is ``7``, ``.5`` is ``0.5``, ``+5`` and ``−5`` (a Unicode minus)
-    are ``5`` and ``-5``) so equal numbers match. The spelling is exact (no rounding, whatever the
-    decimal context). A number whose plain spelling would take more than 60 digits, and any text that
-    is not a number, keep their spelling.
+    """One spelling for equal answers, as MATH-style graders do (Hendrycks et al. 2021).
+
+    Takes out spaces (LaTeX's ``\\,`` ``\\;`` ``\\:`` ``~`` too), dollar and percent signs (``$``,
+    ``\\$``, ``%``, ``\\%``), ``\\left`` / ``\\right``, ``\\!``, degree marks, a trailing unit in ``\\text{}`` / ``\\mbox{}`` after a value
+    (``18\\text{ dollars}`` is ``18``), ``\\dfrac`` / ``\\tfrac`` become ``\\frac``; the separators of a
+    number grouped by threes (``,``, LaTeX's ``{,}`` and ``\\,``, no-break and thin spaces: ``1,000`` is
+    ``1000``), while any other comma stays (``(1,2)``, ``3, 5, 7``, ``1,23`` keep theirs). A number gets
+    one canonical decimal spelling (``18.00`` is ``18``, ``-3.50`` is ``-3.5``, ``-0`` is ``0``, ``1e5``
+    and ``1.0E+5`` are ``100000``, ``007`` is ``7``, ``.5`` is ``0.5``, ``+5`` and ``−5`` (a Unicode
+    minus) are ``5`` and ``-5``), exact (no rounding). A number whose plain spelling would take more than
+    60 digits, and any text that is not a number, keep their spelling.
 
     Raises:
         StandError: ``answer`` is not a string.
     """
     if not isinstance(answer, str):
         raise StandError(f"an answer is text, not {type(answer).__name__}")
-    answer = answer.strip().strip("$").replace("\u2212", "-").replace(" ", "")
-    for separator in _SEPARATORS:
-        answer = answer.replace(separator, "")
+    answer = _UNITS.sub("", _LATEX_GROUP.sub("{,}", answer.strip()))
+    answer = _DECORATION.sub("", answer).replace("\u2212", "-").replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac")
+    if _GROUPED.fullmatch(answer.strip()):  # before spaces go: "1, 234" is a list, "1,234" a number
+        for separator in _SEPARATORS:
+            answer = answer.replace(separator, "")
+    answer = "".join(_LATEX_SPACE.sub(" ", answer).split())
     if not _PLAIN_NUMBER.fullmatch(answer):
         return answer
     return _plain_spelling(answer) or answer

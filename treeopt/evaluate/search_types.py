@@ -74,7 +74,7 @@ class SearchSettings:
         """Raises StandError when a search of ``problems`` problems would seed a sample past 2**64 - 1
         (checked before the first problem, not when the late one is reached)."""
         per_problem = self.n if self.strategy == "best-of-n" else self.max_rounds * self.n
-        check_seed_span(self.seed, problems * per_problem, f"samples ({problems} problems x {per_problem})")
+        check_seed_span(self.seed, problems * per_problem, f"samples ({problems} problem{'s' if problems != 1 else ''} x {per_problem})")
 
     @property
     def candidates(self) -> int:

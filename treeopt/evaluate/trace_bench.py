@@ -265,7 +265,7 @@ def trace_results_json(results: list[TraceResult], settings: dict, reference: st
             "acceptance_pooled": r.acceptance(), "interval_pooled_95": r.interval(),
             "nodes_per_step": r.nodes_per_step, "drafting_us_per_step": r.drafting_us,
             "feeding_us_per_step": r.feeding_us, "memory_mb_per_group": r.memory_mb,
-            "tokens": float(np.nansum(r.runs[..., 0])), "steps": float(np.nansum(r.runs[..., 1])),
+            "tokens": int(np.nansum(r.runs[..., 0])), "steps": int(np.nansum(r.runs[..., 1])),  # whole counts
         }
         if base is not None and r is not base:
             entry[f"ratio_vs_{reference}"] = {
