@@ -43,9 +43,10 @@ def last_boxed(text: str) -> str | None:
 def extract_answer(text: str) -> str | None:
     """The final answer: the last ``\\boxed{...}``, else the last number in the text; normalised.
 
-    A number's digits may be grouped by ``,``, ``{,}``, ``\\,`` or a no-break or thin space; in free
-    text an ordinary space ends a number (``"1 000"`` is two numbers, read as ``0``), as it may
-    separate two numbers; inside ``\\boxed{}`` every space goes.
+    A number's digits may be grouped by threes with ``,``, ``{,}``, ``\\,`` or a no-break or thin space
+    (``1,234`` is one number, ``1,23`` two); in free text an ordinary space ends a number (``"1 000"``
+    is two numbers, read as ``0``), as it may separate two numbers, and a ``-`` right after a word or
+    digit is a hyphen (``"pages 5-6"`` reads ``6``); inside ``\\boxed{}`` every space goes.
 
     Raises:
         StandError: ``text`` is not a string.
