@@ -202,3 +202,18 @@ def test_a_speedup_far_above_its_latency_bound_is_flagged():
     assert len(flagged) == 1 and "1.84x plain is above the 1.33x" in flagged[0] and "latency/" in flagged[0]
     assert speedup_warnings(results, {"ar": 1.0, "stand": 1.33 * ABOVE_BOUND * 0.99}, {}, {"ar": 1.0, "stand": 1.33}) == []
     assert speedup_warnings(results, {"ar": 1.0, "stand": 1.84}, {}) == []  # no profile, no bound
+
+
+def test_the_step_roots_table_is_left_out_where_no_root_was_recorded():
+    """A user test: at temperature 0 (no p recorded at the roots) the table printed a row of 0.00s."""
+    from types import SimpleNamespace
+
+    from treeopt_cli.render import diagnostics_tables
+
+    def result(root_steps):
+        diagnostics = {"acceptance_by_depth": [{"depth": 1, "offered": 4, "rate": 0.5}],
+                       "root": {"0": {"steps": root_steps, "share": 1.0 if root_steps else 0.0}, "all": {"steps": 0, "share": 0.0}}}
+        return SimpleNamespace(label="stand", method="stand", diagnostics=lambda: diagnostics)
+
+    assert len(diagnostics_tables([result(0)])) == 1  # the acceptance rates only
+    assert len(diagnostics_tables([result(4)])) == 2  # every root a miss: still a table

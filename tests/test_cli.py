@@ -66,6 +66,19 @@ def test_export_writes_a_valid_tree_and_rejects_bad_input(tmp_path, calibration_
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cal.json", "corrupt.json", "tree.json"]  # nothing half-written
 
 
+def test_export_names_an_interrupted_calibration(tmp_path):
+    """A user test: a calibrate --traces cut short exported a tree with no word that it held 16 of 130 groups."""
+    tree = candidate_tree(30)
+    for meta, left in (({"source": "traces", "groups": 1, "groups_total": 3}, "holds 1 of 3 trace groups"),
+                       ({"model": "m", "samples": 12}, "holds 1 of 12 prompts"), ({"model": "m", "samples": 1}, None)):
+        calibration = Calibration(tree, np.zeros(tree.num_nodes + 1))
+        calibration.add_prompt("p", np.concatenate([[0.0], np.linspace(0.5, 0.01, tree.num_nodes)]), 1.0, 10)
+        calibration.metadata = meta
+        code, output = run("export", str(calibration.save(tmp_path / "cal.json")), "--nodes", "5", "--out", str(tmp_path / "t.json"))
+        assert code == 0 and (left is None) == ("interrupted run" not in output), output
+        assert left is None or left in output
+
+
 @pytest.mark.parametrize(
     "content, extra, message",
     [

@@ -492,6 +492,7 @@ def test_vllm_options_and_datasets_take_what_python_code_passes(tmp_path):
     (["bench-traces", "T", "--temperature", "0.9"], "No such option: --temperature"),
     (["bench-vllm", "--traces", "T"], "No such option: --traces"),
     (["bench-vllm", "--png", "x.png"], "No such option: --png"),
+    (["bench-vllm", "--temperature", "0", "--trajectories", "2"], "vLLM's greedy sampling takes one trajectory"),
     (["bench-vllm", "--k", "²"], "--k must be auto or an integer in [1, 128], got '²'"),
     (["bench-vllm", "--k", "129"], "--k must be auto or an integer in [1, 128], got '129'"),
     (["bench-vllm", "--k", "4", "--methods", "ar"], "--k sizes the drafts of stand, ngram and suffix"),

@@ -58,7 +58,7 @@ def bench(
     top_p: float = typer.Option(0.95, help=TOP_P_HELP),
     max_new_tokens: int = typer.Option(256, help="Tokens per trajectory at most."),
     seed: int = typer.Option(0, help=BASE_SEED_HELP),
-    trajectories: int = typer.Option(1, help="Trajectories per prompt, sharing one drafter memory (best-of-N)."),
+    trajectories: int = typer.Option(1, help="Trajectories per prompt (1 to 4096), sharing one drafter memory (best-of-N)."),
     share_store: bool = typer.Option(False, "--share-store", metavar="", help="One drafter memory per method for all prompts (default: per prompt)."),
     ignore_eos: bool = typer.Option(False, "--ignore-eos", metavar="", help="Decode every trajectory to --max-new-tokens (equal token counts for speed; answers are read before the first EOS)."),
     json_out: Optional[Path] = typer.Option(None, "--json", callback=json_path, help="Write the results as JSON (after every prompt; to -, /dev/stdout or a pipe once, at the end, the tables then on stderr)."),
@@ -97,7 +97,8 @@ def bench(
                 "temperature": temperature, "top_p": top_p, "max_new_tokens": max_new_tokens, "seed": seed,
                 "trajectories": trajectories, "share_store": share_store, "ignore_eos": ignore_eos, "prior": prior}
     results, profile = _decode(prompts, specs, sampling, settings, out)
-    title = (f"{len(prompts)} prompts from {dataset} (offset {offset}) x {trajectories} trajectories, "
+    title = (f"{len(prompts)} prompt{'s' if len(prompts) != 1 else ''} from {dataset} (offset {offset}) x {trajectories} "
+             f"trajector{'ies' if trajectories != 1 else 'y'}, "
              f"{max_new_tokens} tokens, T={temperature}, top-p={top_p}")
     _report(results, profile, title, json_out, png)
 

@@ -34,7 +34,7 @@ def bench_vllm(
     top_p: float = typer.Option(0.95, help=TOP_P_HELP),
     max_new_tokens: int = typer.Option(256, help="Tokens per sample at most."),
     seed: int = typer.Option(0, help="Base seed, an integer in [0, 2**64): prompt i's request uses seed + 1000 i."),
-    trajectories: int = typer.Option(1, help="Samples per prompt, in one request (n): STAND's share the prompt's store."),
+    trajectories: int = typer.Option(1, help="Samples per prompt (1 to 4096), in one request (n): STAND's share the prompt's store."),
     ignore_eos: bool = typer.Option(False, "--ignore-eos", metavar="", help="Decode every sample to --max-new-tokens (equal token counts for speed)."),
     json_out: Optional[Path] = typer.Option(None, "--json", callback=json_path, help="Write the results as JSON (after every prompt; to -, /dev/stdout or a pipe once, at the end, the tables then on stderr)."),
     dtype: str = typer.Option("float32", callback=dtype_name, help=DTYPE_HELP),
@@ -44,7 +44,7 @@ def bench_vllm(
                                "on the same weights, then handed to vLLM's STAND proposer."),
 ) -> None:
     """Compare vLLM's plain decoding, its ngram and suffix proposers and STAND's (needs the vllm extra)."""
-    from stand_runtime import DEFAULT_MODEL, load_tokenizer
+    from stand_runtime import DEFAULT_MODEL, StandError, load_tokenizer
     from stand_runtime.engine.rows import check_budget
     from stand_runtime.target.prompts import encode_prompt
     from stand_runtime.vllm import check_model_folder, check_version, check_vllm_dtype, default_model_folder
@@ -61,6 +61,9 @@ def bench_vllm(
     check_prior_option(ctx, names, prior, [name.startswith("stand") for name in names],
                        [name.endswith(NOPRIOR_SUFFIX) for name in names])
     chain = parse_k(k, names)
+    if temperature == 0 and trajectories > 1:  # vLLM refuses it, after every engine has started
+        raise StandError(f"--temperature 0 with --trajectories {trajectories}: vLLM's greedy sampling takes one "
+                         "trajectory (the others would repeat it); give --trajectories 1 or a temperature above 0")
     check_version()
     sampling = sampling_options(temperature, top_p)
     check_bench_settings(samples, trajectories, seed)
@@ -77,7 +80,7 @@ def bench_vllm(
                     "seed": seed, "n": trajectories, "ignore_eos": ignore_eos, "k": {name: ks.get(name) for name in names},
                     "prior": bool(priors)}
         results = _decode(engines, hf_backend, ids, prompts, sampling, settings, out, priors)
-    title = (f"vLLM on this CPU: {len(prompts)} prompts from {dataset} (offset {offset}) x n={trajectories}, "
+    title = (f"vLLM on this CPU: {len(prompts)} prompt{'s' if len(prompts) != 1 else ''} from {dataset} (offset {offset}) x n={trajectories}, "
              f"{max_new_tokens} tokens, T={temperature}, top-p={top_p}")
     _report(results, title, json_out)
 

@@ -193,14 +193,16 @@ def _calibrate_traces(path: Path, candidate_file: Optional[Path], candidate_node
     total = sum(len(t) for g in groups for t in g.trace_ids)
 
     def save(calibration, group) -> None:
-        calibration.metadata = {"source": "traces", "traces": str(path), "groups": len(calibration.per_prompt)}
+        calibration.metadata = {"source": "traces", "traces": str(path), "groups": len(calibration.per_prompt),
+                                "groups_total": len(groups)}  # export names an interrupted run's file as such
         calibration.save(out)
         bar.advance(groups_task)
 
     with render.progress(console) as bar:
         groups_task = bar.add_task("trace groups", total=len(groups))
         result = calibrate_traces(groups, tree, on_group=save)
-    result.metadata.update({"traces": str(path), "tokenizer": tokenizer_spec, "tokens": total})
+    result.metadata.update({"traces": str(path), "groups_total": len(groups), "tokenizer": tokenizer_spec, "tokens": total})
     result.save(out)
     console.print(render.profile_table("calibrated candidate (traces, greedy replay)", depth_profile(result.candidate, result.alpha)))
-    console.print(f"{result.steps:.0f} steps over {len(groups)} trace groups ({total} tokens); calibration written to {out}")
+    console.print(f"{result.steps:.0f} step{'s' if result.steps != 1 else ''} over {len(groups)} trace group"
+                  f"{'s' if len(groups) != 1 else ''} ({total} token{'s' if total != 1 else ''}); calibration written to {out}")

@@ -206,7 +206,9 @@ def diagnostics_tables(results, depths: int = 6) -> list[Table]:
         rates_table.add_row(label, *[f"{rates[d]['rate']:.2f}" if d in rates and rates[d]["offered"] else "–"
                                      for d in range(1, depths + 1)])
     tables = [rates_table]
-    rooted = [(label, diag["root"]) for label, diag in drafted if diag.get("root")]
+    # roots are recorded where p is (sampling); at temperature 0 none are, and a row of zeros would mislead
+    rooted = [(label, diag["root"]) for label, diag in drafted
+              if any(row.get("steps", 0) > 0 for n, row in (diag.get("root") or {}).items() if n != "all")]
     if rooted:
         max_n = max((int(n) for _, root in rooted for n in root if n != "all"), default=3)
         roots = Table(title="STAND step roots: store table that answered, and q vs p there",

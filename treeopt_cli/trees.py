@@ -10,7 +10,7 @@ import typer
 from stand_runtime import StandError
 
 from . import loading, render
-from .app import app, console, one_line_errors
+from .app import app, console, one_line_errors, print_warning
 from .options import PLOT_HELP, check_outputs, refuse_options, write_json
 
 
@@ -62,6 +62,7 @@ def export(
     """Prune the calibrated candidate to the best K nodes and write the tree."""
     from stand_runtime import save_tree
     from treeopt import depth_profile, export_tree, load_calibration
+    from treeopt.optimize.calibration import unfinished
     from treeopt.optimize.export import parse_nodes
 
     check_outputs({"--out": out}, {"CALIBRATION": calibration})
@@ -74,6 +75,10 @@ def export(
         refuse_options(ctx, ["batch", "model"], "a fixed --nodes (they size --nodes auto)")
     count = parse_nodes(nodes) if fmt != "family" else None
     result = load_calibration(calibration)
+    left = unfinished(result)
+    if left is not None:
+        print_warning(f"{calibration} holds {left}: an interrupted run (treeopt calibrate --resume completes a run "
+                      f"over prompts); the tree is calibrated on those only")
     if fmt == "family":
         return _export_family(result, out)
     extra = {}

@@ -203,7 +203,9 @@ def check_bench_settings(prompts: int, trajectories: int, seed: int) -> None:
         raise StandError(f"trajectories must be an integer in [1, {MAX_TRAJECTORIES}], got {trajectories!r}")
     check_seed(seed)
     if seed + 1000 * max(prompts - 1, 0) + trajectories - 1 >= 2**64:
-        raise StandError(f"seed {seed} is too large: the trajectories' seeds would run past 2**64")
+        raise StandError(f"seed {seed} with {prompts} prompt{'s' if prompts != 1 else ''} x {trajectories} "
+                         f"trajector{'ies' if trajectories != 1 else 'y'}: the seeds would run past 2**64 (seed + 1000 x "
+                         "prompt + trajectory); give fewer samples or a smaller seed")
 
 
 def default_offset(dataset: str, offset: int | None = None) -> int:

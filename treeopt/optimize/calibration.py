@@ -183,6 +183,17 @@ def prompt_digest(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
 
 
+def unfinished(calibration: Calibration) -> str | None:
+    """What an interrupted run left out of ``calibration`` ("5 of 12 prompts"), or None when it holds
+    every prompt (or trace group) its run set out to calibrate, or does not say how many that was."""
+    meta = calibration.metadata
+    total, unit = (meta.get("groups_total"), "trace groups") if meta.get("source") == "traces" else (meta.get("samples"), "prompts")
+    done = len(calibration.per_prompt)
+    if isinstance(total, int) and not isinstance(total, bool) and done < total:
+        return f"{done} of {total} {unit}"
+    return None
+
+
 def step_count(value: float) -> int | float:
     """A step count as JSON writes it: an integer where it is one (a resumed run reads counts back as
     floats and must write what an uninterrupted run writes), else rounded to 6 decimals."""
