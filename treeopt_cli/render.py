@@ -121,7 +121,7 @@ def bench_tables(results, speedups: dict, title: str, intervals: dict | None = N
                "—" if interval is None else f"{interval[0]:.2f}–{interval[1]:.2f}"]
         if bounds:
             row.append(f"{bounds[result.label]:.2f}×")
-        row.append(f"{100 * result.host_fraction:.1f}%")
+        row.append(f"{100 * result.host_fraction:.1f}%" if result.forward_s else "—")  # vLLM: forwards not timed apart
         speed.add_row(*row)
     graded = any(result.graded for result in results)
     by_trajectory = any(len(result.by_trajectory) > 1 for result in results)

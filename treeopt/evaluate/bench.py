@@ -363,7 +363,9 @@ def results_json(results: list[MethodResult], settings: dict, profile=None) -> d
              "feed_rejected": r.feed_rejected, "prior": r.prior,
              "acceptance_length": r.acceptance_length, "tokens_per_s": r.tokens_per_s, "speedup": ratio[r.label],
              "speedup_interval_95": intervals[r.label], "latency_bound": bounds.get(r.label),
-             "forward_s": r.forward_s, "host_fraction": r.host_fraction, "mean_drafted": r.mean_drafted,
+             # None where forwards were not timed apart (a vLLM engine times whole steps)
+             "forward_s": r.forward_s or None, "host_fraction": r.host_fraction if r.forward_s else None,
+             "mean_drafted": r.mean_drafted,
              "accuracy": r.accuracy, "correct": r.correct, "graded": r.graded,
              "trajectories_correct": r.trajectories_correct, "trajectories_graded": r.trajectories_graded,
              "acceptance_by_trajectory": r.acceptance_by_trajectory(),
