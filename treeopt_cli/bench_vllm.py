@@ -44,13 +44,13 @@ def bench_vllm(
                                "on the same weights, then handed to vLLM's STAND proposer."),
 ) -> None:
     """Compare vLLM's plain decoding, its ngram and suffix proposers and STAND's (needs the vllm extra)."""
-    from stand_runtime import DEFAULT_MODEL, StandError, load_tokenizer
+    from stand_runtime import DEFAULT_MODEL, load_tokenizer
     from stand_runtime.engine.rows import check_budget
     from stand_runtime.target.prompts import encode_prompt
     from stand_runtime.vllm import check_model_folder, check_version, check_vllm_dtype, default_model_folder
     from treeopt import load_prompts
     from treeopt.evaluate.bench import check_bench_settings, default_offset
-    from treeopt.evaluate.vllm_bench import NOPRIOR_SUFFIX, parse_k, parse_vllm_methods
+    from treeopt.evaluate.vllm_bench import NOPRIOR_SUFFIX, check_greedy_samples, parse_k, parse_vllm_methods
 
     check_outputs({"--json": json_out}, {"--dataset": dataset})
     out = ResultsFile(json_out, console, ctx)
@@ -61,9 +61,7 @@ def bench_vllm(
     check_prior_option(ctx, names, prior, [name.startswith("stand") for name in names],
                        [name.endswith(NOPRIOR_SUFFIX) for name in names])
     chain = parse_k(k, names)
-    if temperature == 0 and trajectories > 1:  # vLLM refuses it, after every engine has started
-        raise StandError(f"--temperature 0 with --trajectories {trajectories}: vLLM's greedy sampling takes one "
-                         "trajectory (the others would repeat it); give --trajectories 1 or a temperature above 0")
+    check_greedy_samples(temperature, trajectories)  # vLLM refuses greedy n > 1 once every engine has started
     check_version()
     sampling = sampling_options(temperature, top_p)
     check_bench_settings(samples, trajectories, seed)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 from typing import Callable
 
-from stand_runtime import SamplingParams
+from stand_runtime import SamplingParams, StandError
 
 from .bench import NOPRIOR_SUFFIX, MethodResult
 from .method_lists import split_methods
@@ -51,7 +51,6 @@ def parse_k(k_spec: str, names: list[str]) -> int | None:
             ``treeopt serve --k``); an integer with no drafting method listed;
             ``auto`` for stand without ar (whose engine measures the latency).
     """
-    from stand_runtime import StandError
     from stand_runtime.checks import parse_count
 
     bases = {base_method(name) for name in names}
@@ -71,6 +70,14 @@ def parse_k(k_spec: str, names: list[str]) -> int | None:
     if not bases & set(DRAFTING_METHODS):
         raise StandError(f"--k sizes the drafts of stand, ngram and suffix; none of {', '.join(names)} drafts")
     return k
+
+
+def check_greedy_samples(temperature: float, trajectories: int) -> None:
+    """Raises StandError for greedy decoding (temperature 0) of more than one trajectory a prompt, which
+    vLLM's sampling parameters refuse (n must be 1), before any engine starts."""
+    if temperature == 0 and trajectories > 1:
+        raise StandError(f"--temperature 0 with --trajectories {trajectories}: vLLM's greedy sampling takes one "
+                         "trajectory (the others would repeat it); give --trajectories 1 or a temperature above 0")
 
 
 def start_engines(names: list[str], k: int | None, folder, dtype: str, probe_ids: list[int], batch: int, *,
