@@ -18,3 +18,9 @@ class StandWarning(UserWarning):
     """Something the runtime worked around and the user should hear of (one line): e.g. a cache
     folder that takes no file, so a measurement is repeated in every run. The CLI prints these as
     one ``warning:`` line each."""
+
+
+def counted(count: int, word: str, plural: str | None = None) -> str:
+    """A count with its noun, as messages and titles word it: ``counted(1, "prompt")`` is "1 prompt",
+    ``counted(3, "prompt")`` "3 prompts"; ``plural`` where it is not ``word`` + "s" ("trajectories")."""
+    return f"{count} {word if count == 1 else plural or word + 's'}"

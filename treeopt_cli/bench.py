@@ -12,6 +12,7 @@ from typing import Optional
 import typer
 
 from stand_runtime.limits import METHODS
+from stand_runtime.errors import counted
 
 from . import loading, render, render_value
 from .app import app, console, err_console, one_line_errors
@@ -97,8 +98,8 @@ def bench(
                 "temperature": temperature, "top_p": top_p, "max_new_tokens": max_new_tokens, "seed": seed,
                 "trajectories": trajectories, "share_store": share_store, "ignore_eos": ignore_eos, "prior": prior}
     results, profile = _decode(prompts, specs, sampling, settings, out)
-    title = (f"{len(prompts)} prompt{'s' if len(prompts) != 1 else ''} from {dataset} (offset {offset}) x {trajectories} "
-             f"trajector{'ies' if trajectories != 1 else 'y'}, "
+    title = (f"{counted(len(prompts), 'prompt')} from {dataset} (offset {offset}) x "
+             f"{counted(trajectories, 'trajectory', 'trajectories')}, "
              f"{max_new_tokens} tokens, T={temperature}, top-p={top_p}")
     _report(results, profile, title, json_out, png)
 

@@ -8,6 +8,8 @@ from typing import Optional
 
 import typer
 
+from stand_runtime.errors import counted
+
 from . import loading, render
 from .app import app, console, one_line_errors
 from .options import (dtype_name, DATASET_HELP, DTYPE_HELP, FIELD_HELP, MODEL_HELP, OFFSET_HELP, PRIOR_HELP, TEMPERATURE_HELP,
@@ -78,7 +80,7 @@ def bench_vllm(
                     "seed": seed, "n": trajectories, "ignore_eos": ignore_eos, "k": {name: ks.get(name) for name in names},
                     "prior": bool(priors)}
         results = _decode(engines, hf_backend, ids, prompts, sampling, settings, out, priors)
-    title = (f"vLLM on this CPU: {len(prompts)} prompt{'s' if len(prompts) != 1 else ''} from {dataset} (offset {offset}) x n={trajectories}, "
+    title = (f"vLLM on this CPU: {counted(len(prompts), 'prompt')} from {dataset} (offset {offset}) x n={trajectories}, "
              f"{max_new_tokens} tokens, T={temperature}, top-p={top_p}")
     _report(results, title, json_out)
 

@@ -9,6 +9,7 @@ from typing import Optional
 import typer
 
 from stand_runtime import StandError
+from stand_runtime.errors import counted
 
 from . import loading, render
 from .app import app, console, err_console, one_line_errors
@@ -204,5 +205,5 @@ def _calibrate_traces(path: Path, candidate_file: Optional[Path], candidate_node
     result.metadata.update({"traces": str(path), "groups_total": len(groups), "tokenizer": tokenizer_spec, "tokens": total})
     result.save(out)
     console.print(render.profile_table("calibrated candidate (traces, greedy replay)", depth_profile(result.candidate, result.alpha)))
-    console.print(f"{result.steps:.0f} step{'s' if result.steps != 1 else ''} over {len(groups)} trace group"
-                  f"{'s' if len(groups) != 1 else ''} ({total} token{'s' if total != 1 else ''}); calibration written to {out}")
+    console.print(f"{counted(round(result.steps), 'step')} over {counted(len(groups), 'trace group')} "
+                  f"({counted(total, 'token')}); calibration written to {out}")

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from rich.table import Table
 
+from stand_runtime.errors import counted
+
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # annotations only: importing them would load torch for every command, --help too
@@ -54,7 +56,7 @@ def profile_table(name: str, profile: DepthProfile) -> Table:
     """A tree's depth profile: nodes and widest fan-out per depth, with bars, and the calibration's
     expected accepted tokens per depth (sum of alpha-hat over the depth's nodes) when it has them."""
     expected = profile.expected_acceptance_length
-    title = f"{name}\n{profile.num_nodes} node{'' if profile.num_nodes == 1 else 's'}, max depth {profile.max_depth}"
+    title = f"{name}\n{counted(profile.num_nodes, 'node')}, max depth {profile.max_depth}"
     if expected is not None:
         title += f", τ̂ {expected:.2f}"
     caption = "fan-out: most children of one node at the depth above"

@@ -8,6 +8,7 @@ from typing import Optional
 import typer
 
 from stand_runtime.limits import METHODS
+from stand_runtime.errors import counted
 
 from . import loading, render
 from .app import app, console, err_console, one_line_errors
@@ -71,7 +72,7 @@ def search(
               "allocation": allocation, "prior": prior}
     data = _search(model, dtype, names, tree, max_batch, problems, settings, judge, config, out)
     title = (f"{strategy} n={n}" + (f", {subtrees} subtrees" if strategy == "dvts" else "")
-             + f", {len(problems)} problem{'s' if len(problems) != 1 else ''} from {Path(dataset).name}, "
+             + f", {counted(len(problems), 'problem')} from {Path(dataset).name}, "
              f"batch {min(max_batch, n * in_flight)}, T={temperature}")  # rows at once: n per problem in flight
     console.print(render.search_table(data["summary"], title))
     if json_out is not None:
@@ -134,12 +135,11 @@ def _note_own_trees(names: list, tree: Optional[str]) -> None:
 def _search(model: str, dtype: str, names: list, tree: Optional[str], max_batch: int, problems: list, settings, judge,
             config: dict, out: ResultsFile) -> dict:
     """Load the model, search every problem with every method (saving after each problem); the report."""
+    from stand_runtime.method import DEFAULT_TREES
     from stand_runtime.target.model_facts import vocab_size
     from treeopt.evaluate.search import compare_methods, method_backends, search_report
 
     target, tokenizer = loading.load_model(model, dtype)
-    from stand_runtime.method import DEFAULT_TREES
-
     announced = set()  # how each sized tree is sized, and a latency profile not to trust, as bench and generate say
     for name in names:
         spec = tree or DEFAULT_TREES.get(name)

@@ -23,6 +23,7 @@ from pathlib import Path
 from stand_runtime import StandError
 from stand_runtime.files import parse_json_object
 from stand_runtime.checks import check_int
+from stand_runtime.errors import counted
 
 DEFAULT_FIELDS = ("prompt", "problem", "question")
 JSONL_HINT = 'a dataset file holds one JSON object per line, e.g. {"prompt": "What is 6 * 7?", "answer": "42"}'
@@ -88,8 +89,6 @@ def load_prompts(
             raise StandError(f"dataset {dataset} is a folder, not a JSONL file")
         if not path.exists():
             raise StandError(f"dataset file not found: {dataset}")
-        if not path.is_file():
-            raise StandError(f"dataset {dataset} is not a regular file (a device or a pipe: read it into a file first)")
         numbered = _read_jsonl(path)
         prompts = _prompts_from_records([record for _, record in numbered], field, str(path),
                                         [line for line, _ in numbered])
@@ -101,7 +100,7 @@ def load_prompts(
     prompts = prompts[offset:]
     if samples is not None:
         if len(prompts) < samples:
-            raise StandError(f"dataset {dataset} has {len(prompts)} prompt{'' if len(prompts) == 1 else 's'} after offset {offset}, {samples} requested")
+            raise StandError(f"dataset {dataset} has {counted(len(prompts), 'prompt')} after offset {offset}, {samples} requested")
         prompts = prompts[:samples]
     if not prompts:
         raise StandError(f"dataset {dataset} has no prompts after offset {offset}")
@@ -132,8 +131,11 @@ def jsonl_lines(path: Path, what: str):
     a ``.gz`` file is read through gzip.
 
     Raises:
-        StandError: the file cannot be read or is not UTF-8 (naming ``what`` and the path).
+        StandError: the file is a device or a pipe, cannot be read, or is not UTF-8 (naming ``what``
+            and the path).
     """
+    if Path(path).exists() and not Path(path).is_file():  # /dev/null, a FIFO: never a file of records
+        raise StandError(f"{what} {path} is not a regular file (a device or a pipe: read it into a file first)")
     opener = gzip.open if Path(path).suffix == ".gz" else open
     try:
         with opener(path, "rt", encoding="utf-8-sig", newline=None) as handle:

@@ -58,9 +58,7 @@ def load_traces(path: str | Path, *, group_field: str = "sample_group", text_fie
     path = Path(path)
     if path.is_dir():
         raise StandError(f"{path} is a folder, not a traces file (a JSONL file)")
-    if path.exists() and not path.is_file():
-        raise StandError(f"traces file {path} is not a regular file (a device or a pipe: read it into a file first)")
-    if not path.is_file():
+    if not path.exists():
         raise StandError(f"no traces file {path}")
     min_group_size = check_int("min_group_size", min_group_size, 1)
     groups: dict[str, TraceGroup] = {}

@@ -24,6 +24,7 @@ from stand_runtime.drafters.diagnostics import summarise_draft_quality
 from stand_runtime.engine.metrics import acceptance_by_depth
 from stand_runtime.method import DEFAULT_TREES
 from stand_runtime.checks import check_callable
+from stand_runtime.errors import counted
 from stand_runtime.engine.rows import check_budget
 from stand_runtime.randomness import check_seed
 from stand_runtime.drafters.prior import method_prior
@@ -203,8 +204,8 @@ def check_bench_settings(prompts: int, trajectories: int, seed: int) -> None:
         raise StandError(f"trajectories must be an integer in [1, {MAX_TRAJECTORIES}], got {trajectories!r}")
     check_seed(seed)
     if seed + 1000 * max(prompts - 1, 0) + trajectories - 1 >= 2**64:
-        raise StandError(f"seed {seed} with {prompts} prompt{'s' if prompts != 1 else ''} x {trajectories} "
-                         f"trajector{'ies' if trajectories != 1 else 'y'}: the seeds would run past 2**64 (seed + 1000 x "
+        raise StandError(f"seed {seed} with {counted(prompts, 'prompt')} x {counted(trajectories, 'trajectory', 'trajectories')}"
+                         f": the seeds would run past 2**64 (seed + 1000 x "
                          "prompt + trajectory); give fewer samples or a smaller seed")
 
 

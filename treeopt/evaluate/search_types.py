@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from stand_runtime import SamplingParams, StandError
 from stand_runtime.checks import check_int
+from stand_runtime.errors import counted
 from stand_runtime.limits import MAX_SAMPLES
 from stand_runtime.randomness import check_seed, check_seed_span
 
@@ -66,15 +67,15 @@ class SearchSettings:
         """:meth:`check_seeds`, and raises StandError when ``in_flight`` exceeds ``problems`` (a whole
         run's count: the setting would be recorded and never take effect)."""
         if self.in_flight > problems:
-            raise StandError(f"--in-flight {self.in_flight} is more than the {problems} problem"
-                             f"{'s' if problems != 1 else ''} searched: at most that many can share the batch")
+            raise StandError(f"--in-flight {self.in_flight} is more than the {counted(problems, 'problem')} searched: "
+                             "at most that many can share the batch")
         self.check_seeds(problems)
 
     def check_seeds(self, problems: int) -> None:
         """Raises StandError when a search of ``problems`` problems would seed a sample past 2**64 - 1
         (checked before the first problem, not when the late one is reached)."""
         per_problem = self.n if self.strategy == "best-of-n" else self.max_rounds * self.n
-        check_seed_span(self.seed, problems * per_problem, f"samples ({problems} problem{'s' if problems != 1 else ''} x {per_problem})")
+        check_seed_span(self.seed, problems * per_problem, f"samples ({counted(problems, 'problem')} x {per_problem})")
 
     @property
     def candidates(self) -> int:
