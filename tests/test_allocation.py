@@ -115,6 +115,41 @@ def chain(root: int, probabilities) -> Draft:
     return builder.build(False, [1.0, *probabilities])
 
 
+def test_the_value_rule_and_the_allocator_size_by_the_stopping_rule_at_their_call_sites():
+    """The stopping property of :func:`test_no_row_is_sized_by_its_nodes_after_the_one_decided`
+    through the rule's own entry points (``ValueRule.size_p`` for one sequence, ``BatchAllocator.allocate``
+    for a batch of chains), on a real latency model over a stepped profile: whether node k is taken
+    never changes when the P after it change. A call site that took the argmax of the whole curve
+    instead (reading node k's children, whose scores read node k's draw) breaks it."""
+    steps = np.array([0.0, 0.05, 0.05, 0.4, 0.4, 0.45, 1.2, 1.2, 1.3] + [1.3 + 0.1 * i for i in range(1, 80)])
+    profile = lambda tokens: 1.0 + float(np.interp(tokens, np.arange(len(steps)), steps))  # noqa: E731
+
+    def one_row(p):
+        return ValueRule(LatencyModel(profile, SIZES, observing=False)).size_p(p)
+
+    def batch(rows):
+        value = ValueRule(LatencyModel(profile, SIZES, rows=1, observing=False), ScoreIsAcceptance(), batch_allocated=True)
+        BatchAllocator(value).allocate([chain(7, p) for p in rows])
+        return value.batches[-1]
+
+    rng = np.random.default_rng(21)
+    checked = taken = 0
+    for _ in range(40):
+        rows = [rng.random(int(rng.integers(1, 8))) ** rng.choice([0.5, 1.0, 3.0]) for _ in range(2)]
+        n, sizes = one_row(rows[0]), batch(rows)
+        taken += n + sum(sizes)
+        for r, p in enumerate(rows):
+            for k in range(1, len(p) + 1):
+                tail = rng.random(int(rng.integers(0, 6)))
+                if r == 0:
+                    assert (one_row(np.concatenate([p[:k], tail])) >= k) == (n >= k)
+                changed = [q.copy() for q in rows]
+                changed[r] = np.concatenate([p[:k], tail])
+                assert (batch(changed)[r] >= k) == (sizes[r] >= k)
+                checked += 1
+    assert checked > 150 and taken > 0, "nothing was drafted: the test proves nothing"
+
+
 def test_a_profile_measured_under_load_is_corrected_within_20_batch_forwards():
     """The profile says 1.13 s for any batch forward and nearly no cost per token (measured under load);
     the machine takes 74 ms + 2 ms per token. Four rows (one with nothing to draft): the first

@@ -157,6 +157,8 @@ def assert_same_law(got: dict, want: dict):
 EXACT_CASES = {**CASES, "ten-children": (normalised(rng_cases.random(12)), normalised(rng_cases.random(12)), 10)}
 EXACT_CASES["many-children"] = (CASES["many-children"][0],  # 5 of 6 q-supported tokens: 720 orders
                                 normalised(CASES["many-children"][1] * (np.arange(12) % 2)), 5)
+for _eps in (1e-3, 1e-5, 3e-6):  # a sharp p whose residual is small but not empty (> EMPTY_RESIDUAL)
+    EXACT_CASES[f"sharp-p-{_eps:g}"] = (normalised([1 - _eps, _eps, 0, 0]), normalised([1.0, 0, 0, 0]), 1)
 
 
 @pytest.mark.parametrize("stochastic", [True, False], ids=["stochastic", "deterministic"])
