@@ -22,6 +22,30 @@ namespace {
 using IntArray = py::array_t<int64_t, py::array::c_style | py::array::forcecast>;
 using FloatArray = py::array_t<double, py::array::c_style | py::array::forcecast>;
 
+// The module checks what its own memory safety rests on (sizes, ranges, shapes), whoever calls it;
+// the Python wrappers check the rest (types, values) and give the user's errors.
+void require(bool ok, const char* message) {
+    if (!ok) throw py::value_error(message);
+}
+
+// Set while a draft runs: the Gumbel pool's `more` callback runs Python, which must neither draft
+// again (the draft's scratch is shared) nor change a store (a draft holds pointers into its entries).
+int drafting = 0;
+
+struct Drafting {
+    Drafting() {
+        if (drafting) throw std::runtime_error("_native: a draft's noise callback drafted again or changed a store");
+        ++drafting;
+    }
+    ~Drafting() { --drafting; }
+    Drafting(const Drafting&) = delete;
+    Drafting& operator=(const Drafting&) = delete;
+};
+
+void require_not_drafting() {
+    if (drafting) throw std::runtime_error("_native: a draft's noise callback drafted again or changed a store");
+}
+
 py::tuple entry_tuple(int n, const stand::Entry& e) {
     py::object reserve;
     if (e.reserve_ids.empty()) {
@@ -42,6 +66,7 @@ public:
         if (used_ + n > static_cast<size_t>(buffer_.size())) {
             buffer_ = more_(used_, n).cast<FloatArray>();
             used_ = 0;
+            require(static_cast<size_t>(buffer_.size()) >= n, "_native: the Gumbel pool's more(used, n) returned fewer than n values");
         }
         const double* out = buffer_.data() + used_;
         used_ += n;
@@ -95,12 +120,32 @@ py::tuple draft_objects(const stand::DraftOut& out, size_t used) {
                           draft_ids, draft_probs, int_list(out.slots.data(), n), copied, used, to_array(out.scores));
 }
 
+// A static tree's CSR children (child_start [nodes + 1], child_list): node 0 the root, every child a
+// later node listed once, so that a fill's walk stays inside both arrays.
+void check_tree(const IntArray& child_start, const IntArray& child_list) {
+    require(child_start.ndim() == 1 && child_list.ndim() == 1 && child_start.size() >= 2,
+            "static_fill: child_start must be 1-D of nodes + 1 >= 2 entries, child_list 1-D");
+    const int64_t* start = child_start.data();
+    py::ssize_t nodes = child_start.size() - 1;
+    require(start[0] == 0 && start[nodes] == child_list.size(), "static_fill: child_start must run from 0 to len(child_list)");
+    for (py::ssize_t i = 0; i < nodes; ++i) {
+        require(start[i] <= start[i + 1], "static_fill: child_start must not decrease");
+        for (int64_t j = start[i]; j < start[i + 1]; ++j)
+            require(i < child_list.data()[j] && child_list.data()[j] < nodes, "static_fill: a child must be a later node of the tree");
+    }
+}
+
 // One row's dynamic tree: the store, its context and chain, the tree's settings and the Gumbel pool
 // (buffer None: deterministic drafts).
 py::tuple draft_row(stand::Store& store, const IntArray& context, const IntArray& chain, const stand::DraftParams& params,
                     const py::object& buffer, const py::object& more) {
-    static stand::DraftScratch scratch;  // the GIL is held: one draft at a time
+    static stand::DraftScratch scratch;  // the GIL is held and Drafting guards it: one draft at a time
     static stand::DraftOut out;
+    require(context.ndim() == 1 && context.size() >= 1, "best_first: the context must be 1-D with at least one token");
+    require(chain.ndim() == 1, "best_first: the chain must be 1-D");
+    require(params.num_nodes >= 0 && params.deepest >= 0 && params.width >= 1,
+            "best_first: num_nodes and deepest must be >= 0, width >= 1");
+    Drafting guard;
     if (buffer.is_none()) {
         stand::best_first(store, context.data(), context.size(), chain.data(), chain.size(), params, nullptr, out,
                           scratch);
@@ -114,7 +159,15 @@ py::tuple draft_row(stand::Store& store, const IntArray& context, const IntArray
 // Rows first.. of one sequence into the store; the first row that fails the checks (-1: none).
 py::ssize_t update_rows(stand::Store& s, const IntArray& tokens, const IntArray& positions, const IntArray& ids,
                         const FloatArray& probs, py::ssize_t first) {
-    py::ssize_t rows = positions.size(), k = ids.ndim() == 2 ? ids.shape(1) : 0;
+    require_not_drafting();
+    require(tokens.ndim() == 1 && positions.ndim() == 1, "update_rows: tokens and positions must be 1-D");
+    require(ids.ndim() == 2 && probs.ndim() == 2 && ids.shape(0) == probs.shape(0) && ids.shape(1) == probs.shape(1),
+            "update_rows: ids and probs must be 2-D of one shape");
+    py::ssize_t rows = positions.size(), k = ids.shape(1);
+    require(ids.shape(0) >= rows, "update_rows: ids and probs need a row per position");
+    require(0 <= first && first <= rows, "update_rows: first must be in 0 .. len(positions)");
+    for (py::ssize_t r = first; r < rows; ++r)
+        require(-1 <= positions.data()[r] && positions.data()[r] < tokens.size(), "update_rows: a position is outside -1 .. len(tokens) - 1");
     const Token* seq = tokens.data();
     static stand::Observation clean;
     int max_n = s.max_n();
@@ -135,7 +188,7 @@ py::ssize_t update_rows(stand::Store& s, const IntArray& tokens, const IntArray&
 class ListSuffixIndex {
 public:
     // `longest`: a match of max_ngram tokens is extended backward by comparison up to this many tokens.
-    ListSuffixIndex(int max_ngram, int longest) : core_(max_ngram), longest_(std::max(max_ngram, longest)) {}
+    ListSuffixIndex(int max_ngram, int longest) : core_(checked(max_ngram)), longest_(std::max(max_ngram, longest)) {}
     ~ListSuffixIndex() { release(); }
     ListSuffixIndex(const ListSuffixIndex&) = delete;
     ListSuffixIndex& operator=(const ListSuffixIndex&) = delete;
@@ -174,12 +227,16 @@ public:
         if (matched_ == core_.max_ngram()) {
             while (matched_ < longest_ && end - matched_ >= 0 && tokens[end - matched_] == tokens[last - matched_]) ++matched_;
         }
-        size_t stop = std::min(length, static_cast<size_t>(end + 1 + limit));
+        size_t stop = std::min(length, static_cast<size_t>(end + 1 + std::min<int64_t>(limit, static_cast<int64_t>(length))));
         for (size_t i = static_cast<size_t>(end) + 1; i < stop; ++i) out.append(py::reinterpret_borrow<py::object>(items_[i]));
         return out;
     }
 
 private:
+    static int checked(int max_ngram) {
+        require(1 <= max_ngram && max_ngram <= 4096, "SuffixIndex: max_ngram must be in 1 .. 4096");
+        return max_ngram;
+    }
     static Token token(PyObject* item) {
         long long value = PyLong_AsLongLong(item);
         if (value == -1 && PyErr_Occurred()) throw py::error_already_set();
@@ -201,10 +258,16 @@ private:
 PYBIND11_MODULE(_native, m) {
     m.doc() = "STAND's native drafting core: the n-gram store and the dynamic draft tree (docs/design.md §2.7, §3.7)";
     py::class_<stand::Store>(m, "Store")
-        .def(py::init<int, int, int64_t, int, bool>())
+        .def(py::init([](int top_k, int max_n, int64_t max_entries, int reserve, bool compensated_sum) {
+            require(top_k >= 1 && max_n >= 1 && max_n <= 4096 && max_entries >= 1 && reserve >= 0,
+                    "Store: top_k >= 1, max_n in 1 .. 4096, max_entries >= 1 and reserve >= 0");
+            return new stand::Store(top_k, max_n, max_entries, reserve, compensated_sum);
+        }))
         .def_property_readonly("max_token_id", &stand::Store::max_token_id)
         .def("update", [](stand::Store& s, const std::vector<Token>& context, const std::vector<Token>& ids,
                           const std::vector<double>& probs) {
+            require_not_drafting();
+            require(ids.size() == probs.size(), "update: ids and probs must have one length");
             s.update_clean(context.data(), context.size(), ids.data(), probs.data(), ids.size());
         })
         .def("update_rows", [](stand::Store& s, IntArray tokens, IntArray positions, IntArray ids, FloatArray probs,
@@ -225,6 +288,7 @@ PYBIND11_MODULE(_native, m) {
             return entry_tuple(found.first, *found.second);
         })
         .def("blend", [](stand::Store& s, const std::vector<Token>& context, double beta, size_t width) -> py::object {
+            require(width >= 1 && beta >= 0.0 && std::isfinite(beta), "blend: width must be >= 1 and beta finite, >= 0");
             stand::Blended out;
             if (!s.blend(context.data(), context.size(), beta, width, out)) return py::none();
             return py::make_tuple(py::cast(out.ids), py::cast(out.probs), out.count, out.matched);
@@ -237,6 +301,7 @@ PYBIND11_MODULE(_native, m) {
         })
         .def("entries", [](const stand::Store& s, int n) {
             // (key, ids, probs, count, reserve) of the n-token table, least recently updated first
+            require(1 <= n && n <= s.max_n(), "entries: n must be in 1 .. max_n");
             py::list out;
             const stand::Table& table = s.table(n);
             for (int32_t slot = table.oldest(); slot >= 0; slot = table.next(slot)) {
@@ -281,6 +346,11 @@ PYBIND11_MODULE(_native, m) {
                             IntArray chain, int64_t deepest, int64_t chain_deepest, bool extend, int64_t budget,
                             double min_score, py::object buffer, py::object more) {
         // the static tree's fill (csrc/static_fill.hpp): the dynamic tree's tuple, then the static nodes
+        require(context.ndim() == 1 && context.size() >= 1 && chain.ndim() == 1,
+                "static_fill: the context must be 1-D with at least one token, the chain 1-D");
+        check_tree(child_start, child_list);
+        require(deepest >= 0 && chain_deepest >= 0 && budget >= 0, "static_fill: deepest, chain_deepest and budget must be >= 0");
+        Drafting guard;
         stand::StaticTree tree{child_start.data(), child_list.data(), static_cast<int64_t>(child_start.size()) - 1};
         stand::FillParams params{deepest, chain_deepest, extend, budget, min_score};
         stand::DraftOut out;

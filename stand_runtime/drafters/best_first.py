@@ -35,7 +35,7 @@ from ..store.native_store import NativeNGramStore
 from ..randomness import RandomStream
 from .gumbel import choose_children
 from ..trees.tree import MAX_DEPTH
-from .native_draft import native_best_first_draft
+from .native_draft import native_best_first_draft, root_token
 from .tree_walk import MAX_CHAIN_DEPTH, graft_chain
 
 DYNAMIC = "dynamic"
@@ -124,7 +124,7 @@ def best_first_draft(tree: DynamicTree, store: NGramStore, context: list[int], r
     Args:
         tree: the budget and scoring settings.
         store: the n-gram store (its blended q drafts every node; a native one drafts in C++).
-        context: committed tokens, the last one being the root (at least one token).
+        context: committed tokens, the last one being the root (at least one token, else StandError).
         randomness: Gumbel noise for stochastic drafts; None = deterministic (q's order).
         max_depth: draft no node deeper than this (e.g. the tokens still allowed); None = no limit.
         chain: a copy chain continuing ``context``, grafted last (:func:`.tree_walk.graft_chain`), in the budget.
@@ -138,7 +138,7 @@ def best_first_draft(tree: DynamicTree, store: NGramStore, context: list[int], r
     chain = list(chain or ())[: tree.num_nodes]  # copied nodes count against the budget
     budget = tree.num_nodes - len(chain)
     deepest = tree.max_depth if max_depth is None else min(max_depth, tree.max_depth)
-    max_n, builder = store.max_n, DraftBuilder(context[-1])
+    max_n, builder = store.max_n, DraftBuilder(root_token(context))
     # scores: the path's w·q(token) products; keys: each node's score when added (q at its rank): the draft's
     suffixes, scores, keys = [tuple(context[-max_n:])], [1.0], [1.0]
     drawn: dict[int, tuple] = {}  # node → (entry, drawing order of its support, confidence)

@@ -61,10 +61,22 @@ class _PoolNoise:
         self.pool._next += used
 
 
+def root_token(context: Sequence[int]) -> int:
+    """The root of a draft after ``context``: its last token.
+
+    Raises:
+        StandError: an empty context (no root).
+    """
+    if not len(context):
+        raise StandError("a draft needs a context of at least one token (its root)")
+    return context[-1]
+
+
 def _row(tree: DynamicTree, store: NativeNGramStore, context: list[int], randomness: RandomStream | None,
          max_depth: int | None, chain: list[int] | None) -> tuple[tuple, _PoolNoise | None]:
-    """The C++ call's arguments for one row, and the noise it lends."""
-    deepest = tree.max_depth if max_depth is None else min(max_depth, tree.max_depth)
+    """The C++ call's arguments for one row, and the noise it lends (an empty context: StandError)."""
+    root_token(context)
+    deepest = tree.max_depth if max_depth is None else max(0, min(max_depth, tree.max_depth))
     suffix = np.asarray(context[-store.max_n :], dtype=np.int64)
     chain_array = np.asarray(chain, dtype=np.int64) if chain else _NO_CHAIN
     noise = None if randomness is None else _PoolNoise(randomness)

@@ -42,6 +42,20 @@ def extend_match(sequence: list[int], end: int, n: int, longest: int) -> int:
     return n
 
 
+MAX_NGRAM = 4096
+"""The longest suffix an index matches (tokens); the native index keeps a table per length."""
+
+
+def check_max_ngram(max_ngram: int) -> None:
+    """Refuse a ``max_ngram`` outside 1 .. :data:`MAX_NGRAM`.
+
+    Raises:
+        StandError: naming the value.
+    """
+    if not (isinstance(max_ngram, int) and 1 <= max_ngram <= MAX_NGRAM):
+        raise StandError(f"a suffix index matches 1 .. {MAX_NGRAM} tokens (max_ngram), got {max_ngram!r}")
+
+
 class SuffixIndex:
     """Incremental n-gram index of one sequence.
 
@@ -57,6 +71,7 @@ class SuffixIndex:
     """
 
     def __init__(self, max_ngram: int = PROMPT_LOOKUP_NGRAM, longest: int | None = None) -> None:
+        check_max_ngram(max_ngram)
         self.max_ngram = max_ngram
         self.longest = max_ngram if longest is None else max(max_ngram, longest)
         self._latest: dict[tuple[int, ...], int] = {}  # n-gram → end index of its latest occurrence
@@ -124,6 +139,7 @@ class NativeSuffixIndex:
 
         if _native is None:
             raise StandError("NativeSuffixIndex: the native core stand_runtime._native is not built (pip install -e .)")
+        check_max_ngram(max_ngram)
         self.max_ngram = max_ngram
         self.longest = max_ngram if longest is None else max(max_ngram, longest)
         self._core = _native.SuffixIndex(max_ngram, self.longest)

@@ -19,10 +19,26 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
+import numpy as np
+
+from ..errors import StandError
 from .entry import StoreEntry
 
 BLEND_WIDTH = 16
 """Ids a blended lookup (:meth:`stand_runtime.store.ngram_store.NGramStore.blend`) keeps."""
+
+
+def check_blend(beta: float, width: int) -> None:
+    """Refuse a blend's settings that mean nothing: ``width`` (ids kept) below 1, ``beta`` (Witten-Bell's
+    weight) negative or not finite.
+
+    Raises:
+        StandError: naming the setting.
+    """
+    if not (isinstance(width, (int, np.integer)) and width >= 1):
+        raise StandError(f"a blended lookup keeps width >= 1 ids, got {width!r}")
+    if not (isinstance(beta, (int, float, np.number)) and 0.0 <= beta < float("inf")):
+        raise StandError(f"a blended lookup's beta must be a finite number >= 0, got {beta!r}")
 
 
 class UnigramTable:

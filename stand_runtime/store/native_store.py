@@ -25,7 +25,7 @@ from typing import Sequence
 import numpy as np
 
 from ..errors import StandError
-from .blend import BLEND_WIDTH
+from .blend import BLEND_WIDTH, check_blend
 from .entry import BYTES_PER_ENTRY, BYTES_PER_RESERVE_ID, StoreEntry, StoreStats
 from .ngram_store import MAX_CONTEXT, MAX_ENTRIES, MAX_TOP_K, NGramStore, _check_size
 from .observation import top_observation
@@ -110,6 +110,7 @@ class NativeNGramStore(NGramStore):
         return None if found is None else (found[0], _entry(found))
 
     def blend(self, context: Sequence[int], beta: float = 1.0, width: int = BLEND_WIDTH) -> StoreEntry | None:
+        check_blend(beta, width)
         found = self.core.blend(list(context[-self.max_n:]), float(beta), int(width))
         return None if found is None else StoreEntry(found[0], found[1], found[2])
 
@@ -178,7 +179,13 @@ class NativeNGramStore(NGramStore):
 
     def table(self, n: int) -> list[tuple]:
         """``(context, ids, probs, count, reserve)`` of every n-token context, least recently updated
-        first (the Python store's table order; for the equivalence tests)."""
+        first (the Python store's table order; for the equivalence tests).
+
+        Raises:
+            StandError: ``n`` outside 1 .. max_n.
+        """
+        if not (isinstance(n, (int, np.integer)) and 1 <= n <= self.max_n):
+            raise StandError(f"the store's tables hold 1 .. {self.max_n} tokens of context, got {n!r}")
         return self.core.entries(n)
 
     def contexts(self) -> list[tuple[int, ...]]:

@@ -33,7 +33,7 @@ import numpy as np
 from ..checks import check_int
 from ..errors import StandError
 from .admission import merge_observation
-from .blend import BLEND_WIDTH, UnigramTable, blend_tables
+from .blend import BLEND_WIDTH, UnigramTable, blend_tables, check_blend
 from .entry import BYTES_PER_ENTRY, BYTES_PER_RESERVE_ID, StoreEntry, StoreStats
 from .observation import top_observation
 
@@ -144,7 +144,11 @@ class NGramStore:
             ``count`` is the longest matched context's observations (0 when only the 0-gram table
             answers); ``None`` when the store is empty. Counted in :meth:`stats` as a lookup
             answered by the longest matched table (a miss when only the 0-gram table answers).
+
+        Raises:
+            StandError: ``width`` below 1, or ``beta`` negative or not finite.
         """
+        check_blend(beta, width)
         if not self._unigram:
             return None
         entry, matched = blend_tables(self._tables, self._unigram, tuple(context[-self.max_n :]), beta, width)
