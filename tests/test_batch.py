@@ -195,3 +195,30 @@ def test_a_stop_string_of_wide_characters_is_found_however_many_tokens_it_takes(
                 break
         assert reason == "stop" and tokenizer.decode(generated).endswith("🐟" * count), count
         assert len(generated) == 3 * count  # stopped at the token completing it, not later
+
+
+def test_each_row_keeps_its_own_sampling_seed_stop_strings_and_eos(tiny_qwen2):
+    """Rows that differ inside one prompt: greedy beside T 1 (seeded `ar` rows equal plain decoding of
+    each alone token for token: same seed, same draws), and stop strings and EOS ids of their own
+    (each STAND row stops where that row alone stops, with its finish reason)."""
+    sampling = [SamplingParams(temperature=0), SamplingParams(temperature=1.0, top_p=1.0)]
+    for seed in (3, 40, 500):
+        rows = generate_batch(tiny_qwen2, None, [PROMPTS[1]], n=2, method=Method.parse("ar", None, tiny_qwen2, batch=2),
+                              sampling=sampling, max_new_tokens=8, seed=seed, eos_token_ids=[])
+        for r, row in enumerate(rows):
+            alone = generate(tiny_qwen2, None, PROMPTS[1], method="ar", sampling=sampling[r], max_new_tokens=8,
+                             seed=seed + r, eos_token_ids=[])
+            assert row.tokens == alone.tokens, (seed, r)
+    tokenizer, greedy = DigitsTokenizer(), SamplingParams(temperature=0)
+    plain = generate(tiny_qwen2, tokenizer, REPEAT_PROMPT, sampling=greedy, method="ar", max_new_tokens=30,
+                     eos_token_ids=[]).tokens
+    ends = [((), []), ((f"{plain[3]} {plain[4]}",), []), (("zzz",), [plain[6]]), ((), [])]
+    specs = [RowSpec(list(REPEAT_PROMPT), greedy, None, 30, None, stop, eos) for stop, eos in ends]
+    results = decode_rows(tiny_qwen2, tokenizer, specs, method=Method.parse("stand", "heuristic-80", tiny_qwen2, batch=4))
+    reasons = []
+    for spec, result in zip(specs, results):
+        alone = generate(tiny_qwen2, tokenizer, REPEAT_PROMPT, sampling=greedy, method="ar", max_new_tokens=30,
+                         eos_token_ids=spec.eos_token_ids, stop=list(spec.stop))
+        assert (result.tokens, result.finish_reason) == (alone.tokens, alone.finish_reason)
+        reasons.append(result.finish_reason)
+    assert reasons == ["length", "stop", "eos", "length"], "no row stopped early: the test proves nothing"

@@ -5,7 +5,9 @@ import pytest
 import torch
 
 from stand_runtime import Method, RowSpec, SamplingParams, StandError, decode_rows, generate
+from stand_runtime.drafters.latency_model import LatencyModel
 from stand_runtime.engine import loop as engine_loop
+from stand_runtime.target.latency import LatencyProfile
 from stand_runtime.target.batch_kv import BatchedCache
 from stand_runtime.target.model_facts import vocab_size
 from test_batch import PROMPTS
@@ -15,6 +17,7 @@ LONG_PROMPT = [3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 9, 3, 2, 3, 8, 4, 6, 2,
 """Longer than every row running when it is admitted: the running rows are left-padded to it."""
 
 GREEDY = SamplingParams(temperature=0)
+STEADY = LatencyProfile((1, 2, 4, 8, 16, 32, 64, 128), tuple(0.01 * (1 + 0.002 * n) for n in (1, 2, 4, 8, 16, 32, 64, 128)))
 
 
 def _widths(monkeypatch) -> list[int]:
@@ -30,6 +33,16 @@ def _widths(monkeypatch) -> list[int]:
     return widths
 
 
+def _parse(model, method: str, tree, batch: int, monkeypatch) -> Method:
+    """The method, a value-sized tree sized by a fixed, nearly flat profile that no step time corrects:
+    its sizes, and the acceptance these tests count to show the drafts were used, do not depend on
+    how loaded the machine is (the greedy identity holds whatever the sizes)."""
+    if tree != "dynamic-auto":
+        return Method.parse(method, tree, model, batch=batch)
+    monkeypatch.setattr(LatencyModel, "observe", lambda self, tokens, seconds: None)
+    return Method.parse(method, tree, model, batch=batch, latency=STEADY)
+
+
 def _plain(model, spec: RowSpec) -> list[int]:
     return generate(model, None, spec.prompt, sampling=GREEDY, method="ar", max_new_tokens=spec.max_new_tokens,
                     eos_token_ids=[]).tokens
@@ -43,7 +56,7 @@ def test_waiting_rows_take_finished_rows_places_and_decode_as_plain(tiny_qwen2, 
     and a prompt longer than every running row admitted last: greedy rows equal plain decoding, no
     forward runs more than ``slots`` rows, and the batch stays full while rows wait."""
     widths = _widths(monkeypatch)
-    parsed = Method.parse(method, tree, tiny_qwen2, batch=slots)
+    parsed = _parse(tiny_qwen2, method, tree, slots, monkeypatch)
     store = parsed.new_memory(vocab_size(tiny_qwen2))  # shared by every row (None for ar and pld)
     prompts = PROMPTS + [PROMPTS[0], LONG_PROMPT]
     budgets = (5, 30, 9, 1, 17, 12)
@@ -178,13 +191,13 @@ def test_prefixes_are_kept_per_memory_fed_and_dropped_least_recently_used():
 
 
 @pytest.mark.parametrize("method,tree", [("stand", "dynamic-auto"), ("ar", None), ("pld", None)])
-def test_a_search_round_prefills_only_what_extends_the_round_before(tiny_qwen2, method, tree):
+def test_a_search_round_prefills_only_what_extends_the_round_before(tiny_qwen2, monkeypatch, method, tree):
     """Round 2's prompts extend round 1's (a DVTS round): they are prefilled from round 1's kept
     prompt, greedy rows still decode as plain decoding, and a row whose memory was not fed the
     prompt (its own, memory None) is prefilled in full."""
     from stand_runtime.target.prefix_cache import PrefixCache
 
-    parsed = Method.parse(method, tree, tiny_qwen2, batch=2)
+    parsed = _parse(tiny_qwen2, method, tree, 2, monkeypatch)
     shared = parsed.new_memory(vocab_size(tiny_qwen2))
     prefixes = PrefixCache()
     first = [RowSpec(list(LONG_PROMPT), GREEDY, None, 6, shared, (), [])] * 2

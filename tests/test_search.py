@@ -92,7 +92,8 @@ def test_best_of_n_votes_and_grades(tiny_qwen2):
 def test_problems_in_flight_share_the_batch_and_draw_the_samples_they_draw_alone(tiny_qwen2, strategy):
     """Problems searched together go to the backend in one call (DVTS: each round's requests), rows
     refilled across them; each problem keeps its own seeds, so plain decoding gives every problem the
-    same samples, answers and rounds as one problem at a time; the wall time is shared among them."""
+    same samples, answers and rounds as one problem at a time; the wall time is shared among them.
+    Every sample of the search (each problem, DVTS round, subtree and candidate) draws its own seed."""
     tokenizer = DigitsTokenizer()
     problems = [PROBLEM, Prompt("p1", "2 7 2 7", answer="7"), Prompt("p2", "1 2 3 1 2 3 1")]
     dvts_run = strategy == "dvts"
@@ -108,7 +109,10 @@ def test_problems_in_flight_share_the_batch_and_draw_the_samples_they_draw_alone
         assert [(r.id, r.texts, r.answers, r.tokens, r.rounds) for r in results] == \
             [(r.id, r.texts, r.answers, r.tokens, r.rounds) for r in runs[0]]
         assert all(r.seconds > 0 for r in results)
+    seeds = [request.seed_of(sample) for request, _ in backend.calls for sample in range(request.n)]
+    assert len(set(seeds)) == len(seeds), "two samples drew one seed (rounds, subtrees and problems each draw afresh)"
     if dvts_run:  # two subtrees a problem and round: 2, 4 and 6 requests a call while every problem runs
+        assert max(r.rounds for r in runs[0]) >= 2, "one round only: the seeds of later rounds went unchecked"
         assert max(calls[0]) == 2 and max(calls[1]) == 4 and max(calls[2]) == 6
     else:
         assert calls == [[1, 1, 1], [2, 1], [3]]

@@ -591,6 +591,23 @@ def test_a_seeded_requests_drafting_noise_is_not_seeded_like_vllms_generator():
         assert not np.allclose(np.sort(vllm_like), np.sort(drafts))
 
 
+@needs_vllm
+def test_the_proposer_drafts_a_seeded_request_from_the_mixed_seed():
+    """The proposer's stream for a seeded request is ``drafting_seed`` of the seed (folded into
+    [0, 2**64) first), not the seed itself: its draws are those of ``RandomStream.seeded(drafting_seed(s))``."""
+    from stand_runtime.randomness import SEED_LIMIT, RandomStream, drafting_seed
+    from stand_runtime.vllm.proposer import StandProposer
+    from stand_runtime.vllm.runner_access import BatchRow
+
+    proposer = StandProposer(_fake_config(k=3))
+    for i, seed in enumerate((1, -1, 2**70)):
+        state = proposer._state(BatchRow(f"r{i}", [5, 6, 5], 0.8, 1.0, 0, seed))
+        drawn = state.randomness.lend_uniforms(16)
+        assert np.array_equal(drawn, RandomStream.seeded(drafting_seed(seed % SEED_LIMIT)).lend_uniforms(16))
+        assert not np.array_equal(drawn, RandomStream.seeded(seed % SEED_LIMIT).lend_uniforms(16))
+    assert proposer._state(BatchRow("greedy", [5, 6, 5], 0.0, 1.0, 0, 1)).randomness is None
+
+
 def test_engines_make_their_ipc_sockets_in_a_private_folder():
     """vLLM's engines left their socket files in /tmp (50-80 a test-suite run); load_llm points them at
     one temporary folder per process, removed at exit, unless the caller chose a folder."""
