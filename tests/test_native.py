@@ -179,6 +179,25 @@ def test_dynamic_tree_drafts_are_identical(stochastic):
     assert reference.stats() == native.stats()  # the blends were counted alike
 
 
+def test_one_id_supports_draw_their_noise_as_the_reference_does():
+    """A one-hot feed (greedy targets) and beta 0 give blended supports of a single id, where the
+    reference still draws a [1] Gumbel block: the native draft consumes the same noise, so the two
+    streams stay in step (the next draws equal) and seeded runs repeat across the two stores."""
+    rng = np.random.default_rng(3)
+    sequence = random_sequence(rng, 600, vocab=30)
+    ids = np.asarray(sequence[1:])[:, None]
+    stores = (NGramStore(max_n=8), NativeNGramStore(max_n=8))
+    for store in stores:
+        store.update_sequence(sequence, list(range(len(sequence) - 1)), ids, np.ones_like(ids, dtype=np.float64))
+    streams = [RandomStream.seeded(5, block=97) for _ in range(2)]
+    for end in range(20, 600, 37):
+        for beta in (0.0, 1.0):
+            tree = DynamicTree(20, confidence=0.0, beta=beta)
+            assert_same_draft(*[best_first_draft(tree, store, sequence[max(0, end - 20):end], stream)
+                                for store, stream in zip(stores, streams)])
+    assert streams[0].gumbel(7).tolist() == streams[1].gumbel(7).tolist()
+
+
 def test_an_empty_native_store_drafts_nothing():
     for randomness in (None, RandomStream.seeded(0)):
         assert best_first_draft(DynamicTree(5), NativeNGramStore(max_n=8), [0, 1], randomness).num_nodes == 0

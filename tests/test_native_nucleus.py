@@ -117,3 +117,15 @@ def test_edge_rows():
 def test_switched_off_by_the_native_variable(monkeypatch):
     monkeypatch.setenv("STAND_NATIVE_NUCLEUS", "0")
     assert logits_nucleus(torch.zeros(2, 50), torch.full((2,), 0.9), mask=False) is None
+
+
+def test_a_token_whose_preceding_mass_equals_top_p_is_left_out():
+    """torch's rule keeps a token while the mass before it is below top_p: at exactly top_p it is out
+    (two tokens of 0.5 at top_p 0.5 keep one; four of 0.25 keep two)."""
+    logits = torch.full((2, 200), float("-inf"))
+    logits[0, [4, 9]] = 0.0
+    logits[1, [1, 2, 3, 5]] = 0.0
+    found, _, mass = logits_nucleus(logits.clone(), torch.tensor([0.5, 0.5]), mask=False)
+    assert (found.values[0] > 0).sum() == 1 and found.ids[0, 0] == 4
+    assert (found.values[1] > 0).sum() == 2 and found.ids[1, :2].tolist() == [1, 2]
+    assert abs(float(mass[0]) - 0.5) < 1e-7
