@@ -189,3 +189,17 @@ def test_native_seeded_sampling_is_the_python_run(tiny_qwen2, monkeypatch, metho
         assert native.tokens == python.tokens and steps == python_steps
         assert_same_store(python_store, native_store)
         assert sum(len(accepted) for _, _, accepted in steps) > 0  # drafts were accepted
+
+
+def test_the_extension_takes_a_leaf_whose_path_probability_equals_min_score():
+    """"At least min_score" at equality, in both stores: leaves whose path probability is exactly
+    0.5 x 0.2 = 0.1 (the default min_score) still get their child; the one below it (0.05) does not,
+    though the store has a successor for it."""
+    for store in (NGramStore(max_n=2), NativeNGramStore(max_n=2)):
+        store.update([0, 1], [2, 3], [0.5, 0.5])
+        store.update([1, 2], [10, 11, 12, 13, 14], [0.2] * 5)  # q's mode 0.2: the path reaches 0.1
+        store.update([2, 10], [20], [1.0])  # 0.1 x 1.0: still exactly 0.1
+        store.update([10, 20], [30, 31], [0.5, 0.5])  # 0.1 x 0.5 = 0.05
+        store.update([20, 30], [40], [1.0])  # the 0.05 leaf's successor: below min_score, not taken
+        draft = draft_tree(DraftTree.from_paths([]), store, [0, 1], None, None, Extension(10))
+        assert draft.tokens == [1, 2, 10, 20, 30], type(store).__name__
