@@ -201,14 +201,8 @@ def test_each_row_keeps_its_own_sampling_seed_stop_strings_and_eos(tiny_qwen2):
     """Rows that differ inside one prompt: greedy beside T 1 (seeded `ar` rows equal plain decoding of
     each alone token for token: same seed, same draws), and stop strings and EOS ids of their own
     (each STAND row stops where that row alone stops, with its finish reason)."""
-    sampling = [SamplingParams(temperature=0), SamplingParams(temperature=1.0, top_p=1.0)]
     for seed in (3, 40, 500):
-        rows = generate_batch(tiny_qwen2, None, [PROMPTS[1]], n=2, method=Method.parse("ar", None, tiny_qwen2, batch=2),
-                              sampling=sampling, max_new_tokens=8, seed=seed, eos_token_ids=[])
-        for r, row in enumerate(rows):
-            alone = generate(tiny_qwen2, None, PROMPTS[1], method="ar", sampling=sampling[r], max_new_tokens=8,
-                             seed=seed + r, eos_token_ids=[])
-            assert row.tokens == alone.tokens, (seed, r)
+        seeded_rows_equal_each_alone(tiny_qwen2, [SamplingParams(temperature=0), SamplingParams(1.0, 1.0)], seed)
     tokenizer, greedy = DigitsTokenizer(), SamplingParams(temperature=0)
     plain = generate(tiny_qwen2, tokenizer, REPEAT_PROMPT, sampling=greedy, method="ar", max_new_tokens=30,
                      eos_token_ids=[]).tokens
@@ -222,3 +216,15 @@ def test_each_row_keeps_its_own_sampling_seed_stop_strings_and_eos(tiny_qwen2):
         assert (result.tokens, result.finish_reason) == (alone.tokens, alone.finish_reason)
         reasons.append(result.finish_reason)
     assert reasons == ["length", "stop", "eos", "length"], "no row stopped early: the test proves nothing"
+
+
+def seeded_rows_equal_each_alone(model, sampling: list, seed: int) -> list:
+    """Rows of one prompt (``PROMPTS[1]``), one per entry of ``sampling``, batched by plain decoding with
+    seeds ``seed + r``: each equals that row decoded alone with its seed, token for token. Returns the rows."""
+    rows = generate_batch(model, None, [PROMPTS[1]], n=len(sampling), method=Method.parse("ar", None, model, batch=2),
+                          sampling=sampling, max_new_tokens=8, seed=seed, eos_token_ids=[])
+    for r, row in enumerate(rows):
+        alone = generate(model, None, PROMPTS[1], method="ar", sampling=sampling[r], max_new_tokens=8,
+                         seed=seed + r, eos_token_ids=[])
+        assert row.tokens == alone.tokens, (seed, r)
+    return rows

@@ -15,9 +15,9 @@ import typer
 from typer.testing import CliRunner
 
 from cli import app
-from stand_runtime import Method, RowSpec, SamplingParams, decode_rows, generate, generate_batch
+from stand_runtime import Method, RowSpec, SamplingParams, decode_rows, generate
 from stand_runtime.target.sampling import target_rows
-from test_batch import PROMPTS
+from test_batch import PROMPTS, seeded_rows_equal_each_alone
 
 
 def test_the_defaults_are_the_documented_ones():
@@ -46,13 +46,8 @@ def test_rows_differing_only_in_top_p_each_sample_their_own(tiny_qwen2):
     sampling = [SamplingParams(1.0, 1.0), SamplingParams(1.0, 0.3)]
     outside = 0
     for seed in (1, 20, 300):
-        rows = generate_batch(tiny_qwen2, None, [PROMPTS[1]], n=2, method=Method.parse("ar", None, tiny_qwen2, batch=2),
-                              sampling=sampling, max_new_tokens=8, seed=seed, eos_token_ids=[])
-        for r, row in enumerate(rows):
-            alone = generate(tiny_qwen2, None, PROMPTS[1], method="ar", sampling=sampling[r], max_new_tokens=8,
-                             seed=seed + r, eos_token_ids=[])
-            assert row.tokens == alone.tokens, (seed, r)
-            outside += r == 0 and not all(_in_nucleus(tiny_qwen2, PROMPTS[1], row.tokens, sampling[1]))
+        rows = seeded_rows_equal_each_alone(tiny_qwen2, sampling, seed)
+        outside += not all(_in_nucleus(tiny_qwen2, PROMPTS[1], rows[0].tokens, sampling[1]))
         for batch_verify in (False, True):
             method = Method.parse("stand", "heuristic-80", tiny_qwen2, batch=2, batch_verify=batch_verify)
             drafted = decode_rows(tiny_qwen2, None, [RowSpec(list(PROMPTS[1]), s, seed + r, 8, None, (), [])
