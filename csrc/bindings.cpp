@@ -32,19 +32,19 @@ void require(bool ok, const char* message) {
 // again (the draft's scratch is shared) nor change a store (a draft holds pointers into its entries).
 int drafting = 0;
 
-struct Drafting {
+void require_not_drafting() {
+    if (drafting) throw std::runtime_error("_native: a draft's noise callback drafted again or changed a store");
+}
+
+struct Drafting {  // held for a draft's whole run
     Drafting() {
-        if (drafting) throw std::runtime_error("_native: a draft's noise callback drafted again or changed a store");
+        require_not_drafting();
         ++drafting;
     }
     ~Drafting() { --drafting; }
     Drafting(const Drafting&) = delete;
     Drafting& operator=(const Drafting&) = delete;
 };
-
-void require_not_drafting() {
-    if (drafting) throw std::runtime_error("_native: a draft's noise callback drafted again or changed a store");
-}
 
 py::tuple entry_tuple(int n, const stand::Entry& e) {
     py::object reserve;
