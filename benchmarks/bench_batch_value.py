@@ -5,7 +5,7 @@ n-gram store (best-of-N's memory), decoded B rows at a time (N / B batches per p
 plain decoding (``ar``, the reference), STAND on its default tree (``auto``, sized for B rows),
 STAND's value-sized dynamic tree with each row sized alone (``dynamic-auto``, ``allocation="row"``)
 and with one node budget per forward spent over every row's candidates (``allocation="batch"``,
-:mod:`stand_runtime.engine.allocation`). Each method is parsed once per batch size (its value rule
+:mod:`stand_runtime.sizing.allocation`). Each method is parsed once per batch size (its value rule
 learns over every problem); methods run problem by problem, their order rotating, so all see the same
 machine state. Prints per batch size each method's tokens per second (wall time of its
 ``generate_batch`` calls, prefill included) and its ratio to ``ar``, the acceptance length, drafted

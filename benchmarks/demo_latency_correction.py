@@ -62,7 +62,7 @@ def run(model, tokenizer, prompt: str, profile: LatencyProfile, tokens: int, tru
         method = Method.parse("stand", "dynamic-auto", model)
     finally:
         method_module.cached_latency = measured
-    import stand_runtime.engine.allocation as allocation
+    import stand_runtime.sizing.allocation as allocation
 
     rule, steps, offered = method.value, [], []
     found_by = allocation.candidates

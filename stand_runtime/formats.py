@@ -9,7 +9,7 @@ FAMILY_FORMAT = "stand-tree-family"
 """A family of trees, one per size (:mod:`stand_runtime.trees.families`)."""
 
 ACCEPTANCE_FORMAT = "stand-acceptance"
-"""An acceptance seed of the value-sized trees (:mod:`stand_runtime.acceptance_seed`)."""
+"""An acceptance seed of the value-sized trees (:mod:`stand_runtime.sizing.acceptance_seed`)."""
 
 CALIBRATION_FORMAT = "stand-calibration"
 """A calibration of a candidate tree (``treeopt calibrate``'s output, :mod:`treeopt.optimize.calibration`)."""

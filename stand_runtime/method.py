@@ -10,19 +10,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .acceptance_seed import seeded_map
+from .sizing.acceptance_seed import seeded_map
 from .checks import check_bool, check_int
 from .drafters import (COPY_TOKENS, DYNAMIC_METHODS, METHODS, STORE_METHODS, TREE_METHODS, VALUE_COPY_TOKENS, Drafter,
                        Memory, check_method, new_memory)
-from .drafters.best_first import DynamicTree, parse_dynamic
+from .store.drafting import DynamicTree, parse_dynamic
 from .drafters.diagnostics import DraftQuality
 from .drafters.prompt_lookup import PromptLookupDrafter
 from .drafters.stand import StandDrafter
 from .drafters.suffix_decoding import SuffixDecodingDrafter, SuffixMemory, SuffixSettings
 from .drafters.token_recycling import RecyclingMatrix, TokenRecyclingDrafter
-from .drafters.tree_walk import Extension
-from .drafters.latency_model import LatencyModel
-from .drafters.value import AcceptanceMap, ValueRule
+from .trees.tree_walk import Extension
+from .sizing.latency_model import LatencyModel
+from .sizing.value import AcceptanceMap, ValueRule
 from .errors import StandError
 from .randomness import RandomStream
 from .store.ngram_store import NGramStore
@@ -30,7 +30,7 @@ from .drafters.prior import SuccessorPrior
 from .target.latency import LatencyProfile, cached_latency, profile_name, target_identity
 from .target.model_facts import check_model
 from .target.sampling import SamplingParams
-from .tree_choice import AUTO, DEFAULT_FAMILY, check_auto_available, machine_tree
+from .sizing.tree_choice import AUTO, DEFAULT_FAMILY, check_auto_available, machine_tree
 from .trees.tree import DraftTree
 from .trees.families import is_family
 from .trees.tree_io import TreeFile, resolve_tree
@@ -38,10 +38,10 @@ from .trees.tree_io import TreeFile, resolve_tree
 DEFAULT_TREES = {"stand": "dynamic-auto", "stand-det": AUTO, "recycle": "heuristic-80"}
 """Each tree method's default tree: for STAND the value-sized dynamic tree (``"dynamic-auto"``: each step
 drafts the best-first nodes and copied tokens that pay for themselves in expected tokens per second,
-:mod:`stand_runtime.drafters.value`; held-out HumanEval and GSM8K, one sequence: 1.52x / 1.37x plain
+:mod:`stand_runtime.sizing.value`; held-out HumanEval and GSM8K, one sequence: 1.52x / 1.37x plain
 where the static ``"auto"`` tree gave 1.35x / 1.17x, benchmarks/results/README.md); for ``stand-det``
 (the paper's deterministic ablation) the calibrated static family sized for this machine's latency
-(``"auto"``, :mod:`stand_runtime.tree_choice`), which stays every STAND method's offline-calibrated
+(``"auto"``, :mod:`stand_runtime.sizing.tree_choice`), which stays every STAND method's offline-calibrated
 option; for Token Recycling its own static tree (its paper's depth profile 8/21/25/15/8/3)."""
 
 
@@ -143,7 +143,7 @@ class Method:
                 ``"auto"`` (:func:`auto_node_cap`).
             suffix: SuffixDecoding's settings.
             allocation: how a value-sized dynamic tree (``dynamic-auto``) is sized: ``"batch"`` (one
-                node budget per forward over every row's candidates, :mod:`stand_runtime.engine.allocation`)
+                node budget per forward over every row's candidates, :mod:`stand_runtime.sizing.allocation`)
                 or ``"row"`` (each row sizes its own draft as if alone, t at ``batch`` rows per forward).
             batch_verify: the batched verifier switch (see :class:`Method`).
             latency: the profile a value-sized tree is sized by when it is not this machine's (e.g. the
@@ -269,7 +269,7 @@ def value_rule(tree, model, batch: int, allocation: str = "batch",
     ``model`` (measured once, cached; or ``latency``, another machine's, never corrected here) at
     ``batch`` rows per forward, corrected online, sizing rows one forward at a time
     (``allocation="batch"``) or each alone (``"row"``), with an acceptance map seeded from the
-    model's offline calibration when one was measured (:func:`stand_runtime.acceptance_seed.seeded_map`;
+    model's offline calibration when one was measured (:func:`stand_runtime.sizing.acceptance_seed.seeded_map`;
     the default seed without a model); None for other trees. ``spec``: the tree as the caller named it
     (for the error; default: the tree's own name).
 

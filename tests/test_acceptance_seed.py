@@ -10,10 +10,10 @@ import pytest
 
 from conftest import DigitsTokenizer, tiny_model
 from stand_runtime import Method, NGramStore, SamplingParams, StandError, generate
-from stand_runtime.acceptance_seed import (AcceptanceSeed, find_acceptance_seed, load_acceptance_seed, model_identity,
+from stand_runtime.sizing.acceptance_seed import (AcceptanceSeed, find_acceptance_seed, load_acceptance_seed, model_identity,
                                            seed_path)
 from stand_runtime.drafters import DYNAMIC_MAX_N, STORE_TOP_K
-from stand_runtime.drafters.value import DEFAULT_PRIOR, EDGES, PRIOR_WEIGHT, AcceptanceMap
+from stand_runtime.sizing.value import DEFAULT_PRIOR, EDGES, PRIOR_WEIGHT, AcceptanceMap
 from stand_runtime.target import latency
 
 FLAT = latency.LatencyProfile((1, 2, 4, 8, 16, 32, 64, 128), (1.0,) * 8)
@@ -97,10 +97,10 @@ def test_the_value_rule_is_seeded_for_its_model_only(cache, tmp_path, monkeypatc
     drafted, accepted = counts()
     # a bundled seed of another model is ignored, one of this model is used
     other = AcceptanceSeed("llama", drafted, accepted).save(tmp_path / "other.acceptance.json")
-    monkeypatch.setattr("stand_runtime.acceptance_seed.bundled_files", lambda suffix: {"other": other})
+    monkeypatch.setattr("stand_runtime.sizing.acceptance_seed.bundled_files", lambda suffix: {"other": other})
     assert find_acceptance_seed(model) is None
     mine = AcceptanceSeed(identity, drafted, accepted).save(tmp_path / "mine.acceptance.json")
-    monkeypatch.setattr("stand_runtime.acceptance_seed.bundled_files", lambda suffix: {"other": other, "mine": mine})
+    monkeypatch.setattr("stand_runtime.sizing.acceptance_seed.bundled_files", lambda suffix: {"other": other, "mine": mine})
     method = Method.parse("stand", "dynamic-auto", model)
     assert np.allclose(method.value.acceptance.table(), AcceptanceSeed(identity, drafted, accepted).prior())
     # the cached seed (what calibrate writes) comes first; one measured on another model is refused

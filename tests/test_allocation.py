@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 
 from stand_runtime import Method, NGramStore, RowSpec, SamplingParams, StandError, decode_rows, generate, generate_batch
-from stand_runtime.drafters.best_first import DynamicTree, best_first_draft
-from stand_runtime.drafters.peak import first_peak
-from stand_runtime.drafters.latency_model import LatencyModel
-from stand_runtime.drafters.value import AcceptanceMap, ValueRule
-from stand_runtime.engine.allocation import BatchAllocator, padded_allocation, packed_allocation
+from stand_runtime.store.drafting import DynamicTree, best_first_draft
+from stand_runtime.sizing.peak import first_peak
+from stand_runtime.sizing.latency_model import LatencyModel
+from stand_runtime.sizing.value import AcceptanceMap, ValueRule
+from stand_runtime.sizing.allocation import BatchAllocator, padded_allocation, packed_allocation
 from stand_runtime.engine.metrics import padding_waste
 from stand_runtime.randomness import RandomStream
 from stand_runtime.trees.draft import Draft, DraftBuilder
@@ -184,8 +184,8 @@ def flat_profile(monkeypatch, slope: float):
     machine's load)."""
     from stand_runtime.target import latency
 
-    monkeypatch.setattr("stand_runtime.drafters.latency_model.LatencyModel.observe", lambda self, tokens, seconds: None)
-    monkeypatch.setattr("stand_runtime.drafters.latency_model.LatencyModel.explore", lambda self, tokens=None: False)
+    monkeypatch.setattr("stand_runtime.sizing.latency_model.LatencyModel.observe", lambda self, tokens, seconds: None)
+    monkeypatch.setattr("stand_runtime.sizing.latency_model.LatencyModel.explore", lambda self, tokens=None: False)
 
     sizes = (1, 2, 4, 8, 16, 32, 64, 128)
     monkeypatch.setattr("stand_runtime.method.cached_latency",
@@ -219,7 +219,7 @@ def test_the_first_forward_of_a_decode_is_not_observed(tiny_qwen2, monkeypatch):
     """The latency model learns from every forward of a decode but its first (cold: it made the
     roots-only forward look twice its cost); single sequence and batch alike."""
     seen = []
-    monkeypatch.setattr("stand_runtime.drafters.latency_model.LatencyModel.observe",
+    monkeypatch.setattr("stand_runtime.sizing.latency_model.LatencyModel.observe",
                         lambda self, tokens, seconds: seen.append(tokens))
     greedy = SamplingParams(temperature=0)
     for batch in (1, 2):
@@ -238,7 +238,7 @@ def test_the_latency_model_learns_the_whole_step_not_the_forward_alone(tiny_qwen
     import time
 
     seen = []
-    monkeypatch.setattr("stand_runtime.drafters.latency_model.LatencyModel.observe",
+    monkeypatch.setattr("stand_runtime.sizing.latency_model.LatencyModel.observe",
                         lambda self, tokens, seconds: seen.append(seconds))
     settle = DecodeRow.settle
     monkeypatch.setattr(DecodeRow, "settle", lambda self, *args: (time.sleep(0.02), settle(self, *args))[1])

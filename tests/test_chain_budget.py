@@ -11,12 +11,12 @@ import pytest
 import stand_runtime.drafters.chain as chain_module
 import stand_runtime.target.sampling as sampling_module
 from stand_runtime import NGramStore, StandError
-from stand_runtime.drafters.candidates import COPY_DECAY, match_rate
+from stand_runtime.sizing.candidates import COPY_DECAY, match_rate
 from stand_runtime.drafters.chain import COPIED, FALLBACK, OWN, ChainCursor
 from stand_runtime.drafters.suffix_index import MAX_MATCH, SuffixIndex, repeated
 from stand_runtime.drafters.chain_budget import PLAIN_OBSERVED, ChainBudget, profile_function
-from stand_runtime.drafters.latency_model import LatencyModel
-from stand_runtime.drafters.value import AcceptanceMap
+from stand_runtime.sizing.latency_model import LatencyModel
+from stand_runtime.sizing.value import AcceptanceMap
 from stand_runtime.randomness import RandomStream
 from stand_runtime.trees.draft import DraftBuilder
 from stand_runtime.verify import verify_sampling
@@ -218,7 +218,7 @@ def test_a_rule_that_stopped_drafting_explores_a_longer_forward_again():
     """A rule that drafts nothing (t(T) = T: no position pays) sees only plain forwards; after MAX_AGE
     of them its longer forwards' observations are gone, and a phase-2 step drafts the best position
     again, so a forward that became cheaper (a busy moment passed) can be learned as it is now."""
-    from stand_runtime.drafters.latency_model import MAX_AGE
+    from stand_runtime.sizing.latency_model import MAX_AGE
 
     rule = ChainBudget(LatencyModel(lambda t: float(t), (1, 2, 4, 8)), ScoreIsP(kinds=3))
     for tokens in (1, 1, 1, 3, 3, 3):

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from stand_runtime import Method, RowSpec, SamplingParams, StandError, decode_rows, generate
-from stand_runtime.drafters.latency_model import LatencyModel
+from stand_runtime.sizing.latency_model import LatencyModel
 from stand_runtime.engine import loop as engine_loop
 from stand_runtime.target.latency import LatencyProfile
 from stand_runtime.target.batch_kv import BatchedCache

@@ -9,7 +9,7 @@ from scipy import stats
 
 from stand_runtime import DraftTree, NGramStore
 from stand_runtime.drafters import draft_tree
-from stand_runtime.drafters.gumbel import gumbel_top_k
+from stand_runtime.store.gumbel import gumbel_top_k
 from stand_runtime.randomness import RandomStream
 
 
@@ -118,7 +118,7 @@ def test_stochastic_draft_children_are_distinct_and_follow_q():
 def test_replay_calibration_chooses_the_children_drafting_chooses(stochastic):
     """Replay calibration must estimate what drafting does: with the same store and noise, the
     children it walks at a node are the tokens the engine's drafter puts there, in the same order."""
-    from stand_runtime.drafters.gumbel import choose_children
+    from stand_runtime.store.gumbel import choose_children
     from stand_runtime.engine.batch_sampling import RecordedDistributions
     from treeopt.optimize.replay import replay_trajectory
 

@@ -10,7 +10,7 @@ from stand_runtime import LatencyProfile, StandError
 from stand_runtime.errors import StandWarning
 from stand_runtime.target import latency
 from stand_runtime.target.latency import cached_latency
-from stand_runtime.tree_choice import machine_tree
+from stand_runtime.sizing.tree_choice import machine_tree
 from stand_runtime.trees.families import family_to_json
 from stand_runtime.target.latency import choose_size, monotone_fit, profile_from_rounds
 from treeopt import candidate_tree, export_family

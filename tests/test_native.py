@@ -252,8 +252,8 @@ def test_stand_native_selects_the_native_store(monkeypatch):
 def test_value_sized_replays_are_identical_on_the_native_store():
     """A value-sized dynamic tree sizes each step from the native draft's node scores: the replay,
     the rule's sizes and its learned acceptance are the Python store's."""
-    from stand_runtime.drafters.latency_model import LatencyModel
-    from stand_runtime.drafters.value import ValueRule
+    from stand_runtime.sizing.latency_model import LatencyModel
+    from stand_runtime.sizing.value import ValueRule
 
     method = Method.parse("stand", "dynamic-40")
     greedy = SamplingParams(temperature=0.0)
@@ -292,7 +292,7 @@ def draft_requests(rng, stores, sequence, streams, i):
 def test_rows_drafted_in_one_call_equal_the_per_row_calls(stochastic):
     """native_best_first_rows over rows with their own or a shared store, contexts, budgets, chains
     and Gumbel pools (two rows on one stream too) == best_first_draft row by row."""
-    from stand_runtime.drafters.native_draft import native_best_first_rows
+    from stand_runtime.store.native_draft import native_best_first_rows
 
     rng = np.random.default_rng(21 + stochastic)
     shared, own = NativeNGramStore(max_n=8), NativeNGramStore(max_n=8)
@@ -369,7 +369,7 @@ def test_batched_native_rows_equal_plain_decoding(tiny_qwen2, monkeypatch, tree)
     monkeypatch.setenv(NATIVE_ENV, "1")
     calls = {"draft": 0, "feed": 0}
     import stand_runtime.engine.row_batch as row_batch
-    for name, key in (("native_best_first_rows", "draft"), ("update_sequences", "feed")):
+    for name, key in (("best_first_rows", "draft"), ("update_sequences", "feed")):
         original = getattr(row_batch, name)
         monkeypatch.setattr(row_batch, name, lambda *a, _f=original, _k=key: (calls.__setitem__(_k, calls[_k] + 1), _f(*a))[1])
     prompts = [[3, 1, 4, 1, 5, 9, 2, 6] * 3, [2, 7, 1, 8, 2, 8] * 4]

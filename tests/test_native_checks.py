@@ -11,7 +11,7 @@ import pytest
 
 from stand_runtime import DynamicTree, NGramStore, StandError
 from stand_runtime.drafters import best_first_draft
-from stand_runtime.drafters.native_draft import native_best_first_rows
+from stand_runtime.store.native_draft import native_best_first_rows
 from stand_runtime.drafters.suffix_index import NativeSuffixIndex, SuffixIndex
 from stand_runtime.store.native_store import NativeNGramStore, native_available
 

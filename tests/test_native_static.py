@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 
 from stand_runtime import DraftTree, Method, NGramStore, SamplingParams, generate
-from stand_runtime.drafters import Extension, draft_tree, new_memory, stand
-from stand_runtime.drafters.native_draft import native_fill_tree
+from stand_runtime.drafters import Extension, draft_tree, new_memory
+from stand_runtime.store import drafting
+from stand_runtime.store.native_draft import native_fill_tree
 from stand_runtime.drafters.suffix_index import NativeSuffixIndex, SuffixIndex
 from stand_runtime.randomness import RandomStream
 from stand_runtime.store.native_store import NATIVE_ENV, NativeNGramStore, native_available
@@ -156,7 +157,7 @@ def run_generate(model, monkeypatch, native: bool, method: str, tree: str, sampl
     and the store (the method's fresh memory, as generate makes it)."""
     monkeypatch.setenv(NATIVE_ENV, "1" if native else "0")
     fills = []
-    monkeypatch.setattr(stand, "native_fill_tree", lambda *args: fills.append(1) or native_fill_tree(*args))
+    monkeypatch.setattr(drafting, "native_fill_tree", lambda *args: fills.append(1) or native_fill_tree(*args))
     steps = []
     method = Method.parse(method, tree, model)
     store = method.new_memory(model.config.vocab_size)

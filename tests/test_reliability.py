@@ -97,7 +97,7 @@ def test_the_value_rule_reports_what_it_predicted_when_it_sized(flat_latency):
 
 
 def latency_edges():
-    from stand_runtime.drafters.value import EDGES
+    from stand_runtime.sizing.value import EDGES
 
     return EDGES
 

@@ -122,7 +122,7 @@ def test_drafting_imports_no_tree_sizing_latency_or_model_loading():
     import sys
 
     code = ("import sys, stand_runtime.drafters, stand_runtime.vllm.proposer; "
-            "print(sorted(m for m in sys.modules if m in {'transformers', 'stand_runtime.tree_choice', "
+            "print(sorted(m for m in sys.modules if m in {'transformers', 'stand_runtime.sizing.tree_choice', "
             "'stand_runtime.target.latency', 'stand_runtime.target.models', 'stand_runtime.method'}))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
     assert out.stdout.strip() == "[]", out.stdout

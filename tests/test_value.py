@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 
 from stand_runtime import DynamicTree, Method, NGramStore, SamplingParams, StandError, generate, generate_batch
-from stand_runtime.drafters.best_first import parse_dynamic
-from stand_runtime.drafters.peak import first_peak
-from stand_runtime.drafters.latency_model import MIN_OBSERVED, LatencyModel
-from stand_runtime.drafters.value import AcceptanceMap, ValueRule
+from stand_runtime.store.drafting import parse_dynamic
+from stand_runtime.sizing.peak import first_peak
+from stand_runtime.sizing.latency_model import MIN_OBSERVED, LatencyModel
+from stand_runtime.sizing.value import AcceptanceMap, ValueRule
 
 SIZES = (1, 2, 4, 8, 16, 32)
 
@@ -54,7 +54,7 @@ def test_a_step_in_the_cost_is_crossed_when_the_nodes_past_it_pay():
     pay; the bounded rule reaches them. A kernel step (3 -> 4 tokens costs 33%, then 4% a token, as
     on the Intel Xeon measured): sure nodes cross it, unsure ones stop before it, where a convex
     minorant priced the step as a ramp and took them."""
-    from stand_runtime.drafters.peak import bounded_peak_of
+    from stand_runtime.sizing.peak import bounded_peak_of
 
     stepped = np.array([1.0, 1.1, 1.2, 1.2, 1.21, 1.22, 1.23])
     profile = lambda tokens: float(np.interp(tokens, np.arange(1, 8), stepped))
@@ -74,7 +74,7 @@ def test_a_step_in_the_cost_is_crossed_when_the_nodes_past_it_pay():
 def test_whether_a_node_is_taken_reads_neither_the_nodes_after_it_nor_their_number():
     """The event n >= k is the same when the candidates after k change in P or in number (how many a
     step offers may depend on node k's draw), on non-monotone P and a stepped cost."""
-    from stand_runtime.drafters.peak import LOOKAHEAD, bounded_peak_of
+    from stand_runtime.sizing.peak import LOOKAHEAD, bounded_peak_of
 
     rng = np.random.default_rng(11)
     cost = np.concatenate([[1.0, 1.02, 1.05], 1.35 + 0.03 * np.arange(40)])
@@ -95,7 +95,7 @@ def test_whether_a_node_is_taken_reads_neither_the_nodes_after_it_nor_their_numb
 def test_the_bounded_peak_is_the_first_peak_on_convex_costs():
     """With falling increments and a convex cost the bounded rule stops where the first peak does (the
     best size); with a look-ahead of one it is the first peak on any curve."""
-    from stand_runtime.drafters.peak import bounded_peak_of
+    from stand_runtime.sizing.peak import bounded_peak_of
 
     rng = np.random.default_rng(5)
     for _ in range(300):
@@ -116,7 +116,7 @@ def test_the_bounded_peak_is_the_first_peak_on_convex_costs():
 def test_the_one_pass_rule_with_a_lookahead_of_one_is_the_first_peak():
     """bounded_peak_of with a look-ahead of one equals :func:`first_peak` on random, non-monotone
     curves (NaN included)."""
-    from stand_runtime.drafters.peak import bounded_peak_of
+    from stand_runtime.sizing.peak import bounded_peak_of
 
     rng = np.random.default_rng(3)
     for _ in range(300):
@@ -170,7 +170,7 @@ def test_timing_noise_within_the_tolerance_leaves_the_profile_as_measured():
     profile was measured, and noisy) leave the profile's shape standing exactly, so the rule's sizes do
     not read the noise; a size 3 times dearer than the rest (beyond :data:`TOLERANCE`), or every size 5
     times its profile (beyond :data:`SCALE_TOLERANCE`), corrects it."""
-    from stand_runtime.drafters.latency_model import DEPARTURE_OBSERVED, SCALE_TOLERANCE, TOLERANCE
+    from stand_runtime.sizing.latency_model import DEPARTURE_OBSERVED, SCALE_TOLERANCE, TOLERANCE
 
     profile = linear(1.0, 0.05)
     rng = np.random.default_rng(0)
@@ -222,7 +222,7 @@ def test_a_root_only_forward_observed_long_ago_is_explored_again():
     """The root-only forward, observed slow at the start (a busy moment), then never again because every
     step drafts, stops pricing the drafts after MAX_AGE forwards: the rule explores it once more and
     learns the cost as it is now (4 drafted tokens dearer than none, not cheaper)."""
-    from stand_runtime.drafters.latency_model import MAX_AGE, WINDOW
+    from stand_runtime.sizing.latency_model import MAX_AGE, WINDOW
 
     model = LatencyModel(lambda tokens: 1.0, SIZES, tolerance=1.0)  # flat: every departure counts
     observe(model, 1, 0.040)  # under load: slower than any later forward
@@ -247,7 +247,7 @@ def test_the_copy_chain_competes_for_the_budget_by_its_value():
     copy rate of 0.5) are taken in one order by P; the chain's first token follows the drawn child that
     equals it, the next hangs under it as a copied node scored by its chain position (the rate kept, so
     the outcome is learned at the score it was sized by)."""
-    from stand_runtime.drafters.candidates import candidates, value_scores
+    from stand_runtime.sizing.candidates import candidates, value_scores
     from stand_runtime.trees.draft import DraftBuilder
 
     builder = DraftBuilder(7)
@@ -380,7 +380,7 @@ def test_a_step_drafts_only_as_far_as_recent_steps_kept():
     """The rule's draft budget: the whole tree before any sized step, then twice the largest size of
     the last 8 sized forwards plus 2 (room to double), never above the tree; exploring steps (which
     draft nothing to observe the root-only forward) are not counted."""
-    from stand_runtime.drafters.value import GROWTH, RECENT, SLACK
+    from stand_runtime.sizing.value import GROWTH, RECENT, SLACK
 
     rule = ValueRule(LatencyModel(linear(0.9, 0.1), SIZES), FixedAcceptance([0.9, 0.8, 0.7, 0.2, 0.01]))
     assert rule.budget(80) == 80
@@ -398,7 +398,7 @@ def test_a_budgeted_best_first_draft_is_the_prefix_of_the_full_one(native, stoch
     """A dynamic tree drafted with a smaller node budget is the first nodes of the full budget's
     best-first order (same tokens, parents, scores, same noise for them): the budget only stops it
     early, so cutting it by past steps' sizes leaves the drafts a lossless prefix."""
-    from stand_runtime.drafters.best_first import best_first_draft
+    from stand_runtime.store.drafting import best_first_draft
     from stand_runtime.randomness import RandomStream
     from stand_runtime.store.native_store import NativeNGramStore
     from stand_runtime.trees.draft import truncate_draft
@@ -424,7 +424,7 @@ def test_the_copy_chain_takes_none_of_the_drawn_nodes_budget(nodes):
     """A value-sized tree drafts its budgeted drawn nodes beside the copy chain (cut to the tree's size):
     a chain as long as a small tree leaves it all its drawn nodes, and the largest tree stays within the
     dynamic tree's bound (the rule then keeps the best ``nodes`` of both)."""
-    from stand_runtime.drafters.best_first import MAX_DYNAMIC_NODES, best_first_draft
+    from stand_runtime.store.drafting import MAX_DYNAMIC_NODES, best_first_draft
     from stand_runtime.randomness import RandomStream
     from stand_runtime.target import latency
 
@@ -435,12 +435,12 @@ def test_the_copy_chain_takes_none_of_the_drawn_nodes_budget(nodes):
     for i in range(len(sequence) - 1):
         store.update(sequence[max(0, i - 7): i + 1], [sequence[i + 1]], [1.0])
     drafter = method.drafter(store, RandomStream.seeded(0), SamplingParams(), 50)
-    request = drafter.request(list(sequence), 100)
+    request = drafter.batch_request(list(sequence), 100)
     chain = min(nodes, method.copy_tokens)
     assert len(request[5]) == chain and request[0].num_nodes == min(nodes + chain, MAX_DYNAMIC_NODES)
     draft = best_first_draft(*request)
     assert draft.num_nodes - len(draft.copied) == request[0].num_nodes - chain
-    sized = drafter.sized(draft)
+    sized = drafter.batch_drafted(draft)
     assert sized.num_nodes <= nodes
 
 
@@ -465,7 +465,7 @@ def test_an_explicit_node_cap_in_a_batch_keeps_the_copy_chain(tiny_qwen2):
 
 
 def vectorised_bounded_peak(gains, seconds, lookahead):
-    """The stopping rule of :func:`stand_runtime.drafters.peak.bounded_peak_of` over whole arrays (its
+    """The stopping rule of :func:`stand_runtime.sizing.peak.bounded_peak_of` over whole arrays (its
     first implementation, kept as the reference): every node's bound over the sizes ahead at once."""
     gains = np.asarray(gains, dtype=np.float64)
     length = len(gains) - 1
@@ -488,7 +488,7 @@ def vectorised_bounded_peak(gains, seconds, lookahead):
 def test_the_node_by_node_rule_equals_the_vectorised_reference():
     """bounded_peak_of (node by node, early exit) equals the whole-array version on random curves:
     falling, rising and non-monotone P, stepped and bumpy costs, NaN gains, look-aheads 1-10."""
-    from stand_runtime.drafters.peak import bounded_peak_of
+    from stand_runtime.sizing.peak import bounded_peak_of
 
     rng = np.random.default_rng(5)
     for trial in range(3000):

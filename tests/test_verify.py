@@ -18,7 +18,7 @@ from scipy import stats
 
 from stand_runtime import DraftTree, DynamicTree, NGramStore, verify_greedy, verify_sampling
 from stand_runtime.drafters import draft_tree
-from stand_runtime.drafters.gumbel import gumbel_top_k
+from stand_runtime.store.gumbel import gumbel_top_k
 from stand_runtime.randomness import RandomStream
 from stand_runtime.trees.draft import Draft
 from conftest import draw_law

@@ -114,7 +114,7 @@ def _calibrate_decoding(config, candidate_file: Optional[Path], out: Path, resum
 
 def _check_acceptance(out: Path, nodes: int) -> Optional[Path]:
     """The acceptance seed's path next to ``out`` (checked writable now), None when ``nodes`` is 0."""
-    from stand_runtime.drafters.best_first import parse_dynamic
+    from stand_runtime.store.drafting import parse_dynamic
     from stand_runtime.files import check_writable
     from treeopt.optimize.acceptance import acceptance_path
 
@@ -133,7 +133,7 @@ def _check_acceptance(out: Path, nodes: int) -> Optional[Path]:
 
 def _measure_acceptance(config, target, tokenizer, prompts: list, out: Path, nodes: int) -> None:
     """Decode the prompts on dynamic-``nodes`` and save the value rule's acceptance seed (with progress)."""
-    from stand_runtime.acceptance_seed import find_acceptance_seed, seed_path
+    from stand_runtime.sizing.acceptance_seed import find_acceptance_seed, seed_path
     from treeopt.optimize.acceptance import calibrate_acceptance
 
     with render.progress(console) as bar:

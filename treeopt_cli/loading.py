@@ -56,14 +56,14 @@ def runtime_warnings():
 def announce_tree(target, method: str, tree: Optional[str]):
     """Say which tree ``auto`` chose for this machine, or how a value-sized dynamic tree
     (``dynamic-auto``) is sized (measuring the latency profile once if needed, and warning when it
-    looks untrustworthy); returns the :class:`stand_runtime.tree_choice.TreeChoice` (for
+    looks untrustworthy); returns the :class:`stand_runtime.sizing.tree_choice.TreeChoice` (for
     ``dynamic-auto``: an object with the ``profile``), or None when the method is sized by neither."""
     from types import SimpleNamespace
 
     from stand_runtime.drafters import COPY_TOKENS, DYNAMIC_METHODS, TREE_METHODS, parse_dynamic
     from stand_runtime.method import DEFAULT_TREES, sized_family
     from stand_runtime.target.latency import profile_name
-    from stand_runtime.tree_choice import machine_tree
+    from stand_runtime.sizing.tree_choice import machine_tree
 
     spec = tree or DEFAULT_TREES.get(method)
     dynamic = parse_dynamic(spec) if method in DYNAMIC_METHODS else None

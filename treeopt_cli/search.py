@@ -111,7 +111,7 @@ def _default_trees(names: list[str]) -> dict | None:
 def _value_sized(names: list[str], tree: Optional[str]) -> bool:
     """Whether a method of ``names`` decodes on a value-sized dynamic tree (``dynamic-auto[-N]``): ``tree``
     where given, else STAND's default (stand-det's is the static auto tree)."""
-    from stand_runtime.drafters.best_first import parse_dynamic
+    from stand_runtime.store.drafting import parse_dynamic
     from stand_runtime.method import DEFAULT_TREES
 
     if tree is not None:

@@ -23,12 +23,12 @@ from ..limits import MAX_COPY_TOKENS, MAX_VOCAB, METHODS
 from ..store.native_store import store_class
 from ..store.ngram_store import NGramStore
 from .base import Drafter
-from .best_first import DYNAMIC, DYNAMIC_MAX_N, DynamicTree, best_first_draft, parse_dynamic
+from ..store.drafting import DYNAMIC, DYNAMIC_MAX_N, DynamicTree, best_first_draft, draft_tree, parse_dynamic
 from .prompt_lookup import PromptLookupDrafter
-from .stand import STORE_TOP_K, StandDrafter, draft_tree, store_params
+from .stand import STORE_TOP_K, StandDrafter, store_params
 from .suffix_decoding import SUFFIX_TUNED, SuffixDecodingDrafter, SuffixMemory, SuffixSettings
 from .token_recycling import RecyclingMatrix, TokenRecyclingDrafter
-from .tree_walk import Extension
+from ..trees.tree_walk import Extension
 
 # METHODS, the decoding methods, is defined in stand_runtime.limits (the CLI's help lists it without numpy)
 
@@ -128,7 +128,7 @@ def new_memory(method: str, vocab: int, tree=None) -> Memory | None:
     ``tree`` keeps contexts up to :data:`DYNAMIC_MAX_N` tokens (the paper's store: 3); where the
     extension is built (unless ``STAND_NATIVE=0``) the store is the native one, over which every STAND tree (static, fixed-budget
     or value-sized dynamic) is drafted in C++ (:mod:`stand_runtime.store.native_store`,
-    :mod:`stand_runtime.drafters.native_draft`).
+    :mod:`stand_runtime.store.native_draft`).
 
     Raises:
         StandError: ``vocab`` not an integer in [1, :data:`stand_runtime.limits.MAX_VOCAB`] (for every method, so none accepts what another refuses).

@@ -7,14 +7,14 @@ expectation (B requests, P the chance that the path to a drafted position is acc
 chain positions across requests, best first:
 
 - each request offers its next chain position (:class:`stand_runtime.drafters.chain.ChainCursor`)
-  with P = :class:`stand_runtime.drafters.value.AcceptanceMap` of its score (learned per kind: own
+  with P = :class:`stand_runtime.sizing.value.AcceptanceMap` of its score (learned per kind: own
   store, copied, fallback store);
 - the offered position of highest P is drafted while some prefix of the offered positions, taken in
   order of P, raises ``(B + Σ P) / t(T)``; then its request offers the position after it;
 - zero positions is an answer (for every request, or for some).
 
 The latency model learns the curve's shape only at the sizes it sees, so two kinds of step explore
-(on every :data:`stand_runtime.drafters.latency_model.EXPLORE_EVERY`-th step, at two phases): while the plain
+(on every :data:`stand_runtime.sizing.latency_model.EXPLORE_EVERY`-th step, at two phases): while the plain
 forward of the batch's size has fewer than :data:`PLAIN_OBSERVED` observations, a step drafts nothing;
 while no forward of twice that size has 3, a step drafts the batch's best offered positions, one per
 request in all, best first as the rule takes them (it drafted every offered position to the end of its
@@ -29,7 +29,7 @@ fate depends on a token it decides on (the argmax over whole prefixes would: a p
 be drafted because of the scores its own token gives the positions after it). vLLM then verifies
 each chain by speculative sampling, lossless for any length fixed this way (docs/design.md §7.7).
 
-t comes from :class:`stand_runtime.drafters.latency_model.LatencyModel` over tokens per forward: a latency
+t comes from :class:`stand_runtime.sizing.latency_model.LatencyModel` over tokens per forward: a latency
 profile of vLLM on this machine (:mod:`stand_runtime.vllm.sizing`) or, without one, the flat
 :func:`default_profile`, corrected by the step times the proposer observes (every departure: ``tolerance`` 1).
 """
@@ -44,8 +44,8 @@ import numpy as np
 
 from ..errors import StandError
 from .chain import KINDS, ChainCursor
-from .latency_model import EXPLORE_EVERY, MIN_OBSERVED, LatencyModel
-from .value import AcceptanceMap
+from ..sizing.latency_model import EXPLORE_EVERY, MIN_OBSERVED, LatencyModel
+from ..sizing.value import AcceptanceMap
 
 PLAIN_OBSERVED = MIN_OBSERVED
 """Plain forwards (no drafts) of a batch's size the rule explores for: three, so that the median

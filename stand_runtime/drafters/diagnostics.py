@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .gumbel import gumbel_top_k
+from ..store.gumbel import gumbel_top_k
 from ..verify import acceptance_chain
 
 

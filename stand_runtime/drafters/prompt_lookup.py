@@ -7,11 +7,12 @@ probabilities, so they are verified with the deterministic-draft rule.
 
 from __future__ import annotations
 
+from .base import Drafter
 from ..trees.draft import Draft
 from .suffix_index import PROMPT_LOOKUP_NGRAM, SuffixIndex
 
 
-class PromptLookupDrafter:
+class PromptLookupDrafter(Drafter):
     """Prompt lookup decoding as a :class:`stand_runtime.drafters.Drafter`.
 
     Args:
@@ -42,5 +43,3 @@ class PromptLookupDrafter:
     def observe_step(self, committed, draft, accepted, feed) -> None:
         pass
 
-    def stats(self) -> None:
-        return None

@@ -15,73 +15,33 @@ import time
 
 import numpy as np
 
+from .base import Drafter
 from .diagnostics import DraftQuality
 from ..trees.draft import Draft, truncate_draft
 from .prior import SuccessorPrior
 from .feeds import STORE_TOP_K, TargetFeed, feed_store, store_observation, store_params
-from ..store.native_store import FeedRow, NativeNGramStore
-from .gumbel import choose_children
+from ..store.native_store import FeedRow
 from ..store.learned import learned_sequences
 from ..store.ngram_store import NGramStore
 from ..randomness import RandomStream
 from ..target.sampling import SamplingParams
 from ..trees.tree import DraftTree
-from .best_first import MAX_DYNAMIC_NODES, DynamicTree, best_first_draft
-from .native_draft import DraftRequest, native_fill_tree
-from .suffix_index import MAX_MATCH, PROMPT_LOOKUP_NGRAM, NativeSuffixIndex, SuffixIndex, repeated
-from .tree_walk import Extension, Proposal, fill_tree
-from .candidates import COPY_DECAY, COPY_NGRAM, copied_mask, match_rate, value_scores
-from .value import ValueRule
+from ..store.drafting import MAX_DYNAMIC_NODES, DynamicTree, best_first_draft, draft_tree
+from ..store.native_draft import DraftRequest
+from .suffix_index import MAX_MATCH, PROMPT_LOOKUP_NGRAM, copy_index, repeated
+from ..trees.tree_walk import Extension
+from ..sizing.candidates import COPY_DECAY, COPY_NGRAM, copied_mask, match_rate, value_scores
+from ..sizing.value import ValueRule
 
-__all__ = ["STORE_TOP_K", "StandDrafter", "draft_tree", "store_params", "store_proposer"]
-
-
-def store_proposer(store: NGramStore, randomness: RandomStream | None):
-    """STAND's proposal for one node: look q up in ``store`` and draw m children from it
-    (Gumbel-Top-K with ``randomness``, or q's top-m when it is None)."""
-
-    def propose(context: tuple, m: int) -> Proposal | None:
-        entry = store.lookup(context)
-        if entry is None:
-            return None
-        slots = choose_children(entry.log_q, min(m, len(entry.id_list)), randomness)
-        return Proposal([entry.id_list[s] for s in slots], entry.ids, entry.q, slots)
-
-    return propose
+__all__ = ["STORE_TOP_K", "StandDrafter", "store_params"]
 
 
-def draft_tree(tree: DraftTree, store: NGramStore, context: list[int], randomness: RandomStream | None,
-               max_depth: int | None = None, extend: Extension | None = None, graft: list[int] | None = None) -> Draft:
-    """Draft STAND's tokens into a static tree for the next step (STAND §3.2).
-
-    Args:
-        tree: the static draft tree.
-        store: the n-gram store to draw q from.
-        context: committed tokens, the last one being the root (at least one token).
-        randomness: noise source for Gumbel-Top-K; ``None`` drafts deterministically (top-m of q).
-        max_depth: draft no node deeper than this (e.g. the tokens still allowed); None = no limit.
-        extend: reassign the nodes misses left unused to chains beyond the tree (see
-            :class:`stand_runtime.drafters.tree_walk.Extension`); None = the static tree only.
-        graft: a copy chain continuing ``context`` grafted onto the drafted tree
-            (:func:`stand_runtime.drafters.tree_walk.graft_chain`); None = none.
-
-    Returns:
-        The :class:`Draft` (root plus every node whose ancestors' lookups hit). Over a
-        :class:`NativeNGramStore` the same draft is filled in C++
-        (:func:`stand_runtime.drafters.native_draft.native_fill_tree`).
-    """
-    if isinstance(store, NativeNGramStore):
-        return native_fill_tree(tree, store, context, randomness, max_depth, extend, graft)
-    return fill_tree(tree, context, store.max_n, store_proposer(store, randomness), randomness is not None, max_depth,
-                     extend, graft)
-
-
-class StandDrafter:
+class StandDrafter(Drafter):
     """STAND as a :class:`stand_runtime.drafters.Drafter`.
 
     Args:
         tree: the static draft tree, or a :class:`DynamicTree` (a node budget spent best-first on
-            the store's blended q every step, :mod:`stand_runtime.drafters.best_first`).
+            the store's blended q every step, :mod:`stand_runtime.store.drafting`).
         store: the n-gram store (shared across calls for best-of-N).
         randomness: Gumbel noise for stochastic drafts; None = deterministic top-m drafts.
         params: the target sampling distribution (what the store records).
@@ -100,8 +60,9 @@ class StandDrafter:
         prior: the target's successor prior (:mod:`.prior`): a step whose root token has no 1-token
             context in the store gets the prior's row for it first; None = none.
 
-    Over a :class:`NativeNGramStore` the tree (static or dynamic) is drafted in C++ and the copy
-    chain found by :class:`NativeSuffixIndex`: the same drafts as over the Python store (§3.8).
+    The store drafts the tree (static or dynamic; a native store in C++, :mod:`stand_runtime.store.drafting`)
+    and the copy chain is found by :func:`.suffix_index.copy_index` (in C++ where the core is built):
+    the same drafts either way (§3.8).
     """
 
     def __init__(self, tree: DraftTree | DynamicTree, store: NGramStore, randomness: RandomStream | None, params: SamplingParams,
@@ -117,13 +78,11 @@ class StandDrafter:
         self.quality = quality
         self.diagnostics_s = 0.0
         self._root_n: int | None = None  # context length of the last drafted root's lookup (0 = miss)
-        self._propose = store_proposer(store, randomness)
         self.extend = extend
         self.copy = copy
-        native = isinstance(store, NativeNGramStore)  # a native store: the copy index in C++ too (§3.8)
         # value-sized: copies scored by the length of their match, measured up to MAX_MATCH tokens
         ngram, longest = (COPY_NGRAM, MAX_MATCH) if value is not None else (PROMPT_LOOKUP_NGRAM, None)
-        self._index = (NativeSuffixIndex if native else SuffixIndex)(ngram, longest) if copy else None
+        self._index = copy_index(ngram, longest) if copy else None
         self._chain: tuple = ()  # the copy chain of the last request (a value-sized draft grafts it when sized)
         self._rate = COPY_DECAY  # and its rate (from the length of the suffix it matched)
         self._covered: tuple | None = None  # (prompt, its length, positions its store learned already)
@@ -156,21 +115,21 @@ class StandDrafter:
         learned_sequences(self.store).add(tokens)
 
     @property
-    def native(self) -> bool:
-        """True when this drafter drafts a dynamic tree in C++ (a native store): a batch's rows of such
-        drafters draft in one call (:meth:`request`, :func:`stand_runtime.drafters.native_draft.native_best_first_rows`)."""
-        return self.dynamic and isinstance(self.store, NativeNGramStore)
+    def drafts_in_batch(self) -> bool:
+        """True when this drafter drafts a dynamic tree: a batch's rows of such drafters draft in one call
+        (:meth:`batch_request`, :func:`stand_runtime.store.drafting.best_first_rows`: native stores' rows in C++)."""
+        return self.dynamic
 
     @property
-    def native_feed(self) -> bool:
-        """True when a step's feed is one native store update (:meth:`feed_request`; not with
+    def feeds_in_batch(self) -> bool:
+        """True when a step's feed is one store update (:meth:`feed_request`; not with
         ``feed_rejected``, which feeds node by node)."""
-        return isinstance(self.store, NativeNGramStore) and not self.feed_rejected
+        return not self.feed_rejected
 
-    def request(self, committed: list[int], max_depth: int) -> DraftRequest:
+    def batch_request(self, committed: list[int], max_depth: int) -> DraftRequest:
         """This step's dynamic-tree request ``(tree, store, context, randomness, max_depth, chain)``
-        (:func:`stand_runtime.drafters.best_first.best_first_draft`'s arguments); the draft it gives
-        goes through :meth:`sized`."""
+        (:func:`stand_runtime.store.drafting.best_first_draft`'s arguments); the draft it gives
+        goes through :meth:`batch_drafted`."""
         chain = self._prepare(committed, max_depth)
         self._chain = tuple(chain or ())[: self.tree.num_nodes]  # a value-sized draft grafts it when sized
         tree = self.tree
@@ -181,11 +140,11 @@ class StandDrafter:
                 tree = replace(tree, num_nodes=max(1, drawn + len(self._chain)))
         return (tree, self.store, committed, self.randomness, max_depth, None if chain is None else list(self._chain))
 
-    def sized(self, draft: Draft) -> Draft:
+    def batch_drafted(self, draft: Draft) -> Draft:
         """A dynamic draft as the value rule sizes it, else as it is. A value-sized draft leaves its
         copied nodes (grafted last, after every drawn node) to the rule: they go back to a pending
         chain (``Draft.pending_chain``) that competes with the drawn nodes for the budget
-        (:func:`stand_runtime.drafters.candidates.candidates`); the draft is then cut here (rows sized one
+        (:func:`stand_runtime.sizing.candidates.candidates`); the draft is then cut here (rows sized one
         by one, :meth:`ValueRule.size_draft`) or by the engine's batch allocator. While the rule
         reports outcomes (:attr:`ValueRule.on_outcome`), the P it predicted for the kept nodes is kept."""
         if self.value is None:
@@ -214,12 +173,9 @@ class StandDrafter:
 
     def draft(self, committed: list[int], max_depth: int) -> Draft:
         if self.dynamic:
-            return self.sized(best_first_draft(*self.request(committed, max_depth)))
+            return self.batch_drafted(best_first_draft(*self.batch_request(committed, max_depth)))
         chain = self._prepare(committed, max_depth)
-        if isinstance(self.store, NativeNGramStore):  # the same draft, filled in C++ (§3.8)
-            return native_fill_tree(self.tree, self.store, committed, self.randomness, max_depth, self.extend, chain)
-        return fill_tree(self.tree, committed, self.store.max_n, self._propose, self.randomness is not None, max_depth,
-                         self.extend, chain)
+        return draft_tree(self.tree, self.store, committed, self.randomness, max_depth, self.extend, chain)
 
     def observe_step(self, committed, draft, accepted, feed: TargetFeed) -> None:
         request = self.feed_request(committed, draft, accepted, feed)

@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
+from .base import Drafter
 from ..trees.draft import Draft, DraftBuilder
 from ..errors import StandError
 from .feeds import TargetFeed
@@ -104,7 +105,7 @@ class SuffixMemory:
         return {"requests": self._next_request, "approx_bytes": int(self.cache._global_tree.estimate_memory())}
 
 
-class SuffixDecodingDrafter:
+class SuffixDecodingDrafter(Drafter):
     """SuffixDecoding as a :class:`stand_runtime.drafters.Drafter` (module docstring).
 
     Args:

@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import numpy as np
 
+from .base import Drafter
 from ..trees.draft import Draft
 from ..checks import check_int
 from ..limits import MAX_VOCAB
 from .feeds import TargetFeed
 from ..target.sampling import SamplingParams
 from ..trees.tree import DraftTree
-from .tree_walk import Proposal, fill_tree
+from ..trees.tree_walk import Proposal, fill_tree
 
 RECYCLE_TOP_K = 8
 """Successors kept per token (the paper's matrix width)."""
@@ -86,7 +87,7 @@ class RecyclingMatrix:
         return {"filled_rows": int(self.filled.sum()), "approx_bytes": int(self.successors.nbytes + self.sizes.nbytes)}
 
 
-class TokenRecyclingDrafter:
+class TokenRecyclingDrafter(Drafter):
     """Token Recycling as a :class:`stand_runtime.drafters.Drafter`.
 
     Args:

@@ -204,7 +204,7 @@ class DecodeRow:
         """The drafter's ``draft`` cut to ``max_nodes`` (see :meth:`propose`), the drafting lap closed
         (a batch drafts its native rows in one call, :func:`stand_runtime.engine.row_batch.propose_rows`).
         A draft the batch allocator still sizes (its copy chain pending) is capped there instead
-        (:class:`stand_runtime.engine.allocation.BatchAllocator`): cutting it here would drop the chain."""
+        (:class:`stand_runtime.sizing.allocation.BatchAllocator`): cutting it here would drop the chain."""
         if max_nodes is not None and draft.num_nodes > max_nodes and not draft.pending_chain:
             draft = truncate_draft(draft, max_nodes)
         self.lap("drafting_s")
@@ -251,7 +251,7 @@ class DecodeRow:
         stats = self.stats
         if self.drafter is not None:
             stats.store = self.drafter.stats()
-            stats.diagnostics_s = getattr(self.drafter, "diagnostics_s", 0.0)
+            stats.diagnostics_s = self.drafter.diagnostics_s
             stats.bookkeeping_s -= stats.diagnostics_s
         return stats
 
@@ -268,6 +268,5 @@ def learn_rows(rows, prompt: list[int]) -> None:
     drafter) with the drafter's memory, where the drafter keeps such a ledger
     (:mod:`stand_runtime.store.learned`: a later prompt that repeats them is not fed again)."""
     for row in rows:
-        learn = getattr(row.drafter, "learn_sequence", None)
-        if learn is not None and row.committed == prompt:
-            learn(row.committed)
+        if row.drafter is not None and row.committed == prompt:
+            row.drafter.learn_sequence(row.committed)

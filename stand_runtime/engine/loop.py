@@ -29,7 +29,7 @@ from ..target.kv_cache import keep_tree_entries, new_cache
 from ..target.prefix_cache import PrefixCache, copied_cache
 from ..target.sampling import SamplingParams
 from ..trees.draft import Draft
-from .allocation import BatchAllocator
+from ..sizing.allocation import BatchAllocator
 from ..verify_batch import verify_rows
 from .clock import Clock
 from .decode_row import DecodeRow, Settled, StepTarget, learn_rows
@@ -206,7 +206,7 @@ class BatchCache:
 def _learns(row: DecodeRow, prompt: tuple) -> bool:
     """Whether ``row`` starts from ``prompt`` and has a drafter that reads a prompt's logits (one whose
     ``reads_prompt`` is False, as prompt lookup's, needs none)."""
-    return row.drafter is not None and getattr(row.drafter, "reads_prompt", True) and tuple(row.committed) == prompt
+    return row.drafter is not None and row.drafter.reads_prompt and tuple(row.committed) == prompt
 
 
 def _learner(row: DecodeRow) -> int:
@@ -286,7 +286,7 @@ class Loop:
 
     def _allocate(self, rows, drafts: list[Draft]) -> list[Draft]:
         """The drafts cut by the batch allocator (value-sized rows: one node budget for the forward,
-        :mod:`stand_runtime.engine.allocation`; timed as drafting), and each row's share of the forward
+        :mod:`stand_runtime.sizing.allocation`; timed as drafting), and each row's share of the forward
         and of its padding counted into its statistics."""
         if self.allocator is not None:
             drafts = self.allocator.allocate(drafts)

@@ -25,7 +25,7 @@ from .decode_row import DecodeRow, learn_rows
 from ..drafters import Drafter
 from ..errors import StandError
 from ..drafters.feeds import OneHotFeed, RowsFeed, one_hot_rows
-from .allocation import BatchAllocator
+from ..sizing.allocation import BatchAllocator
 from .clock import Clock
 from .metrics import DecodeStats
 from ..randomness import RandomStream
@@ -149,12 +149,11 @@ def replay_trace(drafter: Drafter | None, prompt: Sequence[int], tokens: Sequenc
             sequence of non-negative ints (below the drafter's ``vocab`` where it has one), or recorded
             rows of the wrong length.
     """
-    if drafter is not None and not all(callable(getattr(drafter, name, None))
-                                       for name in ("observe_prompt", "draft", "observe_step")):
+    if drafter is not None and not isinstance(drafter, Drafter):
         raise StandError(f"drafter must be a Drafter (stand_runtime.drafters) or None, not {type(drafter).__name__}")
     prompt, tokens = _ids("prompt", prompt), _ids("tokens", tokens)
     sequence = prompt + tokens
-    vocab, largest = getattr(drafter, "vocab", None), max(sequence)  # a drafter sized by the vocabulary says so
+    vocab, largest = None if drafter is None else drafter.vocab, max(sequence)
     if vocab is not None and largest >= vocab:
         raise StandError(f"token id {largest} is outside the drafter's vocabulary of {vocab} tokens")
     if recorded is not None and len(recorded.ids) != len(sequence) - 1:

@@ -1,4 +1,4 @@
-"""Blended lookup (ours, for STAND's dynamic draft trees, :mod:`stand_runtime.drafters.best_first`).
+"""Blended lookup (ours, for STAND's dynamic draft trees, :mod:`stand_runtime.store.drafting`).
 
 :meth:`stand_runtime.store.ngram_store.NGramStore.blend` interpolates the tables instead of taking
 the longest match alone, as an n-gram language model is smoothed (Witten and Bell, 1991; Chen and

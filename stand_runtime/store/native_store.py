@@ -7,7 +7,7 @@ the same floating-point operations in the same order (Python's ``sum`` included,
 3.11 and compensated from 3.12), so every stored value and every blended q is the Python store's.
 ``tests/test_native.py`` drives both on the same random inputs. The class is a subclass of
 ``NGramStore`` with the same methods, so every drafter and check takes either; a static or dynamic
-tree over it is drafted in C++ too (:mod:`stand_runtime.drafters.native_draft`).
+tree over it is drafted in C++ too (:mod:`stand_runtime.store.native_draft`).
 
 Every fresh store of a STAND tree is native where the extension is built (:func:`store_class`),
 unless ``STAND_NATIVE=0`` asks for the Python reference; ``STAND_NATIVE=1`` requires it; a store can
@@ -63,7 +63,7 @@ def native_selected() -> bool:
 def store_class(native_drafting: bool = True) -> type[NGramStore]:
     """The store class a fresh memory uses: :class:`NativeNGramStore` when :func:`native_selected`
     for a tree that is drafted in C++ over it (``native_drafting``: every STAND tree,
-    :mod:`stand_runtime.drafters.native_draft`), else :class:`NGramStore`.
+    :mod:`stand_runtime.store.native_draft`), else :class:`NGramStore`.
 
     Raises:
         StandError: ``STAND_NATIVE=1`` but the extension is not built, or a bad ``STAND_NATIVE``.

@@ -14,7 +14,7 @@ Per node with children, the draft distribution q the children were drawn from (d
 child c's token in its parent's support. Drafts without probabilities (prompt lookup, Token
 Recycling, suffix trees) leave ``draft_ids[v] = None`` and ``slots[c] = -1``, and are verified with
 the deterministic-draft rule. A node may also hold *copied* children after its drawn ones (STAND's
-copy path, :func:`stand_runtime.drafters.tree_walk.graft_chain`): tokens fixed before any draw,
+copy path, :func:`stand_runtime.trees.tree_walk.graft_chain`): tokens fixed before any draw,
 verified by the deterministic-draft rule once the drawn siblings are rejected; their token is in the
 parent's support with q = 0 when q never proposed it.
 """
@@ -56,15 +56,15 @@ class Draft:
             score x confidence x q *at the node's rank*, never q of its own drawn token, so a rule
             sizing the draft by it never reads the draw it decides on; a copied node: its parent's
             path score, or in a value-sized draft its chain position's score,
-            :func:`stand_runtime.drafters.candidates.value_scores`); ``scores[0] = 1``.
+            :func:`stand_runtime.sizing.candidates.value_scores`); ``scores[0] = 1``.
         pending_chain: a copy chain continuing the context that is not grafted yet (empty: none): a
             value-sized draft keeps it apart until the expected-value rule decides how many of its
-            tokens to graft (:func:`stand_runtime.drafters.candidates.candidates`); cutting a draft
+            tokens to graft (:func:`stand_runtime.sizing.candidates.candidates`); cutting a draft
             (:func:`truncate_draft`) drops it.
         copy_rate: the factor r of a value-sized draft's copy chain: its j-th token is scored ``r ** j``
             (r from the length of the suffix the chain matched,
-            :func:`stand_runtime.drafters.candidates.match_rate`); None = the default decay
-            (:data:`stand_runtime.drafters.candidates.COPY_DECAY`).
+            :func:`stand_runtime.sizing.candidates.match_rate`); None = the default decay
+            (:data:`stand_runtime.sizing.candidates.COPY_DECAY`).
     """
 
     tokens: list[int]

@@ -6,7 +6,7 @@ The file (``treeopt export --format family``)::
      "trees": [{"paths": [...], "expected_acceptance": [...]}, ...],   # one per size, each a tree file's
      "metadata": {...}}
 
-A machine picks its member from its own latency profile (:mod:`stand_runtime.tree_choice`).
+A machine picks its member from its own latency profile (:mod:`stand_runtime.sizing.tree_choice`).
 """
 
 from __future__ import annotations

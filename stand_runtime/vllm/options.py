@@ -7,7 +7,7 @@ them when vLLM builds it. Every option is checked when the config is built, befo
 from __future__ import annotations
 
 from ..checks import check_int
-from ..drafters.best_first import DYNAMIC_MAX_N
+from ..store.drafting import DYNAMIC_MAX_N
 from ..drafters.chain_budget import profile_function
 from ..errors import StandError
 from ..files import check_writable, parse_json_object

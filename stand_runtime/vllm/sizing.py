@@ -20,7 +20,7 @@ import numpy as np
 
 from ..errors import StandError
 from ..target.latency import LatencyProfile, choose_size, profile_from_rounds
-from ..tree_choice import DEFAULT_FAMILY
+from ..sizing.tree_choice import DEFAULT_FAMILY
 from ..trees.families import load_family
 from .cpu_cores import worker_threads
 

@@ -1,14 +1,14 @@
 """How well a value-sized tree's predicted acceptance matches what verification observed (docs/design.md §3.7).
 
 A value-sized dynamic tree (``dynamic-auto``) sizes each step from P(path accepted) per node, read
-from its :class:`stand_runtime.drafters.value.AcceptanceMap`. :class:`ReliabilityLog` collects, per
+from its :class:`stand_runtime.sizing.value.AcceptanceMap`. :class:`ReliabilityLog` collects, per
 verified step and drafted node, the P predicted when the step was sized and whether the node's path
-was accepted (through the rule's ``ValueRule.on_outcome`` hook (:mod:`stand_runtime.drafters.value`), so
+was accepted (through the rule's ``ValueRule.on_outcome`` hook (:mod:`stand_runtime.sizing.value`), so
 methods without a value rule collect nothing); :func:`reliability` bins the predictions and compares
 (a reliability table, DeGroot and Fienberg, 1983; the expected calibration error of Naeini et al.,
 2015: ``ECE = sum_b (n_b / N) |mean predicted_b - observed_b|``).
 
-Bins are the acceptance map's own (:data:`stand_runtime.drafters.value.EDGES`: 16 log-spaced bins from
+Bins are the acceptance map's own (:data:`stand_runtime.sizing.value.EDGES`: 16 log-spaced bins from
 1e-4 to 1, below 1e-4 in the first), over the predicted P: most drafted nodes have small P, and the
 map's resolution is where the rule needs it.
 """
@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from stand_runtime import StandError
-from stand_runtime.drafters.value import EDGES
+from stand_runtime.sizing.value import EDGES
 
 
 @dataclass

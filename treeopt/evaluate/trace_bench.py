@@ -67,7 +67,7 @@ def check_tree_spec(spec, latency: bool = False) -> None:
     a tree file, a bundled tree, ``dynamic[-N]``, or with a ``latency`` profile given ``dynamic-auto[-N]``
     (sized by that profile; ``auto`` and families need a model's latency)."""
     from stand_runtime.method import sized_family
-    from stand_runtime.tree_choice import AUTO
+    from stand_runtime.sizing.tree_choice import AUTO
     from stand_runtime.trees.tree_io import resolve_tree
     from stand_runtime.drafters import parse_dynamic
 

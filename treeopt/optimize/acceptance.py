@@ -2,13 +2,13 @@
 
 ``treeopt calibrate`` estimates alpha per node of a static candidate tree; a value-sized dynamic tree
 (``dynamic-auto``) needs something else: P(path accepted) as a function of a node's best-first score
-(:class:`stand_runtime.drafters.value.AcceptanceMap`). :func:`measure_acceptance` decodes the same
+(:class:`stand_runtime.sizing.value.AcceptanceMap`). :func:`measure_acceptance` decodes the same
 prompts with STAND on a fixed-budget dynamic tree (every node's score is known, and a fixed budget
 observes low-score bins a value-sized tree rarely drafts) and counts, per map bin and kind (drawn,
 copied), the nodes drafted and those whose path was accepted. The acceptance of a node's path depends
 on the path alone, not on how many other nodes the step drafted, so the counts transfer to the
 value-sized prefix of the same best-first order. :func:`calibrate_acceptance` saves them
-(:class:`stand_runtime.acceptance_seed.AcceptanceSeed`) next to the calibration and in the cache the
+(:class:`stand_runtime.sizing.acceptance_seed.AcceptanceSeed`) next to the calibration and in the cache the
 runtime reads.
 """
 
@@ -20,11 +20,11 @@ from typing import Callable
 import numpy as np
 
 from stand_runtime import Method, NGramStore, generate
-from stand_runtime.acceptance_seed import AcceptanceSeed, find_acceptance_seed, model_identity, seed_path
+from stand_runtime.sizing.acceptance_seed import AcceptanceSeed, find_acceptance_seed, model_identity, seed_path
 from stand_runtime.errors import StandError
 from stand_runtime.drafters import DYNAMIC_MAX_N, STORE_TOP_K
-from stand_runtime.drafters.candidates import copied_mask, value_scores
-from stand_runtime.drafters.value import AcceptanceMap
+from stand_runtime.sizing.candidates import copied_mask, value_scores
+from stand_runtime.sizing.value import AcceptanceMap
 
 DEFAULT_NODES = 80
 """Nodes of the fixed-budget dynamic tree the seed is measured with (the dynamic tree's default budget)."""
@@ -97,7 +97,7 @@ def calibrate_acceptance(config, model, tokenizer, prompts: list, out: str | Pat
                          on_tokens: Callable[[int], None] | None = None) -> tuple[AcceptanceSeed, list[Path]]:
     """Measure the acceptance seed on a calibration's prompts (:func:`measure_acceptance`, prompt i
     seeded ``config.seed + 1000 i`` as the calibration seeds it) and save it at ``out`` and, unless the seed in use counted more drafted nodes, at
-    :func:`stand_runtime.acceptance_seed.seed_path` of the model (where value-sized trees look for it).
+    :func:`stand_runtime.sizing.acceptance_seed.seed_path` of the model (where value-sized trees look for it).
 
     Args:
         config: the :class:`treeopt.CalibrationConfig` (sampling, token budget, seed, dataset, drafts).
@@ -132,7 +132,7 @@ def calibrate_acceptance(config, model, tokenizer, prompts: list, out: str | Pat
 
 def _replaces(seed: AcceptanceSeed, model) -> bool:
     """True when ``seed`` is to be the one value-sized trees read for ``model``: the seed in use (cached
-    or bundled, :func:`stand_runtime.acceptance_seed.find_acceptance_seed`) counted no more drafted
+    or bundled, :func:`stand_runtime.sizing.acceptance_seed.find_acceptance_seed`) counted no more drafted
     nodes, or there is none (or a bad one). A smaller measurement (a quick test run) does not replace
     a larger one machine-wide; it is written next to the calibration only."""
     try:

@@ -44,7 +44,7 @@ def export_tree(calibration: Calibration, num_nodes: int, extra_metadata: dict |
 def export_family(calibration: Calibration, sizes=FAMILY_SIZES) -> TreeFamily:
     """The best tree of a calibration for each size in ``sizes`` (up to the candidate's size), from
     one knapsack solve: the file a machine sizes its default tree from
-    (:func:`stand_runtime.tree_choice.machine_tree`).
+    (:func:`stand_runtime.sizing.tree_choice.machine_tree`).
 
     Raises:
         StandError: not a Calibration, one with no steps, alpha-hat that are not probabilities, or

@@ -4,7 +4,7 @@ Sample trajectories by batched plain decoding, recording p at every position (a 
 request to a :class:`stand_runtime.DecodingBackend`), then replay the drafter along each trajectory
 (:func:`replay_trajectory`). From a step start, with the n-gram store as it was there, walk the
 candidate tree: at a node reached with weight w, draft its children c_1..c_m by the same child-choice
-rule the engine uses (:func:`stand_runtime.drafters.gumbel.choose_children`), compute each child's acceptance
+rule the engine uses (:func:`stand_runtime.store.gumbel.choose_children`), compute each child's acceptance
 probability a_i under the verification rule (:func:`stand_runtime.verify.acceptance_chain`), add
 ``w * a_i`` to alpha(child_i); if some c_j is the trajectory's next token y, descend into it with
 weight ``w * a_j / p(y)``, else stop (``E_y[1{c_j = y} a_j / p(y)] = a_j`` level by level). Its
@@ -29,7 +29,7 @@ import numpy as np
 
 from stand_runtime import DraftTree, NGramStore, RecordedDistributions, StandError
 from stand_runtime.checks import check_int
-from stand_runtime.drafters.gumbel import choose_children
+from stand_runtime.store.gumbel import choose_children
 from stand_runtime.randomness import RandomStream
 from stand_runtime.target.sampling import sample_index
 from stand_runtime.verify import acceptance_chain

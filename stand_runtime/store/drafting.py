@@ -1,4 +1,9 @@
-"""STAND's dynamic draft tree: the node budget spent best-first on the store's blended q (ours).
+"""Drafting a tree from the store: a static tree filled (:func:`draft_tree`, STAND §3.2) or the dynamic
+tree, its node budget spent best-first on the store's blended q (:func:`best_first_draft`, ours).
+
+Each function takes either store: over a :class:`stand_runtime.store.native_store.NativeNGramStore`
+the same draft is made in C++ (:mod:`.native_draft`); this module is where that is decided, and
+nothing outside :mod:`stand_runtime.store` asks which store it has.
 
 A static tree (:mod:`stand_runtime.trees.tree`, calibrated offline, STAND §3.3) fixes which rank paths a
 step drafts; where a lookup misses or q is sharp, its subtree is dropped and the budget goes unused
@@ -25,18 +30,20 @@ import heapq
 import math
 import re
 from dataclasses import dataclass
+from typing import Sequence
 
 import numpy as np
 
 from ..trees.draft import Draft, DraftBuilder
 from ..errors import StandError
-from ..store.ngram_store import NGramStore
-from ..store.native_store import NativeNGramStore
+from .ngram_store import NGramStore
+from .native_store import NativeNGramStore
 from ..randomness import RandomStream
 from .gumbel import choose_children
 from ..trees.tree import MAX_DEPTH
-from .native_draft import native_best_first_draft, root_token
-from .tree_walk import MAX_CHAIN_DEPTH, graft_chain
+from .native_draft import DraftRequest, native_best_first_draft, native_best_first_rows, native_fill_tree, root_token
+from ..trees.tree import DraftTree
+from ..trees.tree_walk import MAX_CHAIN_DEPTH, Extension, Proposal, fill_tree, graft_chain
 
 DYNAMIC = "dynamic"
 """The tree spec of STAND's dynamic tree (``dynamic`` = :data:`DYNAMIC_BUDGET` nodes, or
@@ -177,3 +184,57 @@ def best_first_draft(tree: DynamicTree, store: NGramStore, context: list[int], r
             heapq.heappush(heap, (-scores[child], tie, child, -1))
     graft_chain(builder, suffixes, scores, chain, max_n, deepest)
     return builder.build(randomness is not None, keys + scores[len(keys):])  # copied: the parent's path score
+
+
+def store_proposer(store: NGramStore, randomness: RandomStream | None):
+    """STAND's proposal for one node: look q up in ``store`` and draw m children from it
+    (Gumbel-Top-K with ``randomness``, or q's top-m when it is None)."""
+
+    def propose(context: tuple, m: int) -> Proposal | None:
+        entry = store.lookup(context)
+        if entry is None:
+            return None
+        slots = choose_children(entry.log_q, min(m, len(entry.id_list)), randomness)
+        return Proposal([entry.id_list[s] for s in slots], entry.ids, entry.q, slots)
+
+    return propose
+
+
+def draft_tree(tree: DraftTree, store: NGramStore, context: list[int], randomness: RandomStream | None,
+               max_depth: int | None = None, extend: Extension | None = None, graft: list[int] | None = None) -> Draft:
+    """Draft STAND's tokens into a static tree for the next step (STAND §3.2).
+
+    Args:
+        tree: the static draft tree.
+        store: the n-gram store to draw q from.
+        context: committed tokens, the last one being the root (at least one token).
+        randomness: noise source for Gumbel-Top-K; ``None`` drafts deterministically (top-m of q).
+        max_depth: draft no node deeper than this (e.g. the tokens still allowed); None = no limit.
+        extend: reassign the nodes misses left unused to chains beyond the tree (see
+            :class:`stand_runtime.trees.tree_walk.Extension`); None = the static tree only.
+        graft: a copy chain continuing ``context`` grafted onto the drafted tree
+            (:func:`stand_runtime.trees.tree_walk.graft_chain`); None = none.
+
+    Returns:
+        The :class:`Draft` (root plus every node whose ancestors' lookups hit). Over a
+        :class:`NativeNGramStore` the same draft is filled in C++
+        (:func:`stand_runtime.store.native_draft.native_fill_tree`).
+    """
+    if isinstance(store, NativeNGramStore):
+        return native_fill_tree(tree, store, context, randomness, max_depth, extend, graft)
+    return fill_tree(tree, context, store.max_n, store_proposer(store, randomness), randomness is not None, max_depth,
+                     extend, graft)
+
+
+def best_first_rows(requests: Sequence[DraftRequest]) -> list[Draft]:
+    """``[best_first_draft(*r) for r in requests]`` (rows in order), the rows over native stores
+    drafted in one call into C++ (:func:`.native_draft.native_best_first_rows`): the same drafts,
+    noise consumed and store statistics as the per-row calls.
+
+    Args:
+        requests: per row ``(tree, store, context, randomness, max_depth, chain)``.
+    """
+    native = [r for r, request in enumerate(requests) if isinstance(request[1], NativeNGramStore)]
+    if len(native) < 2 or len(native) < len(requests):
+        return [best_first_draft(*request) for request in requests]
+    return native_best_first_rows(requests)

@@ -11,14 +11,14 @@ so zero nodes is an answer where nothing the store knows pays for the tokens it 
 The n taken is where a stopping rule ends (:func:`.peak.bounded_peak_of`: the draft grows while a size
 just ahead, the later nodes forecast from the ones taken, may still beat the best rate passed; on a
 convex cost the curve's first peak): whether node k is drafted is decided from the first k nodes'
-scores only, never from nodes after it (its own children's scores read its drawn token). In a batch the same rule sizes every row at once (:mod:`stand_runtime.engine.allocation`).
+scores only, never from nodes after it (its own children's scores read its drawn token). In a batch the same rule sizes every row at once (:mod:`stand_runtime.sizing.allocation`).
 
 Two estimates steer it, both learned online from this run and both lossless to use:
 
 - :class:`AcceptanceMap`: ``P_i`` from the node's best-first score (the path's product of q at rank and
   the store's confidence), binned on a log scale, drawn and copied nodes apart, seeded (8
   pseudo-observations per bin) with an offline calibration's rate per bin where one was measured for
-  the model (:mod:`stand_runtime.acceptance_seed`), else with the score itself, and kept monotone in
+  the model (:mod:`stand_runtime.sizing.acceptance_seed`), else with the score itself, and kept monotone in
   the score; each verified step adds, per drafted node, whether its path was accepted.
 - :class:`.latency_model.LatencyModel`: ``t(n)`` from a latency profile, corrected by the run's own
   forward times: per profile size the median ratio observed / profile over its last 16 forwards, elsewhere the median of
@@ -86,7 +86,7 @@ class AcceptanceMap:
     Args:
         prior: ``[kinds, 16]`` float the seed per bin (row 0 drawn nodes, row 1 copied, ...), each in
             [0, 1], weighted :data:`PRIOR_WEIGHT` pseudo-observations (e.g. an offline calibration's
-            rates, :meth:`stand_runtime.acceptance_seed.AcceptanceSeed.prior`); None =
+            rates, :meth:`stand_runtime.sizing.acceptance_seed.AcceptanceSeed.prior`); None =
             :data:`DEFAULT_PRIOR` for every kind.
         kinds: kinds of node learned apart (2: drawn, copied; a vLLM chain adds its fallback
             store's positions, :mod:`stand_runtime.drafters.chain_budget`). A node's kind is an
@@ -109,7 +109,7 @@ class AcceptanceMap:
 
     def add_counts(self, drafted: np.ndarray, accepted: np.ndarray) -> None:
         """Add ``[kinds, 16]`` counts of nodes drafted and accepted per kind and bin (e.g. an offline
-        calibration's, :class:`stand_runtime.acceptance_seed.AcceptanceSeed`)."""
+        calibration's, :class:`stand_runtime.sizing.acceptance_seed.AcceptanceSeed`)."""
         self._drafted += np.asarray(drafted, dtype=np.float64).reshape(self._drafted.shape)
         self._accepted += np.asarray(accepted, dtype=np.float64).reshape(self._accepted.shape)
         self._table = None
@@ -176,7 +176,7 @@ class ValueRule:
         latency: the forward's cost model.
         acceptance: the calibrated acceptance map (None = a fresh one).
         batch_allocated: the engine sizes every row of a forward at once (one node budget spent over
-            all rows' candidates, :mod:`stand_runtime.engine.allocation`) and the drafter drafts its
+            all rows' candidates, :mod:`stand_runtime.sizing.allocation`) and the drafter drafts its
             best-first order (up to :meth:`budget` nodes); False: each row's drafter sizes its own
             draft (:meth:`size`).
         nodes: the tree's node budget: the most candidates a row keeps (drawn nodes and the copy
@@ -233,7 +233,7 @@ class ValueRule:
         most ``nodes``: :data:`GROWTH` times the largest size the rule chose over the last
         :data:`RECENT` sized forwards plus :data:`SLACK` (``nodes`` before any). Lossless: it reads past
         steps only, and a best-first draft with a smaller budget is the prefix of the larger one's order
-        (:func:`stand_runtime.drafters.best_first.best_first_draft` stops at its budget)."""
+        (:func:`stand_runtime.store.drafting.best_first_draft` stops at its budget)."""
         if not self._largest:
             return nodes
         return min(nodes, GROWTH * max(self._largest) + SLACK)

@@ -1,7 +1,7 @@
 """The acceptance seed: an offline calibration of the value rule's acceptance map (docs/design.md §3.7, §8.5).
 
 A value-sized dynamic tree (``dynamic-auto``) estimates P(path accepted) from each node's best-first
-score through an :class:`stand_runtime.drafters.value.AcceptanceMap` learned online. Before its first
+score through an :class:`stand_runtime.sizing.value.AcceptanceMap` learned online. Before its first
 verified step that map knows nothing; ``treeopt calibrate`` measures, with a dynamic-tree decode of
 its calibration prompts, the nodes drafted and accepted per map bin (drawn and copied apart) and saves
 them here, so the first step starts from the model's measured rates.
@@ -24,13 +24,13 @@ from pathlib import Path
 
 import numpy as np
 
-from .drafters.value import EDGES, AcceptanceMap
-from .errors import StandError
-from .files import parse_json_object, write_json_atomic
-from .formats import ACCEPTANCE_FORMAT
-from .target.latency import profile_name
-from .target.models import cache_root
-from .trees.tree_io import bundled_files
+from .value import EDGES, AcceptanceMap
+from ..errors import StandError
+from ..files import parse_json_object, write_json_atomic
+from ..formats import ACCEPTANCE_FORMAT
+from ..target.latency import profile_name
+from ..target.models import cache_root
+from ..trees.tree_io import bundled_files
 
 ACCEPTANCE_VERSION = 2
 BUNDLED_SUFFIX = ".acceptance.json"
@@ -85,7 +85,7 @@ class AcceptanceSeed:
     def prior(self) -> np.ndarray:
         """``[2, 16]`` the seed per bin: the estimate a fresh map holds after observing these counts
         (``(accepted + 8 seed) / (drafted + 8)`` with the default seed
-        :data:`stand_runtime.drafters.value.DEFAULT_PRIOR`, isotonic), so a bin calibrated on few nodes
+        :data:`stand_runtime.sizing.value.DEFAULT_PRIOR`, isotonic), so a bin calibrated on few nodes
         stays near that seed and a well-measured one takes its measured rate. Drawn nodes only: a
         copied node of the calibration's 80-node tree exists only where its many drawn siblings missed
         the chain's token (it measured 0.10 there against 0.25 in value-sized drafts, whose few drawn

@@ -1,13 +1,13 @@
 """STAND's trees drafted in C++ over a native store (docs/design.md §3.8).
 
-:func:`native_fill_tree` is :func:`stand_runtime.drafters.tree_walk.fill_tree` with STAND's proposal
-(:func:`stand_runtime.drafters.stand.store_proposer`), the copy graft and the extension, in one call:
+:func:`native_fill_tree` is :func:`stand_runtime.trees.tree_walk.fill_tree` with STAND's proposal
+(:func:`stand_runtime.store.drafting.store_proposer`), the copy graft and the extension, in one call:
 the same lookups (counted in the store's statistics), noise, drawing orders and :class:`Draft`.
-:func:`native_best_first_draft` is :func:`stand_runtime.drafters.best_first.best_first_draft` (the
+:func:`native_best_first_draft` is :func:`stand_runtime.store.drafting.best_first_draft` (the
 reference, which calls it for a :class:`stand_runtime.store.native_store.NativeNGramStore`) in one
 call into ``stand_runtime._native``: the same blended lookups (counted in the store's statistics),
 heap keys and tie order, the same drawing orders and the copy chain grafted as
-:func:`stand_runtime.drafters.tree_walk.graft_chain` does, so the :class:`Draft` is the Python one.
+:func:`stand_runtime.trees.tree_walk.graft_chain` does, so the :class:`Draft` is the Python one.
 
 The Gumbel noise is the stream's own: C++ reads the values the stream's Gumbel pool has not handed
 out yet, asks for a refill exactly where ``RandomStream.gumbel(n)`` would refill it (same n, so the
@@ -24,16 +24,16 @@ import numpy as np
 
 from ..errors import StandError
 from ..randomness import RandomStream
-from ..store.blend import BLEND_WIDTH
-from ..store.native_store import _native
+from .blend import BLEND_WIDTH
+from .native_store import _native
 from ..trees.draft import Draft
 from ..trees.tree import DraftTree
-from .tree_walk import MAX_CHAIN_DEPTH
+from ..trees.tree_walk import MAX_CHAIN_DEPTH
 
 if TYPE_CHECKING:
-    from ..store.native_store import NativeNGramStore
-    from .best_first import DynamicTree
-    from .tree_walk import Extension
+    from .native_store import NativeNGramStore
+    from .drafting import DynamicTree
+    from ..trees.tree_walk import Extension
 
 _NO_CHAIN = np.zeros(0, dtype=np.int64)
 _STRUCTURE: "weakref.WeakKeyDictionary[DraftTree, tuple[np.ndarray, np.ndarray, int]]" = weakref.WeakKeyDictionary()
@@ -97,7 +97,7 @@ def _draft(out: tuple, noise: _PoolNoise | None) -> Draft:
 def native_best_first_draft(tree: DynamicTree, store: NativeNGramStore, context: list[int],
                             randomness: RandomStream | None, max_depth: int | None = None,
                             chain: list[int] | None = None) -> Draft:
-    """:func:`stand_runtime.drafters.best_first.best_first_draft` in C++ (same arguments, same
+    """:func:`stand_runtime.store.drafting.best_first_draft` in C++ (same arguments, same
     :class:`Draft` with the same node scores, same noise consumed, same store statistics)."""
     args, noise = _row(tree, store, context, randomness, max_depth, chain)
     return _draft(_native.best_first(*args), noise)
@@ -150,7 +150,7 @@ def _structure(tree: DraftTree) -> tuple[np.ndarray, np.ndarray, int]:
 def native_fill_tree(tree: DraftTree, store: NativeNGramStore, context: list[int], randomness: RandomStream | None,
                      max_depth: int | None = None, extend: Extension | None = None,
                      graft: list[int] | None = None) -> Draft:
-    """:func:`stand_runtime.drafters.stand.draft_tree` (``fill_tree`` with STAND's proposal) in C++:
+    """:func:`stand_runtime.store.drafting.draft_tree` (``fill_tree`` with STAND's proposal) in C++:
     the same arguments, :class:`Draft` (``nodes`` included), noise consumed and store statistics.
 
     Args:
@@ -159,7 +159,7 @@ def native_fill_tree(tree: DraftTree, store: NativeNGramStore, context: list[int
         context: committed tokens (at least one), the last one being the root.
         randomness: Gumbel noise for stochastic drafts; None = q's top-m.
         max_depth: draft no node deeper than this; None = no limit.
-        extend: the :class:`stand_runtime.drafters.tree_walk.Extension`, or None.
+        extend: the :class:`stand_runtime.trees.tree_walk.Extension`, or None.
         graft: the copy chain grafted onto the draft, or None.
 
     Raises:

@@ -26,7 +26,7 @@ import numpy as np
 
 from ..errors import StandError
 from ..trees.draft import Draft, DraftBuilder, truncate_draft
-from .tree_walk import attach_chain
+from ..trees.tree_walk import attach_chain
 
 if TYPE_CHECKING:  # the map is read, never built, here
     from .value import AcceptanceMap

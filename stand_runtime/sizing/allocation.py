@@ -3,8 +3,8 @@
 Rows of a batch go through the target in one forward, so the nodes a step drafts are one budget: a
 confident row should get a long chain and a row with nothing to draft nothing, instead of each row
 sizing its own draft as if it were alone. Each row drafts its best-first order, up to the rule's
-draft budget (value-sized dynamic tree, :mod:`stand_runtime.drafters.value`, ``batch_allocated``,
-:meth:`stand_runtime.drafters.value.ValueRule.budget`); per row r its candidates'
+draft budget (value-sized dynamic tree, :mod:`stand_runtime.sizing.value`, ``batch_allocated``,
+:meth:`stand_runtime.sizing.value.ValueRule.budget`); per row r its candidates'
 acceptance estimates ``P_r1, P_r2, ...`` (the chance each node's path is accepted) come from the rule's
 acceptance map; the allocator chooses each row's prefix size ``n_r`` for the most expected tokens per
 second of the whole forward,
@@ -18,9 +18,9 @@ forwards, padding included). With padding a row fills up to the common width for
 choice is the width W alone; :func:`packed_allocation` is what flattening would give (the engine pads:
 its ratio to the padded choice is recorded as the packing's modelled gain).
 
-Losslessness: both choices are stopping rules (:func:`stand_runtime.drafters.peak.bounded_peak_of` for
+Losslessness: both choices are stopping rules (:func:`stand_runtime.sizing.peak.bounded_peak_of` for
 the width, which crosses a step in the cost when the widths just past it may pay; the packed choice
-:func:`stand_runtime.drafters.peak.first_peak`'s): the width grows, or the best remaining candidate is
+:func:`stand_runtime.sizing.peak.first_peak`'s): the width grows, or the best remaining candidate is
 taken, while the modelled rate may still rise, reading only what was taken so far, so whether row
 r's node k is drafted depends on row r's first k candidates (their scores read q at rank) and on the
 other rows' drafts (drawn with their own random streams), never on row r's node k's own draw nor on
@@ -36,10 +36,10 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from ..drafters.candidates import candidates
-from ..drafters.peak import LOOKAHEAD, bounded_peak_of, seconds_of
-from ..drafters.latency_model import explores
-from ..drafters.value import ValueRule
+from .candidates import candidates
+from .peak import LOOKAHEAD, bounded_peak_of, seconds_of
+from .latency_model import explores
+from .value import ValueRule
 from ..errors import StandError
 from ..trees.draft import Draft
 
@@ -74,7 +74,7 @@ def _cumulative(acceptance: Sequence[np.ndarray]) -> list[np.ndarray]:
 def padded_allocation(acceptance: Sequence[np.ndarray], seconds: Callable[[float], float]) -> Allocation:
     """The padded forward's allocation: width W grown from 1 (roots only) while the modelled rate
     ``sum_r (1 + G_r(min(W - 1, L_r))) / seconds(B W)`` may still rise
-    (:func:`stand_runtime.drafters.peak.bounded_peak_of`); every row drafts its first
+    (:func:`stand_runtime.sizing.peak.bounded_peak_of`); every row drafts its first
     ``min(W - 1, L_r)`` candidates (the padding up to W is filled for free).
 
     Args:
@@ -153,7 +153,7 @@ class BatchAllocator:
 
     def allocate(self, drafts: Sequence[Draft]) -> list[Draft]:
         """Each row's draft cut to its allocated prefix (:func:`padded_allocation`); while the latency
-        model has not seen the roots-only forward, the forwards :func:`~stand_runtime.drafters.latency_model.explores`
+        model has not seen the roots-only forward, the forwards :func:`~stand_runtime.sizing.latency_model.explores`
         names draft nothing. Records the sizes (``value.batches``, ``value.sizes``) and the packed allocation's
         modelled rate over the padded one's (``value.packing``, when it is a list).
 

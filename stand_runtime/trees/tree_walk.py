@@ -6,7 +6,7 @@ the tree breadth-first from the root; at a node with m static children, ask the 
 and the static nodes below it are dropped from the step (the forward shrinks, it is never padded
 with junk). context(v) = committed tokens + the drafted tokens on the path to v.
 
-STAND's proposals choose children by :func:`stand_runtime.drafters.gumbel.choose_children`, the rule
+STAND's proposals choose children by :func:`stand_runtime.store.gumbel.choose_children`, the rule
 replay calibration (:mod:`treeopt.optimize.replay`) also uses.
 """
 
@@ -17,8 +17,8 @@ from typing import Callable
 
 import numpy as np
 
-from ..trees.draft import Draft, DraftBuilder
-from ..trees.tree import DraftTree
+from .draft import Draft, DraftBuilder
+from .tree import DraftTree
 
 
 @dataclass(frozen=True)
