@@ -24,7 +24,7 @@ import time
 
 import numpy as np
 
-from stand_runtime import Method, SamplingParams, generate_batch
+from stand_runtime import Method, SamplingParams, SizingSession, generate_batch
 from stand_runtime.engine.metrics import padding_waste
 from stand_runtime.files import write_json_atomic
 from stand_runtime.target.model_facts import vocab_size
@@ -42,15 +42,19 @@ def load_problems(path: str, count: int) -> list[str]:
             for row in rows[:count]]
 
 
-def run_method(model, tokenizer, method: Method, prompt: str, n: int, batch: int, params, tokens: int, seed: int):
-    """The problem's n samples, ``batch`` rows at a time, sharing one store: (results, wall seconds)."""
+def run_method(model, tokenizer, method: tuple, prompt: str, n: int, batch: int, params, tokens: int, seed: int):
+    """The problem's n samples, ``batch`` rows at a time, sharing one store: (results, wall seconds);
+    ``method``: ``(Method, SizingSession or None)``, the session's packing gains collected."""
+    method, sizing = method
     store = method.new_memory(vocab_size(model)) if method.name != "ar" else None
     results, seconds = [], 0.0
     for start in range(0, n, batch):
         begin = time.perf_counter()
         results += generate_batch(model, tokenizer, [prompt], n=min(batch, n - start), method=method, sampling=params,
-                                  max_new_tokens=tokens, seed=seed + start, store=store)
+                                  max_new_tokens=tokens, seed=seed + start, store=store, sizing=sizing)
         seconds += time.perf_counter() - begin
+        if sizing is not None:
+            sizing.packing += sizing.last_rule.packing
     return results, seconds
 
 
@@ -64,9 +68,9 @@ def summarise(runs: dict, methods: dict) -> dict:
                       "acceptance_length": sum(s.new_tokens for s in stats) / steps,
                       "drafted_per_row_step": sum(sum(s.drafted_per_step) for s in stats) / steps,
                       "padding_waste": padding_waste(stats)}
-        value = methods[label].value
-        if value is not None and value.packing:
-            out[label]["packed_gain_modelled"] = float(np.mean(value.packing))
+        sizing = methods[label][1]
+        if sizing is not None and sizing.packing:
+            out[label]["packed_gain_modelled"] = float(np.mean(sizing.packing))
     for label in out:
         out[label]["ratio_vs_ar"] = out[label]["tokens_per_s"] / out["ar"]["tokens_per_s"]
     return out
@@ -92,11 +96,13 @@ def main() -> None:
     report = {"model": args.model, "problems": len(prompts), "n": args.n, "max_new_tokens": args.max_new_tokens,
               "temperature": args.temperature, "top_p": args.top_p, "batches": {}}
     for batch in args.batches:
-        methods = {label: Method.parse(name, tree, model, batch=batch, allocation=allocation)
-                   for label, (name, tree, allocation) in METHODS.items()}
-        for method in methods.values():
-            if method.value is not None:
-                method.value.packing = []  # record the packed allocation's modelled gain
+        methods = {}
+        for label, (name, tree, allocation) in METHODS.items():
+            method, sizing = Method.parse(name, tree, model, batch=batch), None
+            if method.value_sized:
+                sizing = SizingSession.for_model(model, allocation=allocation)
+                sizing.record_packing, sizing.packing = True, []  # the packed allocation's modelled gain
+            methods[label] = (method, sizing)
         runs = {label: ([], 0.0) for label in methods}
         labels = list(methods)
         for p, prompt in enumerate(prompts):

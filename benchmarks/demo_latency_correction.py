@@ -22,7 +22,7 @@ import argparse
 
 import numpy as np
 
-from stand_runtime import LatencyProfile, Method, SamplingParams, generate, load_model
+from stand_runtime import LatencyProfile, Method, SamplingParams, SizingSession, generate, load_model
 from stand_runtime.files import write_json_atomic
 from stand_runtime.target.latency import cached_latency, profile_name
 from treeopt.data.datasets import load_prompts
@@ -55,16 +55,14 @@ def efficiency(acceptance: np.ndarray, chosen: int, truth: LatencyProfile) -> fl
 def run(model, tokenizer, prompt: str, profile: LatencyProfile, tokens: int, truth: LatencyProfile) -> dict:
     """One decode with the value rule built on ``profile`` as if it were this machine's cached one;
     every sized step priced by ``truth`` (:func:`efficiency`)."""
-    import stand_runtime.method as method_module
+    from stand_runtime.sizing.acceptance_seed import seeded_map
+    from stand_runtime.target.latency import target_identity
 
-    measured, method_module.cached_latency = method_module.cached_latency, lambda target, name: profile
-    try:
-        method = Method.parse("stand", "dynamic-auto", model)
-    finally:
-        method_module.cached_latency = measured
+    method = Method.parse("stand", "dynamic-auto", model)
+    sizing = SizingSession(profile, seeded_map(model), target=target_identity(model))
     import stand_runtime.sizing.allocation as allocation
 
-    rule, steps, offered = method.value, [], []
+    steps, offered = [], []
     found_by = allocation.candidates
 
     def recorded(draft, *args):  # the allocator's candidates of a step: their P
@@ -74,14 +72,15 @@ def run(model, tokenizer, prompt: str, profile: LatencyProfile, tokens: int, tru
 
     allocation.candidates = recorded
     result = generate(model, tokenizer, prompt, method=method, sampling=SamplingParams(0.6, 0.95, 0),
-                      max_new_tokens=tokens, seed=0, eos_token_ids=[])
+                      max_new_tokens=tokens, seed=0, eos_token_ids=[], sizing=sizing)
     allocation.candidates = found_by
+    rule = sizing.last_rule
     if len(offered) != len(rule.batches):
         raise SystemExit(f"{len(offered)} candidate sets for {len(rule.batches)} sized forwards: the engine changed")
     for acceptance, sizes in zip(offered, rule.batches):  # one row a forward: one draft a step
         steps.append(efficiency(acceptance, sizes[0], truth) if len(acceptance) else None)
-    latency = method.value.latency
-    return {"sizes": list(method.value.sizes), "acceptance_length": result.stats.acceptance_length,
+    latency = rule.latency
+    return {"sizes": list(rule.sizes), "acceptance_length": result.stats.acceptance_length,
             "efficiency": steps,
             "efficiency_by_window": {f"{a}-{'' if b is None else b - 1}": _mean(steps[a:b]) for a, b in WINDOWS},
             "modelled_ms": {n: 1000 * latency.at(n) for n in (1, 4, 8, 16)},

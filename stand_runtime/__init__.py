@@ -11,8 +11,8 @@ its module; the parts, in import order (docs/design.md §1.1-1.2):
 - ``trees/`` (static trees, a step's draft, tree files and families), ``target/`` (the target model, p,
   forwards, KV caches, latency), ``store/`` (the logit n-gram store), ``verify`` (lossless verification),
   ``verify_batch`` (it for a batch of rows, in tensors);
-- ``drafters/`` (STAND and the baselines), ``tree_choice`` (the ``auto`` tree), ``method`` (the method as
-  one value);
+- ``sizing/`` (how much a step drafts: the value rule, latency model, batch allocation, the ``auto``
+  tree, the sizing session), ``drafters/`` (STAND and the baselines), ``method`` (the method as one value);
 - ``engine/`` (the one engine loop, generate / generate_batch / decode_rows, the backend seam, trace
   replay), ``vllm/`` (STAND as a vLLM proposer, the OpenAI server command).
 """
@@ -24,6 +24,7 @@ from .lazy import lazy_exports
 _EXPORTS = {
     "SamplingParams": ".target.sampling",
     "Method": ".method",
+    "SizingSession": ".sizing.session",
     "generate": ".engine.decode",
     "generate_batch": ".engine.batch_decode",
     "decode_rows": ".engine.batch_decode",
@@ -80,6 +81,7 @@ __all__ = [
     "RecyclingMatrix",
     "RowSpec",
     "SamplingParams",
+    "SizingSession",
     "StandError",
     "SuffixMemory",
     "SuffixSettings",

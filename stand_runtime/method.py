@@ -3,14 +3,15 @@
 A :class:`Method` is made and checked once (:meth:`Method.parse`: the method name, its tree spec
 resolved, for ``"auto"`` and tree families sized for the target's latency on this machine) and then
 handed whole to every engine, backend, bench and search; it makes its own drafter memory and drafter.
-So no path re-parses a tree spec or accepts an option another refuses.
+So no path re-parses a tree spec or accepts an option another refuses. It is a value (frozen, equal
+and hashed by its fields): what a value-sized tree learns while decoding lives in a
+:class:`stand_runtime.sizing.session.SizingSession`, not here.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .sizing.acceptance_seed import seeded_map
 from .checks import check_bool, check_int
 from .drafters import (COPY_TOKENS, DYNAMIC_METHODS, METHODS, STORE_METHODS, TREE_METHODS, VALUE_COPY_TOKENS, Drafter,
                        Memory, check_method, new_memory)
@@ -21,13 +22,12 @@ from .drafters.stand import StandDrafter
 from .drafters.suffix_decoding import SuffixDecodingDrafter, SuffixMemory, SuffixSettings
 from .drafters.token_recycling import RecyclingMatrix, TokenRecyclingDrafter
 from .trees.tree_walk import Extension
-from .sizing.latency_model import LatencyModel
-from .sizing.value import AcceptanceMap, ValueRule
+from .sizing.value import ValueRule
 from .errors import StandError
 from .randomness import RandomStream
 from .store.ngram_store import NGramStore
 from .drafters.prior import SuccessorPrior
-from .target.latency import LatencyProfile, cached_latency, profile_name, target_identity
+from .target.latency import target_identity
 from .target.model_facts import check_model
 from .target.sampling import SamplingParams
 from .sizing.tree_choice import AUTO, DEFAULT_FAMILY, check_auto_available, machine_tree
@@ -63,17 +63,14 @@ class Method:
         max_nodes: cap on drafted nodes per row and step in a batch (None = none).
         sized: the tree was sized for this machine from a family (``"auto"``).
         suffix: SuffixDecoding's settings (None = its defaults).
-        value: the expected-value rule of a value-sized dynamic tree (``dynamic-auto``), shared by every
-            sequence this method decodes (its acceptance map and latency corrections are learned
-            online from all of them); None otherwise.
         batch_verify: verify a step's rows at once on the logits' device (:mod:`stand_runtime.verify_batch`):
             True, False, or None = for a batch on an accelerator (docs/design.md §4.7).
         prior: STAND: the target's successor prior, filling the 1-token context of a step's root
             where the store has none (:mod:`stand_runtime.drafters.prior`;
             :func:`stand_runtime.drafters.prior.method_prior` gives it); None = no prior.
-        sized_for: the target whose latency on this machine sized the tree (``"auto"``, a family) or
-            the value rule, as ``(key, description)`` (:func:`stand_runtime.target.latency.target_identity`);
-            None when nothing was sized from a target. Decoding another target with it is refused
+        sized_for: the target whose latency on this machine sized the tree (``"auto"``, a family), as
+            ``(key, description)`` (:func:`stand_runtime.target.latency.target_identity`); None when
+            nothing was sized from a target. Decoding another target with it is refused
             (:meth:`check_target`): its draft sizes were chosen for a forward of other cost.
 
     Raises:
@@ -90,14 +87,13 @@ class Method:
     max_nodes: int | None = None
     sized: bool = False
     suffix: SuffixSettings | None = None
-    value: ValueRule | None = None
     batch_verify: bool | None = None
     prior: SuccessorPrior | None = None
     sized_for: tuple[str, str] | None = None
 
     def __post_init__(self) -> None:
         if self.copy_tokens is None:
-            object.__setattr__(self, "copy_tokens", VALUE_COPY_TOKENS if self.value is not None else COPY_TOKENS)
+            object.__setattr__(self, "copy_tokens", VALUE_COPY_TOKENS if self.value_sized else COPY_TOKENS)
         if self.batch_verify is not None:
             object.__setattr__(self, "batch_verify", check_bool("batch_verify", self.batch_verify))
         check_method(self.name, tree=self.tree, feed_rejected=self.feed_rejected, diagnose=self.diagnose,
@@ -117,17 +113,14 @@ class Method:
             raise StandError(f"a successor prior drafts for {', '.join(STORE_METHODS)}, not {self.name!r}")
         if self.sized_for is not None and not (isinstance(self.sized_for, tuple) and len(self.sized_for) == 2
                                                and all(isinstance(part, str) and part for part in self.sized_for)
-                                               and (self.sized or self.value is not None)):
+                                               and self.sized):
             raise StandError("sized_for must be None or (key, description) non-empty strings of a method sized "
                              "for its target: build it with Method.parse")
-        if (self.value is not None) != (isinstance(self.tree, DynamicTree) and self.tree.sized):
-            raise StandError("a value rule goes with a value-sized dynamic tree (dynamic-auto): build it with Method.parse")
 
     @classmethod
     def parse(cls, name: str, tree=None, model=None, batch: int = 1, *, feed_rejected: bool = False,
               extend: bool = True, copy_tokens: int | None = None, diagnose: bool = False, max_nodes=AUTO,
-              suffix: SuffixSettings | None = None, allocation: str = "batch",
-              batch_verify: bool | None = None, latency: LatencyProfile | None = None,
+              suffix: SuffixSettings | None = None, batch_verify: bool | None = None,
               prior: SuccessorPrior | None = None) -> "Method":
         """The method ``name`` with its tree resolved and its options checked.
 
@@ -142,27 +135,19 @@ class Method:
             max_nodes: cap on drafted nodes per row and step in a batch: an int >= 0, None (none) or
                 ``"auto"`` (:func:`auto_node_cap`).
             suffix: SuffixDecoding's settings.
-            allocation: how a value-sized dynamic tree (``dynamic-auto``) is sized: ``"batch"`` (one
-                node budget per forward over every row's candidates, :mod:`stand_runtime.sizing.allocation`)
-                or ``"row"`` (each row sizes its own draft as if alone, t at ``batch`` rows per forward).
             batch_verify: the batched verifier switch (see :class:`Method`).
-            latency: the profile a value-sized tree is sized by when it is not this machine's (e.g. the
-                trace bench's projection onto other hardware: no forward is observed, so the rule
-                never explores); None = the target's, measured here (needs ``model``).
             prior: the successor prior STAND drafts with (see :class:`Method`).
 
         Raises:
             StandError: unknown method, a missing optional package, an option the method does not
                 take, a bad tree (or one without draft nodes), a family to size without a model, a
-                model that is not a loaded causal LM, ``latency`` or ``prior`` of the wrong type.
+                model that is not a loaded causal LM, a ``prior`` of the wrong type.
         """
         if isinstance(name, Method):
             raise StandError("Method.parse takes a method name; this is already a Method")
         if model is not None:
             check_model(model)
         batch = check_int("batch", batch, 1)
-        if latency is not None and not isinstance(latency, LatencyProfile):
-            raise StandError(f"latency must be a LatencyProfile or None, not {type(latency).__name__}")
         check_method(name, tree=tree, feed_rejected=feed_rejected, diagnose=diagnose, extend=extend,
                      copy_tokens=copy_tokens)
         max_nodes = check_max_nodes(max_nodes, name)
@@ -171,20 +156,22 @@ class Method:
         sized = name in TREE_METHODS and sized_family(spec) is not None
         if max_nodes == AUTO:
             max_nodes = auto_node_cap(resolved, sized, batch)
-        value = value_rule(resolved, model, batch, allocation, latency,
-                           repr(spec) if tree is not None else f"{spec!r} ({name}'s default)")
-        measured_here = sized or (value is not None and latency is None)
-        sized_for = target_identity(model) if model is not None and measured_here else None
-        return cls(name, resolved, feed_rejected, extend, copy_tokens, diagnose, max_nodes, sized, suffix, value,
+        sized_for = target_identity(model) if model is not None and sized else None
+        return cls(name, resolved, feed_rejected, extend, copy_tokens, diagnose, max_nodes, sized, suffix,
                    batch_verify, prior, sized_for)
+
+    @property
+    def value_sized(self) -> bool:
+        """True for a value-sized dynamic tree (``dynamic-auto``): each step sized by the expected-value
+        rule of a :class:`stand_runtime.sizing.session.SizingSession`."""
+        return isinstance(self.tree, DynamicTree) and self.tree.sized
 
     @property
     def label(self) -> str:
         """The method and its tree as tables show them (``stand [dynamic-80]``, ``stand [dynamic-auto-80]``,
-        ``stand [dynamic-auto-80, rows sized alone]``, ``recycle [12 nodes]``)."""
+        ``recycle [12 nodes]``)."""
         if isinstance(self.tree, DynamicTree):
-            alone = self.value is not None and not self.value.batch_allocated
-            return f"{self.name} [{self.tree.name}{', rows sized alone' if alone else ''}]"
+            return f"{self.name} [{self.tree.name}]"
         if isinstance(self.tree, DraftTree):
             return f"{self.name} [{self.tree.num_nodes} nodes]"
         return self.name
@@ -219,7 +206,7 @@ class Method:
             raise StandError(f"the store holds token id {memory.max_token_id}, outside the model's vocabulary ({vocab})")
 
     def drafter(self, memory: Memory | None, randomness: RandomStream, params: SamplingParams, vocab: int,
-                seed: int | None = None) -> Drafter | None:
+                seed: int | None = None, value: ValueRule | None = None) -> Drafter | None:
         """This method's drafter for one sequence (None for plain decoding).
 
         Args:
@@ -228,11 +215,16 @@ class Method:
             params: the target sampling distribution.
             vocab: the target's vocabulary size.
             seed: seeds the diagnostics' private generator.
+            value: a value-sized tree's rule for this call (:meth:`SizingSession.rule
+                <stand_runtime.sizing.session.SizingSession.rule>`); None for other trees.
 
         Raises:
-            StandError: see :meth:`check_memory`.
+            StandError: see :meth:`check_memory`; a value-sized tree without its rule, or a rule for another tree.
         """
         self.check_memory(memory, vocab)
+        if (value is not None) != self.value_sized:
+            raise StandError("a value rule goes with a value-sized dynamic tree (dynamic-auto) and it needs one: "
+                             "SizingSession.rule(tree.num_nodes, rows)")
         if memory is None:
             memory = self.new_memory(vocab)
         if self.name == "ar":
@@ -249,47 +241,7 @@ class Method:
         if self.prior is not None and self.prior.vocab != vocab:
             raise StandError(f"the successor prior covers {self.prior.vocab} tokens, the target's vocabulary {vocab}")
         return StandDrafter(self.tree, memory, randomness if stochastic else None, params, self.feed_rejected, quality,
-                            extension, self.copy_tokens, self.value, self.prior)
-
-
-ALLOCATIONS = ("batch", "row")
-"""How a value-sized dynamic tree is sized in a batch: one budget per forward, or each row alone."""
-
-
-def check_allocation(allocation) -> str:
-    """``allocation`` when it is one of :data:`ALLOCATIONS`. Raises StandError (one line) otherwise."""
-    if not isinstance(allocation, str) or allocation not in ALLOCATIONS:
-        raise StandError(f"allocation must be one of {', '.join(ALLOCATIONS)}, got {allocation!r}")
-    return allocation
-
-
-def value_rule(tree, model, batch: int, allocation: str = "batch",
-               latency: LatencyProfile | None = None, spec: str | None = None) -> ValueRule | None:
-    """The expected-value rule of a value-sized dynamic tree: this machine's latency profile of
-    ``model`` (measured once, cached; or ``latency``, another machine's, never corrected here) at
-    ``batch`` rows per forward, corrected online, sizing rows one forward at a time
-    (``allocation="batch"``) or each alone (``"row"``), with an acceptance map seeded from the
-    model's offline calibration when one was measured (:func:`stand_runtime.sizing.acceptance_seed.seeded_map`;
-    the default seed without a model); None for other trees. ``spec``: the tree as the caller named it
-    (for the error; default: the tree's own name).
-
-    Raises:
-        StandError: an allocation not in :data:`ALLOCATIONS`; a value-sized tree without a model or a
-            ``latency`` (its cost is the target's latency); a bad acceptance seed file for the model.
-    """
-    check_allocation(allocation)
-    if not (isinstance(tree, DynamicTree) and tree.sized):
-        return None
-    if latency is not None:
-        acceptance = AcceptanceMap() if model is None else seeded_map(model)
-        return ValueRule(LatencyModel(latency.at, latency.sizes, rows=batch, observing=False), acceptance,
-                         batch_allocated=allocation == "batch", nodes=tree.num_nodes)
-    if model is None:
-        raise StandError(f"the tree {spec or repr(tree.name)} is sized from the target's latency on this machine: "
-                         f"parse the method with the model")
-    profile = cached_latency(model, profile_name(model))
-    return ValueRule(LatencyModel(profile.at, profile.sizes, rows=batch), seeded_map(model),
-                     batch_allocated=allocation == "batch", nodes=tree.num_nodes)
+                            extension, self.copy_tokens, value, self.prior)
 
 
 def as_method(method: "Method | str", model=None, batch: int = 1) -> Method:

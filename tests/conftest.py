@@ -15,6 +15,17 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     torch.set_num_threads(1)  # one thread per xdist worker: two workers share the two cores
 
 
+@pytest.fixture(autouse=True)
+def fresh_default_sizing():
+    """Each test starts without the models' default sizing sessions (a session outlives a call: one made
+    in an earlier test would carry its latency profile and acceptance into this one)."""
+    from stand_runtime.sizing import session
+
+    session._DEFAULTS.clear()
+    yield
+    session._DEFAULTS.clear()
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config, items):
     """``--dist loadgroup`` under pytest 9: pytest-xdist 3.8 marks a group by suffixing

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from conftest import DigitsTokenizer, tiny_model
-from stand_runtime import Method, NGramStore, SamplingParams, StandError, generate
+from stand_runtime import Method, NGramStore, SamplingParams, SizingSession, StandError, generate
 from stand_runtime.sizing.acceptance_seed import (AcceptanceSeed, find_acceptance_seed, load_acceptance_seed, model_identity,
                                            seed_path)
 from stand_runtime.drafters import DYNAMIC_MAX_N, STORE_TOP_K
@@ -23,7 +23,7 @@ FLAT = latency.LatencyProfile((1, 2, 4, 8, 16, 32, 64, 128), (1.0,) * 8)
 def cache(tmp_path, monkeypatch):
     """An empty cache folder, a flat latency profile, and no bundled seed for the tiny models."""
     monkeypatch.setenv("STAND_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setattr("stand_runtime.method.cached_latency", lambda model, name: FLAT)
+    monkeypatch.setattr("stand_runtime.target.latency.cached_latency", lambda model, name: FLAT)
     return tmp_path / "cache"
 
 
@@ -92,7 +92,7 @@ def test_the_value_rule_is_seeded_for_its_model_only(cache, tmp_path, monkeypatc
     identity = model_identity(model)
     assert identity == "qwen2"  # built in memory: its model type
     assert find_acceptance_seed(model) is None
-    unseeded = Method.parse("stand", "dynamic-auto", model).value.acceptance.table()
+    unseeded = SizingSession.for_model(model).acceptance.table()
     assert np.allclose(unseeded, np.stack([DEFAULT_PRIOR, DEFAULT_PRIOR]))
     drafted, accepted = counts()
     # a bundled seed of another model is ignored, one of this model is used
@@ -101,25 +101,24 @@ def test_the_value_rule_is_seeded_for_its_model_only(cache, tmp_path, monkeypatc
     assert find_acceptance_seed(model) is None
     mine = AcceptanceSeed(identity, drafted, accepted).save(tmp_path / "mine.acceptance.json")
     monkeypatch.setattr("stand_runtime.sizing.acceptance_seed.bundled_files", lambda suffix: {"other": other, "mine": mine})
-    method = Method.parse("stand", "dynamic-auto", model)
-    assert np.allclose(method.value.acceptance.table(), AcceptanceSeed(identity, drafted, accepted).prior())
+    assert np.allclose(SizingSession.for_model(model).acceptance.table(), AcceptanceSeed(identity, drafted, accepted).prior())
     # the cached seed (what calibrate writes) comes first; one measured on another model is refused
     seed_path(identity).parent.mkdir(parents=True)
     AcceptanceSeed("llama", drafted, accepted).save(seed_path(identity))
     with pytest.raises(StandError, match="was measured on 'llama', not 'qwen2'"):
-        Method.parse("stand", "dynamic-auto", model)
+        SizingSession.for_model(model)
     seed_path(identity).write_text("[]")
     with pytest.raises(StandError, match="must be a JSON object.*remove it to use the bundled seed, or calibrate again"):
-        Method.parse("stand", "dynamic-auto", model)
+        SizingSession.for_model(model)
     seed_path(identity).write_text(json.dumps(AcceptanceSeed(identity, drafted, accepted).as_json())[:40])  # truncated
     with pytest.raises(StandError, match=r"seed treeopt calibrate wrote for this model: remove it") as error:
-        Method.parse("stand", "dynamic-auto", model)
+        SizingSession.for_model(model)
     assert "\n" not in str(error.value)
     # a cached file of version 1 (copied nodes binned by their parent's score) is skipped: the bundled one
     old = {**AcceptanceSeed(identity, drafted, accepted).as_json(), "version": 1}
     seed_path(identity).write_text(json.dumps(old))
     assert find_acceptance_seed(model).model == identity and find_acceptance_seed(model).metadata == {}
-    assert Method.parse("stand", "dynamic-80", model).value is None  # a fixed budget reads no seed
+    assert not Method.parse("stand", "dynamic-80", model).value_sized  # a fixed budget is sized by no session
 
 
 def test_the_first_step_predicts_the_calibrated_rate(cache, monkeypatch):
@@ -128,14 +127,14 @@ def test_the_first_step_predicts_the_calibrated_rate(cache, monkeypatch):
     drafted, accepted = counts()
     seed_path("qwen2").parent.mkdir(parents=True)
     AcceptanceSeed("qwen2", drafted, accepted).save(seed_path("qwen2"))
-    method = Method.parse("stand", "dynamic-auto-16", model)
-    prior = method.value.acceptance.table()
-    method.value.latency.ratio = lambda tokens: 1.0  # sizes from the flat profile, not this run's timings
+    method, sizing = Method.parse("stand", "dynamic-auto-16", model), SizingSession.for_model(model)
+    prior = sizing.acceptance.table()
+    sizing.latency(1).ratio = lambda tokens: 1.0  # sizes from the flat profile, not this run's timings
     steps = []
-    method.value.on_outcome = lambda scores, copied, predicted, outcome: steps.append((scores, copied, predicted))
+    sizing.on_outcome = lambda scores, copied, predicted, outcome: steps.append((scores, copied, predicted))
     prompt = [3, 1, 4, 1, 5, 9, 2, 6] * 4
     generate(model, None, prompt, method=method, sampling=SamplingParams(temperature=0), max_new_tokens=20,
-             eos_token_ids=[], store=NGramStore(max_n=8))
+             eos_token_ids=[], store=NGramStore(max_n=8), sizing=sizing)
     scores, copied, predicted = next(step for step in steps if len(step[0]))
     bins = np.clip(np.searchsorted(EDGES, scores, side="right") - 1, 0, 15)
     assert np.array_equal(predicted, prior[copied.astype(int), bins])
@@ -179,8 +178,7 @@ def test_calibrate_cli_writes_the_seed_the_runtime_then_reads(cache, tmp_path, m
     written = load_acceptance_seed(tmp_path / "tiny.acceptance.json")
     assert written.metadata["tree"] == "dynamic-8" and written.drafted.sum() > 0
     assert np.array_equal(load_acceptance_seed(seed_path("qwen2")).drafted, written.drafted)
-    method = Method.parse("stand", "dynamic-auto", model)
-    assert np.allclose(method.value.acceptance.table(), written.prior())
+    assert np.allclose(SizingSession.for_model(model).acceptance.table(), written.prior())
     bad = CliRunner().invoke(app, ["calibrate", "--dataset", str(data), "--field", "question", "--samples", "1",
                                    "--acceptance-nodes", "5000", "--out", str(out)])
     assert bad.exit_code == 2 and "--acceptance-nodes 5000: bad dynamic tree 'dynamic-5000'" in bad.output

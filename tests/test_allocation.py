@@ -9,7 +9,8 @@ import copy
 import numpy as np
 import pytest
 
-from stand_runtime import Method, NGramStore, RowSpec, SamplingParams, StandError, decode_rows, generate, generate_batch
+from stand_runtime import (Method, NGramStore, RowSpec, SamplingParams, SizingSession, StandError, decode_rows, generate,
+                           generate_batch)
 from stand_runtime.store.drafting import DynamicTree, best_first_draft
 from stand_runtime.sizing.peak import first_peak
 from stand_runtime.sizing.latency_model import LatencyModel
@@ -188,7 +189,7 @@ def flat_profile(monkeypatch, slope: float):
     monkeypatch.setattr("stand_runtime.sizing.latency_model.LatencyModel.explore", lambda self, tokens=None: False)
 
     sizes = (1, 2, 4, 8, 16, 32, 64, 128)
-    monkeypatch.setattr("stand_runtime.method.cached_latency",
+    monkeypatch.setattr("stand_runtime.target.latency.cached_latency",
                         lambda model, name: latency.LatencyProfile(sizes, tuple(1 + slope * s for s in sizes)))
 
 
@@ -202,13 +203,14 @@ def test_batch_allocated_rows_equal_plain_decoding_greedy(tiny_qwen2, monkeypatc
     greedy = SamplingParams(temperature=0)
     plain = [generate(tiny_qwen2, None, p, method="ar", sampling=greedy, max_new_tokens=30, eos_token_ids=[]).tokens
              for p in PROMPTS]
-    method = Method.parse("stand", "dynamic-auto-12", tiny_qwen2, batch=6)
-    assert method.value.batch_allocated
+    method, sizing = Method.parse("stand", "dynamic-auto-12", tiny_qwen2, batch=6), SizingSession.for_model(tiny_qwen2)
     rows = generate_batch(tiny_qwen2, None, PROMPTS, n=2, method=method, sampling=greedy, max_new_tokens=30,
-                          eos_token_ids=[])
+                          eos_token_ids=[], sizing=sizing)
     assert [r.tokens for r in rows] == [plain[0], plain[0], plain[1], plain[1], plain[2], plain[2]]
-    assert any(len(set(sizes)) > 1 and max(sizes) > 0 for sizes in method.value.batches), method.value.batches
-    assert sum(max(sizes) > 0 for sizes in method.value.batches) >= 3, method.value.batches
+    batches = sizing.last_rule.batches
+    assert sizing.last_rule.batch_allocated
+    assert any(len(set(sizes)) > 1 and max(sizes) > 0 for sizes in batches), batches
+    assert sum(max(sizes) > 0 for sizes in batches) >= 3, batches
     assert sum(sum(r.stats.drafted_per_step) for r in rows) > 0
     assert sum(sum(r.stats.accepted_per_step) for r in rows) > 0  # drafts were accepted
     assert 0.0 < padding_waste(r.stats for r in rows) < 1.0
@@ -250,10 +252,9 @@ def test_the_latency_model_learns_the_whole_step_not_the_forward_alone(tiny_qwen
 
 def test_batch_allocation_option_is_checked_and_labelled(tiny_qwen2):
     with pytest.raises(StandError, match="allocation must be one of"):
-        Method.parse("stand", "dynamic-auto", None, allocation="rows")
+        SizingSession.for_model(tiny_qwen2, allocation="rows")
     assert Method.parse("stand", "dynamic-auto-8", tiny_qwen2, batch=2).label == "stand [dynamic-auto-8]"
-    rows = Method.parse("stand", "dynamic-auto-8", tiny_qwen2, batch=2, allocation="row")
-    assert rows.label == "stand [dynamic-auto-8, rows sized alone]"
+    assert not SizingSession.for_model(tiny_qwen2, allocation="row").rule(8, 2).batch_allocated
     assert Method.parse("stand", "dynamic-8").label == "stand [dynamic-8]"
 
 
@@ -279,8 +280,9 @@ def test_a_batch_allocated_sampled_row_keeps_the_exact_law(tiny_qwen2, monkeypat
         stores = copy.deepcopy(warm)
         rows = [RowSpec(prompts[0], params, 7, 3, stores[0], (), ()), RowSpec(prompts[0], greedy, 7, 2, stores[0], (), ()),
                 RowSpec(prompts[1], greedy, 7, 3, stores[1], (), ()), RowSpec(prompts[1], greedy, 7, 1, stores[1], (), ())]
-        results = decode_rows(tiny_qwen2, None, rows, method=method)
-        allocations.extend(method.value.batches)
+        sizing = SizingSession.for_model(tiny_qwen2)
+        results = decode_rows(tiny_qwen2, None, rows, method=method, sizing=sizing)
+        allocations.extend(sizing.last_rule.batches)
         return tuple(results[0].tokens), results[0].stats.new_tokens - results[0].stats.target_forwards
 
     law = draw_law(run)

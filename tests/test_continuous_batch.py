@@ -4,8 +4,7 @@ lossless against plain decoding of that row alone (greedy: token for token; samp
 import pytest
 import torch
 
-from stand_runtime import Method, RowSpec, SamplingParams, StandError, decode_rows, generate
-from stand_runtime.sizing.latency_model import LatencyModel
+from stand_runtime import Method, RowSpec, SamplingParams, SizingSession, StandError, decode_rows, generate
 from stand_runtime.engine import loop as engine_loop
 from stand_runtime.target.latency import LatencyProfile
 from stand_runtime.target.batch_kv import BatchedCache
@@ -37,10 +36,10 @@ def _parse(model, method: str, tree, batch: int, monkeypatch) -> Method:
     """The method, a value-sized tree sized by a fixed, nearly flat profile that no step time corrects:
     its sizes, and the acceptance these tests count to show the drafts were used, do not depend on
     how loaded the machine is (the greedy identity holds whatever the sizes)."""
-    if tree != "dynamic-auto":
-        return Method.parse(method, tree, model, batch=batch)
-    monkeypatch.setattr(LatencyModel, "observe", lambda self, tokens, seconds: None)
-    return Method.parse(method, tree, model, batch=batch, latency=STEADY)
+    if tree == "dynamic-auto":
+        steady = SizingSession(STEADY, measured_here=False)
+        monkeypatch.setattr("stand_runtime.engine.rows.default_session", lambda model: steady)
+    return Method.parse(method, tree, model, batch=batch)
 
 
 def _plain(model, spec: RowSpec) -> list[int]:

@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from conftest import DigitsTokenizer, tiny_model
-from stand_runtime import (DecodeRequest, HFBackend, Method, NGramStore, RowSpec, SamplingParams, StandError, decode_rows, generate, generate_batch)
+from stand_runtime import (DecodeRequest, HFBackend, Method, NGramStore, RowSpec, SamplingParams, SizingSession, StandError,
+                           decode_rows, generate, generate_batch)
 from treeopt.data.datasets import Prompt, load_prompts
 from treeopt.evaluate.search import SearchSettings, dvts
 from treeopt.data.traces import first_tokens, load_traces
@@ -550,7 +551,9 @@ def test_the_python_api_refuses_wrong_types_where_they_are_given(tiny_qwen2, tmp
         (lambda: decode_rows(tiny_qwen2, None, [row], method="ar", prefixes="x"), "prefixes must be a PrefixCache"),
         (lambda: load_model(device="tpu"), "device 'tpu' cannot be used"),
         (lambda: load_model(fast="no"), "fast must be True or False"),
-        (lambda: Method.parse("stand", "dynamic-auto", latency="x"), "latency must be a LatencyProfile"),
+        (lambda: SizingSession.for_model(tiny_qwen2, latency="x"), "latency must be a LatencyProfile"),
+        (lambda: generate(tiny_qwen2, None, PROMPT, max_new_tokens=2, sizing="x"), "sizing must be a SizingSession"),
+        (lambda: SizingSession.for_model(tiny_qwen2, allocation="x"), "allocation must be one of batch, row"),
         (lambda: LatencyProfile((1, 2, 4), (0.0, 0.0, 0.0)), r"seconds must be finite times \(> 0 s\)"),
         (lambda: LatencyProfile((), ()), "sizes must be token counts"),
         (lambda: LatencyProfile((1, 2), (0.1,)), "2 sizes but 1 seconds"),
@@ -576,7 +579,7 @@ def test_the_python_api_refuses_wrong_types_where_they_are_given(tiny_qwen2, tmp
         (lambda: RecyclingMatrix(10**12), r"RecyclingMatrix vocab must be an integer in \[1, 4194304\]"),
         (lambda: Method.parse("recycle").new_memory(10**12), r"vocab must be an integer in \[1, 4194304\]"),
         (lambda: DecodeRequest(PROMPT, group=""), "group must be a non-empty string or None"),
-        (lambda: Method.parse("stand"), r"the tree 'dynamic-auto' \(stand's default\) is sized from the target's latency"),
+        (lambda: Method.parse("stand").drafter(None, None, GREEDY, 16), "a value rule goes with"),
     ]
     for call, message in calls:
         with pytest.raises(StandError, match=message) as error:
@@ -662,23 +665,26 @@ def test_replay_and_trace_tokenizing_refuse_what_does_not_fit():
             tokenize_groups(groups, DigitsTokenizer(), 8)
 
 
-def test_a_method_sized_for_one_target_refuses_to_decode_another(tiny_qwen2):
-    """A value-sized tree's draft sizes come from its target's latency here: decoding a target of another
-    architecture, dtype or device with it is one line; the same architecture with other weights is fine."""
-    sized = Method.parse("stand", "dynamic-auto-16", tiny_qwen2)
-    assert sized.sized_for is not None and "float32 on cpu" in sized.sized_for[1]
+def test_a_session_sized_for_one_target_refuses_to_decode_another(tiny_qwen2):
+    """A value-sized tree's draft sizes come from its session's latency profile of its target here: decoding a
+    target of another architecture, dtype or device with that session is one line; the same architecture with
+    other weights is fine."""
+    sized, sizing = Method.parse("stand", "dynamic-auto-16", tiny_qwen2), SizingSession.for_model(tiny_qwen2)
+    assert sized.sized_for is None and "float32 on cpu" in sizing.target[1]  # the method itself sizes nothing
     other_weights = tiny_model("qwen2", seed=5)
-    generate(other_weights, None, PROMPT, method=sized, sampling=GREEDY, max_new_tokens=4)
+    generate(other_weights, None, PROMPT, method=sized, sampling=GREEDY, max_new_tokens=4, sizing=sizing)
     other_arch = tiny_model("llama")
-    message = "this stand method was sized for another target (qwen2, float32 on cpu, architecture "
-    for call in (lambda: generate(other_arch, None, PROMPT, method=sized, sampling=GREEDY, max_new_tokens=4),
-                 lambda: decode_rows(other_arch, None, [RowSpec(PROMPT, GREEDY, max_new_tokens=4)], method=sized)):
+    message = "this sizing session was measured for another target (qwen2, float32 on cpu, architecture "
+    for call in (lambda: generate(other_arch, None, PROMPT, method=sized, sampling=GREEDY, max_new_tokens=4,
+                                  sizing=sizing),
+                 lambda: decode_rows(other_arch, None, [RowSpec(PROMPT, GREEDY, max_new_tokens=4)], method=sized,
+                                     sizing=sizing)):
         with pytest.raises(StandError, match=re.escape(message)) as error:
             call()
         one_line(error)
+    generate(other_arch, None, PROMPT, method=sized, sampling=GREEDY, max_new_tokens=4)  # its own default session
     unsized = Method.parse("stand", "dynamic-80", tiny_qwen2)  # nothing in it depends on the target
-    assert unsized.sized_for is None
-    generate(other_arch, None, PROMPT, method=unsized, sampling=GREEDY, max_new_tokens=4)
+    generate(other_arch, None, PROMPT, method=unsized, sampling=GREEDY, max_new_tokens=4, sizing=sizing)
     for junk in ("qwen2", ("", ""), ("key", "name", "extra")):
         with pytest.raises(StandError, match="sized_for must be None or"):
             Method("stand", unsized.tree, sized_for=junk)
@@ -686,22 +692,22 @@ def test_a_method_sized_for_one_target_refuses_to_decode_another(tiny_qwen2):
         Method("ar", sized_for=("key", "name"))  # plain decoding sizes nothing
     wider = tiny_model("qwen2", vocab=32)  # one name, another shape: the message tells them apart
     with pytest.raises(StandError, match=r"\(qwen2, float32 on cpu, architecture [0-9a-f]{8}\), not qwen2, float32 on "
-                                         r"cpu, architecture [0-9a-f]{8}: parse it again"):
-        generate(wider, None, PROMPT, method=sized, sampling=GREEDY, max_new_tokens=4)
+                                         r"cpu, architecture [0-9a-f]{8}: make one for the model it decodes"):
+        generate(wider, None, PROMPT, method=sized, sampling=GREEDY, max_new_tokens=4, sizing=sizing)
     part_cast = tiny_model("qwen2", seed=5)  # every parameter counts, not the first alone (the embedding)
     part_cast.model.layers[0].mlp.to(torch.bfloat16)
     with pytest.raises(StandError, match=r"not qwen2, bfloat16 on cpu \+ float32 on cpu, architecture"):
-        generate(part_cast, None, PROMPT, method=sized, sampling=GREEDY, max_new_tokens=4)
+        generate(part_cast, None, PROMPT, method=sized, sampling=GREEDY, max_new_tokens=4, sizing=sizing)
 
 
-def test_a_used_value_sized_method_copies_and_pickles(tiny_qwen2):
+def test_a_used_sizing_session_copies_and_pickles(tiny_qwen2):
     """A value rule's latency model marked its fit stale with a sentinel object, which a copy or pickle
     replaced: the next decode failed deep inside (TypeError in np.interp)."""
     import copy
     import pickle
 
-    method = Method.parse("stand", "dynamic-auto-16", tiny_qwen2)
-    first = generate(tiny_qwen2, None, PROMPT, method=method, sampling=GREEDY, max_new_tokens=8)
-    for clone in (copy.deepcopy(method), pickle.loads(pickle.dumps(method))):
-        again = generate(tiny_qwen2, None, PROMPT, method=clone, sampling=GREEDY, max_new_tokens=8)
+    method, sizing = Method.parse("stand", "dynamic-auto-16", tiny_qwen2), SizingSession.for_model(tiny_qwen2)
+    first = generate(tiny_qwen2, None, PROMPT, method=method, sampling=GREEDY, max_new_tokens=8, sizing=sizing)
+    for clone in (copy.deepcopy(sizing), pickle.loads(pickle.dumps(sizing))):
+        again = generate(tiny_qwen2, None, PROMPT, method=method, sampling=GREEDY, max_new_tokens=8, sizing=clone)
         assert again.tokens == first.tokens  # greedy: the same tokens whatever the draft sizes

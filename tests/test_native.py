@@ -255,7 +255,7 @@ def test_value_sized_replays_are_identical_on_the_native_store():
     from stand_runtime.sizing.latency_model import LatencyModel
     from stand_runtime.sizing.value import ValueRule
 
-    method = Method.parse("stand", "dynamic-40")
+    method = Method.parse("stand", "dynamic-auto-40")
     greedy = SamplingParams(temperature=0.0)
     traces = [random_sequence(np.random.default_rng(s), 400, vocab=50) for s in range(2)]
     prompt = random_sequence(np.random.default_rng(9), 30, vocab=50)
@@ -264,9 +264,8 @@ def test_value_sized_replays_are_identical_on_the_native_store():
         store, rule = cls(max_n=8), ValueRule(LatencyModel(lambda tokens: 1.0 + 0.01 * tokens, (1, 2, 4, 8, 16, 32, 64)))
         runs = []
         for t, trace in enumerate(traces):
-            drafter = method.drafter(store, RandomStream.seeded(t), greedy, 64)
-            drafter.value = rule
-            stats = replay_trace(drafter, prompt, trace).stats
+            drafter = method.drafter(store, RandomStream.seeded(t), greedy, 64, value=rule)
+            stats = replay_trace(drafter, prompt, trace, value=rule).stats
             runs.append((stats.drafted_per_step, stats.accepted_per_step))
         results.append((runs, store.stats(), rule.sizes, rule.acceptance.table().tolist()))
     assert results[0] == results[1]
@@ -364,7 +363,7 @@ def test_batched_native_rows_equal_plain_decoding(tiny_qwen2, monkeypatch, tree)
     from stand_runtime.target import latency
 
     sizes = (1, 2, 4, 8, 16, 32, 64, 128)
-    monkeypatch.setattr("stand_runtime.method.cached_latency",
+    monkeypatch.setattr("stand_runtime.target.latency.cached_latency",
                         lambda model, name: latency.LatencyProfile(sizes, tuple(1 + 0.02 * s for s in sizes)))
     monkeypatch.setenv(NATIVE_ENV, "1")
     calls = {"draft": 0, "feed": 0}

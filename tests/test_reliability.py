@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from conftest import DigitsTokenizer, tiny_model
-from stand_runtime import Method, NGramStore, SamplingParams, StandError, generate
+from stand_runtime import Method, NGramStore, SamplingParams, SizingSession, StandError, generate
 from stand_runtime.target import latency
 from treeopt.evaluate.reliability import ReliabilityLog, reliability
 
@@ -20,7 +20,7 @@ FLAT = latency.LatencyProfile((1, 2, 4, 8, 16, 32, 64, 128), tuple(1 + 0.01 * s 
 @pytest.fixture()
 def flat_latency(tmp_path, monkeypatch):
     monkeypatch.setenv("STAND_CACHE_DIR", str(tmp_path / "cache"))  # no cached acceptance seed
-    monkeypatch.setattr("stand_runtime.method.cached_latency", lambda model, name: FLAT)
+    monkeypatch.setattr("stand_runtime.target.latency.cached_latency", lambda model, name: FLAT)
 
 
 def test_the_reliability_table_of_hand_made_predictions():
@@ -62,10 +62,10 @@ def test_the_value_rule_reports_what_it_predicted_when_it_sized(flat_latency):
     model = tiny_model()
     prompt, greedy = [3, 1, 4, 1, 5, 9, 2, 6] * 4, SamplingParams(temperature=0)
     plain = generate(model, None, prompt, method="ar", sampling=greedy, max_new_tokens=20, eos_token_ids=[])
-    method = Method.parse("stand", "dynamic-auto-12", model)
-    method.value.latency.ratio = lambda tokens: 1.0  # sizes from the profile alone, not from this run's timings
+    method, sizing = Method.parse("stand", "dynamic-auto-12", model), SizingSession.for_model(model)
+    sizing.latency(1).ratio = lambda tokens: 1.0  # sizes from the profile alone, not from this run's timings
     reports, tables = [], []
-    acceptance = method.value.acceptance
+    acceptance = sizing.acceptance
     original = acceptance.observe
 
     def observe(scores, copied, accepted):  # the map's estimate just before each update
@@ -73,9 +73,9 @@ def test_the_value_rule_reports_what_it_predicted_when_it_sized(flat_latency):
         original(scores, copied, accepted)
 
     acceptance.observe = observe
-    method.value.on_outcome = lambda scores, copied, predicted, outcome: reports.append((scores, copied, predicted, outcome))
+    sizing.on_outcome = lambda scores, copied, predicted, outcome: reports.append((scores, copied, predicted, outcome))
     fast = generate(model, None, prompt, method=method, sampling=greedy, max_new_tokens=20, eos_token_ids=[],
-                    store=NGramStore(max_n=8))
+                    store=NGramStore(max_n=8), sizing=sizing)
     assert fast.tokens == plain.tokens
     assert sum(len(r[0]) for r in reports) == sum(fast.stats.drafted_per_step) > 0
     assert sum(int(r[3].sum()) for r in reports) == sum(fast.stats.accepted_per_step) > 0
@@ -84,16 +84,18 @@ def test_the_value_rule_reports_what_it_predicted_when_it_sized(flat_latency):
         assert np.array_equal(predicted, table[copied.astype(int), bins])
     # without a collector the drafter keeps no prediction
     store = NGramStore(max_n=8)
-    quiet = Method.parse("stand", "dynamic-auto-12", model, allocation="row")  # the drafter sizes its drafts
+    quiet, alone = Method.parse("stand", "dynamic-auto-12", model), SizingSession.for_model(model, allocation="row")
     # sizes from the flat profile, not this run's timings (under load they drafted nothing)
-    quiet.value.latency.ratio, quiet.value.latency.explore = (lambda tokens: 1.0), (lambda tokens=None: False)
-    generate(model, None, prompt, method=quiet, sampling=greedy, max_new_tokens=20, eos_token_ids=[], store=store)
-    drafter = quiet.drafter(store, None, greedy, 16)
+    alone.latency(1).ratio, alone.latency(1).explore = (lambda tokens: 1.0), (lambda tokens=None: False)
+    generate(model, None, prompt, method=quiet, sampling=greedy, max_new_tokens=20, eos_token_ids=[], store=store,
+             sizing=alone)
+    rule = alone.last_rule  # the drafter sizes its drafts (rows sized alone)
+    drafter = quiet.drafter(store, None, greedy, 16, value=rule)
     first = drafter.draft(prompt + plain.tokens, 8)
-    assert first.num_nodes > 0 and quiet.value.recall(first) is None  # nobody listens: nothing kept
-    quiet.value.on_outcome = reports.append
+    assert first.num_nodes > 0 and rule.recall(first) is None  # nobody listens: nothing kept
+    rule.on_outcome = reports.append
     second = drafter.draft(prompt + plain.tokens, 8)
-    assert second.num_nodes > 0 and quiet.value.recall(second) is not None
+    assert second.num_nodes > 0 and rule.recall(second) is not None
 
 
 def latency_edges():

@@ -278,7 +278,7 @@ def test_a_value_sized_tree_replays_sized_by_a_given_profile(tmp_path):
     results = {}
     for name, profile in (("flat", flat), ("steep", steep)):
         method = parse_trace_methods("stand", "dynamic-auto-16", latency=profile)[0]
-        assert method.method.value is not None and not method.method.value.latency.explore()
+        assert method.sizing is not None and not method.sizing.rule(16).latency.explore()
         results[name] = run_trace_bench(groups, [method])[0]
     nodes = {name: r.nodes_per_step for name, r in (("fixed", fixed), *results.items())}
     tau = {name: r.acceptance() for name, r in (("fixed", fixed), *results.items())}

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from stand_runtime import DynamicTree, Method, NGramStore, SamplingParams, StandError, generate, generate_batch
+from stand_runtime import (DynamicTree, Method, NGramStore, SamplingParams, SizingSession, StandError, generate,
+                           generate_batch)
 from stand_runtime.store.drafting import parse_dynamic
 from stand_runtime.sizing.peak import first_peak
 from stand_runtime.sizing.latency_model import MIN_OBSERVED, LatencyModel
@@ -196,7 +197,7 @@ def test_a_seeded_value_sized_decode_repeats_token_for_token_under_timing_noise(
     from stand_runtime.target import latency
 
     profile = latency.LatencyProfile(tuple(range(1, 33)), tuple(1.0 + 0.08 * n for n in range(1, 33)))
-    monkeypatch.setattr("stand_runtime.method.cached_latency", lambda model, name: profile)
+    monkeypatch.setattr("stand_runtime.target.latency.cached_latency", lambda model, name: profile)
     observed = LatencyModel.observe
     prompt, params = [3, 1, 4, 1, 5, 9, 2, 6] * 3, SamplingParams(temperature=0.8, top_p=0.95)
 
@@ -204,14 +205,15 @@ def test_a_seeded_value_sized_decode_repeats_token_for_token_under_timing_noise(
         rng = np.random.default_rng(noise)
         monkeypatch.setattr(LatencyModel, "observe", lambda self, tokens, seconds: observed(
             self, tokens, self.profile(tokens) * rng.uniform(0.7, 0.91)))
-        method = Method.parse("stand", "dynamic-auto-16", tiny_qwen2, batch=batch)
+        method, sizing = Method.parse("stand", "dynamic-auto-16", tiny_qwen2, batch=batch), SizingSession.for_model(tiny_qwen2)
         if batch == 1:
             tokens = [generate(tiny_qwen2, None, prompt, method=method, sampling=params, max_new_tokens=40,
-                               eos_token_ids=[], seed=11).tokens]
+                               eos_token_ids=[], seed=11, sizing=sizing).tokens]
         else:
             tokens = [r.tokens for r in generate_batch(tiny_qwen2, None, [prompt], n=batch, method=method,
-                                                       sampling=params, max_new_tokens=40, eos_token_ids=[], seed=11)]
-        return tokens, list(method.value.sizes)
+                                                       sampling=params, max_new_tokens=40, eos_token_ids=[], seed=11,
+                                                       sizing=sizing)]
+        return tokens, list(sizing.last_rule.sizes)
 
     for batch in (1, 2):
         (first, sizes), (second, again) = run(1, batch), run(2, batch)
@@ -281,10 +283,9 @@ def test_dynamic_auto_specs_parse_and_need_the_model():
     assert DynamicTree(24, sized=True).name == "dynamic-auto-24"
     with pytest.raises(StandError, match="write dynamic"):
         parse_dynamic("dynamic-auto-x")
-    with pytest.raises(StandError, match="sized from the target's latency"):
-        Method.parse("stand", "dynamic-auto")
+    assert Method.parse("stand", "dynamic-auto") == Method("stand", DynamicTree(80, sized=True))  # no model read
     with pytest.raises(StandError, match="a value rule goes with"):
-        Method("stand", DynamicTree(8, sized=True))
+        Method("stand", DynamicTree(8, sized=True)).drafter(None, None, SamplingParams(), 16)
 
 
 def test_value_sized_drafts_are_lossless_greedy_and_learn(tiny_qwen2, monkeypatch):
@@ -293,17 +294,18 @@ def test_value_sized_drafts_are_lossless_greedy_and_learn(tiny_qwen2, monkeypatc
     from stand_runtime.target import latency
 
     flat = latency.LatencyProfile((1, 2, 4, 8, 16, 32, 64, 128), (1.0,) * 8)
-    monkeypatch.setattr("stand_runtime.method.cached_latency", lambda model, name: flat)
+    monkeypatch.setattr("stand_runtime.target.latency.cached_latency", lambda model, name: flat)
     prompt = [3, 1, 4, 1, 5, 9, 2, 6] * 4
     greedy = SamplingParams(temperature=0)
     plain = generate(tiny_qwen2, None, prompt, method="ar", sampling=greedy, max_new_tokens=40, eos_token_ids=[])
     method = Method.parse("stand", "dynamic-auto-16", tiny_qwen2)
+    sizing = SizingSession.for_model(tiny_qwen2)
     fast = generate(tiny_qwen2, None, prompt, method=method, sampling=greedy, max_new_tokens=40, eos_token_ids=[],
-                    store=NGramStore(max_n=8))
+                    store=NGramStore(max_n=8), sizing=sizing)
     assert fast.tokens == plain.tokens
-    assert fast.stats.target_forwards < 40 and len(method.value.sizes) >= fast.stats.target_forwards - 1
-    assert method.value.acceptance._drafted.sum() == sum(fast.stats.drafted_per_step)
-    assert method.value.acceptance._drafted[1].sum() > 0  # the copy chain competed and was drafted
+    assert fast.stats.target_forwards < 40 and len(sizing.last_rule.sizes) >= fast.stats.target_forwards - 1
+    assert sizing.acceptance._drafted.sum() == sum(fast.stats.drafted_per_step)
+    assert sizing.acceptance._drafted[1].sum() > 0  # the copy chain competed and was drafted
 
 
 def test_a_long_repeated_span_is_drafted_past_the_fixed_copy_path(tiny_qwen2):
@@ -318,11 +320,12 @@ def test_a_long_repeated_span_is_drafted_past_the_fixed_copy_path(tiny_qwen2):
     prompt = [3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 9, 3, 2, 3, 8, 4] * 4
     greedy = SamplingParams(temperature=0)
     plain = generate(tiny_qwen2, None, prompt, method="ar", sampling=greedy, max_new_tokens=24, eos_token_ids=[])
-    method = Method.parse("stand", "dynamic-auto", tiny_qwen2, latency=flat)
+    method = Method.parse("stand", "dynamic-auto", tiny_qwen2)
     assert method.copy_tokens == VALUE_COPY_TOKENS and Method.parse("stand", "dynamic-16").copy_tokens == COPY_TOKENS
     copied = []
     fast = generate(tiny_qwen2, None, prompt, method=method, sampling=greedy, max_new_tokens=24, eos_token_ids=[],
-                    on_step=lambda settled: copied.append(len(settled.draft.copied)))
+                    on_step=lambda settled: copied.append(len(settled.draft.copied)),
+                    sizing=SizingSession.for_model(tiny_qwen2, latency=flat))
     assert fast.tokens == plain.tokens and sum(fast.stats.accepted_per_step) > 0  # drafts were accepted
     assert max(copied) > COPY_TOKENS, copied
 
@@ -336,25 +339,26 @@ def test_value_sized_sampling_keeps_the_exact_three_token_law(tiny_qwen2, monkey
 
     sizes = (1, 2, 4, 8, 16, 32, 64, 128)
     seconds = tuple(1 + 0.1 * (s - 1) if profile == "sloped" else float(s) for s in sizes)
-    monkeypatch.setattr("stand_runtime.method.cached_latency",
+    monkeypatch.setattr("stand_runtime.target.latency.cached_latency",
                         lambda model, name: latency.LatencyProfile(sizes, seconds))
     prompt = [3, 1, 4, 1, 5, 9, 2, 6] * 4
     params = SamplingParams(temperature=0.8, top_p=0.95)
     exact = exact_continuations(tiny_qwen2, prompt, params, 3)
     method, store, counts, samples = Method.parse("stand", "dynamic-auto-6", tiny_qwen2), NGramStore(max_n=8), {}, 1500
-    accepted = 0
+    sizing, sizes, accepted = SizingSession.for_model(tiny_qwen2), [], 0
     for seed in range(samples):
         result = generate(tiny_qwen2, None, prompt, method=method, sampling=params, max_new_tokens=3, seed=seed,
-                          eos_token_ids=[], store=store)
+                          eos_token_ids=[], store=store, sizing=sizing)
         counts[tuple(result.tokens)] = counts.get(tuple(result.tokens), 0) + 1
         accepted += result.stats.new_tokens - result.stats.target_forwards
+        sizes += sizing.last_rule.sizes
     assert chi_square_against(counts, exact, samples).pvalue > 0.001
     if profile == "sloped":
-        assert method.value.acceptance._drafted[1].sum() > 0  # copy chains were drafted too
-        assert len(set(method.value.sizes)) >= 3  # sizes varied with what the store knew
+        assert sizing.acceptance._drafted[1].sum() > 0  # copy chains were drafted too
+        assert len(set(sizes)) >= 3  # sizes varied with what the store knew
         assert accepted >= samples // 10, f"drafts were rarely accepted ({accepted} in {samples} runs)"
     else:
-        assert set(method.value.sizes) == {0}  # nothing pays for itself when each token doubles the cost
+        assert set(sizes) == {0}  # nothing pays for itself when each token doubles the cost
 
 
 def test_value_sized_rows_of_a_batch_equal_plain_decoding(tiny_qwen2, monkeypatch):
@@ -363,17 +367,18 @@ def test_value_sized_rows_of_a_batch_equal_plain_decoding(tiny_qwen2, monkeypatc
     from stand_runtime.target import latency
 
     sizes = (1, 2, 4, 8, 16, 32, 64, 128)
-    monkeypatch.setattr("stand_runtime.method.cached_latency",
+    monkeypatch.setattr("stand_runtime.target.latency.cached_latency",
                         lambda model, name: latency.LatencyProfile(sizes, tuple(1 + 0.02 * s for s in sizes)))
     prompts = [[3, 1, 4, 1, 5, 9, 2, 6] * 3, [2, 7, 1, 8, 2, 8] * 4]
     greedy = SamplingParams(temperature=0)
     plain = [generate(tiny_qwen2, None, p, method="ar", sampling=greedy, max_new_tokens=30, eos_token_ids=[]).tokens
              for p in prompts]
     method = Method.parse("stand", "dynamic-auto-12", tiny_qwen2, batch=4)
+    sizing = SizingSession.for_model(tiny_qwen2)
     rows = generate_batch(tiny_qwen2, None, prompts, n=2, method=method, sampling=greedy, max_new_tokens=30,
-                          eos_token_ids=[])
+                          eos_token_ids=[], sizing=sizing)
     assert [r.tokens for r in rows] == [plain[0], plain[0], plain[1], plain[1]]
-    assert method.value.latency.rows == 4 and sum(sum(r.stats.drafted_per_step) for r in rows) > 0
+    assert sizing.last_rule.latency.rows == 4 and sum(sum(r.stats.drafted_per_step) for r in rows) > 0
 
 
 def test_a_step_drafts_only_as_far_as_recent_steps_kept():
@@ -430,11 +435,12 @@ def test_the_copy_chain_takes_none_of_the_drawn_nodes_budget(nodes):
 
     flat = latency.LatencyProfile((1, 2, 4, 8, 16, 32, 64, 128, 1024, 2048), (1.0,) * 10)
     sequence = [3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 9, 3, 2, 3, 8, 4] * 4
-    method = Method.parse("stand", f"dynamic-auto-{nodes}", latency=flat)
+    method = Method.parse("stand", f"dynamic-auto-{nodes}")
     store = method.new_memory(50)
     for i in range(len(sequence) - 1):
         store.update(sequence[max(0, i - 7): i + 1], [sequence[i + 1]], [1.0])
-    drafter = method.drafter(store, RandomStream.seeded(0), SamplingParams(), 50)
+    value = SizingSession(flat, measured_here=False).rule(nodes)
+    drafter = method.drafter(store, RandomStream.seeded(0), SamplingParams(), 50, value=value)
     request = drafter.batch_request(list(sequence), 100)
     chain = min(nodes, method.copy_tokens)
     assert len(request[5]) == chain and request[0].num_nodes == min(nodes + chain, MAX_DYNAMIC_NODES)
@@ -455,13 +461,14 @@ def test_an_explicit_node_cap_in_a_batch_keeps_the_copy_chain(tiny_qwen2):
     prompt = [3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 9, 3, 2, 3, 8, 4] * 4
     greedy = SamplingParams(temperature=0)
     plain = generate(tiny_qwen2, None, prompt, method="ar", sampling=greedy, max_new_tokens=20, eos_token_ids=[])
-    method = Method.parse("stand", "dynamic-auto-16", tiny_qwen2, batch=2, max_nodes=4, latency=flat)
+    method = Method.parse("stand", "dynamic-auto-16", tiny_qwen2, batch=2, max_nodes=4)
+    sizing = SizingSession.for_model(tiny_qwen2, latency=flat)
     rows = generate_batch(tiny_qwen2, None, [prompt], n=2, method=method, sampling=greedy, max_new_tokens=20,
-                          eos_token_ids=[])
+                          eos_token_ids=[], sizing=sizing)
     assert [r.tokens for r in rows] == [plain.tokens] * 2
     assert all(sum(r.stats.accepted_per_step) > 0 for r in rows)  # drafts were accepted
     assert max(max(r.stats.drafted_per_step) for r in rows) == 4
-    assert method.value.acceptance.counts()[0][1].sum() > 0  # copied nodes were drafted (and learned)
+    assert sizing.acceptance.counts()[0][1].sum() > 0  # copied nodes were drafted (and learned)
 
 
 def vectorised_bounded_peak(gains, seconds, lookahead):

@@ -86,7 +86,7 @@ def _check_allocation(ctx, allocation: str, names: list[str], tree: Optional[str
         StandError: an unknown value, or ``--allocation`` where no tree is value-sized (one line).
     """
     from stand_runtime import StandError
-    from stand_runtime.method import check_allocation
+    from stand_runtime.sizing.session import check_allocation
 
     try:
         check_allocation(allocation)

@@ -29,6 +29,7 @@ from ..checks import check_bool, check_callable, check_int
 from .decode import generate
 from ..drafters import Memory
 from ..method import Method, as_method
+from ..sizing.session import SizingSession
 from .rows import RowSpec, check_budget
 from ..errors import StandError
 from ..limits import MAX_ROWS, MAX_SAMPLES
@@ -160,13 +161,16 @@ class HFBackend:
         batch_size: rows sampled together for ``record_probs`` requests (batched plain sampling).
         max_batch: rows decoded together per target forward (1 = one sample after another through
             :func:`stand_runtime.generate`; more = :func:`stand_runtime.engine.batch_decode.decode_rows`).
+        sizing: the sizing session of a value-sized tree (``dynamic-auto``), shared by every request;
+            None = one made for the model here (:meth:`stand_runtime.SizingSession.for_model`).
 
     Requests with ``record_probs`` are sampled by batched plain decoding (method ``ar`` only, no stop
     strings); the others are decoded by the method, ``max_batch`` rows at a time, a finished row's place
     taken at once by the next waiting row (continuous batching); a prompt that extends one a batch
     prefilled before (a tree search's next round) is prefilled from it (:attr:`prefixes`). Every request
-    decodes with the one method, so a value-sized tree's rule (``dynamic-auto``) learns from them all:
-    a seeded request sent again may sample another, equally distributed, text (a new backend repeats it).
+    decodes with the one method and the one sizing session, so a value-sized tree's rule learns from them
+    all: a seeded request sent again may sample another, equally distributed, text (with a frozen
+    session it repeats).
 
     Raises:
         StandError: an unknown method or bad tree (a name), ``diagnose`` or ``max_nodes`` with a
@@ -174,7 +178,7 @@ class HFBackend:
     """
 
     def __init__(self, model, tokenizer, method: Method | str = "ar", *, share_memory: bool = False,
-                 batch_size: int = RECORD_BATCH, max_batch: int = 1) -> None:
+                 batch_size: int = RECORD_BATCH, max_batch: int = 1, sizing: SizingSession | None = None) -> None:
         check_model(model)
         check_tokenizer(tokenizer)
         share_memory = check_bool("share_memory", share_memory)
@@ -190,6 +194,9 @@ class HFBackend:
         self.model = model
         self.tokenizer = tokenizer
         self.method = method
+        if sizing is not None and not isinstance(sizing, SizingSession):
+            raise StandError(f"sizing must be a SizingSession or None, not {type(sizing).__name__}")
+        self.sizing = sizing if sizing is not None or not method.value_sized else SizingSession.for_model(model)
         self.batch_size = batch_size
         self.max_batch = max_batch
         self.shared_memory: Memory | None = method.new_memory(vocab_size(model)) if share_memory else None
@@ -277,6 +284,7 @@ class HFBackend:
                 self.model, self.tokenizer, prompt, method=self.method, sampling=request.sampling,
                 max_new_tokens=request.max_new_tokens, seed=request.seed_of(sample), store=memory,
                 stop=request.stop, on_step=stream, eos_token_ids=self._eos_for(request), logprobs=request.logprobs,
+                sizing=self.sizing,
             )
             completion = self._completion(request, prompt, result)
             completions.append(completion)
@@ -305,7 +313,8 @@ class HFBackend:
                     on_completion(index, sample, completion)
 
             decode_rows(self.model, self.tokenizer, [spec for _, _, spec in chunk], method=self.method,
-                        on_tokens=on_tokens, on_finish=finished, slots=self.max_batch, prefixes=self.prefixes)
+                        on_tokens=on_tokens, on_finish=finished, slots=self.max_batch, prefixes=self.prefixes,
+                        sizing=self.sizing)
 
     def _sample_recorded(self, indices: list[int], requests, prompt_ids, out, on_completion, on_tokens) -> None:
         eos = default_eos_ids(self.model, self.tokenizer)

@@ -23,6 +23,7 @@ from ..drafters import Memory
 from ..errors import StandError
 from ..limits import MAX_ROWS
 from ..method import Method, as_method
+from ..sizing.session import SizingSession
 from ..randomness import check_seed, check_seed_span
 from ..target.model_facts import attention_layout, check_model, check_tokenizer, vocab_size
 from ..target.prefix_cache import PrefixCache
@@ -30,7 +31,7 @@ from ..target.prompts import encode_prompt
 from ..target.sampling import SamplingParams
 from .loop import BatchCache, Loop
 from .metrics import GenerationResult
-from .rows import RowSpec, check_rows, check_sampling, make_rows
+from .rows import RowSpec, check_rows, check_sampling, make_rows, sizing_rule
 from .stopping import check_eos_ids, check_stop_strings
 
 
@@ -45,6 +46,7 @@ def decode_rows(
     on_finish: Callable[[int, GenerationResult], None] | None = None,
     slots: int | None = None,
     prefixes: PrefixCache | None = None,
+    sizing: SizingSession | None = None,
 ) -> list[GenerationResult]:
     """Decode ``rows`` together (see the module docstring); returns one result per row, in order.
 
@@ -60,6 +62,8 @@ def decode_rows(
             method given by name is parsed for this many rows.
         prefixes: prompt prefixes kept from earlier calls (:class:`stand_runtime.target.prefix_cache.PrefixCache`):
             a prompt that extends one is prefilled from it, and every prompt prefilled is kept there.
+        sizing: the sizing session of a value-sized tree (as in :func:`stand_runtime.generate`); its
+            rule prices forwards of ``slots`` rows.
 
     Returns:
         Per row a :class:`GenerationResult`; its ``stats`` hold the row's own steps, and as times the
@@ -86,9 +90,11 @@ def decode_rows(
     method = as_method(method, model, slots)
     if method.diagnose:
         raise StandError("diagnose measures one sequence at a time: decode with generate")
-    states = make_rows(model, tokenizer, rows, method)
+    value = sizing_rule(model, method, sizing, slots)
+    states = make_rows(model, tokenizer, rows, method, value=value)
     caches = BatchCache(model, prefixes)
-    return Loop(model, states, caches, method.max_nodes, on_tokens, on_finish, method.batch_verify, slots).run()
+    return Loop(model, states, caches, method.max_nodes, on_tokens, on_finish, method.batch_verify, slots,
+                value).run()
 
 
 def generate_batch(
@@ -105,6 +111,7 @@ def generate_batch(
     eos_token_ids: Sequence[int] | None = None,
     stop: Sequence[str] = (),
     on_tokens: Callable[[int], None] | None = None,
+    sizing: SizingSession | None = None,
 ) -> list[GenerationResult]:
     """Decode ``n`` samples of every prompt in one batch (:func:`decode_rows`).
 
@@ -147,7 +154,7 @@ def generate_batch(
         ids = encode_prompt(tokenizer, prompt, vocab_size(model))
         rows += [RowSpec(ids, params[r], seeds[r], max_new_tokens, memories[i], stop, eos_token_ids)
                  for r in range(i * n, (i + 1) * n)]
-    return decode_rows(model, tokenizer, rows, method=method, on_tokens=on_tokens)
+    return decode_rows(model, tokenizer, rows, method=method, on_tokens=on_tokens, sizing=sizing)
 
 
 def _prompt_memories(store, method: Method, vocab: int, prompts: int) -> list:

@@ -22,13 +22,14 @@ import torch
 from ..checks import check_callable
 from ..drafters import Memory
 from ..method import Method, as_method
+from ..sizing.session import SizingSession
 from ..target.model_facts import attention_layout, check_model, check_tokenizer, vocab_size
 from ..target.prompts import encode_prompt
 from ..target.sampling import SamplingParams
 from .decode_row import Settled
 from .loop import Loop, SequenceCache
 from .metrics import GenerationResult
-from .rows import RowSpec, check_budget, check_sampling, make_rows
+from .rows import RowSpec, check_budget, check_sampling, make_rows, sizing_rule
 
 
 @torch.inference_mode()
@@ -46,30 +47,30 @@ def generate(
     stop: Sequence[str] = (),
     logprobs: bool = False,
     on_step: Callable[[Settled], None] | None = None,
+    sizing: SizingSession | None = None,
 ) -> GenerationResult:
     """Decode one sequence with STAND (or a baseline); the output distribution is the target's.
 
     Args:
-        model: a transformers causal LM (llama, qwen2, mistral, ...), eval mode.
-        tokenizer: its tokenizer; may be None when ``prompt_or_ids`` are token ids and no ``stop``.
-        prompt_or_ids: a text prompt (wrapped in the tokenizer's chat template when it has one) or
-            token ids (used as they are).
+        model, tokenizer: a transformers causal LM (eval mode) and its tokenizer (None allowed for token
+            ids without ``stop``).
+        prompt_or_ids: a text prompt (through the tokenizer's chat template, if any) or token ids.
         method: a :class:`stand_runtime.Method` (its tree and options), or a method name with its
             defaults (``"stand"``: the value-sized dynamic tree ``dynamic-auto``).
         sampling: the target sampling distribution; None = ``SamplingParams()`` (temperature 0.6,
             top-p 0.95; ``SamplingParams(temperature=0)`` is greedy).
         max_new_tokens: generation budget (tokens, an int >= 1).
-        seed: seeds every draw (drafting noise, acceptance tests, samples), an int in [0, 2**64);
-            None = nondeterministic.
+        seed: seeds every draw (drafting noise, acceptance tests, samples): an int in [0, 2**64), or None.
         store: the drafter's memory: an :class:`NGramStore` (stand, stand-det), a
             :class:`RecyclingMatrix` (recycle) or a :class:`SuffixMemory` (suffix); pass one to several
             calls to share it (best-of-N trajectories). None = a fresh one for this call.
-        eos_token_ids: token ids that end generation; None = the tokenizer's and the model's EOS ids.
-        stop: strings that end generation once the generated text contains one.
+        eos_token_ids, stop: token ids (None = the tokenizer's and model's EOS ids) and strings that end it.
         logprobs: also return each generated token's log-probability under the target's raw logits
             (``GenerationResult.logprobs``; used by search verifiers).
         on_step: optional callback receiving each step's :class:`Settled` once committed: its
             ``tokens`` (streaming), ``draft`` and ``verification`` (direct calibration).
+        sizing: the :class:`stand_runtime.SizingSession` a value-sized tree sizes drafts by and learns into
+            (None = the model's default one); with a frozen session a seeded call repeats exactly.
 
     Returns:
         A :class:`GenerationResult`: the generated ``tokens`` (EOS included if it ended the run),
@@ -89,8 +90,9 @@ def generate(
     prompt = encode_prompt(tokenizer, prompt_or_ids, vocab_size(model))
     spec = RowSpec(prompt, params, seed, max_new_tokens, store, stop, eos_token_ids, logprobs)
     attention_layout(model)
-    rows = make_rows(model, tokenizer, [spec], method, on_step)
-    return Loop(model, rows, SequenceCache(model), batch_verify=method.batch_verify).run()[0]
+    value = sizing_rule(model, method, sizing, 1)
+    rows = make_rows(model, tokenizer, [spec], method, on_step, value)
+    return Loop(model, rows, SequenceCache(model), batch_verify=method.batch_verify, value=value).run()[0]
 
 
 __all__ = ["check_budget", "generate"]

@@ -30,6 +30,7 @@ from ..target.prefix_cache import PrefixCache, copied_cache
 from ..target.sampling import SamplingParams
 from ..trees.draft import Draft
 from ..sizing.allocation import BatchAllocator
+from ..sizing.value import ValueRule
 from ..verify_batch import verify_rows
 from .clock import Clock
 from .decode_row import DecodeRow, Settled, StepTarget, learn_rows
@@ -236,6 +237,9 @@ class Loop:
         slots: rows decoded together at most (None = all); the others wait, in order, and each takes
             the slot of a row that finished before the next step (continuous batching: a batch whose
             rows finish at different steps stays full; :class:`BatchCache` only).
+        value: the value rule the rows' drafters share (a value-sized tree,
+            :func:`stand_runtime.engine.rows.sizing_rule`): the loop hands it the step times and, when it
+            allocates per forward, sizes the rows' drafts with it; None = none.
 
     Raises:
         StandError: ``slots`` < 1, or a wait (``slots`` below the rows) with a cache that cannot add rows.
@@ -244,7 +248,7 @@ class Loop:
     def __init__(self, model, rows: Sequence[DecodeRow], caches: RowCaches, max_nodes: int | None = None,
                  on_tokens: Callable[[int], None] | None = None,
                  on_finish: Callable[[int, GenerationResult], None] | None = None,
-                 batch_verify: bool | None = None, slots: int | None = None) -> None:
+                 batch_verify: bool | None = None, slots: int | None = None, value: ValueRule | None = None) -> None:
         self.batch_verify = default_batch_verify(caches, model_device(model)) if batch_verify is None else batch_verify
         self.model = model
         self.rows = list(rows)
@@ -263,26 +267,20 @@ class Loop:
         self.active: list[int] = list(range(min(self.slots, len(self.rows))))
         self.waiting = deque(range(len(self.active), len(self.rows)))
         self.results: list[GenerationResult | None] = [None] * len(self.rows)
-        self.allocator = BatchAllocator.for_rows(self.rows, max_nodes)
+        self.value = value
+        self.allocator = BatchAllocator.for_rule(value, max_nodes)
         self._warm = False  # the first forward after the prefill is cold (caches grow): not observed
 
     def _observe_step(self, rows, tokens: int, seconds: float) -> None:
         """Hand the step's measured time (drafting, forward, verification, bookkeeping: what a step
         costs in wall time, so the host work that grows with the draft is priced too; at 16 rows it
-        was 20-30% of a step) to the value rules of the rows' drafters (each once), so their latency
-        model corrects itself (on a CPU; on CUDA the time is only known at a sync). The
+        was 20-30% of a step) to the value rule, so its latency model corrects itself (on a CPU; on CUDA the time is only known at a sync). The
         loop's first forward is left out: it runs cold (measured on this CPU: 133 ms for a batch of 4
         roots that then takes 54-64 ms), and as every decode starts with a roots-only forward, counting
         it made the smallest forward look twice its cost and the rule draft wider than it pays."""
         warm, self._warm = self._warm, True
-        if not warm:
-            return
-        seen = set()
-        for row in rows:
-            value = getattr(row.drafter, "value", None)
-            if value is not None and id(value) not in seen:
-                seen.add(id(value))
-                value.latency.observe(tokens, seconds)
+        if warm and self.value is not None:
+            self.value.observe_forward(tokens, seconds)
 
     def _allocate(self, rows, drafts: list[Draft]) -> list[Draft]:
         """The drafts cut by the batch allocator (value-sized rows: one node budget for the forward,

@@ -12,6 +12,8 @@ from ..drafters import Memory
 from ..errors import StandError
 from ..limits import MAX_ROWS
 from ..method import Method
+from ..sizing.session import SizingSession, default_session
+from ..sizing.value import ValueRule
 from ..randomness import RandomStream, check_seed
 from ..target.model_facts import check_positions, default_eos_ids, vocab_size
 from ..target.prompts import check_prompt, encode_prompt
@@ -97,8 +99,27 @@ def check_rows(rows) -> None:
             raise StandError(f"row {index} is not a RowSpec (its type is {type(spec).__name__})")
 
 
-def make_rows(model, tokenizer, specs: Sequence[RowSpec], method: Method, on_step=None) -> list[DecodeRow]:
-    """One :class:`DecodeRow` per spec, every check made before any forward.
+def sizing_rule(model, method: Method, sizing: SizingSession | None, rows: int) -> ValueRule | None:
+    """The value rule of one decoding call of ``method`` over ``rows`` rows per forward: from ``sizing``
+    (None = the model's default session, :func:`stand_runtime.sizing.session.default_session`) for a
+    value-sized tree, else None.
+
+    Raises:
+        StandError: ``sizing`` not a SizingSession, or one measured for another target.
+    """
+    if sizing is not None and not isinstance(sizing, SizingSession):
+        raise StandError(f"sizing must be a SizingSession or None, not {type(sizing).__name__}")
+    if not method.value_sized:
+        return None
+    session = default_session(model) if sizing is None else sizing
+    session.check_target(model)
+    return session.rule(method.tree.num_nodes, rows)
+
+
+def make_rows(model, tokenizer, specs: Sequence[RowSpec], method: Method, on_step=None,
+              value: ValueRule | None = None) -> list[DecodeRow]:
+    """One :class:`DecodeRow` per spec, every check made before any forward; ``value``: the call's
+    value rule (:func:`sizing_rule`), shared by its rows' drafters.
 
     Raises:
         StandError: a prompt outside the vocabulary, a prompt plus budget beyond the model's context,
@@ -118,7 +139,7 @@ def make_rows(model, tokenizer, specs: Sequence[RowSpec], method: Method, on_ste
     rows = []
     for spec, (prompt, stop_rule) in zip(specs, prepared):
         randomness = RandomStream.seeded(spec.seed)
-        drafter = method.drafter(spec.memory, randomness, spec.sampling, vocab, spec.seed)
+        drafter = method.drafter(spec.memory, randomness, spec.sampling, vocab, spec.seed, value)
         rows.append(DecodeRow(prompt, drafter, spec.sampling, randomness, stop_rule, on_step=on_step,
                               logprobs=spec.logprobs, memory=spec.memory))
     return rows

@@ -26,6 +26,7 @@ from ..drafters import Drafter
 from ..errors import StandError
 from ..drafters.feeds import OneHotFeed, RowsFeed, one_hot_rows
 from ..sizing.allocation import BatchAllocator
+from ..sizing.value import ValueRule
 from .clock import Clock
 from .metrics import DecodeStats
 from ..randomness import RandomStream
@@ -132,7 +133,7 @@ def _ids(name: str, ids) -> list[int]:
 
 
 def replay_trace(drafter: Drafter | None, prompt: Sequence[int], tokens: Sequence[int],
-                 recorded: RecordedTop | None = None) -> ReplayResult:
+                 recorded: RecordedTop | None = None, value: ValueRule | None = None) -> ReplayResult:
     """Replay one trace greedily through ``drafter`` on the engine's steps (module docstring).
 
     Args:
@@ -140,6 +141,7 @@ def replay_trace(drafter: Drafter | None, prompt: Sequence[int], tokens: Sequenc
         prompt: the prompt's token ids (at least 1); its last token is the first root.
         tokens: the trace's token ids (at least 1), replayed as the generated output.
         recorded: optional top-k rows along prompt + tokens (``[len(prompt) + len(tokens) - 1, k]``).
+        value: the drafter's value rule (a value-sized tree), which sizes each step as a batch of one.
 
     Returns:
         The :class:`ReplayResult` (``stats.acceptance_length``: ``len(tokens) / steps``).
@@ -170,7 +172,7 @@ def replay_trace(drafter: Drafter | None, prompt: Sequence[int], tokens: Sequenc
         drafter.observe_prompt(prompt, feed, positions)
     learn_rows([row], prompt)
     clock.lap(None)
-    allocator = BatchAllocator.for_rows([row])  # a value-sized row sized as a batch of one
+    allocator = BatchAllocator.for_rule(value)  # a value-sized row sized as a batch of one
     while row.finish_reason is None:
         draft = row.propose() if allocator is None else allocator.allocate([row.propose()])[0]
         row.settle(draft, TraceTarget(draft, sequence, len(row.committed), recorded))

@@ -38,7 +38,6 @@ import numpy as np
 
 from .candidates import candidates
 from .peak import LOOKAHEAD, bounded_peak_of, seconds_of
-from .latency_model import explores
 from .value import ValueRule
 from ..errors import StandError
 from ..trees.draft import Draft
@@ -138,18 +137,10 @@ class BatchAllocator:
         self.limit = value.nodes if max_nodes is None else (max_nodes if value.nodes is None else min(value.nodes, max_nodes))
 
     @classmethod
-    def for_rows(cls, rows, max_nodes: int | None = None) -> "BatchAllocator | None":
-        """The allocator of rows whose drafters share a batch-allocated value rule (each row capped at
-        ``max_nodes``); None when no row has one (the drafters size their own drafts, or draft fixed trees).
-
-        Raises:
-            StandError: rows with different value rules (one batch decodes one method).
-        """
-        rules = {id(rule): rule for rule in (getattr(row.drafter, "value", None) for row in rows)
-                 if rule is not None and rule.batch_allocated}
-        if len(rules) > 1:
-            raise StandError("the rows of one batch share one value rule (one method)")
-        return cls(next(iter(rules.values())), max_nodes) if rules else None
+    def for_rule(cls, value: ValueRule | None, max_nodes: int | None = None) -> "BatchAllocator | None":
+        """The allocator of a call's rows sized by ``value`` (each row capped at ``max_nodes``); None when
+        there is no rule or it sizes each row alone (the drafters size their own drafts)."""
+        return cls(value, max_nodes) if value is not None and value.batch_allocated else None
 
     def allocate(self, drafts: Sequence[Draft]) -> list[Draft]:
         """Each row's draft cut to its allocated prefix (:func:`padded_allocation`); while the latency
@@ -167,7 +158,7 @@ class BatchAllocator:
         table = value.acceptance.table()
         found = [candidates(d, value.acceptance, table, self.limit) for d in drafts]  # the tree's budget (or cap) a row
         acceptance = [c.p for c in found]
-        if value.latency.explore(len(drafts)) and explores(len(value.batches)):
+        if value.exploring(len(value.batches), len(drafts)):
             sizes = (0,) * len(drafts)
         else:
             seconds = value.latency.frozen()

@@ -167,9 +167,10 @@ class LatencyModel:
 
     def observe(self, tokens: int, seconds: float) -> None:
         """Add one forward: ``tokens`` in it (all rows) and its measured ``seconds``; drop every
-        observation :data:`MAX_AGE` forwards old."""
+        observation :data:`MAX_AGE` forwards old. A model not :attr:`observing` (another machine's
+        profile) ignores it."""
         expected = self.profile(tokens)
-        if expected > 0 and seconds > 0:
+        if self.observing and expected > 0 and seconds > 0:
             bucket = self._bucket(tokens)
             self._ratios[bucket].append((tokens, seconds / expected, self._forwards))
             self._medians[bucket] = None
@@ -180,6 +181,25 @@ class LatencyModel:
                 while kept and kept[0][2] < oldest:
                     kept.popleft()
                     self._medians[b] = None
+
+    def state(self) -> dict:
+        """The observations as JSON (:meth:`restore` takes it back)."""
+        return {"forwards": self._forwards, "ratios": [[list(map(float, o)) for o in kept] for kept in self._ratios]}
+
+    def restore(self, state: dict) -> None:
+        """Take the observations of :meth:`state` (a model over the same profile sizes).
+
+        Raises:
+            ValueError: observations of another number of profile sizes.
+        """
+        if len(state["ratios"]) != len(self._ratios):
+            raise ValueError(f"{len(state['ratios'])} profile sizes observed, the profile has {len(self._ratios)}")
+        for kept, saved in zip(self._ratios, state["ratios"]):
+            kept.clear()
+            kept.extend((float(t), float(r), int(i)) for t, r, i in saved)
+        self._forwards = int(state["forwards"])
+        self._medians = [None] * len(self.sizes)
+        self._fit_stale = True
 
     def explore(self, tokens: int | None = None) -> bool:
         """True while the root-only forward (``tokens`` in all; None = :attr:`rows`) has fewer than

@@ -107,6 +107,11 @@ class AcceptanceMap:
         self._accepted = np.zeros((kinds, len(CENTRES)))
         self._table: np.ndarray | None = None  # the fit of the counts so far (None: refit)
 
+    @property
+    def prior(self) -> np.ndarray:
+        """``[kinds, 16]`` the seed per bin (a copy)."""
+        return self._prior.copy()
+
     def add_counts(self, drafted: np.ndarray, accepted: np.ndarray) -> None:
         """Add ``[kinds, 16]`` counts of nodes drafted and accepted per kind and bin (e.g. an offline
         calibration's, :class:`stand_runtime.sizing.acceptance_seed.AcceptanceSeed`)."""
@@ -181,6 +186,8 @@ class ValueRule:
             draft (:meth:`size`).
         nodes: the tree's node budget: the most candidates a row keeps (drawn nodes and the copy
             chain together); None = all offered.
+        frozen: learn nothing: neither the acceptance map nor the latency model changes and no step
+            explores (a frozen :class:`stand_runtime.sizing.session.SizingSession`), so a seeded call repeats.
 
     Attributes:
         sizes: every drafted row's chosen size, step by step (diagnostics).
@@ -191,8 +198,9 @@ class ValueRule:
     """
 
     def __init__(self, latency: LatencyModel, acceptance: AcceptanceMap | None = None,
-                 batch_allocated: bool = False, nodes: int | None = None) -> None:
+                 batch_allocated: bool = False, nodes: int | None = None, frozen: bool = False) -> None:
         self.latency = latency
+        self.frozen = frozen
         self.acceptance = acceptance or AcceptanceMap()
         self.batch_allocated = batch_allocated
         self.nodes = nodes
@@ -215,7 +223,7 @@ class ValueRule:
         """The n in 0 .. L the first n candidates (``[L]`` their P, in the order they are taken) grow to
         while their expected tokens per second may still rise (:func:`.peak.bounded_peak_of`, on the
         latency model's t itself; 0 on the steps :func:`explores` names while the latency model explores)."""
-        if len(acceptance) == 0 or (self.latency.explore() and explores(len(self.sizes))):
+        if len(acceptance) == 0 or self.exploring(len(self.sizes)):
             self.sizes.append(0)
             return 0
         gains = 1.0 + np.concatenate([[0.0], np.cumsum(acceptance)])
@@ -223,6 +231,18 @@ class ValueRule:
         self.sizes.append(best)
         self.chose(best)
         return best
+
+    def exploring(self, step: int, tokens: int | None = None) -> bool:
+        """Whether the call's sized step ``step`` (0-based) drafts nothing to observe the root-only forward
+        (``tokens`` in all; None = one a row) while it is unobserved (:func:`.latency_model.explores`;
+        never when frozen)."""
+        return not self.frozen and self.latency.explore(tokens) and explores(step)
+
+    def observe_forward(self, tokens: int, seconds: float) -> None:
+        """A forward over ``tokens`` tokens (all rows) took ``seconds``: the latency model corrects
+        itself from it (:meth:`LatencyModel.observe`), unless frozen."""
+        if not self.frozen:
+            self.latency.observe(tokens, seconds)
 
     def chose(self, largest: int) -> None:
         """Record a sized forward's largest row size (for :meth:`budget`); exploring forwards are not recorded."""
@@ -268,4 +288,5 @@ class ValueRule:
         outcome[[a - 1 for a in accepted if 0 < a <= len(scores)]] = True
         if self.on_outcome is not None and predicted is not None and len(predicted) == len(scores):
             self.on_outcome(scores, copied, predicted, outcome)
-        self.acceptance.observe(scores, copied, outcome)
+        if not self.frozen:
+            self.acceptance.observe(scores, copied, outcome)

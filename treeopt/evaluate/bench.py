@@ -18,7 +18,7 @@ from typing import Callable
 
 import numpy as np
 
-from stand_runtime import DecodeRequest, HFBackend, METHODS, Method, SamplingParams, StandError
+from stand_runtime import DecodeRequest, HFBackend, METHODS, Method, SamplingParams, SizingSession, StandError
 from stand_runtime.drafters import STORE_METHODS, TREE_METHODS
 from stand_runtime.drafters.diagnostics import summarise_draft_quality
 from stand_runtime.engine.metrics import acceptance_by_depth
@@ -254,12 +254,14 @@ def run_bench(
         prior = method_prior(spec.method, model, tokenizer, sampling, vocab_size(model), priors and spec.prior)
         method = Method.parse(spec.method, spec.tree, model, feed_rejected=spec.feed_rejected,
                               diagnose=spec.method in STORE_METHODS, prior=prior)
-        backend = HFBackend(model, tokenizer, method, share_memory=share_across_prompts)
         nodes = {"ar": 0, "pld": 10, "suffix": 64}.get(spec.method) if method.tree is None else method.tree.num_nodes
         result = MethodResult(spec.label, spec.method, spec.tree_name, nodes, spec.feed_rejected, prior is not None)
-        if method.value is not None:  # a value-sized tree reports each step's predictions (others: nothing)
+        sizing = None
+        if method.value_sized:  # a value-sized tree reports each step's predictions (others: nothing)
             result.reliability = ReliabilityLog()
-            method.value.on_outcome = result.reliability.add
+            sizing = SizingSession.for_model(model)
+            sizing.on_outcome = result.reliability.add
+        backend = HFBackend(model, tokenizer, method, share_memory=share_across_prompts, sizing=sizing)
         result.by_trajectory = [[0, 0] for _ in range(trajectories)]
         backends.append(backend)
         results.append(result)

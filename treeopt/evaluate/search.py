@@ -143,16 +143,18 @@ def parse_search_methods(methods: str, tree: str | None = None) -> list[str]:
 def method_backends(target, tokenizer, names: Sequence[str], tree: str | None, max_batch: int,
                     allocation: str = "batch", prior=None) -> dict:
     """One :class:`stand_runtime.HFBackend` per method (``tree`` only for the methods that take it;
-    ``allocation``: how a value-sized tree is sized in a batch, :meth:`stand_runtime.Method.parse`;
+    ``allocation``: how a value-sized tree is sized in a batch, :class:`stand_runtime.SizingSession`;
     ``prior``: the successor prior STAND drafts with, :mod:`stand_runtime.drafters.prior`)."""
-    from stand_runtime import HFBackend, Method
+    from stand_runtime import HFBackend, Method, SizingSession
     from stand_runtime.drafters import STORE_METHODS, takes_tree
 
-    return {name: HFBackend(target, tokenizer, Method.parse(name, tree if takes_tree(name, tree) else None, target,
-                                                            max_batch, allocation=allocation,
-                                                            prior=prior if name in STORE_METHODS else None),
-                            max_batch=max_batch)
-            for name in names}
+    backends = {}
+    for name in names:
+        method = Method.parse(name, tree if takes_tree(name, tree) else None, target, max_batch,
+                              prior=prior if name in STORE_METHODS else None)
+        sizing = SizingSession.for_model(target, allocation=allocation) if method.value_sized else None
+        backends[name] = HFBackend(target, tokenizer, method, max_batch=max_batch, sizing=sizing)
+    return backends
 
 
 def compare_methods(backends: dict, tokenizer, problems: Sequence[Prompt], settings: SearchSettings,

@@ -19,7 +19,7 @@ import numpy as np
 from stand_runtime import SamplingParams, StandError, SuffixSettings
 from stand_runtime.drafters import STORE_METHODS, SUFFIX_TUNED, TREE_METHODS
 from stand_runtime.randomness import RandomStream
-from stand_runtime import Method, replay_trace
+from stand_runtime import Method, SizingSession, replay_trace
 from stand_runtime.checks import check_callable, check_int
 from stand_runtime.drafters import MAX_COPY_TOKENS, takes_tree
 
@@ -55,11 +55,13 @@ class TraceMethod:
         method: the decoding method, resolved (the trace bench drafts without a model, so only fixed
             and dynamic trees).
         tree: the tree spec as given (tree methods), for the output.
+        sizing: a value-sized tree's sizing session (the projected latency profile), else None.
     """
 
     label: str
     method: Method
     tree: str | None = None
+    sizing: SizingSession | None = None
 
 
 def check_tree_spec(spec, latency: bool = False) -> None:
@@ -121,7 +123,9 @@ def parse_trace_methods(methods: str, tree: str | None = None, copy_tokens: int 
         elif name in TREE_METHODS:
             spec = (tree if takes_tree(name, tree) else None) or DEFAULT_TRACE_TREES[name]  # recycle: static only
             copy = copy_tokens if name in STORE_METHODS else None  # Token Recycling has no copy path
-            out.append(TraceMethod(name, Method.parse(name, spec, copy_tokens=copy, latency=latency), spec))
+            method = Method.parse(name, spec, copy_tokens=copy)
+            sizing = SizingSession(latency, measured_here=False) if method.value_sized else None
+            out.append(TraceMethod(name, method, spec, sizing))
         else:  # pld: no tree, no copy path of STAND's (its chain is its own)
             out.append(TraceMethod(name, Method.parse(name)))
     return out
@@ -233,12 +237,13 @@ def run_trace_bench(groups: list[TraceGroup], methods: list[TraceMethod], vocab:
         method = spec.method
         runs = np.full((len(groups), width, 5), np.nan)
         memories = []
+        value = None if spec.sizing is None else spec.sizing.rule(method.tree.num_nodes)  # one rule, every trace
         for g, group in enumerate(groups):
             memory = method.new_memory(vocab)
             drafter = None
             for t, trace in enumerate(group.trace_ids):
-                drafter = method.drafter(memory, RandomStream.seeded(t), greedy, vocab)
-                stats = replay_trace(drafter, group.prompt_ids, trace).stats
+                drafter = method.drafter(memory, RandomStream.seeded(t), greedy, vocab, value=value)
+                stats = replay_trace(drafter, group.prompt_ids, trace, value=value).stats
                 runs[g, t] = (stats.new_tokens, stats.target_forwards, sum(stats.drafted_per_step), stats.drafting_s,
                               stats.verification_s + stats.bookkeeping_s)
                 if on_trace is not None:
