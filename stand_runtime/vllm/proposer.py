@@ -76,7 +76,7 @@ def _sampler_top(step: StepLogits, rows: list[int], params: SamplingParams) -> t
     """The store observation of ``rows`` (``([n, k] ids, [n, k] float64 probs)``) from the nuclei
     vLLM's sampler cut this step, when it cut every one of them and ``params`` is the p it cut
     (temperature > 0, top-p < 1, no top-k); else None (the proposer computes them). Saves a partial
-    top-k and a log-sum-exp over the vocabulary per row (:mod:`stand_runtime.vllm.nuclei`)."""
+    top-k and a log-sum-exp over the vocabulary per row (:mod:`stand_runtime.vllm.cpu032.nuclei`)."""
     found = step.nuclei
     if found is None or params.greedy or params.top_k or params.top_p >= 1.0 or not rows:
         return None

@@ -9,7 +9,7 @@ holds; this module reaches them and nothing else does:
 2. the target's logits of the step, to feed the n-gram store with p: ``runner._sample`` is wrapped
    so that every call stashes its ``logits`` (``[rows, vocab]``, a copy where vLLM changes them; one
    row per request plus one per draft token, in batch order), the draft counts of its spec-decode
-   metadata, and the top-p nuclei its sampler cut (:mod:`stand_runtime.vllm.nuclei`);
+   metadata, and the top-p nuclei its sampler cut (:mod:`stand_runtime.vllm.cpu032.nuclei`);
 3. the draft distributions q, so that vLLM's rejection sampler verifies stochastic drafts with
    q (``min(1, p/q)``, residual ``max(p - q, 0)``) rather than as deterministic drafts (q = 1):
    ``runner._draft_probs`` (``[num_reqs, K, vocab]`` float32) and ``runner._draft_prob_req_ids``,
@@ -29,7 +29,6 @@ from dataclasses import dataclass
 import torch
 
 from ..errors import StandError
-from .nuclei import NucleusCall, recording, step_nuclei
 
 LOG = logging.getLogger("vllm.stand_treeopt")
 """This package's lines in vLLM's log: under vLLM's own ``vllm`` logger, so they reach the server's
@@ -124,12 +123,13 @@ class StepLogits:
         num_draft_tokens: per request in batch order, the draft tokens verified this step (0 = the
             request had one row); ``None`` when the step verified no drafts (one row per request).
         nuclei: per row, the top-k of p that the sampler's top-p cut found (None when the sampler's
-            cuts did not match the rows; :mod:`stand_runtime.vllm.nuclei`).
+            cuts did not match the rows, or the CPU patch set that records them is not installed:
+            :mod:`stand_runtime.vllm.cpu032.nuclei`).
     """
 
     logits: torch.Tensor
     num_draft_tokens: list[int] | None
-    nuclei: NucleusCall | None = None
+    nuclei: object | None = None
 
     def row_offsets(self, num_reqs: int) -> list[int] | None:
         """Index of each request's first row (``num_reqs + 1`` offsets), or None when the rows do not
@@ -162,6 +162,13 @@ class BatchRow:
     seed: int | None
 
 
+def _nucleus_recorder():
+    """The CPU patch set's nucleus recorder (:mod:`stand_runtime.vllm.cpu032.nuclei`) where that patch
+    set is installed in this process, else None; found in ``sys.modules``, never imported from here."""
+    patch = sys.modules.get("stand_runtime.vllm.cpu032")
+    return sys.modules.get("stand_runtime.vllm.cpu032.nuclei") if getattr(patch, "INSTALLED", False) else None
+
+
 class RunnerAccess:
     """The private state of one vLLM model runner that the STAND proposer reads and writes.
 
@@ -190,12 +197,13 @@ class RunnerAccess:
             # vLLM's plain sampler scales it in place, and bfloat16 logits are read as float32
             kept = spec_decode_metadata is not None and logits.dtype == torch.float32
             copy = logits.detach() if kept else logits.detach().to(torch.float32, copy=True)
-            if not nucleus_k:
+            recorder = _nucleus_recorder() if nucleus_k else None
+            if recorder is None:
                 self._step = StepLogits(copy, counts)
                 return original(logits, spec_decode_metadata, *args, **kwargs)
-            with recording(nucleus_k) as calls:
+            with recorder.recording(nucleus_k) as calls:
                 sampled = original(logits, spec_decode_metadata, *args, **kwargs)
-            self._step = StepLogits(copy, counts, step_nuclei(calls, copy.shape[0], spec_decode_metadata))
+            self._step = StepLogits(copy, counts, recorder.step_nuclei(calls, copy.shape[0], spec_decode_metadata))
             return sampled
 
         runner._sample = sample_and_record

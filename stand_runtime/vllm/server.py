@@ -12,7 +12,7 @@ machine, as it is documented in the README:
 - the server listens on 127.0.0.1 unless another host is asked for;
 - STAND's proposer options travel in ``STAND_VLLM_OPTIONS`` and the proposer logs one line when the
   engine loads it (method, chain length, store settings); the CPU sampling fixes log their own lines
-  when they are applied (:func:`stand_runtime.vllm.sampling_plugin.fix_cpu_sampling`).
+  when they are applied (:func:`stand_runtime.vllm.cpu032.fix_cpu_sampling`).
 """
 
 from __future__ import annotations
