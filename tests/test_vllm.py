@@ -286,7 +286,7 @@ def test_version_guard_and_internals_check():
     from stand_runtime.vllm.runner_access import VLLMInternalsChanged, check_runner, check_version, find_runner
 
     assert check_version().startswith("0.32")
-    with pytest.raises(VLLMInternalsChanged, match="supports vLLM 0.32.x, not 0.40.1"):
+    with pytest.raises(VLLMInternalsChanged, match="supports vLLM 0.32.x, 0.33.x, not 0.40.1"):
         check_version("0.40.1")
     with pytest.raises(VLLMInternalsChanged, match="lacks input_batch, requests, _sample, _draft_probs"):
         check_runner(object())

@@ -19,7 +19,7 @@ _EXPORTS = {
     "DEFAULT_K": ".engine", "VLLM_METHODS": ".engine", "check_model_folder": ".engine", "check_vllm_dtype": ".engine",
     "default_model_folder": ".engine",
     "load_llm": ".engine", "method_config": ".engine", "shutdown_llm": ".engine",
-    "TESTED_VLLM": ".runner_access", "VLLMInternalsChanged": ".runner_access", "check_version": ".runner_access",
+    "SUPPORTED_VLLM": ".runner_access", "VLLMInternalsChanged": ".runner_access", "check_version": ".runner_access",
     "fix_cpu_sampling": ".cpu032",
     "cached_vllm_latency": ".sizing", "chain_acceptance": ".sizing", "choose_k": ".sizing",
     "latency_option": ".sizing", "measure_vllm_latency": ".sizing", "read_vllm_latency": ".sizing",

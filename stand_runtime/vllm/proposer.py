@@ -111,7 +111,7 @@ class StandProposer:
             the chain length K (with ``sized``, the longest chain).
 
     Raises:
-        VLLMInternalsChanged: an untested vLLM release line.
+        VLLMInternalsChanged: an unsupported vLLM release line, or an internal it reads moved.
         StandError: bad ``STAND_VLLM_OPTIONS``.
     """
 
