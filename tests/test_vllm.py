@@ -159,6 +159,52 @@ def test_proposer_feeds_verified_rows_and_hands_q_to_the_sampler():
 
 
 @needs_vllm
+def test_the_hand_off_to_vllm_lives_on_the_logits_device(monkeypatch):
+    """Logits on a device other than the CPU (meta tensors here; CUDA on a GPU build): the q buffer the
+    proposer hands vLLM is float32 ``[requests, K, vocab]`` on that device, and vLLM's own reader of it
+    (``_get_spec_decode_draft_probs``) gives its rejection sampler a tensor on that device. The feed's
+    top-k (LogitsFeed, device-agnostic, which copies [rows, 10] results to the host) is stubbed: meta
+    tensors hold no values."""
+    from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+
+    from stand_runtime.vllm import proposer as module
+
+    seen = []
+
+    class Feed:
+        def __init__(self, logits, params):
+            seen.append((logits.device.type, logits.dtype, tuple(logits.shape)))
+
+        def top(self, rows, k, params):
+            ids, probs = np.zeros((len(rows), k), dtype=np.int64), np.zeros((len(rows), k))
+            ids[:, 0], probs[:, 0] = 6, 1.0
+            return ids, probs
+
+    monkeypatch.setattr(module, "LogitsFeed", Feed)
+    meta = torch.device("meta")
+    runner = FakeRunner([("a", [5, 6, 5], _vllm_params(1.0, seed=1)), ("b", [5, 6, 5], _vllm_params(0.7))])
+    runner.device = meta
+    proposer = module.StandProposer(_fake_config(k=3))
+    runner.load_model(proposer)
+    tokens = np.zeros((4, 64), dtype=np.int32)
+    tokens[:2, :4] = [5, 6, 5, 6]
+    drafts = runner.step(_rows(6, 6).to(meta), None, [[6], [6]], [4, 4], tokens)
+    assert drafts == [[5, 6, 5], [5, 6, 5]] and seen == [("meta", torch.float32, (2, 16))] * 2  # one per temperature
+    q = runner._draft_probs
+    assert (q.device, q.dtype, tuple(q.shape)) == (meta, torch.float32, (2, 3, 16))
+    assert runner._draft_prob_req_ids == ["a", "b"]
+    runner.input_batch.req_ids = ["a", "b"]
+    handed = GPUModelRunner._get_spec_decode_draft_probs(runner, SimpleNamespace(num_draft_tokens=[3, 2]))
+    assert (handed.device, handed.dtype, tuple(handed.shape)) == (meta, torch.float32, (5, 16))
+    # the next step (verified drafts) clears the last step's entries and writes new ones on the device
+    tokens[0, 4:6], tokens[1, 4:8] = [5, 2], [5, 6, 5, 1]
+    runner.step(torch.zeros(8, 16, device=meta), [3, 3], [[5, 2], [5, 6, 5, 1]], [6, 8], tokens)
+    q = runner._draft_probs
+    assert (q.device, q.dtype, tuple(q.shape)) == (meta, torch.float32, (2, 3, 16))
+    assert seen[2:] == [("meta", torch.float32, (8, 16))] * 2
+
+
+@needs_vllm
 def test_deterministic_drafts_at_temperature_get_one_hot_q(monkeypatch):
     """With ``stochastic`` off, a sampled request's chain is q's top tokens: not a draw from q, so
     the sampler must see a one-hot q (the deterministic-draft rule), never the store's q."""

@@ -51,7 +51,7 @@ INTERNALS = {
     _RUNNER + "propose_draft_token_ids>propose": ["sampled_token_ids", "self.input_batch.num_tokens_no_spec",
                                                   "self.input_batch.token_ids_cpu", "slot_mappings=slot_mappings"],
     _RUNNER + "load_model>load_model": ["self.model"],
-    **{_RUNNER + name: "attribute" for name in ("drafter", "requests", "input_batch", "_draft_probs",
+    **{_RUNNER + name: "attribute" for name in ("drafter", "device", "requests", "input_batch", "_draft_probs",
                                                 "_draft_prob_req_ids")},
     "v1/worker/cpu_model_runner.py:CPUModelRunner.load_model>load_model": ["self.model"],
     "v1/worker/gpu_input_batch.py:InputBatch.req_ids": ["self"],
@@ -316,6 +316,11 @@ class RunnerAccess:
 
         runner._sample = sample_and_record
 
+    @property
+    def device(self) -> torch.device:
+        """The device the runner's model (and its logits) live on (``runner.device``; CPU where unset)."""
+        return torch.device(getattr(self.runner, "device", None) or "cpu")
+
     def take_step(self) -> StepLogits | None:
         """The logits the sampler saw since the last call (None if it was not called)."""
         step, self._step = self._step, None
@@ -338,7 +343,7 @@ class RunnerAccess:
         """Hand the next verification its draft distributions.
 
         Args:
-            probs: ``[len(req_ids), K, vocab]`` float32; row r, position j is q of request
+            probs: ``[len(req_ids), K, vocab]`` float32 on the device of the logits it is verified with; row r, position j is q of request
                 ``req_ids[r]``'s j-th draft token (rows of requests without drafts are ignored).
             req_ids: the requests in row order.
         """
