@@ -717,6 +717,28 @@ def test_serve_checks_the_arguments_for_vllm_before_vllm_starts():
 
 
 @needs_vllm
+def test_serve_finds_vllms_argument_parser_where_033_and_032_keep_it(monkeypatch):
+    """vLLM 0.33 moved ``make_arg_parser`` to vllm/entrypoints/common/cli_args.py (0.32:
+    launchers/cli_args.py); the first place that has it is used, and none is one line."""
+    import types
+
+    from stand_runtime import StandError
+    from stand_runtime.vllm import server
+
+    assert server.vllm_arg_parser().parse_known_args(["--model", "m", "--seed", "3"])[0].seed == 3  # 0.32's place
+    made = []
+    moved = types.ModuleType(server.PARSER_MODULES[0])
+    moved.make_arg_parser = lambda parser: made.append(parser) or parser
+    monkeypatch.setitem(sys.modules, server.PARSER_MODULES[0], moved)
+    monkeypatch.setitem(sys.modules, server.PARSER_MODULES[1], None)  # gone, as in 0.33
+    assert server.vllm_arg_parser() is made[0]
+    monkeypatch.setitem(sys.modules, server.PARSER_MODULES[0], None)
+    with pytest.raises(StandError, match="server argument parser is in none of vllm.entrypoints.common.cli_args, "
+                                         "vllm.entrypoints.launchers.cli_args"):
+        server.vllm_arg_parser()
+
+
+@needs_vllm
 def test_serve_prior_hands_vllm_the_cached_prior_file(monkeypatch, tmp_path):
     """``serve --prior T,TOP_P`` measures the successor prior once (this toolkit's engine; a tiny model
     here) and passes the cached file to the proposer; bad values, other methods and ``--no-prior`` (not
