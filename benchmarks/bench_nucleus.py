@@ -38,7 +38,7 @@ def model_logits(prompts: int) -> torch.Tensor:
 
 def cuts():
     """label → function(logits [rows, vocab], p [rows]) → logits masked (in place)."""
-    from stand_runtime.vllm import cpu_sampling
+    from stand_runtime.vllm.cpu032 import cpu_sampling
     from vllm.v1.sample.ops import topk_topp_sampler
 
     vllm_sort = cpu_sampling.VLLM_ORIGINALS.get("apply_top_k_top_p_pytorch",

@@ -1,5 +1,5 @@
 """vLLM's rejection sampler on CPU: its own ``forward`` against this package's
-(stand_runtime/vllm/rejection.py), on the default model's logits, interleaved call by call.
+(stand_runtime/vllm/cpu032/rejection.py), on the default model's logits, interleaved call by call.
 
 A step of ``--requests`` sampled requests (T ``--temperature``, top-p 0.95) with a given number of
 draft tokens spread over them (``--drafts``, e.g. 0, 8 and 32 for 16 requests); the rows are the
@@ -70,9 +70,9 @@ def main() -> None:
     from vllm.v1.sample.rejection_sampler import RejectionSampler
     from vllm.v1.sample.sampler import Sampler
 
-    from stand_runtime.vllm.cpu_sampling import VLLM_ORIGINALS
-    from stand_runtime.vllm.rejection import FORWARD, rejection_forward
-    from stand_runtime.vllm.sampling_plugin import fix_cpu_sampling
+    from stand_runtime.vllm.cpu032.cpu_sampling import VLLM_ORIGINALS
+    from stand_runtime.vllm.cpu032.rejection import FORWARD, rejection_forward
+    from stand_runtime.vllm.cpu032 import fix_cpu_sampling
 
     getattr(current_platform, "register_triton_kernel_overrides", lambda: None)()
     fix_cpu_sampling()

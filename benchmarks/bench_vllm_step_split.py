@@ -72,7 +72,7 @@ def instrument() -> None:
     from stand_runtime.drafters.chain_budget import ChainBudget
     from stand_runtime.vllm import rejection
     from stand_runtime.vllm.proposer import StandProposer
-    from stand_runtime.vllm.sampling_plugin import fix_cpu_sampling
+    from stand_runtime.vllm.cpu032 import fix_cpu_sampling
 
     fix_cpu_sampling()  # the plugin first: the timers wrap what the engines run (it leaves wrapped functions)
     timed(EngineCore, "step", "step")
@@ -84,7 +84,7 @@ def instrument() -> None:
     timed(rejection_sampler.RejectionSampler, "forward", "rejection_sampler")
     for name in ("apply_sampling_constraints", "rejection_sample"):  # vLLM's own forward
         timed(rejection_sampler, name, f"rejection_sampler.{name}")
-    for name in ("cut_rows", "accepted", "assemble"):  # this package's (stand_runtime/vllm/rejection.py)
+    for name in ("cut_rows", "accepted", "assemble"):  # this package's (stand_runtime/vllm/cpu032/rejection.py)
         timed(rejection, name, f"rejection.{name}")
     for name in ("propose", "_cursor", "_merge_feeds", "_observe_rows", "_finish", "_fill_roots"):
         timed(StandProposer, name, f"stand.{name}")

@@ -184,7 +184,7 @@ def draw_law(run) -> dict:
 
 @pytest.fixture
 def vllm_sampling():
-    """vLLM's sampling modules, with every attribute the plugin (stand_runtime/vllm/sampling_plugin.py)
+    """vLLM's sampling modules, with every attribute the plugin (stand_runtime/vllm/cpu032/__init__.py)
     may replace set back to vLLM's own first and restored afterwards."""
     from types import SimpleNamespace
 
@@ -192,8 +192,8 @@ def vllm_sampling():
     from vllm.v1.sample import rejection_sampler
     from vllm.v1.sample.ops import topk_topp_sampler
 
-    from stand_runtime.vllm import cpu_sampling
-    from stand_runtime.vllm.rejection import FORWARD
+    from stand_runtime.vllm.cpu032 import cpu_sampling
+    from stand_runtime.vllm.cpu032.rejection import FORWARD
 
     # vLLM's C++ kernels for its Triton ones, as its CPU worker registers them
     getattr(current_platform, "register_triton_kernel_overrides", lambda: None)()

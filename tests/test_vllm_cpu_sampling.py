@@ -1,4 +1,4 @@
-"""vLLM's CPU sampling as this package's plugin changes it (stand_runtime/vllm/cpu_sampling.py):
+"""vLLM's CPU sampling as this package's plugin changes it (stand_runtime/vllm/cpu032/cpu_sampling.py):
 the top-p cut from a probe keeps exactly vLLM's nucleus, and the recovery noise drawn only for
 requests with drafts and only inside p's support gives the residual law (reproducibly for seeded
 requests)."""
@@ -25,20 +25,21 @@ def _logits(rows: int, vocab: int, seed: int) -> torch.Tensor:
 
 
 def test_fix_replaces_top_p_noise_and_verification_and_can_be_turned_off(vllm_sampling, monkeypatch):
-    from stand_runtime.vllm import cpu_sampling, rejection, sampling_plugin
+    from stand_runtime.vllm import cpu032
+    from stand_runtime.vllm.cpu032 import cpu_sampling, rejection
 
-    monkeypatch.setenv(sampling_plugin.FAST_SAMPLING_ENV, "0")
-    sampling_plugin.fix_cpu_sampling()
+    monkeypatch.setenv(cpu032.FAST_SAMPLING_ENV, "0")
+    cpu032.fix_cpu_sampling()
     assert vllm_sampling.topk.apply_top_k_top_p_pytorch.__wrapped__ is vllm_sampling.values["top_p"]  # empty_safe
     assert vllm_sampling.rejection.sample_recovered_tokens is vllm_sampling.values["recovered"]
     assert vllm_sampling.rejection.RejectionSampler.forward is vllm_sampling.values["forward"]
-    monkeypatch.delenv(sampling_plugin.FAST_SAMPLING_ENV)
-    assert sampling_plugin.fix_cpu_sampling()
+    monkeypatch.delenv(cpu032.FAST_SAMPLING_ENV)
+    assert cpu032.fix_cpu_sampling()
     assert vllm_sampling.topk.apply_top_k_top_p_pytorch is cpu_sampling.top_p_by_probe
     assert vllm_sampling.rejection.sample_recovered_tokens is cpu_sampling.sample_recovered_tokens
     assert vllm_sampling.rejection.RejectionSampler.forward is rejection.rejection_forward
     assert cpu_sampling.VLLM_ORIGINALS[rejection.FORWARD] is vllm_sampling.values["forward"]
-    sampling_plugin.fix_cpu_sampling()  # a second run (every vLLM process runs the plugin) keeps vLLM's originals
+    cpu032.fix_cpu_sampling()  # a second run (every vLLM process runs the plugin) keeps vLLM's originals
     assert cpu_sampling.VLLM_ORIGINALS[rejection.FORWARD] is vllm_sampling.values["forward"]
     assert vllm_sampling.rejection.RejectionSampler.forward is rejection.rejection_forward
     assert not cpu_sampling.cpu_expand_is_broken()
@@ -48,14 +49,14 @@ def test_fix_replaces_top_p_noise_and_verification_and_can_be_turned_off(vllm_sa
 def test_no_rows_with_a_top_k_pass_through(vllm_sampling, monkeypatch, fast):
     """The rejection sampler's call for the draft positions of a step without drafts has no rows: with
     a top-k, vLLM's own function raised on it (k.max() of an empty tensor) and the engine died."""
-    from stand_runtime.vllm import sampling_plugin
+    from stand_runtime.vllm import cpu032
 
     none, k, p = torch.zeros(0, 50), torch.zeros(0, dtype=torch.long), torch.zeros(0)
     with pytest.raises(RuntimeError):  # top-k alone, as the rejection sampler asks for it
         vllm_sampling.values["top_p"](none.clone(), k, None, allow_cpu_sync=True)
     if not fast:
-        monkeypatch.setenv(sampling_plugin.FAST_SAMPLING_ENV, "0")
-    assert sampling_plugin.fix_cpu_sampling()
+        monkeypatch.setenv(cpu032.FAST_SAMPLING_ENV, "0")
+    assert cpu032.fix_cpu_sampling()
     for top_k, top_p in ((k, p), (k, None), (None, p)):
         kept = vllm_sampling.topk.apply_top_k_top_p_pytorch(none.clone(), top_k, top_p, allow_cpu_sync=True)
         assert kept.shape == (0, 50)
@@ -70,12 +71,13 @@ def test_top_p_by_probe_keeps_vllms_nucleus(vllm_sampling, monkeypatch, seed, cu
     rows whose nucleus fits the probe and rows sorted in full, with the native cut (where built) and
     the torch one; a top-k goes to vLLM's own."""
     from stand_runtime.target.sampling import NUCLEUS_PROBE
-    from stand_runtime.vllm import cpu_sampling, sampling_plugin
+    from stand_runtime.vllm import cpu032
+    from stand_runtime.vllm.cpu032 import cpu_sampling
 
     if cut == "torch":
         monkeypatch.setenv("STAND_NATIVE_NUCLEUS", "0")
 
-    sampling_plugin.fix_cpu_sampling()
+    cpu032.fix_cpu_sampling()
     vllm_top_p = vllm_sampling.values["top_p"]
     logits = _logits(24, 3000, seed)
     p = torch.tensor([0.95, 0.5, 0.9, 1.0, 0.99, 0.6, 0.8, 0.95])[torch.arange(24) % 8]
@@ -110,7 +112,7 @@ def _recovery_inputs(drafts: list[int], vocab: int, seed: int):
 def test_seeded_recovery_is_reproducible_and_inside_the_residual(vllm_sampling):
     """Every request seeded: the same seeds give the same recovered tokens, and each is a token of
     positive residual max(p - q, 0) (p here zero outside a nucleus, as after top-p)."""
-    from stand_runtime.vllm import cpu_sampling
+    from stand_runtime.vllm.cpu032 import cpu_sampling
 
     drafts = [2, 0, 3, 0, 1]
     ids, cumulative, target, draft = _recovery_inputs(drafts, 500, 0)
@@ -139,7 +141,7 @@ def test_recovery_law_with_a_nucleus(vllm_sampling, seeded, one_hot):
     token (draft_probs None): each position's recovered token follows max(p - q, 0) normalised
     (chi-square over 3,000 draws), from seeded generators or the global one, with requests without
     drafts in between and two positions per drafting request sharing its noise."""
-    from stand_runtime.vllm import cpu_sampling
+    from stand_runtime.vllm.cpu032 import cpu_sampling
 
     vocab, requests = 8, 3000
     p = torch.tensor([0.40, 0.25, 0.15, 0.12, 0.08, 0.0, 0.0, 0.0])
@@ -166,7 +168,7 @@ def test_recovery_law_with_a_nucleus(vllm_sampling, seeded, one_hot):
 def test_unseeded_recovery_follows_the_residual(vllm_sampling):
     """Requests without seeds (and some without drafts between them): each draft position's
     recovered token is distributed as max(p - q, 0) normalised (chi-square over 3,000 draws)."""
-    from stand_runtime.vllm import cpu_sampling
+    from stand_runtime.vllm.cpu032 import cpu_sampling
 
     vocab, requests = 6, 3000
     p = torch.tensor([0.40, 0.25, 0.15, 0.10, 0.06, 0.04])

@@ -1,4 +1,4 @@
-"""The sampler's top-p nuclei reused by the STAND vLLM proposer (stand_runtime/vllm/nuclei.py): what
+"""The sampler's top-p nuclei reused by the STAND vLLM proposer (stand_runtime/vllm/cpu032/nuclei.py): what
 a cut records equals the proposer's own computation of p's top-k, a step's calls are put in the
 order of its logits rows, and a proposer fed from them builds the same stores as one that computes
 every row itself."""
@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from stand_runtime.target.sampling import SamplingParams, top_target_probs
-from stand_runtime.vllm import nuclei
+from stand_runtime.vllm.cpu032 import nuclei
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vLLM not installed")
 
@@ -31,7 +31,7 @@ def _logits(rows: int, vocab: int, seed: int) -> torch.Tensor:
 def probe_cut(monkeypatch, request):
     """``top_p_by_probe`` with vLLM's own function stubbed for the paths it hands over; with the native
     cut (where built) and with the torch one."""
-    from stand_runtime.vllm import cpu_sampling
+    from stand_runtime.vllm.cpu032 import cpu_sampling
 
     if request.param == "torch":
         monkeypatch.setenv("STAND_NATIVE_NUCLEUS", "0")
@@ -91,7 +91,10 @@ def test_a_proposer_fed_from_the_sampler_builds_the_same_stores(probe_cut, monke
     from test_vllm import FakeRunner, _fake_config, _vllm_params
 
     from stand_runtime.drafters import feeds
+    from stand_runtime.vllm import cpu032
     from stand_runtime.vllm.proposer import StandProposer
+
+    monkeypatch.setattr(cpu032, "INSTALLED", True)  # the runner access reads nuclei only where the patch set is in
 
     class Runner(FakeRunner):
         cuts = False

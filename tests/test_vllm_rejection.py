@@ -1,4 +1,4 @@
-"""vLLM's rejection sampler with its draft rows verified in a few passes (stand_runtime/vllm/rejection.py):
+"""vLLM's rejection sampler with its draft rows verified in a few passes (stand_runtime/vllm/cpu032/rejection.py):
 lossless (each output position follows p whatever q, by chi-square, for a nucleus listed by the cut, a
 nucleus wider than it and no top-p, with q given or one-hot, seeded or not), the same acceptance as
 vLLM's own path on the same uniforms, the logits left as they were, and the nuclei recorded for the
@@ -96,9 +96,10 @@ def test_each_position_follows_p_whatever_q(vllm_sampling, case):
     """Two drafts a request (x1 ~ q1, x2 ~ q2, q with mass outside p's nucleus; q one-hot: p's most likely tokens) over fixed target rows l1, l2
     and the bonus row l3: the first output token follows p1; given it is x1, the second follows p2;
     given both drafts kept, the third (the bonus) follows p3 (chi-square over 3,000 requests)."""
-    from stand_runtime.vllm import rejection, sampling_plugin
+    from stand_runtime.vllm import cpu032
+    from stand_runtime.vllm.cpu032 import rejection
 
-    sampling_plugin.fix_cpu_sampling()
+    cpu032.fix_cpu_sampling()
     torch.manual_seed(11)  # the unseeded requests' draws
     vocab, scale, top_p, q_given, seeded = CASES[case]
     requests, temperature = 3000, 0.8
@@ -132,9 +133,10 @@ def test_requests_of_other_settings_and_draft_counts_each_follow_their_own_p(vll
     """Requests alternate A (1 draft, T 0.6, top-p 0.9) and B (2 drafts, T 1.5, top-p 0.95) over the
     same target rows: each request's positions follow p at its own temperature and top-p (chi-square
     over 3,000 pairs), so the per-request settings are expanded to their own draft rows."""
-    from stand_runtime.vllm import rejection, sampling_plugin
+    from stand_runtime.vllm import cpu032
+    from stand_runtime.vllm.cpu032 import rejection
 
-    sampling_plugin.fix_cpu_sampling()
+    cpu032.fix_cpu_sampling()
     torch.manual_seed(5)
     pairs, vocab = 3000, 8
     generator = torch.Generator().manual_seed(7)
@@ -167,9 +169,10 @@ def test_accepts_as_vllms_own_path_on_the_same_uniforms(vllm_sampling):
     """Seeded requests with 0-3 drafts each over random logits and q: the same drafts are kept as by
     vLLM's own forward (both test min(1, p/q) against vLLM's uniforms from the same generators); the
     recovered tokens may differ (other noise), each inside its residual's support."""
-    from stand_runtime.vllm import rejection, sampling_plugin
+    from stand_runtime.vllm import cpu032
+    from stand_runtime.vllm.cpu032 import rejection
 
-    sampling_plugin.fix_cpu_sampling()
+    cpu032.fix_cpu_sampling()
     vocab, requests = 500, 400
     generator = torch.Generator().manual_seed(3)
     counts = torch.randint(0, 4, (requests,), generator=generator).tolist()
@@ -196,9 +199,10 @@ def test_accepts_as_vllms_own_path_on_the_same_uniforms(vllm_sampling):
 def test_other_steps_go_to_vllms_forward_and_nuclei_are_recorded(vllm_sampling):
     """Greedy, top-k and logprobs steps take vLLM's own path; a sampled step records the bonus and the
     draft rows' nuclei for the STAND proposer's store feed, in the step's row order."""
-    from stand_runtime.vllm import nuclei, rejection, sampling_plugin
+    from stand_runtime.vllm import cpu032
+    from stand_runtime.vllm.cpu032 import nuclei, rejection
 
-    sampling_plugin.fix_cpu_sampling()
+    cpu032.fix_cpu_sampling()
     sampler, vocab, counts = _sampler(), 200, [2, 0, 1]
     logits = torch.randn(sum(counts) + len(counts), vocab, generator=torch.Generator().manual_seed(5)) * 4
     metadata = _metadata(counts, [3, 4, 5])

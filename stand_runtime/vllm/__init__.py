@@ -7,7 +7,7 @@ Importing this package does not import vLLM; :func:`speculative_config` builds t
     llm = LLM(model=folder, speculative_config=speculative_config(k=4))
 
 All of vLLM's private runner state the proposer touches is in :mod:`stand_runtime.vllm.runner_access`;
-:mod:`stand_runtime.vllm.sampling_plugin` is the plugin that fixes and speeds up vLLM's CPU sampler;
+:mod:`stand_runtime.vllm.cpu032` is a separate patch set for vLLM's CPU sampler (a plugin; the proposer imports none of it);
 :mod:`stand_runtime.vllm.server` builds the OpenAI server's command (``treeopt serve``).
 """
 
@@ -19,8 +19,8 @@ _EXPORTS = {
     "DEFAULT_K": ".engine", "VLLM_METHODS": ".engine", "check_model_folder": ".engine", "check_vllm_dtype": ".engine",
     "default_model_folder": ".engine",
     "load_llm": ".engine", "method_config": ".engine", "shutdown_llm": ".engine",
-    "TESTED_VLLM": ".runner_access", "VLLMInternalsChanged": ".runner_access", "check_version": ".runner_access",
-    "fix_cpu_sampling": ".sampling_plugin",
+    "SUPPORTED_VLLM": ".runner_access", "VLLMInternalsChanged": ".runner_access", "check_version": ".runner_access",
+    "fix_cpu_sampling": ".cpu032",
     "cached_vllm_latency": ".sizing", "chain_acceptance": ".sizing", "choose_k": ".sizing",
     "latency_option": ".sizing", "measure_vllm_latency": ".sizing", "read_vllm_latency": ".sizing",
 }

@@ -17,6 +17,9 @@ from __future__ import annotations
 import os
 from typing import MutableMapping
 
+TARGET_ENV = "VLLM_TARGET_DEVICE"
+"""vLLM's variable: the platform it runs on (``cpu``, ``cuda``, ...); vLLM does not second-guess it."""
+
 RESERVED_ENV = "VLLM_CPU_NUM_OF_RESERVED_CPU"
 """vLLM's variable: cores kept out of its CPU worker's OpenMP threads."""
 
@@ -33,11 +36,17 @@ def usable_cores() -> int:
 
 
 def cpu_environment(env: MutableMapping[str, str]) -> MutableMapping[str, str]:
-    """Set vLLM's CPU settings in ``env`` (in place; returned): ``VLLM_TARGET_DEVICE=cpu`` and, on a
-    machine of at most :data:`SMALL_MACHINE_CORES` usable cores, ``VLLM_CPU_NUM_OF_RESERVED_CPU=0``,
-    each only where ``env`` does not set it already."""
-    env.setdefault("VLLM_TARGET_DEVICE", "cpu")
-    if RESERVED_ENV not in env and usable_cores() <= SMALL_MACHINE_CORES:
+    """Set vLLM's CPU settings in ``env`` (in place; returned), each only where ``env`` does not set it
+    already: ``VLLM_TARGET_DEVICE=cpu`` only on a machine without a CUDA device
+    (``torch.cuda.is_available()`` false; vLLM takes the variable as final, so on any other machine
+    it is left to the user and to vLLM's own detection) and, for the CPU target on a machine of at most
+    :data:`SMALL_MACHINE_CORES` usable cores, ``VLLM_CPU_NUM_OF_RESERVED_CPU=0``."""
+    if TARGET_ENV not in env:
+        import torch
+
+        if not torch.cuda.is_available():
+            env[TARGET_ENV] = "cpu"
+    if env.get(TARGET_ENV) == "cpu" and RESERVED_ENV not in env and usable_cores() <= SMALL_MACHINE_CORES:
         env[RESERVED_ENV] = "0"
     return env
 

@@ -2,8 +2,10 @@
 
 ``ar`` is vLLM's plain decoding; ``ngram`` (prompt lookup) and ``suffix`` (SuffixDecoding, needs
 arctic-inference) are vLLM's built-in model-free methods; ``stand`` is this package's proposer.
-Engines run on vLLM's CPU backend here (``VLLM_TARGET_DEVICE=cpu``); a script that builds one must
-guard its entry point with ``if __name__ == "__main__":`` (vLLM starts its engine in a new process).
+Engines run on the platform vLLM picks: ``VLLM_TARGET_DEVICE=cpu`` is set only on a machine without a
+CUDA device where the user did not set it (:func:`stand_runtime.vllm.cpu_cores.cpu_environment`). A
+script that builds one must guard its entry point with ``if __name__ == "__main__":`` (vLLM starts its
+engine in a new process).
 """
 
 from __future__ import annotations
@@ -115,7 +117,8 @@ def default_model_folder() -> Path:
 def load_llm(model: str | os.PathLike, method: str = "ar", *, k: int | str | None = None, dtype: str = "float32",
              max_model_len: int = 2048, kv_cache_gib: int = 1, seed: int = 0, tokenizer: bool = True,
              **stand_options):
-    """A vLLM ``LLM`` on this machine's CPU decoding with ``method``.
+    """A vLLM ``LLM`` decoding with ``method`` (on vLLM's CPU backend where this machine has no CUDA
+    device and ``VLLM_TARGET_DEVICE`` is unset).
 
     Args:
         model: a Hugging Face model folder (see :func:`default_model_folder`).
@@ -139,7 +142,7 @@ def load_llm(model: str | os.PathLike, method: str = "ar", *, k: int | str | Non
     tokenizer = check_bool("tokenizer", tokenizer)
     config = method_config(method, k, **stand_options)
     folder = check_model_folder(model)
-    cpu_environment(os.environ)  # the CPU target; on a small machine no core kept from the worker
+    cpu_environment(os.environ)  # the CPU target without CUDA, unless set; on a small machine no core kept back
     private_ipc_folder(os.environ)
     os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(kv_cache_gib)
     try:

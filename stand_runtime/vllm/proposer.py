@@ -76,7 +76,7 @@ def _sampler_top(step: StepLogits, rows: list[int], params: SamplingParams) -> t
     """The store observation of ``rows`` (``([n, k] ids, [n, k] float64 probs)``) from the nuclei
     vLLM's sampler cut this step, when it cut every one of them and ``params`` is the p it cut
     (temperature > 0, top-p < 1, no top-k); else None (the proposer computes them). Saves a partial
-    top-k and a log-sum-exp over the vocabulary per row (:mod:`stand_runtime.vllm.nuclei`)."""
+    top-k and a log-sum-exp over the vocabulary per row (:mod:`stand_runtime.vllm.cpu032.nuclei`)."""
     found = step.nuclei
     if found is None or params.greedy or params.top_k or params.top_p >= 1.0 or not rows:
         return None
@@ -111,7 +111,7 @@ class StandProposer:
             the chain length K (with ``sized``, the longest chain).
 
     Raises:
-        VLLMInternalsChanged: an untested vLLM release line.
+        VLLMInternalsChanged: an unsupported vLLM release line, or an internal it reads moved.
         StandError: bad ``STAND_VLLM_OPTIONS``.
     """
 
@@ -129,8 +129,9 @@ class StandProposer:
         self.prior = self._load_prior()
         self._requests: dict[str, _Request] = {}
         self._access: RunnerAccess | None = None
-        self._probs: torch.Tensor | None = None  # [rows, K, vocab] q buffer, zero outside _written
-        self._written: list[tuple[int, int, np.ndarray]] = []
+        self._probs: torch.Tensor | None = None  # [rows, K, vocab] q buffer on the logits' device, zero outside _written
+        self._written: tuple[torch.Tensor, ...] | None = None  # the (row, position, token) indices written last step
+        self._pending: list[tuple[int, int, np.ndarray, np.ndarray]] = []  # this step's q entries, not yet written
         self._feeds: list[tuple] = []  # this step's store updates, merged after every request is fed
         self._called: tuple[float, set[str], bool] | None = None  # the previous call: its start, its decoding
         # requests, and whether they were all decoding in the call before it (no request joined)
@@ -171,7 +172,10 @@ class StandProposer:
         offsets = step.row_offsets(len(batch)) if step is not None else None
         self._observe_forward(started, batch, sampled_token_ids, step, offsets)
         self._clear_probs()
-        self._ensure_probs(len(batch), step.logits.shape[-1] if step is not None else self.vocab)
+        if step is not None:
+            self._ensure_probs(len(batch), step.logits.shape[-1], step.logits.device)
+        else:
+            self._ensure_probs(len(batch), self.vocab, access.device)
         live = {row.req_id for row in batch}
         for req_id in [r for r in self._requests if r not in live]:
             del self._requests[req_id]
@@ -186,7 +190,8 @@ class StandProposer:
         if self.budget is not None:
             self.budget.allocate(cursors, len(batch))
         drafts = [self._finish(i, cursor, batch[i].req_id) for i, cursor in enumerate(cursors)]
-        if self._written:
+        if self._pending:
+            self._flush_probs()
             access.set_draft_probs(self._probs[: len(batch)], [row.req_id for row in batch])
         if self.options["stats_path"]:
             write_json_atomic(self.options["stats_path"], self.stats())
@@ -353,31 +358,44 @@ class StandProposer:
         feeds, self._feeds = self._feeds, []
         update_sequences(feeds)
 
-    def _ensure_probs(self, rows: int, vocab: int) -> None:
-        """A zeroed q buffer of at least ``[rows, K, vocab]`` (grown by doubling)."""
-        if self._probs is None or self._probs.shape[0] < rows or self._probs.shape[-1] != vocab:
-            rows = max(rows, 8 if self._probs is None else 2 * self._probs.shape[0])
-            # numpy's zeros is calloc: the OS maps zero pages as rows are written, where torch.zeros
+    def _ensure_probs(self, rows: int, vocab: int, device: torch.device) -> None:
+        """A zeroed float32 q buffer of at least ``[rows, K, vocab]`` on ``device`` (that of the logits
+        vLLM's rejection sampler verifies with; grown by doubling)."""
+        probs = self._probs
+        if probs is None or probs.shape[0] < rows or probs.shape[-1] != vocab or probs.device != device:
+            rows = max(rows, 8 if probs is None else 2 * probs.shape[0])
+            # on CPU numpy's zeros is calloc: the OS maps zero pages as rows are written, where torch.zeros
             # wrote all of it up front (50 MB for 16 requests x K 16: 0.2 s in the step that grew it)
-            self._probs = torch.from_numpy(np.zeros((rows, self.k, vocab), dtype=np.float32))
-            self._written = []
+            self._probs = (torch.from_numpy(np.zeros((rows, self.k, vocab), dtype=np.float32)) if device.type == "cpu"
+                           else torch.zeros((rows, self.k, vocab), dtype=torch.float32, device=device))
+            self._written = None
 
     def _write_probs(self, row: int, chain: ChainDraft, drawn: bool) -> None:
-        """Write the chain's q rows into the q buffer at batch row ``row``: the distribution each
-        token was drawn from when ``drawn``; one-hot on the token for copied tokens and for
-        deterministic drafts (``stochastic`` off), the deterministic-draft rule."""
+        """Queue the chain's q rows for batch row ``row`` (written by :meth:`_flush_probs`): the
+        distribution each token was drawn from when ``drawn``; one-hot on the token for copied tokens
+        and for deterministic drafts (``stochastic`` off), the deterministic-draft rule."""
         for j, (token, support) in enumerate(zip(chain.tokens, chain.support)):
             one_hot = support is None or not drawn
-            ids = np.array([token]) if one_hot else support[0]
-            q = np.ones(1) if one_hot else support[1]
-            self._probs[row, j, torch.from_numpy(ids)] = torch.from_numpy(q.astype(np.float32))
-            self._written.append((row, j, ids))
+            self._pending.append((row, j, np.array([token]) if one_hot else support[0],
+                                  np.ones(1) if one_hot else support[1]))
+
+    def _flush_probs(self) -> None:
+        """Write the queued q entries into the buffer in one indexed copy to its device."""
+        pending, self._pending = self._pending, []
+        sizes = [len(ids) for _, _, ids, _ in pending]
+        index = (np.repeat([row for row, _, _, _ in pending], sizes), np.repeat([j for _, j, _, _ in pending], sizes),
+                 np.concatenate([ids for _, _, ids, _ in pending]))
+        device = self._probs.device
+        self._written = tuple(torch.from_numpy(i.astype(np.int64)).to(device) for i in index)
+        values = torch.from_numpy(np.concatenate([q for _, _, _, q in pending]).astype(np.float32)).to(device)
+        self._probs.index_put_(self._written, values)
 
     def _clear_probs(self) -> None:
         """Zero the q entries written for the previous step (the runner has copied them by now)."""
-        for row, j, ids in self._written:
-            self._probs[row, j, torch.from_numpy(ids)] = 0.0
-        self._written = []
+        self._pending = []
+        if self._written is not None:
+            self._probs.index_put_(self._written, torch.zeros((), dtype=torch.float32, device=self._probs.device))
+            self._written = None
 
     def stats(self) -> dict:
         """Counters since the engine started (JSON-ready): steps, per-request forwards, committed

