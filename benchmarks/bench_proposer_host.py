@@ -1,6 +1,6 @@
 """Host time of the STAND vLLM proposer's ``propose()`` without an engine (issue 23).
 
-R requests of one prompt (``n = R``) against the test suite's stand-in runner (``tests/test_vllm.py``
+R requests of one prompt (``n = R``) against the test suite's stand-in runner (``tests/runtime/vllm/test_vllm.py``
 ``FakeRunner``): each step hands the proposer real logits of the default model (rows of one prefill
 of GSM8K text, picked by the previous token), commits the drafts that agree with that text (80% of
 them) and one more token, and times ``propose()``. Prints ms per call and drafted tokens per step;

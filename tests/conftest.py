@@ -1,6 +1,8 @@
 """Shared fixtures: the real default model (loaded once) and tiny random models built from configs."""
 
 import os
+import sys
+from pathlib import Path
 from unittest.mock import patch
 
 import numpy as np
@@ -10,6 +12,13 @@ import torch
 from stand_runtime import SamplingParams
 from stand_runtime.target.forward import tree_forward
 from stand_runtime.target.kv_cache import new_cache
+
+ROOT = Path(__file__).resolve().parents[1]
+"""The repository's root."""
+
+for _folder in sorted({path.parent for path in Path(__file__).parent.rglob("test_*.py")}):
+    if str(_folder) not in sys.path:  # test modules import each other's helpers by module name, wherever they live
+        sys.path.append(str(_folder))
 
 if os.environ.get("PYTEST_XDIST_WORKER"):
     torch.set_num_threads(1)  # one thread per xdist worker: two workers share the two cores
@@ -24,6 +33,14 @@ def fresh_default_sizing():
     session._DEFAULTS.clear()
     yield
     session._DEFAULTS.clear()
+
+
+def pytest_itemcollected(item):
+    """Every test of STAND inside vLLM (tests/runtime/vllm/, tests/lossless/test_vllm*) is marked ``vllm``,
+    so ``pytest -m "not vllm"`` runs the rest without vLLM."""
+    path = Path(str(item.fspath))
+    if path.parent.name == "vllm" or path.name.startswith("test_vllm"):
+        item.add_marker(pytest.mark.vllm)
 
 
 @pytest.hookimpl(trylast=True)

@@ -156,7 +156,7 @@ def test_every_dotted_reference_to_our_modules_resolves():
     import re
 
     pattern = re.compile(r"\b((?:stand_runtime|treeopt|treeopt_cli)(?:\.\w+)+)")
-    texts = [p for p in source_files() + sorted((ROOT / "tests").glob("*.py")) + sorted(ROOT.glob("docs/*.md"))]
+    texts = [p for p in source_files() + sorted((ROOT / "tests").rglob("*.py")) + sorted(ROOT.glob("docs/*.md"))]
     stale = set()
     native_built = importlib.util.find_spec("stand_runtime._native") is not None
     for path in texts + [ROOT / "README.md"]:

@@ -9,7 +9,7 @@ to it from Model Runner V2 for ``custom_class`` and ``suffix``; async scheduling
 
 1. Greedy identity on the default model: STAND (k 4), SuffixDecoding and plain decoding, 8 HumanEval
    prompts x 64 tokens, token for token equal.
-2. Sampled chi-square on a tiny random Llama (vocab 8, as tests/test_vllm.py): the first 3 tokens of
+2. Sampled chi-square on a tiny random Llama (vocab 8, as tests/runtime/vllm/test_vllm.py): the first 3 tokens of
    4000 samples of one prompt at T 1, STAND (q-aware) against vLLM plain decoding's own samples
    (a two-sample chi-square over the 3-token continuations; p > 0.001 expected).
 3. Time: tokens per second of plain, suffix and STAND at n = 1 and n = 16 samples per prompt

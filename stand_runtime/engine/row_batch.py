@@ -5,7 +5,7 @@ one call (:func:`stand_runtime.store.drafting.best_first_rows`: in C++ over nati
 whose drafter says :attr:`Drafter.feeds_in_batch` merge their step observations in one call
 (:func:`stand_runtime.store.native_store.update_sequences`). Every other row takes the per-row path
 (:meth:`DecodeRow.propose`, :meth:`DecodeRow.settle`), which stays the reference: the batched calls
-give the same drafts, noise consumed, stores and statistics (``tests/test_native.py``).
+give the same drafts, noise consumed, stores and statistics (``tests/runtime/store/test_native.py``).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ p (or the argmax) there. Walking the rows one after another computes one target 
 CPU such a call costs about what one over the whole batch does (:meth:`.decode_row.StepTarget.compute`), so
 here every row's walk takes one level at a time and the positions a level visits are computed
 together. Each walk draws from its own row's stream in its own order, so the verifications are
-those of the walks run one by one (tests/test_walks.py).
+those of the walks run one by one (tests/lossless/test_walks.py).
 """
 
 from __future__ import annotations

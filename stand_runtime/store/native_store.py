@@ -5,7 +5,7 @@ the same tables, merge (weighted average, missing ids count 0, truncation to the
 admission, eviction order (least recently updated first), Witten-Bell blend and 0-gram table, with
 the same floating-point operations in the same order (Python's ``sum`` included, plain up to CPython
 3.11 and compensated from 3.12), so every stored value and every blended q is the Python store's.
-``tests/test_native.py`` drives both on the same random inputs. The class is a subclass of
+``tests/runtime/store/test_native.py`` drives both on the same random inputs. The class is a subclass of
 ``NGramStore`` with the same methods, so every drafter and check takes either; a static or dynamic
 tree over it is drafted in C++ too (:mod:`stand_runtime.store.native_draft`).
 

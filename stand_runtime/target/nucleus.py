@@ -8,7 +8,7 @@ native kernel (``csrc/nucleus.cpp``) makes one pass for the maximum and one for 
 exponentials (AVX2 where the CPU has it, detected at run time), collects the tokens near the maximum
 and finds the nucleus among them by a quickselect on mass: ~43 and ~107 µs a row
 (``benchmarks/bench_nucleus.py``). It is the same cut up to float rounding of the sums:
-``tests/test_native_nucleus.py`` compares the two on the same rows. ``STAND_NATIVE_NUCLEUS=0`` keeps the
+``tests/runtime/target/test_native_nucleus.py`` compares the two on the same rows. ``STAND_NATIVE_NUCLEUS=0`` keeps the
 torch cut (its own switch: ``STAND_NATIVE`` chooses the store, and a native store must build the
 same entries as the Python one from the same feed).
 """

@@ -18,7 +18,7 @@ with probability min(1, p(x)/q(x)); at the first rejection a token is drawn from
 normalised, by an exponential race over the tokens where it is positive (seeded requests from their
 own generator, after their uniforms); when every draft is kept the bonus token, sampled from p by
 vLLM's sampler, follows. p is vLLM's: the request's logits processors, temperature and top-p nucleus,
-renormalised. The output distribution is p at every position whatever q is (``tests/test_vllm_rejection.py``
+renormalised. The output distribution is p at every position whatever q is (``tests/runtime/vllm/test_vllm_rejection.py``
 checks the law by chi-square); the tokens differ from vLLM's own for the same seed (other draws).
 
 Only the common case takes this path: CPU float32 logits, every request sampled (no greedy one), no

@@ -1,0 +1,71 @@
+"""Every row's walk advanced level by level (stand_runtime.engine.walks, docs/design.md §4.7) against
+the walks run one by one: same streams, same outcomes, same draws left, for random batches of
+trees and rows of mixed sampling parameters (greedy, top-p, top-k, dense); non-finite logits at a
+visited position stay an error. End to end, the engine (which verifies through it on a CPU) decodes
+as plain decoding: tests/runtime/engine/test_engine.py, tests/runtime/engine/test_batch.py."""
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from stand_runtime import SamplingParams
+from stand_runtime.engine.decode_row import StepTarget
+from stand_runtime.engine.walks import walk_rows
+from stand_runtime.errors import StandError
+from stand_runtime.randomness import RandomStream
+from test_verify_batch import KINDS, padded_views, random_draft, random_logits, reference
+
+VOCAB = 300
+MIXED = [SamplingParams(0.0), SamplingParams(0.7, 0.9), SamplingParams(1.0, 1.0), SamplingParams(0.6, 0.95, 20)]
+
+
+def batch(seed: int):
+    """Random rows: a draft, logits (slices of one padded tensor, as the forward gives) and params each."""
+    rng = np.random.default_rng(seed)
+    size = int(rng.integers(1, 9))
+    drafts = [random_draft(rng, VOCAB, int(rng.integers(0, 12)), KINDS[int(rng.integers(len(KINDS)))])
+              for _ in range(size)]
+    logits = padded_views([random_logits(rng, d, VOCAB, flat=0.1) for d in drafts])
+    params = [MIXED[int(rng.integers(len(MIXED)))] for _ in range(size)]
+    return drafts, logits, params
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_level_by_level_walks_equal_the_walks_one_by_one(seed):
+    drafts, logits, params = batch(seed)
+    streams = [RandomStream.seeded(1000 * seed + b) for b in range(len(drafts))]
+    rows = [SimpleNamespace(params=p, randomness=s) for p, s in zip(params, streams)]
+    targets = [StepTarget(x, p, precompute=False) for x, p in zip(logits, params)]
+    got = walk_rows(rows, drafts, targets)
+    for b, (draft, x, p) in enumerate(zip(drafts, logits, params)):
+        alone = RandomStream.seeded(1000 * seed + b)
+        want = reference([draft], [x], p, [alone])[0]
+        assert got[b] == want, (b, p)
+        assert streams[b].uniform() == alone.uniform()  # the same draws consumed
+        for position, row in targets[b].rows.items():  # rows computed together equal a lone row's
+            lone = StepTarget(x, p, precompute=False).target_at(position)
+            np.testing.assert_allclose(row.probs, lone.probs, rtol=1e-6)
+            np.testing.assert_array_equal(row.ids, lone.ids)
+
+
+def test_a_level_is_computed_in_one_call_per_sampling_distribution(monkeypatch):
+    import stand_runtime.engine.decode_row as decode_row
+    calls = []
+    real = decode_row.target_rows
+    monkeypatch.setattr(decode_row, "target_rows", lambda logits, p: calls.append(len(logits)) or real(logits, p))
+    drafts, logits, _ = batch(3)
+    params = SamplingParams(0.7, 0.9)
+    rows = [SimpleNamespace(params=params, randomness=RandomStream.seeded(b)) for b in range(len(drafts))]
+    walk_rows(rows, drafts, [StepTarget(x, params, precompute=False) for x in logits])
+    assert calls[0] == len(drafts)  # every root at once
+    assert len(calls) <= 1 + max(max(d.depths) for d in drafts)  # one call a level
+
+
+@pytest.mark.parametrize("params", [SamplingParams(0.0), SamplingParams(0.7, 0.9)])
+def test_non_finite_logits_at_a_visited_position_are_an_error(params):
+    drafts, logits, _ = batch(5)
+    logits[-1][0] = float("nan")
+    rows = [SimpleNamespace(params=params, randomness=RandomStream.seeded(b)) for b in range(len(drafts))]
+    with pytest.raises(StandError, match="not finite"):
+        walk_rows(rows, drafts, [StepTarget(x, params, precompute=False) for x in logits])
