@@ -159,8 +159,7 @@ def _plot_reliability(results: list, png: Path) -> None:
 ABOVE_BOUND = 1.15
 """A speedup this far above its latency bound (:func:`treeopt.evaluate.bench.latency_bounds`: the
 acceptance length at the profile's forward costs, no host work) says plain decoding ran slow, not that
-drafting did well (measured: 1.6-1.9x plain within 2% of their bounds on a quiet machine; 1.84x at a
-bound of 1.33x with a kernel choice measured under load)."""
+drafting did well (docs/decisions.md)."""
 
 
 def speedup_warnings(results, speedups: dict, intervals: dict, bounds: dict | None = None) -> list[str]:
