@@ -50,7 +50,7 @@ from ..sizing.value import AcceptanceMap
 PLAIN_OBSERVED = MIN_OBSERVED
 """Plain forwards (no drafts) of a batch's size the rule explores for: three, so that the median
 outvotes one slow forward (the rule drafts from then on, so the plain size is seen only while
-exploring, and one outlier there made every draft look free)."""
+exploring, and one outlier there would make every draft look free)."""
 
 FORWARD_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 """Tokens per forward the latency model keeps its observations at (the nearest on a log scale)."""

@@ -15,7 +15,7 @@ WINDOW = 16
 
 MIN_OBSERVED = 3
 """Forwards a profile size needs before its observed ratio counts: a median of three outvotes one stray
-forward (with two, one forward 4 times its size's cost, a pause, made that size look 2.5 times dearer)."""
+forward (a pause), which a median of two does not."""
 
 TOLERANCE, SCALE_TOLERANCE = 2.0, 3.0
 """When a run's step times say its latency profile is wrong (:class:`LatencyModel`): some size's

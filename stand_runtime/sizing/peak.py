@@ -69,8 +69,7 @@ def bounded_peak_of(gains: np.ndarray, seconds: np.ndarray, lookahead: int = LOO
         raise ValueError(f"bounded_peak_of needs the seconds of {length + lookahead} sizes, got {len(seconds)}")
     cost = np.asarray(seconds, dtype=np.float64)[: length + lookahead].tolist()
     # Node by node, in Python floats: the rule ends after a few nodes, where numpy's per-call cost over
-    # all L x lookahead bounds was most of a step's sizing (tests/test_value.py keeps that version as
-    # the reference).
+    # all L x lookahead bounds is too high (tests/test_value.py keeps a numpy version as the reference).
     best = gains[0] / cost[0]  # the best rate over the sizes before node k
     previous = gains[1] - gains[0]
     for k in range(1, length + 1):
