@@ -38,8 +38,7 @@ from .trees.tree_io import TreeFile, resolve_tree
 DEFAULT_TREES = {"stand": "dynamic-auto", "stand-det": AUTO, "recycle": "heuristic-80"}
 """Each tree method's default tree: for STAND the value-sized dynamic tree (``"dynamic-auto"``: each step
 drafts the best-first nodes and copied tokens that pay for themselves in expected tokens per second,
-:mod:`stand_runtime.sizing.value`; held-out HumanEval and GSM8K, one sequence: 1.52x / 1.37x plain
-where the static ``"auto"`` tree gave 1.35x / 1.17x, benchmarks/results/README.md); for ``stand-det``
+:mod:`stand_runtime.sizing.value`; docs/decisions.md); for ``stand-det``
 (the paper's deterministic ablation) the calibrated static family sized for this machine's latency
 (``"auto"``, :mod:`stand_runtime.sizing.tree_choice`), which stays every STAND method's offline-calibrated
 option; for Token Recycling its own static tree (its paper's depth profile 8/21/25/15/8/3)."""

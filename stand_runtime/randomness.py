@@ -174,10 +174,8 @@ def drafting_seed(seed: int) -> int:
     mixed by SHA-256, in [0, 2**64) (docs/design.md §7.11).
 
     vLLM draws a seeded request's samples, acceptance uniforms and recovered tokens from a torch
-    generator seeded with ``seed`` itself; a drafting stream seeded alike drew the same uniforms, so
-    drafts were correlated with the draws that verify them, and the output left the target's
-    distribution (3-token continuations of the tiny test model at T 0.7, top-p 0.9: chi-square
-    p = 5e-18 against the exact distribution, where the mixed seed and unseeded requests pass).
-    Lossless needs the drafts independent of the verification's draws given what was committed."""
+    generator seeded with ``seed`` itself; a drafting stream seeded alike would draw the same uniforms,
+    so drafts would be correlated with the draws that verify them and the output would leave the
+    target's distribution (docs/decisions.md). Lossless needs the drafts independent of the verification's draws given what was committed."""
     digest = hashlib.sha256(b"stand-vllm-drafting-noise" + int(seed).to_bytes(8, "little")).digest()
     return int.from_bytes(digest[:8], "little")

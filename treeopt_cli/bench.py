@@ -1,7 +1,6 @@
 """``treeopt bench``: decoding methods side by side on this toolkit's engine, interleaved per prompt.
 
-The trace replay and the vLLM bench are their own commands (:mod:`.bench_traces`, :mod:`.bench_vllm`);
-their old spellings, ``bench --traces FILE`` and ``bench --engine vllm``, say so in one line.
+The trace replay and the vLLM bench are their own commands (:mod:`.bench_traces`, :mod:`.bench_vllm`).
 """
 
 from __future__ import annotations
@@ -18,30 +17,10 @@ from . import loading, render, render_value
 from .app import app, console, err_console, one_line_errors
 from .options import (dtype_name, BASE_SEED_HELP, DATASET_HELP, DTYPE_HELP, FIELD_HELP, MODEL_HELP, OFFSET_HELP, PLOT_HELP,
                       PRIOR_HELP, TEMPERATURE_HELP, TOP_P_HELP, check_budget_fits, check_outputs, check_prior_option,
-                      json_path, moved_options, refuse_options, sampling_options, ResultsFile)
-
-TRACE_OPTIONS = ("--group-field", "--text-field", "--prompt-field", "--max-tokens", "--min-group-size", "--tokenizer",
-                 "--copy-tokens")
-"""Options of ``bench --traces`` that are now ``bench-traces``'s."""
+                      json_path, refuse_options, sampling_options, ResultsFile)
 
 
-def _engine_moved(value: Optional[str]) -> str:
-    if value == "vllm":
-        return "bench --engine vllm is now its own command: treeopt bench-vllm (see treeopt bench-vllm --help)"
-    return ("bench has no --engine: it runs this toolkit's engine; vLLM's is treeopt bench-vllm "
-            "(see treeopt bench-vllm --help)")
-
-
-MOVES = {"--traces": lambda _: "bench --traces is now its own command: treeopt bench-traces FILE "
-                               "(see treeopt bench-traces --help)",
-         "--engine": _engine_moved,
-         "--k": lambda _: "--k is an option of treeopt bench-vllm (bench --engine vllm is now bench-vllm)",
-         **{option: (lambda _, option=option: f"{option} is an option of treeopt bench-traces "
-                                              "(bench --traces is now bench-traces)") for option in TRACE_OPTIONS}}
-"""Options of the old three-in-one ``bench`` and the one-line error each gives now."""
-
-
-@app.command(cls=moved_options(MOVES))
+@app.command()
 @one_line_errors
 def bench(
     ctx: typer.Context,
@@ -180,8 +159,7 @@ def _plot_reliability(results: list, png: Path) -> None:
 ABOVE_BOUND = 1.15
 """A speedup this far above its latency bound (:func:`treeopt.evaluate.bench.latency_bounds`: the
 acceptance length at the profile's forward costs, no host work) says plain decoding ran slow, not that
-drafting did well (measured: 1.6-1.9x plain within 2% of their bounds on a quiet machine; 1.84x at a
-bound of 1.33x with a kernel choice measured under load)."""
+drafting did well (docs/decisions.md)."""
 
 
 def speedup_warnings(results, speedups: dict, intervals: dict, bounds: dict | None = None) -> list[str]:

@@ -296,30 +296,3 @@ def describe_parameters(application: typer.Typer) -> None:
                 info.metavar = "PATH"
             else:
                 info.metavar = "N" if "int" in annotation else "X" if "float" in annotation else "TEXT"
-
-
-def moved_options(moves: dict[str, Callable[[Optional[str]], str]]):
-    """A click command class for a command whose options moved to other commands: a moved option
-    (``--traces FILE`` on ``bench``) is refused as the command line is read, before click could say
-    only "no such option", with a one-line error that names the new command.
-
-    Args:
-        moves: option string → a function of its value (None when none follows) giving the message.
-    """
-    from typer.core import TyperCommand
-
-    from .app import print_error
-
-    class MovedOptions(TyperCommand):
-        def parse_args(self, ctx, args):
-            for index, arg in enumerate(args):
-                if arg == "--":
-                    break
-                name, equals, value = arg.partition("=")
-                if name in moves:
-                    value = value if equals else (args[index + 1] if index + 1 < len(args) else None)
-                    print_error(moves[name](value))
-                    raise typer.Exit(2)
-            return super().parse_args(ctx, args)
-
-    return MovedOptions

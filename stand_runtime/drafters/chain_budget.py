@@ -17,8 +17,8 @@ The latency model learns the curve's shape only at the sizes it sees, so two kin
 (on every :data:`stand_runtime.sizing.latency_model.EXPLORE_EVERY`-th step, at two phases): while the plain
 forward of the batch's size has fewer than :data:`PLAIN_OBSERVED` observations, a step drafts nothing;
 while no forward of twice that size has 3, a step drafts the batch's best offered positions, one per
-request in all, best first as the rule takes them (it drafted every offered position to the end of its
-chain before: at 16 requests and K 16 a forward over 121 tokens, 0.77 s where a plain step takes 0.1 s).
+request in all, best first as the rule takes them (not every offered position to the end of its chain,
+a forward far dearer than a plain step).
 Both lengths are fixed without reading a draw the length decides on, like the rule's.
 
 Losslessness: a position is drafted or not from its score, the scores of positions already drafted
@@ -50,7 +50,7 @@ from ..sizing.value import AcceptanceMap
 PLAIN_OBSERVED = MIN_OBSERVED
 """Plain forwards (no drafts) of a batch's size the rule explores for: three, so that the median
 outvotes one slow forward (the rule drafts from then on, so the plain size is seen only while
-exploring, and one outlier there made every draft look free)."""
+exploring, and one outlier there would make every draft look free)."""
 
 FORWARD_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 """Tokens per forward the latency model keeps its observations at (the nearest on a log scale)."""

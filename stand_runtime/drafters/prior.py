@@ -2,26 +2,22 @@
 contexts a STAND store lacks at a step's root (ours; docs/design.md §2.8).
 
 A fresh store knows only its prompt. Where a step's root is a token the store has never seen as a
-context, nothing it holds predicts what follows, even where the target is sure: measured on GSM8K
-30-39 x 1 (default model, T 0.6), the target put p >= 0.95 on one token at 52% of the steps' roots,
-and at 38% of those the root token had never been a context; the root's drafted children held that
-token 16% of the time there (47% over all sure roots). Many such tokens follow from the root token
-alone (a word's next piece, ``" John"`` → ``"'s"``, ``"multip"`` → ``"ly"``).
+context, nothing it holds predicts what follows, even where the target is sure (docs/decisions.md).
+Many such tokens follow from the root token alone (a word's next piece, ``" John"`` → ``"'s"``, ``"multip"`` → ``"ly"``).
 
 The prior holds, for every token t, the top :data:`~stand_runtime.drafters.feeds.STORE_TOP_K` of the
 store's distribution (:func:`~stand_runtime.drafters.feeds.store_params`: p, or the softmax for greedy
 decoding) after ``context + [t]``, the context an assistant turn's opening
 (:func:`prior_context`): what the target predicts after t with nothing else known. It is measured in
 one pass over the vocabulary, the context's KV cache computed once and shared by batches of
-:data:`BATCH` tokens (~60 s for the default model's 49,152 tokens on 2 cores in bfloat16), and kept
+:data:`BATCH` tokens, and kept
 on disk per model, dtype, context and distribution (:func:`cached_prior`).
 
 A step whose root token has no 1-token context in the store yet is given the prior's row for it
 first (:meth:`SuccessorPrior.fill`), as an observation of that context: the draft then has something
 to draw from where it had nothing, and the run's own observations of the context merge into it as
-they come (the store's running average). Only missing contexts are filled: merged into every store
-up front, the prior diluted what the run had learned of the contexts it had seen (greedy τ 2.43 →
-2.32 on HumanEval 80-99, where filling the missing roots gave 2.58). Lossless: any q is (§9.4), and
+they come (the store's running average). Only missing contexts are filled, so the prior never dilutes
+what the run has learned of the contexts it has seen. Lossless: any q is (§9.4), and
 whether a context is filled depends on the committed tokens only.
 """
 
@@ -46,9 +42,8 @@ from ..store.ngram_store import NGramStore
 
 BATCH = 64
 """Vocabulary tokens per forward of the measurement (the context's cache expanded to this many rows).
-Measured on 2 cores (4,096 tokens, default model): 64 rows took 7.3 s in bfloat16 and 9.3 s in float32
-at a peak of 1.6 / 2.6 GB resident; 512 rows 10.5 s / 14.6 s at 2.8 / 4.1 GB (the logits, the
-top-p sort and the per-row caches grow with the batch, the forward gets no faster)."""
+The logits, the top-p sort and the per-row caches grow with the batch while the forward gets no
+faster, so the batch is kept small."""
 
 PRIOR_DATE = "01 Jan 2025"
 """The date a chat template that prints one (``date_string``, Llama 3.x) is given in :func:`prior_context`:
@@ -275,8 +270,7 @@ def cached_prior(model, tokenizer, params: SamplingParams, vocab: int,
                  on_batch: Callable[[int, int], None] | None = None) -> SuccessorPrior:
     """The successor prior of ``model`` for ``params`` (:func:`measure_prior` on :func:`prior_context`):
     measured once, kept under the cache folder (``$STAND_CACHE_DIR`` or ``~/.cache/stand``, ``prior/``)
-    and in this process; a corrupt file is measured again. A file that records no distribution (written
-    before priors recorded theirs) is taken for ``params``' store distribution, which its key names,
+    and in this process; a corrupt file is measured again. A file that records no distribution is taken for ``params``' store distribution, which its key names,
     and rewritten recording it (a reader of the file, vLLM's proposer, would take it for every
     distribution). Where the folder takes no file (read-only, or something other than a regular file
     at the file's name), the prior is kept in this process only and a
@@ -305,7 +299,7 @@ def cached_prior(model, tokenizer, params: SamplingParams, vocab: int,
             on_batch(0, vocab)
         prior = measure_prior(model, context, params, vocab, on_batch)
         cache_or_warn(path, prior.to_bytes(), "the successor prior")
-    elif prior.distribution is None:  # an older file: its key names the distribution it was measured for
+    elif prior.distribution is None:  # its key names the distribution it was measured for
         prior.distribution = store_params(params)
         cache_or_warn(path, prior.to_bytes(), "the successor prior")  # recorded in the file from now on
     _LOADED[key] = prior

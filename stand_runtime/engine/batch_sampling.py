@@ -4,7 +4,7 @@ Replay calibration (docs/design.md §6.3) needs real trajectories and, at each p
 the n-gram store would receive (top-10 of p; for greedy decoding the temperature-1 softmax, as the
 engine feeds it) and (b) p itself, kept sparse as the most likely ids covering >= 0.999 of its mass.
 Plain sampling of many rows in one batch (left-padded, one KV cache) is the cheapest lossless way to
-get them: on a CPU a batch of 16 gives ~5.8x the tokens/s of batch 1.
+get them.
 
 It is a loop of its own beside the engine's (:class:`stand_runtime.engine.loop.Loop`), because it
 needs what the engine never computes: p dense at every position of every row, for recording. What it

@@ -62,8 +62,8 @@ class RowCaches(Protocol):
 def prompt_observer(drafter: Drafter, prompt: list[int], params: SamplingParams):
     """The prefill callback that hands a prompt chunk's logits to ``drafter`` as a
     :class:`stand_runtime.drafters.feeds.LogitsFeed` of p under ``params`` (refusing non-finite logits in
-    the rows the drafter reads: a check of the whole chunk cost 38 ms per 300-token prompt, 4% of a
-    DVTS run; rows it does not read are checked by verification when they are visited)."""
+    the rows the drafter reads; rows it does not read are checked by verification when they are
+    visited, so the whole chunk is never checked at once)."""
     def observe(logits: torch.Tensor, positions: range) -> None:
         source = f"the prompt's positions {positions.start}-{positions.stop - 1}"
         drafter.observe_prompt(prompt, LogitsFeed(logits, params, source=source), positions)
@@ -273,11 +273,10 @@ class Loop:
 
     def _observe_step(self, rows, tokens: int, seconds: float) -> None:
         """Hand the step's measured time (drafting, forward, verification, bookkeeping: what a step
-        costs in wall time, so the host work that grows with the draft is priced too; at 16 rows it
-        was 20-30% of a step) to the value rule, so its latency model corrects itself (on a CPU; on CUDA the time is only known at a sync). The
-        loop's first forward is left out: it runs cold (measured on this CPU: 133 ms for a batch of 4
-        roots that then takes 54-64 ms), and as every decode starts with a roots-only forward, counting
-        it made the smallest forward look twice its cost and the rule draft wider than it pays."""
+        costs in wall time, so the host work that grows with the draft is priced too) to the value rule, so its latency model corrects itself (on a CPU; on CUDA the time is only known at a sync). The
+        loop's first forward is left out: it runs cold, and as every decode starts with a roots-only
+        forward, counting it would make the smallest forward look dear and the rule draft wider than it
+        pays."""
         warm, self._warm = self._warm, True
         if warm and self.value is not None:
             self.value.observe_forward(tokens, seconds)

@@ -6,9 +6,8 @@ verified step that map knows nothing; ``treeopt calibrate`` measures, with a dyn
 its calibration prompts, the nodes drafted and accepted per map bin (drawn and copied apart) and saves
 them here, so the first step starts from the model's measured rates.
 
-File: JSON, ``format: stand-acceptance``, version 2 (version 1 binned copied nodes by their parent's
-score; since version 2 by their chain position, ``COPY_DECAY ** depth``: a cached version-1 file is
-skipped, calibrate writes a new one): ``model`` (:func:`model_identity` of the target it
+File: JSON, ``format: stand-acceptance``, version 2 (copied nodes binned by their chain position,
+``COPY_DECAY ** depth``; a cached version-1 file is skipped, calibrate writes a new one): ``model`` (:func:`model_identity` of the target it
 was measured on), ``edges`` (the map's bin edges, checked against the code's), ``drafted`` and
 ``accepted`` (``[2, 16]`` counts: row 0 drawn nodes, row 1 copied), and ``metadata`` (how it was made).
 It is looked up per model: first ``$STAND_CACHE_DIR/acceptance/<model>.json`` (written by calibrate),
@@ -88,8 +87,8 @@ class AcceptanceSeed:
         :data:`stand_runtime.sizing.value.DEFAULT_PRIOR`, isotonic), so a bin calibrated on few nodes
         stays near that seed and a well-measured one takes its measured rate. Drawn nodes only: a
         copied node of the calibration's 80-node tree exists only where its many drawn siblings missed
-        the chain's token (it measured 0.10 there against 0.25 in value-sized drafts, whose few drawn
-        nodes miss it less selectively), so the copied kind keeps the default seed and learns online."""
+        the chain's token, which value-sized drafts (few drawn nodes) miss less selectively, so the
+        copied kind keeps the default seed and learns online."""
         drawn = np.zeros_like(self.drafted)
         drawn[0] = 1.0  # copied nodes keep the default seed (below)
         fresh = AcceptanceMap()
@@ -155,7 +154,7 @@ def find_acceptance_seed(model) -> AcceptanceSeed | None:
         try:
             seed = load_acceptance_seed(cached)
         except StandError as error:
-            if not _outdated(cached):  # an earlier version is skipped, anything else said
+            if not _outdated(cached):  # a version-1 file is skipped, anything else said
                 raise StandError(f"{error} (the cached seed treeopt calibrate wrote for this model: remove it to "
                                  f"use the bundled seed, or calibrate again)") from None
         else:
@@ -171,7 +170,7 @@ def find_acceptance_seed(model) -> AcceptanceSeed | None:
 
 
 def _outdated(path: Path) -> bool:
-    """True for a readable seed file of an earlier version (its bins mean something else now: skipped)."""
+    """True for a readable seed file of version 1 (its bins mean something else: skipped)."""
     try:
         version = parse_json_object(path.read_bytes(), str(path)).get("version")
     except (OSError, StandError):

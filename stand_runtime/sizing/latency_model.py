@@ -15,19 +15,15 @@ WINDOW = 16
 
 MIN_OBSERVED = 3
 """Forwards a profile size needs before its observed ratio counts: a median of three outvotes one stray
-forward (with two, one forward 4 times its size's cost, a pause, made that size look 2.5 times dearer)."""
+forward (a pause), which a median of two does not."""
 
 TOLERANCE, SCALE_TOLERANCE = 2.0, 3.0
 """When a run's step times say its latency profile is wrong (:class:`LatencyModel`): some size's
 observed ratio more than a factor 2 from the ratio of the size observed most (the run's typical
 forward), or that ratio more than a factor 3 from 1 (the machine slower or faster than when the
-profile was measured: a profile measured under load said 1135 ms for one token where the machine took
-76). Short of both the profile stands, so a run sizes its drafts from the profile and the acceptance
-it observed alone, and a seed reproduces it. Measured on the EPYC (HumanEval, quiet): per-size ratios
-0.79-0.98 for forwards of 1-7 tokens and 1.08-1.34 for 16 (their host work grows with the draft);
-best-of-8 at 4 and 8 rows 0.87-1.36. A shape tolerance of 1.5 let some quiet runs correct and others
-not (a different text for the same seed); a profile measured under load departs 3-fold in shape at 81
-tokens and 15-fold in scale."""
+profile was measured). Short of both the profile stands, so a run sizes its drafts from the profile
+and the acceptance it observed alone, and a seed reproduces it. The factors sit above a quiet run's
+spread and below a loaded profile's departure (docs/decisions.md)."""
 
 DEPARTURE_OBSERVED = WINDOW // 2
 """Forwards a size needs before its ratio can say the profile's shape is wrong: a size the rule
@@ -37,16 +33,14 @@ run and not in another seeded alike."""
 MAX_AGE = 512
 """Forwards after which an observation is dropped (:meth:`LatencyModel.observe`): a size the rule no
 longer chooses keeps no ratio from long ago. Without it the root-only forward, observed while exploring
-at the start and never again once every step drafts, priced drafting for the rest of the run by those
-first forwards: in a vLLM run they said 39.7 ms where the rule's 2- and 4-token forwards took 31-40, so
-drafting looked cheaper than not drafting. Dropped, the root-only forward is explored again
-(:meth:`LatencyModel.explore`): ~2-3 steps without drafts in 512, under 0.6% of the steps."""
+at the start and never again once every step drafts, would price drafting for the rest of the run by
+those first (cold) forwards. Dropped, the root-only forward is explored again
+(:meth:`LatencyModel.explore`)."""
 
 EXPLORE_FIRST, EXPLORE_EVERY = MIN_OBSERVED + 1, 4
 """While the root-only forward is unobserved, the first 4 steps draft nothing (the first runs cold and
-is not observed), then every 4th (:func:`explores`). Every 4th from the start took 8 steps to observe
-it (when 2 observations counted), and a profile measured under load (flat) priced all 80 nodes as
-free until then (6 such steps)."""
+is not observed), then every 4th (:func:`explores`), so the root-only forward is observed within the
+first steps."""
 
 
 def explores(step: int) -> bool:
@@ -135,7 +129,7 @@ class LatencyModel:
     def _known(self) -> list:
         """Per profile size with :data:`MIN_OBSERVED` forwards its median ``(tokens, ratio)`` (each
         refitted only after its size was observed again)."""
-        for b, kept in enumerate(self._ratios):  # statistics.median: numpy's per-call cost was most of a step's sizing
+        for b, kept in enumerate(self._ratios):  # statistics.median: numpy's per-call cost is too high for a few values
             if self._medians[b] is None and len(kept) >= MIN_OBSERVED:
                 self._medians[b] = tuple(median(column) for column in list(zip(*kept))[:2])
         return [m for m in self._medians if m is not None]
@@ -222,5 +216,5 @@ class LatencyModel:
     def curve(self, first: int, last: int) -> np.ndarray:
         """``[last - first + 1]`` seconds of forwards over ``first .. last`` tokens in all (``first`` >= 1;
         ``rows`` ignored: the tokens are a whole forward's), the correction fitted once."""
-        tokens = np.arange(first, last + 1, dtype=np.int64)  # the profile from its table (per-token calls: ~1 ms a step)
+        tokens = np.arange(first, last + 1, dtype=np.int64)  # the profile from its table, not per-token calls
         return self._profile_many(tokens) * self._ratios_at(tokens.astype(np.float64))

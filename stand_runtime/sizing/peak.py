@@ -31,8 +31,8 @@ def first_peak(gain: Callable[[int], float], seconds: Callable[[int], float], lo
 
 LOOKAHEAD = 8
 """Sizes past node k that :func:`bounded_peak_of` looks at (m = k .. k + 7): enough to cross the step
-of a kernel change (on the Intel Xeon measured, the 4th token of a forward costs as much as the next
-~8 together)."""
+of a kernel change (where the forward's kernel changes, one token can cost as much as the next
+several together)."""
 
 
 def bounded_peak_of(gains: np.ndarray, seconds: np.ndarray, lookahead: int = LOOKAHEAD) -> int:
@@ -43,8 +43,7 @@ def bounded_peak_of(gains: np.ndarray, seconds: np.ndarray, lookahead: int = LOO
     for the first node), past L too (how many candidates a step offers may depend on its draws).
 
     Unlike :func:`first_peak` it crosses a step in the cost (the forward's kernel changing with its
-    row count: on the Intel Xeon measured a forward over 4 tokens costs ~1.3 times one over 3, each
-    token after that ~3%) when the nodes past it can pay for it together, as a sure copy chain's do;
+    row count) when the nodes past it can pay for it together, as a sure copy chain's do;
     on a convex cost with falling increments the two stop at the same n (the best one). It prices the
     true cost: a convex minorant priced such a step as a ramp and drafted unsure nodes past it. A
     stopping rule all the same: whether node k is taken reads ``gains`` up to k and ``seconds`` only
@@ -70,8 +69,7 @@ def bounded_peak_of(gains: np.ndarray, seconds: np.ndarray, lookahead: int = LOO
         raise ValueError(f"bounded_peak_of needs the seconds of {length + lookahead} sizes, got {len(seconds)}")
     cost = np.asarray(seconds, dtype=np.float64)[: length + lookahead].tolist()
     # Node by node, in Python floats: the rule ends after a few nodes, where numpy's per-call cost over
-    # all L x lookahead bounds was most of a step's sizing (tests/runtime/sizing/test_value.py keeps that version as
-    # the reference).
+    # all L x lookahead bounds is too high (tests/runtime/sizing/test_value.py keeps a numpy version as the reference).
     best = gains[0] / cost[0]  # the best rate over the sizes before node k
     previous = gains[1] - gains[0]
     for k in range(1, length + 1):

@@ -60,7 +60,7 @@ class SizingSession:
         on_outcome: when set (a reliability collector), handed to every rule made after
             (:attr:`ValueRule.on_outcome`).
         record_packing: when True, every rule made after records the packed allocation's modelled gain
-            (:attr:`ValueRule.packing`; diagnostics, ~0.2 ms a step).
+            (:attr:`ValueRule.packing`; diagnostics).
         last_rule: the rule of the latest call (:meth:`rule`; its sizes and batches are diagnostics),
             or None.
 

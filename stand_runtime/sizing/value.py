@@ -63,8 +63,7 @@ RECENT = 8
 GROWTH, SLACK = 2, 2
 """A step drafts at most ``GROWTH x`` the largest size of the last :data:`RECENT` forwards ``+ SLACK``
 nodes a row (:meth:`ValueRule.budget`): room to grow, doubling a step, without drafting and scoring
-the whole budget where the rule keeps a few nodes (at 16 rows a step drafted 80 nodes a row in
-8 ms to keep about one)."""
+the whole budget where the rule keeps a few nodes."""
 
 
 CENTRES = np.sqrt(EDGES[:-1] * EDGES[1:])
@@ -74,10 +73,8 @@ _EDGE_LIST = EDGES.tolist()
 DEFAULT_PRIOR = np.sqrt(CENTRES)
 """``[16]`` the seed of a bin without a calibrated rate: the square root of its centre score. The
 best-first score understates acceptance (its confidence weight halves q at every context seen once,
-and q is the store's, not the target's): on held-out HumanEval with the default model, nodes of
-scores 0.06-0.1, 0.1-0.18, 0.18-0.32, 0.32-0.56 and 0.56-1 were accepted 0.41, 0.38, 0.44, 0.67 and
-0.86 of the time, near the root of the score (0.27, 0.36, 0.49, 0.65, 0.87). Seeding with the score
-itself kept every node below 0.06 from ever being drafted, so never observed."""
+and q is the store's, not the target's), and a seed of the score itself would keep low-score nodes
+from ever being drafted, so never observed (docs/decisions.md)."""
 
 
 class AcceptanceMap:
@@ -194,7 +191,7 @@ class ValueRule:
         batches: batch-allocated: per forward the sizes of its rows (diagnostics).
         packing: batch-allocated: per forward of two rows or more the modelled tokens per second of the best packed
             allocation over the padded one's (what flattening the rows would gain); None (the default)
-            records nothing: set a list to record it (the packed search cost ~0.2 ms a step at 8 rows).
+            records nothing: set a list to record it.
     """
 
     def __init__(self, latency: LatencyModel, acceptance: AcceptanceMap | None = None,

@@ -2,9 +2,7 @@
 
 The paper's truncation would lose, at every merge, the whole mass of a token that is not (yet)
 among the k largest, so a new successor observed with a sharp p could never climb in: after c
-observations it enters with 1/(c+1) against stored values ~c/(c+1) of theirs (with 10 one-hot
-successors seen once each and a new one seen 100 times, it entered only by float rounding, ~2% of
-the time). Each entry therefore also keeps a *reserve*: the next ``reserve`` ids by merged value,
+observations it enters with 1/(c+1) against stored values ~c/(c+1) of theirs. Each entry therefore also keeps a *reserve*: the next ``reserve`` ids by merged value,
 with their exact running averages, which q does not show. A reserve id keeps accumulating and is
 promoted as soon as its average passes the k-th; the k ids q shows keep exactly the paper's values.
 """

@@ -10,9 +10,7 @@ with the blend below it,
 
 (c_n observations and u_n ids of the n-token context's entry; β = 1 is Witten-Bell's weight). A
 token the longest context never saw followed by is then still drafted where a shorter context
-predicts it, and a context seen once does not claim certainty. Measured on recorded reasoning traces
-(README, trace bench): the blend added ~12% to the acceptance length of a best-first tree over the
-longest match alone.
+predicts it, and a context seen once does not claim certainty (docs/decisions.md).
 """
 
 from __future__ import annotations

@@ -2,19 +2,17 @@
 
 On a CPU, a transformer forward of a few tokens is dominated by its linear layers, and which fp32
 GEMM is fastest for 1-16 rows (the shapes of a draft-tree step: docs/design.md §5.3) depends on the
-machine: on an AMD EPYC stock MKL was slow from 2 rows on, so oneDNN with the weight reordered once
-into its blocked layout (``torch.ops.mkldnn._reorder_linear_weight``, then ``_linear_pointwise`` per
-call: the private ops torch.compile's inductor emits for CPU linears) made a tree step much cheaper;
-on an Intel Xeon with AVX-512/AMX stock MKL is ~20% faster for 1-3 rows (a whole forward of the
-default model: 47-51 ms against 60-61 ms) and oneDNN's blocked weight 3-6% faster at 4-8 rows.
-So every packed layer keeps its stock weight (a reference: no copy) and computes calls of up to S
+machine: on some CPUs oneDNN with the weight reordered once into its blocked layout
+(``torch.ops.mkldnn._reorder_linear_weight``, then ``_linear_pointwise`` per call: the private ops
+torch.compile's inductor emits for CPU linears) is faster at every row count, on others stock MKL is
+faster for the fewest rows (docs/decisions.md). So every packed layer keeps its stock weight (a reference: no copy) and computes calls of up to S
 rows with it, S measured per machine on whole forwards (:mod:`stand_runtime.target.kernel_choice`;
 0 where the packed kernel wins from one row on). Both kernels compute the same product in the same
-dtype: the target is unchanged up to float rounding (max |Δlogit| ~1e-4 on the default model, same argmax): every layer
+dtype: the target is unchanged up to float rounding: every layer
 is checked against ``F.linear`` when it is packed and left stock if it disagrees, and tests compare
 the whole model's logits and greedy output with the stock model's. A bfloat16 model is packed too where
-the CPU computes bfloat16 natively (:func:`packable_dtypes`): there oneDNN's blocked weight runs on AMX,
-flat from 1 to 16 rows and bit-identical to stock ``F.linear`` on the Xeon measured.
+the CPU computes bfloat16 natively (:func:`packable_dtypes`): there oneDNN's blocked weight runs on AMX
+or AVX512-BF16.
 """
 
 from __future__ import annotations
@@ -101,8 +99,7 @@ class PackedLinear(torch.nn.Module):
 def packable_dtypes() -> tuple[torch.dtype, ...]:
     """The weight dtypes :func:`prepack_linears` packs on this CPU: float32, and bfloat16 where the CPU
     computes it natively (:func:`native_bf16`: oneDNN's blocked bfloat16 weight then runs on AMX or
-    AVX512-BF16; measured on a Xeon with AMX, the default model's linears 12.9 ms a forward at 1-8
-    rows against 19 ms stock, bit-identical outputs, docs/design.md §5.3)."""
+    AVX512-BF16, docs/design.md §5.3)."""
     return (torch.float32, torch.bfloat16) if native_bf16() else (torch.float32,)
 
 

@@ -2,15 +2,13 @@
 
 :mod:`stand_runtime.target.fast_linear` holds each linear layer twice (the stock weight for MKL's
 ``F.linear``, a oneDNN-blocked copy) and computes calls of at most S rows with the stock kernel. The
-best S differs between machines of one kind (measured: 0 on an AMD EPYC, where stock fp32 GEMM is slow
-from 2 rows on; 3 on an Intel Xeon with AVX-512/AMX, where stock MKL is ~20% faster for 1-3 rows and
-the blocked weight 3-6% faster at 4-8). Timing each layer shape alone mis-chose S (a layer timed in a
-loop sits in the cache, and mixing kernels within one forward cost more than either alone), so S is
-measured on the model's own forwards: :func:`measure_stock_rows` times both kernels at each size of
-:data:`SIZES` on a short cached prefix, interleaved, and S is the largest size up to which the stock
-kernel was faster at every measured size. Beyond the last size the packed kernel always runs (at 80
-tokens the two were within 3% on that Xeon). The choice is cached per model and machine next to the
-latency profiles (:func:`choose_kernels`).
+best S differs between machines of one kind, and timing each layer shape alone does not find it (a
+layer timed in a loop sits in the cache, and mixing kernels within one forward costs more than either
+alone), so S is measured on the model's own forwards: :func:`measure_stock_rows` times both kernels at
+each size of :data:`SIZES` on a short cached prefix, interleaved, and S is the largest size up to
+which the stock kernel was faster at every measured size. Beyond the last size the packed kernel
+always runs. The choice is cached per model and machine next to the latency profiles
+(:func:`choose_kernels`); docs/decisions.md.
 """
 
 from __future__ import annotations
@@ -131,8 +129,8 @@ def _cached_rows(path: Path | None) -> int | None:
 
 
 def choose_kernels(model, cache_dir: Path | None) -> int:
-    """Set the stock kernel for a packed model's forwards of at most S tokens (:func:`measure_stock_rows`,
-    ~5-8 s for the default model) and release the stock weights when S is 0. S is read from
+    """Set the stock kernel for a packed model's forwards of at most S tokens (:func:`measure_stock_rows`)
+    and release the stock weights when S is 0. S is read from
     ``cache_dir/linears-<key>.json`` (``<key>``: :func:`machine_key`) when measured before on this
     machine, else measured and written there (``{"stock_rows": S, "cpu", "threads", "sizes",
     "stock_s", "packed_s"}``); a file that does not hold a valid S is measured again, and a folder

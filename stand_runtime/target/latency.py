@@ -1,7 +1,7 @@
 """The target's forward-latency profile on this machine, and the tree size it makes best.
 
 A step forwards the root and K draft nodes; its cost t(K + 1) grows with K at a rate that depends
-on the hardware (on a 2-core CPU an 80-node step costs ~3-4 plain steps, on a GPU nearly one). The
+on the hardware (steeply on a CPU, barely on a GPU). The
 tree size that maximises expected tokens per second, ``(1 + best sum alpha over K nodes) / t(K + 1)``
 (docs/design.md §6.6), therefore differs per machine: :func:`choose_size` picks it from a
 :class:`LatencyProfile`.
@@ -206,7 +206,7 @@ _UNCACHED: dict[str, "LatencyProfile"] = {}
 
 def cached_latency(model, model_name: str, *, refresh: bool = False,
                    on_measure: Callable[[], None] | None = None) -> LatencyProfile:
-    """The latency profile of ``model`` on this machine: measured once (~10-60 s), then cached.
+    """The latency profile of ``model`` on this machine: measured once, then cached.
 
     Args:
         model: the target model.
@@ -276,14 +276,13 @@ machine the profile does not describe (measured under load, or since changed).""
 LONG_CONTEXT = 2048
 """Mean context (tokens) past which a run's forwards are slower than the profile because of their
 attention over the context (:func:`measure_latency` times forwards on a 512-token prefix), not because
-the profile is wrong: an 8,130-token prompt took 2.5 times the profile's time on a quiet machine."""
+the profile is wrong."""
 
 
 def profile_spread(profile: LatencyProfile) -> float:
     """The median over the sizes of the interquartile range over rounds relative to the median (0
     when the profile recorded no spread): a busy machine spreads every size, while one noisy size of
-    a quiet measurement (37% at 12 tokens, seen on a 2-core VM) leaves its median over 7 rounds
-    sound."""
+    a quiet measurement leaves its median over the rounds sound."""
     ratios = [s / m for s, m in zip(profile.spread, profile.medians) if m > 0]
     return float(np.median(ratios)) if ratios else 0.0
 

@@ -8,9 +8,9 @@ A model spec is one of:
 - a Hugging Face hub id, from the local hub cache (set ``STAND_ALLOW_DOWNLOAD=1`` to let transformers
   download it; off by default so that a typo fails at once instead of waiting on the network).
 
-Loading a GGUF file dequantizes it to float32, which takes ~30-40 s for the default model, so the
-result is cached as safetensors (with the tokenizer) under ``$STAND_CACHE_DIR`` (default
-``~/.cache/stand``), keyed by the file's path, size and modification time; later loads take ~1 s.
+Loading a GGUF file dequantizes it to float32, which is slow, so the result is cached as safetensors
+(with the tokenizer) under ``$STAND_CACHE_DIR`` (default ``~/.cache/stand``), keyed by the file's
+path, size and modification time.
 The cache entry is written to a temporary folder and renamed into place, so an interrupted load
 never leaves half a model behind.
 """
@@ -104,7 +104,7 @@ def load_model(
         fast: on a CPU in float32, prepack the linear layers for oneDNN and compute each call with
             the kernel measured faster here for its row count (:mod:`stand_runtime.target.fast_linear`:
             same target up to float rounding, each layer checked; the choice is measured once per
-            machine, ~5-8 s for the default model, and cached beside the latency profiles).
+            machine and cached beside the latency profiles).
             Grouped-query models also get tree attention that reads the KV cache without copying
             it (:mod:`stand_runtime.target.tree_attention`, exact), whatever ``fast``.
 

@@ -2,12 +2,10 @@
 (:func:`nucleus`, torch) and the same cut of rows of logits in C++ (:func:`logits_nucleus`).
 
 :func:`nucleus` cuts a nucleus from a partial top-k, after a log-sum-exp when given logits, and sorts
-the whole vocabulary of each row whose nucleus is wider than the probe: on the default model's 49,152
-tokens on a 2-core CPU ~85 µs a row at T 0.6 (nucleus ~8 tokens) and ~760 µs at T 1.0 (~290). The
+the whole vocabulary of each row whose nucleus is wider than the probe. The
 native kernel (``csrc/nucleus.cpp``) makes one pass for the maximum and one for the sum of
 exponentials (AVX2 where the CPU has it, detected at run time), collects the tokens near the maximum
-and finds the nucleus among them by a quickselect on mass: ~43 and ~107 µs a row
-(``benchmarks/bench_nucleus.py``). It is the same cut up to float rounding of the sums:
+and finds the nucleus among them by a quickselect on mass (timed by ``benchmarks/bench_nucleus.py``). It is the same cut up to float rounding of the sums:
 ``tests/runtime/target/test_native_nucleus.py`` compares the two on the same rows. ``STAND_NATIVE_NUCLEUS=0`` keeps the
 torch cut (its own switch: ``STAND_NATIVE`` chooses the store, and a native store must build the
 same entries as the Python one from the same feed).
@@ -27,11 +25,9 @@ except ImportError:  # not built
     _native = None
 
 NUCLEUS_PROBE = 128
-"""Tokens :func:`nucleus` sorts first. A full sort of a 49k vocabulary row is slow on a CPU (5.6 ms
-here) and the nucleus almost always lies inside the top hundred tokens, so a partial top-k of this
-size comes first and a full sort only for the rows whose nucleus is larger. Measured with the
-default model on 600 GSM8K positions at T 0.6, top-p 0.95: nucleus sizes 4 (median), 15 (90th
-percentile), 68 (99th); a partial top-k of 512 tokens took 0.50 ms a row, of 128 0.30 ms."""
+"""Tokens :func:`nucleus` sorts first. A full sort of a 49k vocabulary row is slow on a CPU and the
+nucleus almost always lies inside the top hundred tokens, so a partial top-k of this size comes first
+and a full sort only for the rows whose nucleus is larger (docs/decisions.md)."""
 
 
 class Nucleus(NamedTuple):

@@ -1,9 +1,7 @@
 """Prompt prefixes already prefilled, kept across decoding calls (ours; docs/design.md §1.5).
 
 A tree search sends the same problem again and again with a longer path: a DVTS round's prompt is the
-round before's plus the chosen step. Prefilling each round's prompt from its first token made the
-prefill ~10% of plain decoding's DVTS time and 12-16% of STAND's (whose decoding is shorter), so
-:class:`PrefixCache` keeps the KV states of each prompt a batch prefilled; a later prompt that
+round before's plus the chosen step, so :class:`PrefixCache` keeps the KV states of each prompt a batch prefilled; a later prompt that
 starts with a kept one is prefilled from a copy of them and only its new tokens run through the
 target. The KV entries of a prefix do not depend on what follows it, so the cache is the one a full
 prefill would give, up to the float rounding of a forward over fewer tokens.

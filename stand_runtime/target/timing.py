@@ -27,10 +27,8 @@ def architecture_digest(model) -> str:
 def timing_disturbed() -> str | None:
     """Why timings taken now would not be this machine's, or None: a Python profiler or tracer is
     active (``cProfile``, a debugger, line coverage). It adds a fixed cost to every Python call, so a
-    forward of few tokens looks dearer relative to a wide one than it is: a bfloat16 profile measured
-    under ``cProfile`` priced 24-32 tokens at 1.33-1.35x one token where the quiet machine measured
-    1.47x, and the value rule then drafted 21 nodes a step where it drafts 7. What is measured so
-    serves the run that measured it and is not cached."""
+    forward of few tokens looks dearer relative to a wide one than it is, and a value rule sized from
+    it drafts too many nodes. What is measured so serves the run that measured it and is not cached."""
     if sys.getprofile() is not None:
         return "a Python profiler is active"
     if sys.gettrace() is not None:

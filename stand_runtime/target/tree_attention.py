@@ -2,8 +2,7 @@
 
 A tree step has several query tokens and an explicit 4D mask. transformers' SDPA path then expands
 the key/value heads of a grouped-query model (``repeat_kv``: a copy of the whole cached K and V,
-every layer, every step; ~10 ms per step for SmolLM2 at a 512-token context on 2 CPU cores, and it
-grows with the context). Instead, the query heads that share a key/value head are packed into one
+every layer, every step, growing with the context). Instead, the query heads that share a key/value head are packed into one
 head with ``groups x n`` query rows, and the mask (the same for every head) repeated to match:
 SDPA then reads the cache as it is. This is the packing transformers applies to a single query
 token (``pack_gqa``), extended to n tokens; the result is the same attention.

@@ -2,14 +2,12 @@
 
 On CPU, vLLM 0.32 runs the model in a worker process beside its engine core (scheduler) process and
 keeps cores out of the worker's OpenMP threads for the engine core (``VLLM_CPU_NUM_OF_RESERVED_CPU``,
-by default one per local worker on x86: ``vllm/utils/ompmultiprocessing.py``). On this project's
-2-core machines that halves the forward's compute: the worker ran on one thread. The engine core's
+by default one per local worker on x86: ``vllm/utils/ompmultiprocessing.py``). On a 2-core
+machine that halves the forward's compute: the worker runs on one thread. The engine core's
 work between steps is small (scheduling, and a busy-wait on the worker's reply that yields the core
 whenever a worker thread wants it), so on a machine of at most :data:`SMALL_MACHINE_CORES` usable
-cores :func:`cpu_environment` keeps none back, unless the caller set the variable. Measured on a 2-core
-Xeon (AMX), vLLM plain decoding of HumanEval 30-31 x n = 16, 128 tokens, T 0.6: 160-168 tokens/s
-with vLLM's reservation, 260-264 without (the engine core's busy-wait kept: with it made to sleep
-instead the same run gave 200-209, a wake-up of a sleeping vCPU costs more than the spin).
+cores :func:`cpu_environment` keeps none back, unless the caller set the variable; the engine core's
+busy-wait is kept, since waking a sleeping vCPU costs more than the spin (docs/decisions.md).
 """
 
 from __future__ import annotations

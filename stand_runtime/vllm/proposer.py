@@ -96,8 +96,7 @@ def _target_params(row: BatchRow) -> SamplingParams:
 def _budget(options: dict) -> ChainBudget:
     """The sized rule: vLLM's measured latency here when given, else flat, corrected by every departure
     of the observed step times (``tolerance`` 1): the profile times plain steps, which do not price the
-    speculative path's work per drafted token (the rejection sampler's); trusted within the latency
-    model's tolerance, it made STAND 0.83x vLLM plain at n = 16 where the corrected rule gave 0.95x."""
+    speculative path's work per drafted token (the rejection sampler's), so it is never trusted as is."""
     latency = options["latency"]
     profile = default_profile if latency is None else profile_function(latency["sizes"], latency["seconds"])
     return ChainBudget(LatencyModel(profile, FORWARD_SIZES, tolerance=1.0))
@@ -230,8 +229,8 @@ class StandProposer:
         scheduling) against the tokens of the forward in between, when that forward decoded only
         requests that were decoding already (no prefill, whose tokens the logits do not show) and
         the call before it had no request joining either: the first decoding forward of new requests
-        runs cold (measured: 0.23 s for 16 requests whose next forwards take 0.09 s; observed, it made
-        the plain forward look as slow as one with 13 drafts, and the rule drafted 13 a step)."""
+        runs cold, so it is not observed (it would make the plain forward look dear and the rule draft
+        long chains)."""
         decoding = {row.req_id for row, sampled in zip(batch, sampled_token_ids) if sampled}
         previous = self._called
         settled = previous is not None and decoding <= previous[1]
@@ -246,7 +245,7 @@ class StandProposer:
         """What the stores record of this step's verified rows, per batch row ``i`` ``([c, k] ids, [c, k]
         probs)`` for its ``c`` committed tokens (:func:`stand_runtime.drafters.feeds.store_observation`):
         the rows of all requests sampled alike in one batched top-k (one call per sampling
-        distribution, not one per request: at 16 requests the per-request calls were 12 ms a step),
+        distribution, not one per request),
         or the top-k the sampler's top-p cut found for those rows (:func:`_sampler_top`)."""
         if offsets is None:
             return {}
@@ -351,10 +350,9 @@ class StandProposer:
 
     def _merge_feeds(self) -> None:
         """Merge this step's queued observations into their stores, in request order, native stores'
-        in one call into C++ (:func:`stand_runtime.store.native_store.update_sequences`; 16 requests'
-        per-store calls were ~6 ms a step). Chains are drafted after this (a :class:`ChainCursor`
-        reads its store only when drafting), so every request drafts from what all of this step's
-        requests verified, as before."""
+        in one call into C++ (:func:`stand_runtime.store.native_store.update_sequences`). Chains are
+        drafted after this (a :class:`ChainCursor` reads its store only when drafting), so every request
+        drafts from what all of this step's requests verified."""
         feeds, self._feeds = self._feeds, []
         update_sequences(feeds)
 
@@ -364,8 +362,8 @@ class StandProposer:
         probs = self._probs
         if probs is None or probs.shape[0] < rows or probs.shape[-1] != vocab or probs.device != device:
             rows = max(rows, 8 if probs is None else 2 * probs.shape[0])
-            # on CPU numpy's zeros is calloc: the OS maps zero pages as rows are written, where torch.zeros
-            # wrote all of it up front (50 MB for 16 requests x K 16: 0.2 s in the step that grew it)
+            # on CPU numpy's zeros is calloc: the OS maps zero pages as rows are written (torch.zeros
+            # writes all of it up front)
             self._probs = (torch.from_numpy(np.zeros((rows, self.k, vocab), dtype=np.float32)) if device.type == "cpu"
                            else torch.zeros((rows, self.k, vocab), dtype=torch.float32, device=device))
             self._written = None

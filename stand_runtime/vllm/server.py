@@ -162,8 +162,8 @@ def vllm_arg_parser():
 def check_extra_args(extra) -> None:
     """Refuse, in one line, arguments for vLLM's server that its parser would not take (an unknown
     option such as another treeopt command's ``--tree``, a bad value of a known one), before vLLM
-    starts: its server would print a usage of ~300 lines and exit after ~10 s of start-up. Parsed with
-    vLLM's own parser (:func:`vllm_arg_parser`, ~8 s of imports, only when there are arguments for vLLM).
+    starts: its server would print a long usage and exit after its start-up. Parsed with vLLM's own
+    parser (:func:`vllm_arg_parser`, slow to import, so only when there are arguments for vLLM).
 
     Raises:
         StandError: the first argument vLLM's parser does not take, its complaint about a value, or no

@@ -464,7 +464,7 @@ def test_usage_and_range_errors_come_before_any_import_of_torch():
     for args, message in ((["generate", "--max-new-tokens", "0", "hi"], "Invalid value for '--max-new-tokens'"),
                           (["search", "--dataset", "x", "--max-batch", "2000"], "Invalid value for '--max-batch'"),
                           (["bench", "--seed", "-1"], "Invalid value for '--seed'"),
-                          (["bench", "--traces", "t.jsonl"], "treeopt bench-traces FILE"),
+                          (["bench", "--traces", "t.jsonl"], "No such option: --traces"),
                           (["bench-traces", "t.jsonl", "--copy-tokens", "99"], "Invalid value for '--copy-tokens'"),
                           (["bench-vllm", "--samples", "0"], "Invalid value for '--samples'"),
                           (["serve", "--port", "0"], "Invalid value for '--port'")):
@@ -481,28 +481,6 @@ def test_show_draws_trees_with_their_own_colour_scale(tmp_path):
     code, output = run("show", "stand-smollm2-humaneval-80", "heuristic-80", "--tree-png", str(out))
     assert code == 0, output
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 20000
-
-
-@pytest.mark.parametrize("argv, message", [
-    (["bench", "--traces", "t.jsonl"], "bench --traces is now its own command: treeopt bench-traces FILE"),
-    (["bench", "--samples", "2", "--traces=t.jsonl", "--min-group-size", "1"], "treeopt bench-traces FILE"),
-    (["bench", "--engine", "vllm", "--k", "4"], "bench --engine vllm is now its own command: treeopt bench-vllm"),
-    (["bench", "--engine", "hf"], "bench has no --engine: it runs this toolkit's engine; vLLM's is treeopt bench-vllm"),
-    (["bench", "--k", "4"], "--k is an option of treeopt bench-vllm"),
-    (["bench", "--copy-tokens", "5"], "--copy-tokens is an option of treeopt bench-traces"),
-])
-def test_the_old_bench_spellings_name_the_new_commands(monkeypatch, capsys, argv, message):
-    """``bench --traces FILE`` and ``bench --engine vllm`` (and their options) are one-line errors
-    naming ``bench-traces`` and ``bench-vllm``, in the test runner and from the console script."""
-    monkeypatch.setattr(loading, "load_model", lambda *a, **k: pytest.fail("the model loaded"))
-    code, output = run(*argv)
-    assert code == 2
-    one_line_error(output, message)
-    monkeypatch.setattr("sys.argv", ["treeopt", *argv])
-    with pytest.raises(SystemExit) as exit_info:
-        __import__("cli").run()
-    assert exit_info.value.code == 2
-    one_line_error(capsys.readouterr().err, message)
 
 
 def _options(command: str) -> set[str]:

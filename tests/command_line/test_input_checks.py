@@ -311,14 +311,13 @@ def test_messages_name_what_was_given():
 
 
 def test_a_missing_optional_package_is_found_before_the_model_loads(monkeypatch, tiny_qwen2):
-    import cli
     from stand_runtime.drafters import OPTIONAL_PACKAGES
     from test_cli import one_line_error, run
     from treeopt.evaluate.bench import parse_methods
     from treeopt.evaluate.trace_bench import parse_trace_methods
 
     monkeypatch.setitem(OPTIONAL_PACKAGES, "suffix", ("no_such_module_for_stand", "pip install no-such-module"))
-    monkeypatch.setattr(cli, "_load", lambda *a, **k: pytest.fail("the model loaded before the check"))
+    monkeypatch.setattr("treeopt_cli.loading.load_model", lambda *a, **k: pytest.fail("the model loaded before the check"))
     code, output = run("bench", "--methods", "ar,pld,suffix,stand", "--samples", "1")
     assert code == 2
     one_line_error(output, "method 'suffix' needs no-such-module-for-stand: pip install no-such-module")
@@ -497,7 +496,7 @@ def test_vllm_options_and_datasets_take_what_python_code_passes(tmp_path):
     (["bench-vllm", "--k", "²"], "--k must be auto or an integer in [1, 128], got '²'"),
     (["bench-vllm", "--k", "129"], "--k must be auto or an integer in [1, 128], got '129'"),
     (["bench-vllm", "--k", "4", "--methods", "ar"], "--k sizes the drafts of stand, ngram and suffix"),
-    (["bench", "--copy-tokens", "5"], "--copy-tokens is an option of treeopt bench-traces"),
+    (["bench", "--copy-tokens", "5"], "No such option: --copy-tokens"),
     (["bench", "--methods", "recycle", "--tree", "dynamic-16"], "tree 'dynamic-16' applies to none of 'recycle'"),
     (["bench", "--max-new-tokens", "1000000000"], "context too long"),
     (["calibrate", "--traces", "T", "--temperature", "0.9"], "--temperature does not apply to calibrate --traces"),
@@ -520,7 +519,6 @@ def test_vllm_options_and_datasets_take_what_python_code_passes(tmp_path):
     (["generate", "--stop", "\udcff", "hi"], "is not valid UTF-8 text"),
 ])
 def test_cli_refuses_ignored_and_late_checked_options_before_the_model_loads(args, message, tmp_path, monkeypatch):
-    import cli
     from test_cli import one_line_error, run
 
     traces = tmp_path / "t.jsonl"
@@ -529,7 +527,7 @@ def test_cli_refuses_ignored_and_late_checked_options_before_the_model_loads(arg
     data.write_text("\n".join(json.dumps({"problem": f"q{i}", "answer": "1"}) for i in range(3)))
     args = [str(traces) if a == "T" else str(data) if a == "D" else str(tmp_path / a) if a.endswith(".json") else a
             for a in args]
-    monkeypatch.setattr(cli, "_load", lambda *a, **k: pytest.fail("the model loaded before the check"))
+    monkeypatch.setattr("treeopt_cli.loading.load_model", lambda *a, **k: pytest.fail("the model loaded before the check"))
     monkeypatch.chdir(tmp_path)
     code, output = run(*args)
     assert code == 2, output

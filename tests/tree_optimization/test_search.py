@@ -143,10 +143,9 @@ def test_empty_problem_list_and_unknown_verifier(tiny_qwen2):
 
 
 def test_search_cli_runs_both_strategies_and_rejects_bad_input(tmp_path, monkeypatch):
-    import cli
     from conftest import tiny_model
 
-    monkeypatch.setattr(cli, "_load", lambda *args: (tiny_model(), DigitsTokenizer()))
+    monkeypatch.setattr("treeopt_cli.loading.load_model", lambda *args: (tiny_model(), DigitsTokenizer()))
     data = tmp_path / "problems.jsonl"
     data.write_text("\n".join(json.dumps({"problem": "3 1 4 1 5 3 1 4", "answer": str(a)}) for a in (1, 5)) + "\n")
     out = tmp_path / "search.json"
@@ -232,8 +231,8 @@ def test_search_json_to_dev_stdout_is_one_document_alone_on_stdout(tmp_path, tar
     data.write_text("\n".join(json.dumps({"problem": "3 1 4 1 5 3 1 4", "answer": str(a)}) for a in (1, 5)) + "\n")
     from conftest import ROOT
 
-    code = ("import sys, cli\nfrom conftest import DigitsTokenizer, tiny_model\n"
-            "cli._load = lambda *args: (tiny_model(), DigitsTokenizer())\n"
+    code = ("import sys, treeopt_cli.loading\nfrom conftest import DigitsTokenizer, tiny_model\n"
+            "treeopt_cli.loading.load_model = lambda *args: (tiny_model(), DigitsTokenizer())\n"
             "from treeopt_cli.app import app\n"
             "sys.exit(app(sys.argv[1:], standalone_mode=False))\n")
     args = ["search", "--dataset", str(data), "--samples", "2", "--n", "2", "--max-new-tokens", "4", "--methods", "ar",

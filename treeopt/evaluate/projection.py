@@ -1,5 +1,4 @@
-"""The trace bench projected onto other hardware: speedup over plain decoding from a latency profile
-(issue 24, item 4).
+"""The trace bench projected onto other hardware: speedup over plain decoding from a latency profile.
 
 A speculative step forwards the root and K drafted nodes, costs t(K + 1) on the target's hardware
 plus host(K) of drafting and feeding on the host, and emits τ tokens; plain decoding emits one token
@@ -23,7 +22,7 @@ Profile files (:func:`load_latency_file`):
   :func:`stand_runtime.target.latency.cached_latency`: ``{"model", "threads", "cpu", "profile":
   {"sizes", "seconds", ...}}``), or a bare :meth:`LatencyProfile.as_dict` (``{"sizes", "seconds"}``);
 - ``benchmarks/gpu/gpu_check.py``'s output (``benchmarks/results/gpu-check-h200.json``):
-  ``{"speed": {"float32": {"latency_ms": {"1": 16.29, ...}}}}``, milliseconds per forward by tokens.
+  ``{"speed": {"float32": {"latency_ms": {"1": t1, ...}}}}``, milliseconds per forward by tokens.
 """
 
 from __future__ import annotations

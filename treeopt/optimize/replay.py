@@ -12,7 +12,7 @@ cost grows with the trajectory length, not with the candidate's size.
 
 Step starts are not every position. Decoding starts a step only where the previous one ended, and
 easy stretches of text are covered by few long steps, so averaging over *every* start position
-overweights them (an inspection paradox: +30% on tau for HumanEval here). The replay instead walks a
+overweights them (an inspection paradox: tau overestimated). The replay instead walks a
 few independent step sequences along the trajectory (``segmentations``). From a step start it walks
 the candidate tree as above, and also weighs each way the step can end on the trajectory: at depth d
 by recovering y after every child was rejected, ``w_d (1 - sum a) residual(y) / p(y)``, or with a

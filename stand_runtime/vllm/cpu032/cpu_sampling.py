@@ -10,30 +10,24 @@ verified in a few passes: :mod:`stand_runtime.vllm.cpu032.rejection`):
    output and input through ``_ensure_int64``, so it writes into int64 copies and leaves the float
    output uninitialised. The rejection sampler expands each request's temperature (and top-k / top-p)
    to its draft tokens with it, so at temperature > 0 the target probabilities of every draft
-   position were garbage (uniform or NaN) and speculative decoding in vLLM on CPU was not lossless,
-   for every method (measured on a tiny model: chi-square p = 0 for the second token with vLLM's own
-   ngram and with STAND; greedy unaffected). Replaced by a torch expansion where the probe finds it
-   wrong.
+   position are garbage (uniform or NaN) and speculative decoding in vLLM on CPU is not lossless, for
+   every method (greedy unaffected). A torch expansion stands in where the probe finds it wrong.
 2. **Top-p without a full sort** (speed): vLLM applies top-p on CPU by sorting every row's whole
-   vocabulary (``apply_top_k_top_p_pytorch``): 30 ms a step for 16 rows of the default model's
-   49,152 tokens on this 2-core machine, ~20% of plain decoding's step at n = 16, and again for
-   every draft token in the rejection sampler, which made each drafted token cost nearly a plain
-   step's share. :func:`top_p_by_probe` cuts the same nucleus from a partial top-k of
+   vocabulary (``apply_top_k_top_p_pytorch``), every step and again for every draft token in the
+   rejection sampler. :func:`top_p_by_probe` cuts the same nucleus from a partial top-k of
    :data:`stand_runtime.target.nucleus.NUCLEUS_PROBE` tokens (the project's own
    :func:`~stand_runtime.target.nucleus.nucleus`) and sorts fully only the rows whose nucleus is
-   wider than the probe (1.1 ms for the same 16 rows; the native cut of
-   :func:`stand_runtime.target.nucleus.logits_nucleus` where the extension is built: 0.68 ms, and at
-   T 1.0, where most nuclei are wider than the probe, 1.7 ms against the probe's 12).
+   wider than the probe, or uses the native cut of :func:`stand_runtime.target.nucleus.logits_nucleus`
+   where the extension is built (docs/decisions.md).
 3. **Recovery noise only where it can win** (speed): vLLM's ``sample_recovered_tokens`` draws
-   ``[requests, vocab]`` exponentials every step (15 ms at 16 requests here), although its kernel
-   reads request r's row only when r has draft tokens, and wins there only at tokens where the
-   residual max(p - q, 0) is positive, inside p's top-p nucleus (~0.9 ms a request for a whole row
-   of noise). :func:`sample_recovered_tokens` draws noise for those tokens of requests with drafts
+   ``[requests, vocab]`` exponentials every step, although its kernel reads request r's row only
+   when r has draft tokens, and wins there only at tokens where the residual max(p - q, 0) is
+   positive, inside p's top-p nucleus. :func:`sample_recovered_tokens` draws noise for those tokens of requests with drafts
    only (a seeded request from its own generator: reproducible per seed, not vLLM's very tokens),
    and leaves the step without drafts at plain decoding's cost.
 4. **No rows** (a fault): the rejection sampler calls vLLM's top-k/top-p for a step's draft
    positions even when no request has drafts, with zero rows, and with a top-k vLLM 0.32 takes
-   ``k.max()`` of the empty tensor and raises: one sampled request with ``top_k`` stopped the engine
+   ``k.max()`` of the empty tensor and raises: one sampled request with ``top_k`` stops the engine
    and every request in it (:func:`empty_safe`; :func:`top_p_by_probe` returns no rows as they are).
 
 While a :func:`stand_runtime.vllm.cpu032.nuclei.recording` is open (the STAND proposer's runner access
@@ -100,8 +94,8 @@ def top_p_by_probe(logits: torch.Tensor, k: torch.Tensor | None, p: torch.Tensor
     Each row keeps the tokens whose probability mass strictly before them (most likely first) is
     below the row's p, the rule vLLM's ascending cumulative sum implements (the most likely token
     always stays), and every other logit becomes -inf, in place. The native cut
-    (:func:`stand_runtime.target.nucleus.logits_nucleus`: the tokens near each row's maximum, 43-107 µs
-    a row of 49,152 where vLLM's sort took ~1.7 ms) cuts every finite row; where it is not built, a
+    (:func:`stand_runtime.target.nucleus.logits_nucleus`: the tokens near each row's maximum) cuts every
+    finite row; where it is not built, a
     torch probe of :data:`~stand_runtime.target.nucleus.NUCLEUS_PROBE` tokens decides a row when it
     holds mass p and the other rows are sorted in full (:func:`stand_runtime.target.nucleus.nucleus`).
     The sets kept equal vLLM's up to float rounding of the cumulative sum at the cut. Rows with

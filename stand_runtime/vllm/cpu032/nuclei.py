@@ -2,8 +2,7 @@
 
 The proposer records p's top-k at every verified position (:mod:`stand_runtime.vllm.proposer`,
 STAND paper §3.1). Computing them from the logits costs a partial top-k and a log-sum-exp over the
-vocabulary per row (~10 ms a step at 16 requests on a 2-core CPU, a third of the proposer's time),
-and vLLM's sampler has just done exactly that for the same rows: on the CPU platform this package's
+vocabulary per row, and vLLM's sampler has just done exactly that for the same rows: on the CPU platform this package's
 plugin cuts top-p from a probe (:func:`stand_runtime.vllm.cpu032.cpu_sampling.top_p_by_probe`). While
 :func:`recording` is active (the runner access wraps each ``_sample`` call in it), every such cut
 leaves a :class:`NucleusCall`: each row's k most likely tokens and their probabilities renormalised

@@ -3,9 +3,8 @@
 vLLM 0.32's ``RejectionSampler.forward`` verifies a step's draft tokens with whole-vocabulary work on
 every draft row: it gathers the rows' logits, clones them (kept for logprobs even when none are
 asked for), scales them by temperature, cuts top-p, takes the softmax of every row, draws recovery
-noise and runs its accept kernel; the bonus rows' sampler also clones its logits for logprobs. On the
-default model's 49,152 tokens, 16 requests and 8 draft tokens on a 2-core CPU that is ~2.2 ms a step
-over the bonus rows' sampling, which plain decoding pays as well (``benchmarks/bench_rejection.py``).
+noise and runs its accept kernel; the bonus rows' sampler also clones its logits for logprobs
+(timed by ``benchmarks/bench_rejection.py``).
 
 :func:`rejection_forward` verifies the same way with less work: the draft rows are gathered once and
 scaled in place, the top-p cut (the native one of :func:`stand_runtime.target.nucleus.logits_nucleus`

@@ -523,8 +523,7 @@ def test_vllm_bench_bad_input_one_line():
     for text, message in (("", "--methods is empty"), ("ar,eagle", "unknown method 'eagle'"), ("ar,ar", "is listed twice")):
         with pytest.raises(StandError, match=message):
             parse_vllm_methods(text)
-    for args, message in ((["bench", "--engine", "tpu"], "bench has no --engine"),
-                          (["bench", "--engine", "vllm"], "bench --engine vllm is now its own command: treeopt bench-vllm"),
+    for args, message in ((["bench", "--engine", "vllm"], "No such option: --engine"),
                           (["bench-vllm", "--methods", "ar,eagle"], "unknown method 'eagle' for bench-vllm"),
                           (["bench-vllm", "--k", "zero"], "--k must be auto or an integer"),
                           (["bench-vllm", "--methods", "stand"], "add ar to --methods"),
