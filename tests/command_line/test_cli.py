@@ -505,7 +505,6 @@ def test_each_bench_command_lists_only_its_own_options():
 def test_only_the_cli_imports_rich_and_typer():
     """The packages return data; presentation (rich) and the command line (typer) stay in the CLI."""
     import re
-    from pathlib import Path
 
     root = ROOT
     pattern = re.compile(r"^\s*(import|from)\s+(rich|typer|click)\b", re.MULTILINE)

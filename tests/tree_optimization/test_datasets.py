@@ -1,7 +1,6 @@
 """Prompt sources: HumanEval from its package, JSONL files, one-line errors for bad input."""
 
 import json
-from pathlib import Path
 
 import pytest
 

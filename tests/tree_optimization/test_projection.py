@@ -1,7 +1,6 @@
 """The trace bench projected onto a latency profile (issue 24, item 4): formula, profile files, CLI."""
 
 import json
-from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner

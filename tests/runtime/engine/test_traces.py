@@ -1,7 +1,6 @@
 """Trace replay (issue 13): recorded traces through the drafters on the engine's own steps."""
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest

@@ -161,7 +161,6 @@ def test_an_untrustworthy_or_contradicted_profile_is_named():
 def test_every_benchmark_script_imports():
     """The scripts under benchmarks/ import what they name (a moved module is found here, not by a user)."""
     import runpy
-    from pathlib import Path
 
     scripts = sorted((ROOT / "benchmarks").rglob("*.py"))
     assert len(scripts) >= 5
