@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from stand_runtime import SamplingParams
-from stand_runtime.target.forward import tree_forward
+from stand_runtime.target.forward import tree_forward, with_cache
 from stand_runtime.target.kv_cache import new_cache
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -37,10 +37,12 @@ def fresh_default_sizing():
 
 def pytest_itemcollected(item):
     """Every test of STAND inside vLLM (tests/runtime/vllm/, tests/lossless/test_vllm*) is marked ``vllm``,
-    so ``pytest -m "not vllm"`` runs the rest without vLLM."""
+    so ``pytest -m "not vllm"`` runs the rest without vLLM; those that wait for the vLLM session ``slow``."""
     path = Path(str(item.fspath))
     if path.parent.name == "vllm" or path.name.startswith("test_vllm"):
         item.add_marker(pytest.mark.vllm)
+    if any(mark.args[:1] == ("vllm_session",) for mark in item.iter_markers("xdist_group")):
+        item.add_marker(pytest.mark.slow)  # they wait for the one vLLM session (minutes)
 
 
 @pytest.hookimpl(trylast=True)
@@ -137,7 +139,7 @@ def random_tree_step(model, tree, prefix, seed):
     tokens = [prefix[-1]] + torch.randint(0, vocab, (tree.num_nodes,), generator=gen).tolist()
     cache = new_cache(model)
     with torch.inference_mode():
-        model(input_ids=torch.tensor([prefix[:-1]]), cache=cache, use_cache=True)
+        model(input_ids=torch.tensor([prefix[:-1]]), **with_cache(model, cache), use_cache=True)
     logits = tree_forward(model, cache, tokens, tree.depths, tree.ancestor_mask, len(prefix) - 1)
     return tokens, logits, cache
 

@@ -126,8 +126,8 @@ def test_the_engine_reads_drafters_and_stores_through_their_interfaces():
 
 def test_the_decoding_entry_points_take_about_a_dozen_parameters():
     for relative, name in (("stand_runtime/engine/decode.py", "generate"),
-                           ("stand_runtime/engine/batch_decode.py", "generate_batch"),
-                           ("stand_runtime/engine/batch_decode.py", "decode_rows")):
+                           ("stand_runtime/engine/decode.py", "generate_batch"),
+                           ("stand_runtime/engine/decode.py", "decode_rows")):
         tree = ast.parse((ROOT / relative).read_text())
         function = next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == name)
         arguments = function.args

@@ -28,7 +28,6 @@ def search(
     tree: Optional[str] = typer.Option(None, help="Tree for the tree methods (default: each method's own; auto is sized for --max-batch rows)."),
     max_batch: int = typer.Option(4, help="Rows decoded together per target forward (1 = one sample after another)."),
     in_flight: int = typer.Option(1, help="Problems searched together: their samples (DVTS: each round's candidates) share the batch, a finished row's place taken by the next waiting one from any of them; their wall time is shared by tokens."),
-    allocation: str = typer.Option("batch", help="How a value-sized tree (--tree dynamic-auto) sizes a batch: batch (one node budget per forward, spent over every row's candidates) or row (each row sized alone)."),
     model: str = typer.Option("smollm2-135m", help=MODEL_HELP),
     field: Optional[str] = typer.Option(None, help="Text field of the dataset (default: prompt, problem or question)."),
     samples: int = typer.Option(10, help="Problems."),
@@ -53,7 +52,6 @@ def search(
     check_outputs({"--json": json_out}, {"--dataset": dataset})
     out = ResultsFile(json_out, console, ctx)
     names = parse_search_methods(methods, tree)
-    _check_allocation(ctx, allocation, names, tree)
     check_prior_option(ctx, names, prior, [name.startswith("stand") for name in names], [False] * len(names))
     if strategy != "dvts":
         refuse_options(ctx, ["subtrees", "verifier", "trust_remote_code", "step_tokens", "max_rounds"],
@@ -69,7 +67,7 @@ def search(
               "in_flight": in_flight, "model": model, "dtype": dtype, "samples": samples, "offset": offset, "max_new_tokens": max_new_tokens,
               "step_tokens": step_tokens, "max_rounds": max_rounds, "verifier": verifier if judge else None,
               "temperature": temperature, "top_p": top_p, "seed": seed, "tree": tree or _default_trees(names),
-              "allocation": allocation, "prior": prior}
+              "prior": prior}
     data = _search(model, dtype, names, tree, max_batch, problems, settings, judge, config, out)
     title = (f"{strategy} n={n}" + (f", {subtrees} subtrees" if strategy == "dvts" else "")
              + f", {counted(len(problems), 'problem')} from {Path(dataset).name}, "
@@ -79,26 +77,6 @@ def search(
         console.print(f"results written to {json_out}")
 
 
-def _check_allocation(ctx, allocation: str, names: list[str], tree: Optional[str]) -> None:
-    """``--allocation``: a known value, and given only where a method decodes on a value-sized tree.
-
-    Raises:
-        StandError: an unknown value, or ``--allocation`` where no tree is value-sized (one line).
-    """
-    from stand_runtime import StandError
-    from stand_runtime.sizing.session import check_allocation
-
-    try:
-        check_allocation(allocation)
-    except StandError as error:
-        raise StandError(f"--{error}") from None
-    if not any(name.startswith("stand") for name in names):
-        refuse_options(ctx, ["allocation"], f"--methods {','.join(names)} (it sizes STAND's value-sized trees in a batch)")
-    elif not _value_sized(names, tree):
-        where = f"--tree {tree}" if tree is not None else f"--methods {','.join(names)} on their default trees"
-        refuse_options(ctx, ["allocation"], f"{where} (it sizes value-sized trees, dynamic-auto[-N], in a batch)")
-
-
 def _default_trees(names: list[str]) -> dict | None:
     """The tree each tree method of ``names`` decodes on when ``--tree`` is not given (what the JSON
     records), or None when none takes a tree."""
@@ -106,18 +84,6 @@ def _default_trees(names: list[str]) -> dict | None:
 
     trees = {name: DEFAULT_TREES[name] for name in names if name in DEFAULT_TREES}
     return trees or None
-
-
-def _value_sized(names: list[str], tree: Optional[str]) -> bool:
-    """Whether a method of ``names`` decodes on a value-sized dynamic tree (``dynamic-auto[-N]``): ``tree``
-    where given, else STAND's default (stand-det's is the static auto tree)."""
-    from stand_runtime.store.drafting import parse_dynamic
-    from stand_runtime.method import DEFAULT_TREES
-
-    if tree is not None:
-        dynamic = parse_dynamic(tree)
-        return dynamic is not None and dynamic.sized
-    return any(DEFAULT_TREES.get(name) == "dynamic-auto" for name in names)
 
 
 def _note_own_trees(names: list, tree: Optional[str]) -> None:
@@ -147,7 +113,7 @@ def _search(model: str, dtype: str, names: list, tree: Optional[str], max_batch:
             announced.add(spec)
     prior = loading.successor_prior(target, tokenizer, names, settings.sampling, config["prior"])
     config["prior"] = prior is not None  # whether any method drafts with it
-    backends = method_backends(target, tokenizer, names, tree, max_batch, config["allocation"], prior)
+    backends = method_backends(target, tokenizer, names, tree, max_batch, prior)
 
     def save(results: dict) -> None:
         out.progress(lambda: search_report(config, results))

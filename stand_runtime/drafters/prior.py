@@ -188,7 +188,7 @@ def measure_prior(model, context: list[int], params: SamplingParams, vocab: int,
         StandError: the target's logits are not finite (naming the tokens measured).
     """
     from ..target.batch_kv import BatchedCache
-    from ..target.forward import model_device, prefill
+    from ..target.forward import model_device, prefill, with_cache
     from ..target.kv_cache import new_cache
 
     device = model_device(model)
@@ -202,7 +202,7 @@ def measure_prior(model, context: list[int], params: SamplingParams, vocab: int,
             rows = len(tokens)
             cache = BatchedCache.from_rows([prefix] * rows, model.config).cache  # the context's cache, one per row
             positions = torch.full((rows, 1), len(context), device=device)
-            logits = model(input_ids=tokens[:, None], position_ids=positions, cache=cache, use_cache=True).logits[:, -1]
+            logits = model(input_ids=tokens[:, None], position_ids=positions, **with_cache(model, cache), use_cache=True).logits[:, -1]
             feed = LogitsFeed(logits, params, source=f"the successor prior's measurement (tokens {start}-{start + rows - 1})")
             top_ids, top_probs = store_observation(feed, range(rows), params)
             ids[start: start + rows, : top_ids.shape[1]] = top_ids

@@ -13,7 +13,7 @@ one drafter memory (the n-gram store, Token Recycling's matrix); requests that n
 across every request the backend ever serves.
 
 With ``max_batch > 1`` the samples of every request are decoded together, ``max_batch`` rows per
-target forward (:func:`stand_runtime.engine.batch_decode.decode_rows`); rows sharing a memory then share it
+target forward (:func:`stand_runtime.engine.decode.decode_rows`); rows sharing a memory then share it
 online (what one row verified this step, another drafts from next step).
 """
 
@@ -23,7 +23,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Callable, Protocol, Sequence
 
-from .batch_decode import decode_rows
+from .decode import decode_rows
 from .batch_sampling import RecordedDistributions, sample_recorded
 from ..checks import check_bool, check_callable, check_int
 from .decode import generate
@@ -160,7 +160,7 @@ class HFBackend:
         share_memory: one drafter memory for every request instead of one per request.
         batch_size: rows sampled together for ``record_probs`` requests (batched plain sampling).
         max_batch: rows decoded together per target forward (1 = one sample after another through
-            :func:`stand_runtime.generate`; more = :func:`stand_runtime.engine.batch_decode.decode_rows`).
+            :func:`stand_runtime.generate`; more = :func:`stand_runtime.engine.decode.decode_rows`).
         sizing: the sizing session of a value-sized tree (``dynamic-auto``), shared by every request;
             None = one made for the model here (:meth:`stand_runtime.SizingSession.for_model`).
 

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from ..drafters.feeds import ProbsFeed, store_observation
-from ..target.forward import model_device
+from ..target.forward import model_device, with_cache
 from ..randomness import RandomStream
 from ..target.sampling import SamplingParams, nucleus, sample_index, target_probs
 
@@ -135,7 +135,7 @@ def _sample_batch(model, prompts, params, max_new_tokens, eos, streams, on_token
     target_ids, target_vals = [[] for _ in prompts], [[] for _ in prompts]
     generated = [[] for _ in prompts]
     with torch.inference_mode():
-        logits = model(input_ids=ids.to(device), attention_mask=mask.to(device), position_ids=positions.to(device), cache=cache).logits
+        logits = model(input_ids=ids.to(device), attention_mask=mask.to(device), position_ids=positions.to(device), **with_cache(model, cache)).logits
         for row, prompt in enumerate(prompts):
             real = logits[row, width - len(prompt) : width - 1].float().cpu()
             if len(real):
@@ -168,7 +168,7 @@ def _sample_batch(model, prompts, params, max_new_tokens, eos, streams, on_token
             mask = torch.cat([mask, torch.ones(batch, 1, dtype=torch.long)], dim=1)
             positions = positions[:, -1:] + 1
             logits = model(
-                input_ids=tokens[:, None].to(device), attention_mask=mask.to(device), position_ids=positions.to(device), cache=cache
+                input_ids=tokens[:, None].to(device), attention_mask=mask.to(device), position_ids=positions.to(device), **with_cache(model, cache)
             ).logits
             last = logits[:, -1].float().cpu()
     out = []

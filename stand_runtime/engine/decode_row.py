@@ -152,7 +152,7 @@ class DecodeRow:
         committed: prompt + generated tokens; ``committed[-1]`` is the next root.
         defer_feed: when True (set by the engine), :meth:`settle` leaves the drafter's store update
             in ``pending_feed`` (:meth:`StandDrafter.feed_request`) for the engine to merge with its
-            other rows' (:func:`stand_runtime.engine.row_batch.feed_rows`).
+            other rows' (:func:`stand_runtime.engine.loop.feed_rows`).
         generated: the generated tokens.
         finish_reason: None while running, then ``"eos"``, ``"stop"`` or ``"length"``.
         stats: the row's :class:`DecodeStats`.
@@ -175,7 +175,7 @@ class DecodeRow:
         self.stats = stats if stats is not None else DecodeStats()
         self.stats.prompt_tokens = len(prompt)
         self.logprobs: list[float] | None = [] if logprobs else None
-        self.defer_feed = False  # set by a batch engine whose drafter feeds a native store (row_batch.py)
+        self.defer_feed = False  # set by a batch engine whose drafter feeds a native store (loop.py)
         self.pending_feed = None
 
     @property
@@ -201,7 +201,7 @@ class DecodeRow:
 
     def proposed(self, draft: Draft, max_nodes: int | None = None) -> Draft:
         """The drafter's ``draft`` cut to ``max_nodes`` (see :meth:`propose`), the drafting lap closed
-        (a batch drafts its native rows in one call, :func:`stand_runtime.engine.row_batch.propose_rows`).
+        (a batch drafts its native rows in one call, :func:`stand_runtime.engine.loop.propose_rows`).
         A draft the batch allocator still sizes (its copy chain pending) is capped there instead
         (:class:`stand_runtime.sizing.allocation.BatchAllocator`): cutting it here would drop the chain."""
         if max_nodes is not None and draft.num_nodes > max_nodes and not draft.pending_chain:

@@ -24,7 +24,7 @@ from ..drafters import Drafter
 from ..errors import StandError
 from ..drafters.feeds import LogitsFeed
 from ..target.batch_kv import BatchedCache
-from ..target.forward import draft_forward, model_device, prefill
+from ..target.forward import draft_forward, model_device, prefill, with_cache
 from ..target.kv_cache import keep_tree_entries, new_cache
 from ..target.prefix_cache import PrefixCache, copied_cache
 from ..target.sampling import SamplingParams
@@ -36,7 +36,8 @@ from .clock import Clock
 from .decode_row import DecodeRow, Settled, StepTarget, learn_rows
 from .walks import walk_rows
 from .metrics import GenerationResult
-from .row_batch import defer_feeds, feed_rows, propose_rows
+from ..store.drafting import best_first_rows
+from ..store.native_store import update_sequences
 
 
 class RowCaches(Protocol):
@@ -190,7 +191,7 @@ class BatchCache:
         self._block, self._width = self.cache.length, width
         mask = self.cache.attention_mask(ancestors, self.dtype, self.device)
         logits = model(input_ids=ids.to(self.device), position_ids=positions.to(self.device), attention_mask=mask,
-                       cache=self.cache.cache, use_cache=True).logits
+                       **with_cache(model, self.cache.cache), use_cache=True).logits
         return [logits[b, : len(d.tokens)] for b, d in enumerate(drafts)]
 
     def keep(self, settled, drafts) -> None:
@@ -357,3 +358,31 @@ class Loop:
         self.active = [i for b, i in enumerate(self.active) if b not in finished]
         if self.on_tokens is not None:
             self.on_tokens(sum(len(s.tokens) for s in settled))
+
+
+def defer_feeds(rows: Sequence[DecodeRow]) -> None:
+    """Let every row whose drafter feeds a native store leave its step's update to :func:`feed_rows`."""
+    for row in rows:
+        row.defer_feed = row.drafter is not None and row.drafter.feeds_in_batch
+
+
+def propose_rows(rows: Sequence[DecodeRow], max_nodes: int | None = None) -> list[Draft]:
+    """Every row's draft (:meth:`DecodeRow.propose`), the native dynamic trees drafted in one call
+    (rows in order; the same drafts as the per-row calls)."""
+    native = [b for b, row in enumerate(rows) if row.wants_draft(max_nodes) and row.drafter.drafts_in_batch]
+    if len(native) < 2:
+        return [row.propose(max_nodes) for row in rows]
+    requests = [rows[b].drafter.batch_request(rows[b].committed, rows[b].remaining - 1) for b in native]
+    drafted = dict(zip(native, best_first_rows(requests)))
+    return [row.proposed(row.drafter.batch_drafted(drafted[b]), max_nodes) if b in drafted else row.propose(max_nodes)
+            for b, row in enumerate(rows)]
+
+
+def feed_rows(rows: Sequence[DecodeRow]) -> None:
+    """Merge the rows' pending step observations (``DecodeRow.pending_feed``) into their stores in
+    one call, in row order."""
+    pending = [row.pending_feed for row in rows if row.pending_feed is not None]
+    for row in rows:
+        row.pending_feed = None
+    if pending:
+        update_sequences(pending)

@@ -1,11 +1,14 @@
-"""What the store holds: one context's draft distribution (:class:`StoreEntry`) and the store's
-size and lookup statistics (:class:`StoreStats`)."""
+"""What the store holds: one context's draft distribution (:class:`StoreEntry`), how an observation of p
+is checked and cut to the top k (:func:`top_observation`) and merged into an entry with reserve admission
+(:func:`merge_observation`, §2.2-2.3), and the store's size and lookup statistics (:class:`StoreStats`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 import numpy as np
+from typing import Sequence
+from ..errors import StandError
 
 # Estimated bytes per stored context (key tuple, entry object, id and probability lists, dict slot),
 # measured with tracemalloc on CPython 3.11, k = 10: ~410 fresh, ~700 once drafting cached its arrays;
@@ -112,3 +115,77 @@ class StoreStats:
             "dropped_mass": self.dropped_mass,
             "evictions": self.evictions,
         }
+
+
+def check_observation(id_list: list, prob_list: list) -> None:
+    """Validate an observation in place: its zero-probability entries are removed (never stored).
+
+    Raises:
+        StandError: ids and probs of different lengths, an id that is not a non-negative int, a
+            repeated id, or a probability that is not a finite number in [0, 1].
+    """
+    if len(id_list) != len(prob_list):
+        raise StandError(f"store update: {len(id_list)} ids but {len(prob_list)} probabilities")
+    if not all(isinstance(p, (float, int, np.floating)) and not isinstance(p, bool) and 0.0 <= p <= 1.0 + 1e-6
+               for p in prob_list):
+        raise StandError(f"store update: probabilities must be finite numbers in [0, 1], got {prob_list!r}")
+    if 0 in prob_list:
+        kept = [i for i, p in enumerate(prob_list) if p > 0]
+        id_list[:], prob_list[:] = [id_list[i] for i in kept], [prob_list[i] for i in kept]
+    if not all(type(i) is int and i >= 0 for i in id_list):
+        if not all(isinstance(i, (int, np.integer)) and not isinstance(i, bool) and i >= 0 for i in id_list):
+            raise StandError(f"store update: token ids must be non-negative integers, got {id_list!r}")
+        id_list[:] = [int(i) for i in id_list]
+    if len(set(id_list)) != len(id_list):
+        raise StandError(f"store update: repeated token ids {id_list!r}")
+
+
+def top_observation(ids: Sequence[int], probs: Sequence[float], top_k: int) -> tuple[list[int], list[float]]:
+    """The observation's at most ``top_k`` most likely ids and their probabilities (Python lists, by
+    decreasing probability, every probability > 0; empty when none is).
+
+    Raises:
+        StandError: as :func:`check_observation`.
+    """
+    id_list = ids.tolist() if isinstance(ids, np.ndarray) else list(ids)
+    prob_list = probs.tolist() if isinstance(probs, np.ndarray) else list(probs)
+    check_observation(id_list, prob_list)
+    if any(later > earlier for earlier, later in zip(prob_list, prob_list[1:])):
+        pairs = sorted(zip(id_list, prob_list), key=lambda pair: -pair[1])
+        id_list, prob_list = [i for i, _ in pairs], [p for _, p in pairs]
+    return id_list[:top_k], prob_list[:top_k]
+
+
+def merge_observation(stored: StoreEntry, id_list: list[int], prob_list: list[float], top_k: int,
+                      reserve: int) -> tuple[StoreEntry, float]:
+    """Merge one observation into a stored entry: the count-weighted running average over the union
+    of ids (reserve ids included), its ``top_k`` largest shown and the next ``reserve`` kept.
+
+    Args:
+        stored: the context's entry.
+        id_list: the observation's ids (as :func:`stand_runtime.store.entry.top_observation` gives them).
+        prob_list: their probabilities.
+        top_k: ids of q.
+        reserve: ids kept beyond q's (0: the paper's plain truncation).
+
+    Returns:
+        ``(merged entry, dropped mass)``: the mass of the merged average outside q's ``top_k`` ids
+        (0.0 when nothing was cut off).
+    """
+    count = stored.count
+    weighted = {token: prob * count for token, prob in zip(stored.id_list, stored.prob_list)}
+    for token, prob in zip(*stored.reserve):
+        weighted[token] = prob * count
+    for token, prob in zip(id_list, prob_list):
+        weighted[token] = weighted.get(token, 0.0) + prob
+    merged = sorted(weighted.items(), key=lambda item: -item[1])
+    scale = 1.0 / (count + 1)
+    dropped = 0.0
+    kept: tuple = ((), ())
+    if len(merged) > top_k:
+        dropped = sum(mass for _, mass in merged[top_k:]) * scale
+        if reserve:
+            extra = merged[top_k : top_k + reserve]
+            kept = ([t for t, _ in extra], [m * scale for _, m in extra])
+        merged = merged[:top_k]
+    return StoreEntry([t for t, _ in merged], [m * scale for _, m in merged], count + 1, kept), dropped

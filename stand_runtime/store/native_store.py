@@ -28,7 +28,7 @@ from ..errors import StandError
 from .blend import BLEND_WIDTH, check_blend
 from .entry import BYTES_PER_ENTRY, BYTES_PER_RESERVE_ID, StoreEntry, StoreStats
 from .ngram_store import MAX_CONTEXT, MAX_ENTRIES, MAX_TOP_K, NGramStore, _check_size
-from .observation import top_observation
+from .entry import top_observation
 
 try:
     from .. import _native
@@ -122,7 +122,7 @@ class NativeNGramStore(NGramStore):
     def update_sequence(self, tokens: Sequence[int], positions: Sequence[int], ids: np.ndarray,
                         probs: np.ndarray) -> None:
         """As :meth:`NGramStore.update_sequence`; numeric rows go to C++ in one call (checked there
-        as :func:`stand_runtime.store.observation.check_observation` checks them; a row it refuses
+        as :func:`stand_runtime.store.entry.check_observation` checks them; a row it refuses
         is fed through :meth:`update`, which raises the Python store's error)."""
         positions = [int(p) for p in positions]
         if not positions:

@@ -13,11 +13,11 @@ The mass cut off by the truncation is tallied in :class:`StoreStats`. Drafting u
 over its support. Lookup is longest match first: the 3-token context, then 2, then 1; the first hit
 wins, and a miss returns ``None``.
 
-Two policies of ours have their own modules: reserve admission (:mod:`stand_runtime.store.admission`:
+Two policies of ours have their own modules: reserve admission (:mod:`stand_runtime.store.entry`:
 ids just below the top k keep their running averages, so a new successor can climb in) and the
 blended lookup (:mod:`stand_runtime.store.blend`: the tables and a 0-gram table interpolated as
 Witten-Bell smoothing does, for dynamic trees). Observations are checked and truncated in
-:mod:`stand_runtime.store.observation`; entries and statistics are :mod:`stand_runtime.store.entry`'s.
+:mod:`stand_runtime.store.entry`; entries and statistics are :mod:`stand_runtime.store.entry`'s.
 
 Memory is bounded: each table keeps at most ``max_entries_per_n`` contexts and evicts the least
 recently updated one.
@@ -32,10 +32,10 @@ import numpy as np
 
 from ..checks import check_int
 from ..errors import StandError
-from .admission import merge_observation
+from .entry import merge_observation
 from .blend import BLEND_WIDTH, UnigramTable, blend_tables, check_blend
 from .entry import BYTES_PER_ENTRY, BYTES_PER_RESERVE_ID, StoreEntry, StoreStats
-from .observation import top_observation
+from .entry import top_observation
 
 __all__ = ["BLEND_WIDTH", "MAX_CONTEXT", "MAX_ENTRIES", "MAX_TOP_K", "NGramStore", "StoreEntry", "StoreStats"]
 
@@ -64,7 +64,7 @@ class NGramStore:
         top_k: ids of q per context (the paper's k = 10), 1 .. :data:`MAX_TOP_K`.
         max_n: longest context length (tokens, 1 .. :data:`MAX_CONTEXT`); tables exist for n = max_n .. 1.
         max_entries_per_n: memory bound per table (contexts); the least recently updated is evicted.
-        reserve: candidate ids kept per context beyond the top k (:mod:`stand_runtime.store.admission`);
+        reserve: candidate ids kept per context beyond the top k (:mod:`stand_runtime.store.entry`);
             0 gives the paper's plain truncation.
 
     Raises:

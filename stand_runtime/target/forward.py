@@ -28,6 +28,22 @@ def model_device(model) -> torch.device:
     return next(model.parameters()).device
 
 
+_CACHE_NAMES: dict[type, str] = {}
+
+
+def with_cache(model, cache) -> dict:
+    """The keyword argument that hands ``cache`` to ``model``'s forward: ``{"cache": cache}`` where the
+    forward takes ``cache`` (transformers >= 5.21), else ``{"past_key_values": cache}`` (the older name,
+    which a model would silently ignore under the newer one and build a cache of its own)."""
+    kind = type(model)
+    if kind not in _CACHE_NAMES:
+        import inspect
+
+        parameters = inspect.signature(model.forward).parameters
+        _CACHE_NAMES[kind] = "cache" if "cache" in parameters else "past_key_values"
+    return {_CACHE_NAMES[kind]: cache}
+
+
 def prefill(model, cache, tokens: Sequence[int], *, on_logits: Callable[[torch.Tensor, range], None] | None = None,
             chunk: int | None = None, offset: int = 0) -> None:
     """Run ``tokens`` through the model into ``cache``, ``chunk`` tokens per forward.
@@ -50,7 +66,7 @@ def prefill(model, cache, tokens: Sequence[int], *, on_logits: Callable[[torch.T
             stop = min(start + chunk, len(tokens))
             ids = torch.tensor([list(tokens[start:stop])], device=device)
             positions = torch.arange(offset + start, offset + stop, device=device)[None]
-            out = model(input_ids=ids, position_ids=positions, cache=cache, use_cache=True,
+            out = model(input_ids=ids, position_ids=positions, **with_cache(model, cache), use_cache=True,
                         logits_to_keep=0 if on_logits is not None else 1)
             if on_logits is not None:
                 on_logits(out.logits[0], range(offset + start, offset + stop))
@@ -92,7 +108,7 @@ def tree_forward(model, cache, tokens: Sequence[int], depths, ancestors: torch.T
     ids = torch.tensor([list(tokens)], device=device)
     positions = tree_position_ids(depths, prefix_len).to(device)
     with torch.inference_mode():
-        out = model(input_ids=ids, position_ids=positions, attention_mask=mask, cache=cache, use_cache=True)
+        out = model(input_ids=ids, position_ids=positions, attention_mask=mask, **with_cache(model, cache), use_cache=True)
     return out.logits[0]
 
 

@@ -12,7 +12,7 @@ import warnings
 import torch
 
 from ..trees.tree import DraftTree
-from .forward import model_device, tree_forward
+from .forward import model_device, tree_forward, with_cache
 from .kv_cache import new_cache
 
 
@@ -58,7 +58,7 @@ def warm_cache(model, prefix_len: int, longest: int, generator: torch.Generator)
     cache = new_cache(model)
     with torch.inference_mode():
         model(input_ids=torch.randint(0, model.config.vocab_size, (1, prefix_len), generator=generator)
-              .to(model_device(model)), cache=cache)
+              .to(model_device(model)), **with_cache(model, cache))
     return cache, prefix_len
 
 

@@ -534,8 +534,6 @@ def test_export_nodes_auto_sizes_the_tree_from_the_latency_profile(tmp_path, mon
 
 
 @pytest.mark.parametrize("args, message", [
-    (["search", "--dataset", "DATA", "--methods", "ar", "--allocation", "row"],
-     "--allocation does not apply to --methods ar"),
     (["calibrate", "--candidate", "trees/heuristic-80.json", "--candidate-nodes", "50", "--out", "OUT"],
      "--candidate-nodes does not apply to --candidate"),
     (["calibrate", "--method", "direct", "--batch-size", "4", "--out", "OUT"],

@@ -24,6 +24,7 @@ def test_batched_greedy_rows_equal_plain_decoding_tiny(tiny_qwen2, method):
         assert accepted >= 40, f"{method}: drafts were rarely accepted ({accepted})"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", ["stand"])
 def test_batched_sampling_rows_match_exact_distribution(tiny_qwen2, method):
     """Rows of one batch with different prompt lengths, temperatures and top-p, seeded and unseeded
@@ -109,6 +110,7 @@ def test_stop_string_inside_an_accepted_run_truncates_as_plain_decoding(tiny_qwe
     assert batched[0].tokens == expected and batched[0].finish_reason == "stop"
 
 
+@pytest.mark.slow
 @pytest.mark.model
 def test_batched_greedy_equals_plain_decoding_on_humaneval(default_model, plain_humaneval):
     """Five HumanEval prompts of different lengths in one batch (with two samples of the first)."""

@@ -14,6 +14,7 @@ from test_engine import REPEAT_PROMPT, SAMPLING, chi_square_against, exact_conti
 from test_engine import loop_prompt  # noqa: F401 (fixtures)
 
 
+@pytest.mark.slow
 @pytest.mark.model
 @pytest.mark.parametrize("method, feed_rejected, tree", [("stand", False, None), ("stand", True, None), ("pld", False, None),
                                                          ("recycle", False, None), ("stand", False, "dynamic-16"),
@@ -30,6 +31,7 @@ def test_greedy_equals_plain_decoding_on_humaneval(default_model, plain_humaneva
     assert accepted_total >= 20, f"{method}: no drafts were accepted, the comparison proves nothing"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", ["stand", "stand+rejected", "stand[dynamic-6]"])
 def test_sampling_distribution_of_three_tokens_matches_exact(tiny_qwen2, loop_prompt, method):
     """Stochastic drafts (Gumbel noise cannot be enumerated): chi-square of 3000 runs. For

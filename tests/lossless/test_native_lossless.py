@@ -37,10 +37,10 @@ def test_batched_native_rows_equal_plain_decoding(tiny_qwen2, monkeypatch, tree)
                         lambda model, name: latency.LatencyProfile(sizes, tuple(1 + 0.02 * s for s in sizes)))
     monkeypatch.setenv(NATIVE_ENV, "1")
     calls = {"draft": 0, "feed": 0}
-    import stand_runtime.engine.row_batch as row_batch
+    import stand_runtime.engine.loop as loop
     for name, key in (("best_first_rows", "draft"), ("update_sequences", "feed")):
-        original = getattr(row_batch, name)
-        monkeypatch.setattr(row_batch, name, lambda *a, _f=original, _k=key: (calls.__setitem__(_k, calls[_k] + 1), _f(*a))[1])
+        original = getattr(loop, name)
+        monkeypatch.setattr(loop, name, lambda *a, _f=original, _k=key: (calls.__setitem__(_k, calls[_k] + 1), _f(*a))[1])
     prompts = [[3, 1, 4, 1, 5, 9, 2, 6] * 3, [2, 7, 1, 8, 2, 8] * 4]
     greedy = SamplingParams(temperature=0)
     plain = [generate(tiny_qwen2, None, p, method="ar", sampling=greedy, max_new_tokens=30, eos_token_ids=[]).tokens

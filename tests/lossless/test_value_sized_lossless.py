@@ -49,6 +49,7 @@ def test_a_long_repeated_span_is_drafted_past_the_fixed_copy_path(tiny_qwen2):
     assert max(copied) > COPY_TOKENS, copied
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("profile", ["sloped", "steep"])
 def test_value_sized_sampling_keeps_the_exact_three_token_law(tiny_qwen2, monkeypatch, profile):
     """Stochastic drafts, sizes chosen by the rule from earlier outcomes and this step's scores:

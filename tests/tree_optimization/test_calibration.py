@@ -46,6 +46,7 @@ def se_floor(alpha, steps):
     return np.sqrt(np.maximum(alpha, 1.0 / steps) * (1 - np.minimum(alpha, 0.99)) / steps)
 
 
+@pytest.mark.slow
 @pytest.mark.model
 def test_replay_and_direct_agree_on_the_default_model(default_model, tmp_path):
     """4 HumanEval prompts x 2 trajectories x 48 tokens, T = 0.6, a 60-node candidate.

@@ -168,10 +168,9 @@ def test_search_cli_runs_both_strategies_and_rejects_bad_input(tmp_path, monkeyp
     report = json.loads(out.read_text())
     assert report["settings"]["in_flight"] == 2 and report["settings"]["problems_done"] == 2
     code, output = run("search", "--dataset", str(data), "--samples", "1", "--n", "2", "--max-new-tokens", "4",
-                       "--methods", "stand", "--tree", "dynamic-auto-8", "--allocation", "row", "--max-batch", "2",
-                       "--json", str(out))
+                       "--methods", "stand", "--tree", "dynamic-auto-8", "--max-batch", "2", "--json", str(out))
     assert code == 0, output
-    assert json.loads(out.read_text())["settings"]["allocation"] == "row"
+    assert json.loads(out.read_text())["settings"]["tree"] == "dynamic-auto-8"
     empty = tmp_path / "empty.jsonl"
     empty.write_text("")
     for args, message in (
@@ -181,8 +180,7 @@ def test_search_cli_runs_both_strategies_and_rejects_bad_input(tmp_path, monkeyp
         (["--dataset", str(data), "--in-flight", "0"], "Invalid value for '--in-flight'"),
         (["--dataset", str(data), "--strategy", "dvts", "--verifier", "oracle"], "unknown verifier"),
         (["--dataset", str(data), "--methods", "nope"], "unknown method"),
-        (["--dataset", str(data), "--allocation", "packed"], "--allocation must be one of batch, row"),
-        (["--dataset", str(data), "--allocation", "row", "--tree", "dynamic-8"], "--allocation does not apply to --tree dynamic-8"),
+        (["--dataset", str(data), "--allocation", "row"], "No such option: --allocation"),
         (["--dataset", str(data), "--allocation", "row", "--methods", "ar,stand-det"], "on their default trees"),
     ):
         code, output = run("search", "--samples", "2", *args)

@@ -10,7 +10,7 @@ from stand_runtime import DecodingBackend, StandError
 from stand_runtime.checks import check_callable
 
 from ..data.datasets import Prompt, check_prompt_list
-from .search_types import STEP_DELIMITER, STRATEGIES, ProblemResult, SearchSettings
+from .strategies import STEP_DELIMITER, STRATEGIES, ProblemResult, SearchSettings
 from .strategies import best_of_n, check_single_search, dvts, encode_problems, search_window
 from .verifiers import Verifier, make_verifier
 
@@ -141,20 +141,16 @@ def parse_search_methods(methods: str, tree: str | None = None) -> list[str]:
 
 
 def method_backends(target, tokenizer, names: Sequence[str], tree: str | None, max_batch: int,
-                    allocation: str = "batch", prior=None) -> dict:
+                    prior=None) -> dict:
     """One :class:`stand_runtime.HFBackend` per method (``tree`` only for the methods that take it;
-    ``allocation``: how a value-sized tree is sized in a batch, :class:`stand_runtime.SizingSession`;
     ``prior``: the successor prior STAND drafts with, :mod:`stand_runtime.drafters.prior`)."""
-    from stand_runtime import HFBackend, Method, SizingSession
+    from stand_runtime import HFBackend, Method
     from stand_runtime.drafters import STORE_METHODS, takes_tree
 
-    backends = {}
-    for name in names:
-        method = Method.parse(name, tree if takes_tree(name, tree) else None, target, max_batch,
-                              prior=prior if name in STORE_METHODS else None)
-        sizing = SizingSession.for_model(target, allocation=allocation) if method.value_sized else None
-        backends[name] = HFBackend(target, tokenizer, method, max_batch=max_batch, sizing=sizing)
-    return backends
+    return {name: HFBackend(target, tokenizer, Method.parse(name, tree if takes_tree(name, tree) else None, target,
+                                                            max_batch, prior=prior if name in STORE_METHODS else None),
+                            max_batch=max_batch)
+            for name in names}
 
 
 def compare_methods(backends: dict, tokenizer, problems: Sequence[Prompt], settings: SearchSettings,

@@ -10,7 +10,7 @@ import torch
 from conftest import tiny_model
 from stand_runtime.target import kernel_choice
 from stand_runtime.target.fast_linear import PackedLinear, dispatch_signature, prepack_linears, use_stock_up_to
-from stand_runtime.target.forward import tree_forward
+from stand_runtime.target.forward import tree_forward, with_cache
 from stand_runtime.target.kv_cache import new_cache
 from stand_runtime.trees.tree import DraftTree
 
@@ -25,7 +25,7 @@ def packed_tiny():
 def chain_logits(model, prefix, tokens):
     cache = new_cache(model)
     with torch.inference_mode():
-        model(input_ids=torch.tensor([prefix]), cache=cache, use_cache=True)
+        model(input_ids=torch.tensor([prefix]), **with_cache(model, cache), use_cache=True)
     chain = DraftTree.chain(len(tokens) - 1)
     return tree_forward(model, cache, tokens, chain.depths, chain.ancestor_mask, len(prefix))
 
