@@ -180,7 +180,6 @@ def test_search_cli_runs_both_strategies_and_rejects_bad_input(tmp_path, monkeyp
         (["--dataset", str(data), "--in-flight", "0"], "Invalid value for '--in-flight'"),
         (["--dataset", str(data), "--strategy", "dvts", "--verifier", "oracle"], "unknown verifier"),
         (["--dataset", str(data), "--methods", "nope"], "unknown method"),
-        (["--dataset", str(data), "--allocation", "row", "--methods", "ar,stand-det"], "on their default trees"),
     ):
         code, output = run("search", "--samples", "2", *args)
         assert code == 2
