@@ -21,6 +21,7 @@ from stand_runtime import (
 from stand_runtime.target.sampling import target_probs
 from stand_runtime.trees.tree import DraftTree
 from stand_runtime.target.kv_cache import keep_tree_entries
+from stand_runtime.target.forward import with_cache
 
 needs_arctic = pytest.mark.skipif(importlib.util.find_spec("arctic_inference") is None,
                                   reason="method 'suffix' needs arctic-inference (README Quickstart line 2 installs it)")
@@ -59,7 +60,7 @@ def test_compaction_then_decoding_matches_fresh_forward(tiny_qwen2):
     next_token = 7
     with torch.inference_mode():
         continued = model(
-            input_ids=torch.tensor([[next_token]]), position_ids=torch.tensor([[len(sequence)]]), cache=cache
+            input_ids=torch.tensor([[next_token]]), position_ids=torch.tensor([[len(sequence)]]), **with_cache(model, cache)
         ).logits[0, -1]
     fresh = full_logits(model, sequence + [next_token])[-1]
     assert (continued - fresh).abs().max().item() <= 1e-4

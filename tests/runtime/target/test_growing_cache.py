@@ -13,6 +13,7 @@ from transformers.cache_utils import DynamicLayer
 
 from stand_runtime.target.growing_cache import GrowingLayer, grow_in_place
 from stand_runtime.target.kv_cache import keep_tree_entries
+from stand_runtime.target.forward import with_cache
 
 
 def _states(generator, n, batch=2):
@@ -102,13 +103,13 @@ def test_a_model_decodes_alike_on_both_caches(tiny_qwen2):
             grow_in_place(cache)
         out = []
         with torch.inference_mode():
-            tiny_qwen2(input_ids=prefix, cache=cache, use_cache=True)
+            tiny_qwen2(input_ids=prefix, **with_cache(tiny_qwen2, cache), use_cache=True)
             block = torch.tensor([[7, 8, 9, 10]])
-            tiny_qwen2(input_ids=block, cache=cache, use_cache=True, position_ids=torch.tensor([[40, 41, 41, 42]]))
+            tiny_qwen2(input_ids=block, **with_cache(tiny_qwen2, cache), use_cache=True, position_ids=torch.tensor([[40, 41, 41, 42]]))
             keep_tree_entries(cache, 40, [0, 2], 4)
             ids = torch.tensor([[11]])
             for step in range(12):
-                result = tiny_qwen2(input_ids=ids, cache=cache, use_cache=True, position_ids=torch.tensor([[42 + step]]))
+                result = tiny_qwen2(input_ids=ids, **with_cache(tiny_qwen2, cache), use_cache=True, position_ids=torch.tensor([[42 + step]]))
                 out.append(result.logits[0, -1])
                 ids = result.logits[:, -1:].argmax(-1)
         logits.append(torch.stack(out))
