@@ -23,7 +23,7 @@ import torch
 
 from stand_runtime import Method, SamplingParams, generate_batch, load_model
 from stand_runtime.engine import loop as loop_module
-from stand_runtime.engine.decode_row import StepTarget
+from stand_runtime.engine.row import StepTarget
 from stand_runtime.files import write_json_atomic
 from stand_runtime.randomness import RandomStream
 from stand_runtime.verify import verify_greedy, verify_sampling

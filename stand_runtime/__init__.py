@@ -28,7 +28,7 @@ _EXPORTS = {
     "generate": ".engine.decode",
     "generate_batch": ".engine.decode",
     "decode_rows": ".engine.decode",
-    "RowSpec": ".engine.rows",
+    "RowSpec": ".engine.row",
     "GenerationResult": ".engine.metrics",
     "DecodeStats": ".engine.metrics",
     "HFBackend": ".engine.backend",

@@ -48,7 +48,7 @@ def bench(
 ) -> None:
     """Decode the same prompts with several methods, interleaved, and compare them (recorded traces:
     bench-traces; vLLM: bench-vllm)."""
-    from stand_runtime.engine.rows import check_budget
+    from stand_runtime.engine.row import check_budget
     from stand_runtime.drafters import MEMORY_METHODS, STORE_METHODS
     from stand_runtime.method import check_tree_spec
     from treeopt import load_prompts, parse_methods

@@ -47,7 +47,7 @@ def bench_vllm(
 ) -> None:
     """Compare vLLM's plain decoding, its ngram and suffix proposers and STAND's (needs the vllm extra)."""
     from stand_runtime import DEFAULT_MODEL, load_tokenizer
-    from stand_runtime.engine.rows import check_budget
+    from stand_runtime.engine.row import check_budget
     from stand_runtime.target.prompts import encode_prompt
     from stand_runtime.vllm import check_model_folder, check_version, check_vllm_dtype, default_model_folder
     from treeopt import load_prompts

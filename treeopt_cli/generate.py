@@ -42,7 +42,7 @@ def generate_command(
 ) -> None:
     """Decode one prompt, streaming the text, then show the decoding statistics."""
     from stand_runtime.drafters import STORE_METHODS, check_method
-    from stand_runtime.engine.rows import check_budget
+    from stand_runtime.engine.row import check_budget
     from stand_runtime.files import check_writable
     from stand_runtime.method import DEFAULT_TREES
     from stand_runtime.randomness import check_seed

@@ -30,7 +30,7 @@ from .decode import generate
 from ..drafters import Memory
 from ..method import Method, as_method
 from ..sizing.session import SizingSession
-from .rows import RowSpec, check_budget
+from .row import RowSpec, check_budget
 from ..errors import StandError
 from ..limits import MAX_ROWS, MAX_SAMPLES
 from .metrics import DecodeStats, GenerationResult

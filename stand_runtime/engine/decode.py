@@ -34,17 +34,17 @@ from ..sizing.session import SizingSession
 from ..target.model_facts import attention_layout, check_model, check_tokenizer, vocab_size
 from ..target.prompts import encode_prompt
 from ..target.sampling import SamplingParams
-from .decode_row import Settled
+from .row import Settled
 from .loop import Loop, SequenceCache
 from .metrics import GenerationResult
-from .rows import RowSpec, check_budget, check_sampling, make_rows, sizing_rule
+from .row import RowSpec, check_budget, check_sampling, make_rows, sizing_rule
 from ..checks import check_int
 from ..errors import StandError
 from ..limits import MAX_ROWS
 from ..randomness import check_seed, check_seed_span
 from ..target.prefix_cache import PrefixCache
 from .loop import BatchCache
-from .rows import check_rows
+from .row import check_rows
 from .stopping import check_eos_ids, check_stop_strings
 
 

@@ -33,7 +33,7 @@ from ..sizing.allocation import BatchAllocator
 from ..sizing.value import ValueRule
 from ..verify_batch import verify_rows
 from .clock import Clock
-from .decode_row import DecodeRow, Settled, StepTarget, learn_rows
+from .row import DecodeRow, Settled, StepTarget, learn_rows
 from .walks import walk_rows
 from .metrics import GenerationResult
 from ..store.drafting import best_first_rows
@@ -239,7 +239,7 @@ class Loop:
             the slot of a row that finished before the next step (continuous batching: a batch whose
             rows finish at different steps stays full; :class:`BatchCache` only).
         value: the value rule the rows' drafters share (a value-sized tree,
-            :func:`stand_runtime.engine.rows.sizing_rule`): the loop hands it the step times and, when it
+            :func:`stand_runtime.engine.row.sizing_rule`): the loop hands it the step times and, when it
             allocates per forward, sizes the rows' drafts with it; None = none.
 
     Raises:

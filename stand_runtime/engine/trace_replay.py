@@ -2,7 +2,7 @@
 
 A recorded trace (a reasoning model's output) is the target's output under greedy decoding: at every
 position the target's argmax is the trace's next token and p is one-hot on it. Replaying it drives
-the engine's own per-sequence steps (:class:`stand_runtime.engine.decode_row.DecodeRow`): the drafter
+the engine's own per-sequence steps (:class:`stand_runtime.engine.row.DecodeRow`): the drafter
 drafts from the committed tokens, :func:`stand_runtime.verify.verify_greedy` accepts the longest
 drafted path that matches the trace plus one token, and the drafter is fed exactly as the engine
 feeds it, through :class:`TraceTarget` (a :class:`stand_runtime.drafters.feeds.TargetFeed`). So the replay
@@ -21,7 +21,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .decode_row import DecodeRow, learn_rows
+from .row import DecodeRow, learn_rows
 from ..drafters import Drafter
 from ..errors import StandError
 from ..drafters.feeds import OneHotFeed, RowsFeed, one_hot_rows

@@ -2,7 +2,7 @@
 
 A walk (:data:`stand_runtime.verify.Walk`) visits one draft position per level, root first, and reads
 p (or the argmax) there. Walking the rows one after another computes one target row per call; on a
-CPU such a call costs about what one over the whole batch does (:meth:`.decode_row.StepTarget.compute`), so
+CPU such a call costs about what one over the whole batch does (:meth:`.row.StepTarget.compute`), so
 here every row's walk takes one level at a time and the positions a level visits are computed
 together. Each walk draws from its own row's stream in its own order, so the verifications are
 those of the walks run one by one (tests/lossless/test_walks.py).
@@ -14,7 +14,7 @@ from typing import Sequence
 
 from ..trees.draft import Draft
 from ..verify import Verification, Walk, checked_row, greedy_walk, sampling_walk
-from .decode_row import DecodeRow, StepTarget
+from .row import DecodeRow, StepTarget
 
 
 def walk_rows(rows: Sequence[DecodeRow], drafts: Sequence[Draft], targets: Sequence[StepTarget]) -> list[Verification]:

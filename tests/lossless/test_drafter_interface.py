@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from stand_runtime import SamplingParams, generate
 from stand_runtime.drafters.base import Drafter
-from stand_runtime.engine.decode_row import DecodeRow
+from stand_runtime.engine.row import DecodeRow
 from stand_runtime.engine.loop import BatchCache, Loop, SequenceCache
 from stand_runtime.engine.stopping import StopRule
 from stand_runtime.randomness import RandomStream

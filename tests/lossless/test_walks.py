@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from stand_runtime import SamplingParams
-from stand_runtime.engine.decode_row import StepTarget
+from stand_runtime.engine.row import StepTarget
 from stand_runtime.engine.walks import walk_rows
 from stand_runtime.errors import StandError
 from stand_runtime.randomness import RandomStream
@@ -50,10 +50,10 @@ def test_level_by_level_walks_equal_the_walks_one_by_one(seed):
 
 
 def test_a_level_is_computed_in_one_call_per_sampling_distribution(monkeypatch):
-    import stand_runtime.engine.decode_row as decode_row
+    import stand_runtime.engine.row as row_module
     calls = []
-    real = decode_row.target_rows
-    monkeypatch.setattr(decode_row, "target_rows", lambda logits, p: calls.append(len(logits)) or real(logits, p))
+    real = row_module.target_rows
+    monkeypatch.setattr(row_module, "target_rows", lambda logits, p: calls.append(len(logits)) or real(logits, p))
     drafts, logits, _ = batch(3)
     params = SamplingParams(0.7, 0.9)
     rows = [SimpleNamespace(params=params, randomness=RandomStream.seeded(b)) for b in range(len(drafts))]

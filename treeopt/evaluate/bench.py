@@ -25,7 +25,7 @@ from stand_runtime.engine.metrics import acceptance_by_depth
 from stand_runtime.method import DEFAULT_TREES
 from stand_runtime.checks import check_callable
 from stand_runtime.errors import counted
-from stand_runtime.engine.rows import check_budget
+from stand_runtime.engine.row import check_budget
 from stand_runtime.randomness import check_seed
 from stand_runtime.drafters.prior import method_prior
 from stand_runtime.target.model_facts import vocab_size

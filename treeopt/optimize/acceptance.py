@@ -31,7 +31,7 @@ DEFAULT_NODES = 80
 
 
 def observe_step(acceptance: AcceptanceMap, settled) -> None:
-    """Add one settled step (:class:`stand_runtime.engine.decode_row.Settled`) to ``acceptance``: per
+    """Add one settled step (:class:`stand_runtime.engine.row.Settled`) to ``acceptance``: per
     drafted node its score, kind, and whether its path was accepted (drafts without scores are skipped)."""
     draft = settled.draft
     if draft.scores is None or draft.num_nodes == 0:

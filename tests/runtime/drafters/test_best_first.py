@@ -10,7 +10,7 @@ import pytest
 from stand_runtime import DynamicTree, Method, NGramStore, StandError
 from stand_runtime.drafters import check_method, new_memory
 from stand_runtime.randomness import RandomStream
-from stand_runtime.engine.decode_row import truncate_draft
+from stand_runtime.engine.row import truncate_draft
 from stand_runtime.drafters import best_first_draft, parse_dynamic
 
 

@@ -36,7 +36,7 @@ def _parse(model, method: str, tree, batch: int, monkeypatch) -> Method:
     how loaded the machine is (the greedy identity holds whatever the sizes)."""
     if tree == "dynamic-auto":
         steady = SizingSession(STEADY, measured_here=False)
-        monkeypatch.setattr("stand_runtime.engine.rows.default_session", lambda model: steady)
+        monkeypatch.setattr("stand_runtime.engine.row.default_session", lambda model: steady)
     return Method.parse(method, tree, model, batch=batch)
 
 

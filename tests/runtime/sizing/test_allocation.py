@@ -214,7 +214,7 @@ def test_the_first_forward_of_a_decode_is_not_observed(tiny_qwen2, monkeypatch):
 def test_the_latency_model_learns_the_whole_step_not_the_forward_alone(tiny_qwen2, monkeypatch):
     """What a step costs in wall time is what the rule trades against its tokens: the time it
     observes includes the host work after the forward (here each row's settle made 20 ms slower)."""
-    from stand_runtime.engine.decode_row import DecodeRow
+    from stand_runtime.engine.row import DecodeRow
     import time
 
     seen = []

@@ -67,7 +67,7 @@ def _in_nucleus(model, prompt: list[int], tokens: list[int], params: SamplingPar
 def test_greedy_ties_take_the_first_index_on_every_path():
     """The host argmax that plain decoding and STAND's walk read (``_maxima``) picks the first index of
     a tied maximum, as the batched verifier does (``tests/lossless/test_verify_batch.py``; design §4.2)."""
-    from stand_runtime.engine.decode_row import _maxima
+    from stand_runtime.engine.row import _maxima
 
     logits = torch.tensor([[0.0, 3.0, 3.0, 1.0], [5.0, 5.0, 5.0, 5.0]])
     assert [index for index, _ in _maxima(logits)] == [1, 0]
