@@ -27,7 +27,7 @@ from .errors import StandError
 from .randomness import RandomStream
 from .store.ngram_store import NGramStore
 from .drafters.prior import SuccessorPrior
-from .target.latency import target_identity
+from .target.latency import check_same_target, target_identity
 from .target.model_facts import check_model
 from .target.sampling import SamplingParams
 from .sizing.tree_choice import AUTO, DEFAULT_FAMILY, check_auto_available, machine_tree
@@ -186,12 +186,7 @@ class Method:
     def check_target(self, model) -> None:
         """Raises StandError when this method was sized for another target (architecture, dtype or
         device; :attr:`sized_for`) than ``model``, the one it is about to decode."""
-        if self.sized_for is None:
-            return
-        key, description = target_identity(model)
-        if key != self.sized_for[0]:
-            raise StandError(f"this {self.name} method was sized for another target ({self.sized_for[1]}), not "
-                             f"{description}: parse it again with the model it decodes")
+        check_same_target(self.sized_for, model, f"{self.name} method", "parse it again with the model it decodes")
 
     def check_memory(self, memory: Memory | None, vocab: int) -> None:
         """Raises StandError when ``memory`` is of the wrong kind, keeps contexts shorter than this

@@ -131,14 +131,9 @@ class SizingSession:
 
     def check_target(self, model) -> None:
         """Raises StandError when the session's profile was measured for another target than ``model``."""
-        if self.target is None:
-            return
-        from ..target.latency import target_identity
+        from ..target.latency import check_same_target
 
-        key, description = target_identity(model)
-        if key != self.target[0]:
-            raise StandError(f"this sizing session was measured for another target ({self.target[1]}), not "
-                             f"{description}: make one for the model it decodes (SizingSession.for_model)")
+        check_same_target(self.target, model, "sizing session", "make one for the model it decodes (SizingSession.for_model)")
 
     def as_dict(self) -> dict:
         """The session as JSON: the profile, the acceptance counts and every latency model's observations."""

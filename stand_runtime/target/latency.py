@@ -188,6 +188,16 @@ def target_identity(model) -> tuple[str, str]:
     return key, f"{profile_name(model)}, {described}, architecture {architecture[:8]}"
 
 
+def check_same_target(recorded: tuple[str, str] | None, model, what: str, remedy: str) -> None:
+    """Raises StandError when ``recorded`` (a :func:`target_identity`, None = any target) is not
+    ``model``'s: "this ``what`` was sized for another target (...), not ...: ``remedy``" (one line)."""
+    if recorded is None:
+        return
+    key, description = target_identity(model)
+    if key != recorded[0]:
+        raise StandError(f"this {what} was sized for another target ({recorded[1]}), not {description}: {remedy}")
+
+
 def profile_key(model, model_name: str) -> str:
     """What a cached profile depends on: the model's architecture (its type and every parameter's
     name and shape: a forward's cost, not its weights, so a moved or copied model folder keeps its

@@ -672,7 +672,7 @@ def test_a_session_sized_for_one_target_refuses_to_decode_another(tiny_qwen2):
     other_weights = tiny_model("qwen2", seed=5)
     generate(other_weights, None, PROMPT, method=sized, sampling=GREEDY, max_new_tokens=4, sizing=sizing)
     other_arch = tiny_model("llama")
-    message = "this sizing session was measured for another target (qwen2, float32 on cpu, architecture "
+    message = "this sizing session was sized for another target (qwen2, float32 on cpu, architecture "
     for call in (lambda: generate(other_arch, None, PROMPT, method=sized, sampling=GREEDY, max_new_tokens=4,
                                   sizing=sizing),
                  lambda: decode_rows(other_arch, None, [RowSpec(PROMPT, GREEDY, max_new_tokens=4)], method=sized,

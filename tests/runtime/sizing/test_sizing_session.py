@@ -96,5 +96,5 @@ def test_a_session_of_another_target_is_refused(tiny_qwen2, profiled):
     from conftest import tiny_model
 
     other = tiny_model("llama")
-    with pytest.raises(StandError, match="this sizing session was measured for another target"):
+    with pytest.raises(StandError, match="this sizing session was sized for another target"):
         generate(other, None, PROMPT, method="stand", max_new_tokens=4, sizing=SizingSession.for_model(tiny_qwen2))
