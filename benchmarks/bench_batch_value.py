@@ -44,8 +44,8 @@ def load_problems(path: str, count: int) -> list[str]:
 
 def run_method(model, tokenizer, method: tuple, prompt: str, n: int, batch: int, params, tokens: int, seed: int):
     """The problem's n samples, ``batch`` rows at a time, sharing one store: (results, wall seconds);
-    ``method``: ``(Method, SizingSession or None)``, the session's packing gains collected."""
-    method, sizing = method
+    ``method``: ``(Method, SizingSession or None, list)``, each call's packing gains added to the list."""
+    method, sizing, packing = method
     store = method.new_memory(vocab_size(model)) if method.name != "ar" else None
     results, seconds = [], 0.0
     for start in range(0, n, batch):
@@ -54,7 +54,7 @@ def run_method(model, tokenizer, method: tuple, prompt: str, n: int, batch: int,
                                   max_new_tokens=tokens, seed=seed + start, store=store, sizing=sizing)
         seconds += time.perf_counter() - begin
         if sizing is not None:
-            sizing.packing += sizing.last_rule.packing
+            packing += sizing.last_rule.packing
     return results, seconds
 
 
@@ -68,9 +68,9 @@ def summarise(runs: dict, methods: dict) -> dict:
                       "acceptance_length": sum(s.new_tokens for s in stats) / steps,
                       "drafted_per_row_step": sum(sum(s.drafted_per_step) for s in stats) / steps,
                       "padding_waste": padding_waste(stats)}
-        sizing = methods[label][1]
-        if sizing is not None and sizing.packing:
-            out[label]["packed_gain_modelled"] = float(np.mean(sizing.packing))
+        packing = methods[label][2]
+        if packing:
+            out[label]["packed_gain_modelled"] = float(np.mean(packing))
     for label in out:
         out[label]["ratio_vs_ar"] = out[label]["tokens_per_s"] / out["ar"]["tokens_per_s"]
     return out
@@ -101,8 +101,8 @@ def main() -> None:
             method, sizing = Method.parse(name, tree, model, batch=batch), None
             if method.value_sized:
                 sizing = SizingSession.for_model(model, allocation=allocation)
-                sizing.record_packing, sizing.packing = True, []  # the packed allocation's modelled gain
-            methods[label] = (method, sizing)
+                sizing.record_packing = True  # the packed allocation's modelled gain
+            methods[label] = (method, sizing, [])
         runs = {label: ([], 0.0) for label in methods}
         labels = list(methods)
         for p, prompt in enumerate(prompts):

@@ -29,7 +29,7 @@ from ..checks import check_bool, check_callable, check_int
 from .decode import generate
 from ..drafters import Memory
 from ..method import Method, as_method
-from ..sizing.session import SizingSession
+from ..sizing.session import SizingSession, check_sizing
 from .row import RowSpec, check_budget
 from ..errors import StandError
 from ..limits import MAX_ROWS, MAX_SAMPLES
@@ -194,9 +194,7 @@ class HFBackend:
         self.model = model
         self.tokenizer = tokenizer
         self.method = method
-        if sizing is not None and not isinstance(sizing, SizingSession):
-            raise StandError(f"sizing must be a SizingSession or None, not {type(sizing).__name__}")
-        self.sizing = sizing if sizing is not None or not method.value_sized else SizingSession.for_model(model)
+        self.sizing = check_sizing(sizing) if sizing is not None or not method.value_sized else SizingSession.for_model(model)
         self.batch_size = batch_size
         self.max_batch = max_batch
         self.shared_memory: Memory | None = method.new_memory(vocab_size(model)) if share_memory else None

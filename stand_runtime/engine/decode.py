@@ -27,24 +27,20 @@ from typing import Callable, Sequence
 
 import torch
 
-from ..checks import check_callable
+from ..checks import check_callable, check_int
 from ..drafters import Memory
-from ..method import Method, as_method
-from ..sizing.session import SizingSession
-from ..target.model_facts import attention_layout, check_model, check_tokenizer, vocab_size
-from ..target.prompts import encode_prompt
-from ..target.sampling import SamplingParams
-from .row import Settled
-from .loop import Loop, SequenceCache
-from .metrics import GenerationResult
-from .row import RowSpec, check_budget, check_sampling, make_rows, sizing_rule
-from ..checks import check_int
 from ..errors import StandError
 from ..limits import MAX_ROWS
+from ..method import Method, as_method
 from ..randomness import check_seed, check_seed_span
+from ..sizing.session import SizingSession
+from ..target.model_facts import attention_layout, check_model, check_tokenizer, vocab_size
 from ..target.prefix_cache import PrefixCache
-from .loop import BatchCache
-from .row import check_rows
+from ..target.prompts import encode_prompt
+from ..target.sampling import SamplingParams
+from .loop import BatchCache, Loop, SequenceCache
+from .metrics import GenerationResult
+from .row import RowSpec, Settled, check_budget, check_rows, check_sampling, make_rows, sizing_rule
 from .stopping import check_eos_ids, check_stop_strings
 
 

@@ -21,23 +21,23 @@ import torch
 
 from ..checks import check_int
 from ..drafters import Drafter
-from ..errors import StandError
 from ..drafters.feeds import LogitsFeed
+from ..errors import StandError
+from ..sizing.allocation import BatchAllocator
+from ..sizing.value import ValueRule
+from ..store.drafting import best_first_rows
+from ..store.native_store import update_sequences
 from ..target.batch_kv import BatchedCache
 from ..target.forward import draft_forward, model_device, prefill, with_cache
 from ..target.kv_cache import keep_tree_entries, new_cache
 from ..target.prefix_cache import PrefixCache, copied_cache
 from ..target.sampling import SamplingParams
 from ..trees.draft import Draft
-from ..sizing.allocation import BatchAllocator
-from ..sizing.value import ValueRule
 from ..verify_batch import verify_rows
 from .clock import Clock
+from .metrics import GenerationResult
 from .row import DecodeRow, Settled, StepTarget, learn_rows
 from .walks import walk_rows
-from .metrics import GenerationResult
-from ..store.drafting import best_first_rows
-from ..store.native_store import update_sequences
 
 
 class RowCaches(Protocol):
@@ -361,19 +361,20 @@ class Loop:
 
 
 def defer_feeds(rows: Sequence[DecodeRow]) -> None:
-    """Let every row whose drafter feeds a native store leave its step's update to :func:`feed_rows`."""
+    """Let every row whose drafter feeds in batch (:attr:`Drafter.feeds_in_batch`) leave its step's update
+    to :func:`feed_rows`."""
     for row in rows:
         row.defer_feed = row.drafter is not None and row.drafter.feeds_in_batch
 
 
 def propose_rows(rows: Sequence[DecodeRow], max_nodes: int | None = None) -> list[Draft]:
-    """Every row's draft (:meth:`DecodeRow.propose`), the native dynamic trees drafted in one call
-    (rows in order; the same drafts as the per-row calls)."""
-    native = [b for b, row in enumerate(rows) if row.wants_draft(max_nodes) and row.drafter.drafts_in_batch]
-    if len(native) < 2:
+    """Every row's draft (:meth:`DecodeRow.propose`), the rows whose drafter drafts in batch
+    (:attr:`Drafter.drafts_in_batch`) in one call (rows in order; the same drafts as the per-row calls)."""
+    batched = [b for b, row in enumerate(rows) if row.wants_draft(max_nodes) and row.drafter.drafts_in_batch]
+    if len(batched) < 2:
         return [row.propose(max_nodes) for row in rows]
-    requests = [rows[b].drafter.batch_request(rows[b].committed, rows[b].remaining - 1) for b in native]
-    drafted = dict(zip(native, best_first_rows(requests)))
+    requests = [rows[b].drafter.batch_request(rows[b].committed, rows[b].remaining - 1) for b in batched]
+    drafted = dict(zip(batched, best_first_rows(requests)))
     return [row.proposed(row.drafter.batch_drafted(drafted[b]), max_nodes) if b in drafted else row.propose(max_nodes)
             for b, row in enumerate(rows)]
 

@@ -18,31 +18,27 @@ and trace replay share one lossless path instead of copies.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 import torch
 
-from ..trees.draft import Draft, truncate_draft
-from ..drafters import Drafter
-from ..errors import StandError
-from ..drafters.feeds import LogitsFeed
-from .metrics import DecodeStats, GenerationResult
-from ..randomness import RandomStream
-from ..target.sampling import SamplingParams, TargetRow, target_row, target_rows
-from .stopping import StopRule
-from ..verify import Verification, verify_greedy, verify_sampling
-from dataclasses import field
 from ..checks import check_bool, check_int
-from ..drafters import Memory
+from ..drafters import Drafter, Memory
+from ..drafters.feeds import LogitsFeed
+from ..errors import StandError
 from ..limits import MAX_ROWS
 from ..method import Method
-from ..sizing.session import SizingSession, default_session
+from ..randomness import RandomStream, check_seed
+from ..sizing.session import SizingSession, check_sizing, default_session
 from ..sizing.value import ValueRule
-from ..randomness import check_seed
 from ..target.model_facts import check_positions, default_eos_ids, vocab_size
 from ..target.prompts import check_prompt, encode_prompt
-from .stopping import check_eos_ids, check_stop_strings
+from ..target.sampling import SamplingParams, TargetRow, target_row, target_rows
+from ..trees.draft import Draft, truncate_draft
+from ..verify import Verification, verify_greedy, verify_sampling
+from .metrics import DecodeStats, GenerationResult
+from .stopping import StopRule, check_eos_ids, check_stop_strings
 
 Lap = Callable[[str | None], None]
 """Closes a timing lap into a :class:`DecodeStats` bucket (``"verification_s"``, ...)."""
@@ -189,7 +185,7 @@ class DecodeRow:
         self.stats = stats if stats is not None else DecodeStats()
         self.stats.prompt_tokens = len(prompt)
         self.logprobs: list[float] | None = [] if logprobs else None
-        self.defer_feed = False  # set by a batch engine whose drafter feeds a native store (loop.py)
+        self.defer_feed = False  # set by a batch engine whose drafter feeds in batch (loop.py)
         self.pending_feed = None
 
     @property
@@ -370,8 +366,7 @@ def sizing_rule(model, method: Method, sizing: SizingSession | None, rows: int) 
     Raises:
         StandError: ``sizing`` not a SizingSession, or one measured for another target.
     """
-    if sizing is not None and not isinstance(sizing, SizingSession):
-        raise StandError(f"sizing must be a SizingSession or None, not {type(sizing).__name__}")
+    check_sizing(sizing)
     if not method.value_sized:
         return None
     session = default_session(model) if sizing is None else sizing

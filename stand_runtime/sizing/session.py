@@ -33,6 +33,13 @@ SESSION_FORMAT = "stand-sizing-session"
 """The ``format`` of a saved session (:meth:`SizingSession.save`)."""
 
 
+def check_sizing(sizing) -> "SizingSession | None":
+    """``sizing`` when it is a :class:`SizingSession` or None. Raises StandError (one line) otherwise."""
+    if sizing is not None and not isinstance(sizing, SizingSession):
+        raise StandError(f"sizing must be a SizingSession or None, not {type(sizing).__name__}")
+    return sizing
+
+
 def check_allocation(allocation) -> str:
     """``allocation`` when it is one of :data:`ALLOCATIONS`. Raises StandError (one line) otherwise."""
     if not isinstance(allocation, str) or allocation not in ALLOCATIONS:
@@ -192,4 +199,4 @@ def default_session(model) -> SizingSession:
     return sessions[key]
 
 
-__all__ = ["ALLOCATIONS", "SizingSession", "check_allocation", "default_session"]
+__all__ = ["ALLOCATIONS", "SizingSession", "check_allocation", "check_sizing", "default_session"]

@@ -5,9 +5,10 @@ is checked and cut to the top k (:func:`top_observation`) and merged into an ent
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Sequence
 
 import numpy as np
-from typing import Sequence
+
 from ..errors import StandError
 
 # Estimated bytes per stored context (key tuple, entry object, id and probability lists, dict slot),

@@ -27,20 +27,19 @@ texts then differ, from the same law (lossless either way). The drivers only see
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
-from stand_runtime import DecodeRequest, DecodingBackend, StandError
+from stand_runtime import DecodeRequest, DecodingBackend, SamplingParams, StandError
 from stand_runtime.checks import check_callable, check_int
+from stand_runtime.errors import counted
+from stand_runtime.limits import MAX_SAMPLES
+from stand_runtime.randomness import check_seed, check_seed_span
 from stand_runtime.target.prompts import encode_prompt
 
 from ..data.datasets import Prompt
 from .answers import extract_answer, majority_vote, normalise
 from .verifiers import Candidate, Verifier, check_scores, make_verifier
-from dataclasses import dataclass, field
-from stand_runtime import SamplingParams
-from stand_runtime.errors import counted
-from stand_runtime.limits import MAX_SAMPLES
-from stand_runtime.randomness import check_seed, check_seed_span
 
 
 def _seed(settings: SearchSettings, offset: int) -> int | None:
