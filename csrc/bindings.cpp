@@ -62,7 +62,7 @@ py::tuple entry_tuple(int n, const stand::Entry& e) {
 class PoolNoise : public stand::NoiseSource {
 public:
     PoolNoise(FloatArray buffer, py::object more) : buffer_(std::move(buffer)), more_(std::move(more)) {}
-    const double* take(size_t n) override {
+    const double* take(size_t n, int64_t, const stand::Token*) override {
         if (used_ + n > static_cast<size_t>(buffer_.size())) {
             buffer_ = more_(used_, n).cast<FloatArray>();
             used_ = 0;
@@ -135,8 +135,8 @@ void check_tree(const IntArray& child_start, const IntArray& child_list) {
     }
 }
 
-// One row's dynamic tree: the store, its context and chain, the tree's settings and the Gumbel pool
-// (buffer None: deterministic drafts).
+// One row's dynamic tree: the store, its context and chain, the tree's settings and the noise: the
+// Gumbel pool (buffer, more), a row's position noise (key, base) as two ints, or None (deterministic drafts).
 py::tuple draft_row(stand::Store& store, const IntArray& context, const IntArray& chain, const stand::DraftParams& params,
                     const py::object& buffer, const py::object& more) {
     static stand::DraftScratch scratch;  // the GIL is held and Drafting guards it: one draft at a time
@@ -149,6 +149,11 @@ py::tuple draft_row(stand::Store& store, const IntArray& context, const IntArray
     if (buffer.is_none()) {
         stand::best_first(store, context.data(), context.size(), chain.data(), chain.size(), params, nullptr, out,
                           scratch);
+        return draft_objects(out, 0);
+    }
+    if (py::isinstance<py::int_>(buffer)) {  // a row's position noise: (key, base)
+        stand::PositionNoise noise(buffer.cast<uint64_t>(), more.cast<int64_t>());
+        stand::best_first(store, context.data(), context.size(), chain.data(), chain.size(), params, &noise, out, scratch);
         return draft_objects(out, 0);
     }
     PoolNoise noise(buffer.cast<FloatArray>(), more);
@@ -358,6 +363,10 @@ PYBIND11_MODULE(_native, m) {
         size_t used = 0;
         if (buffer.is_none()) {
             stand::static_fill(store, context.data(), context.size(), tree, chain.data(), chain.size(), params, nullptr,
+                               out, nodes);
+        } else if (py::isinstance<py::int_>(buffer)) {  // a row's position noise: (key, base)
+            stand::PositionNoise noise(buffer.cast<uint64_t>(), more.cast<int64_t>());
+            stand::static_fill(store, context.data(), context.size(), tree, chain.data(), chain.size(), params, &noise,
                                out, nodes);
         } else {
             PoolNoise noise(buffer.cast<FloatArray>(), more);

@@ -115,13 +115,13 @@ private:
 
 // choose_children over the whole support: Gumbel-Top-|support| (np.argsort(-(log q + g), stable)),
 // or q's order for deterministic drafts; appended to scratch.orders.
-void drawing_order(const double* q, size_t m, NoiseSource* noise, DraftScratch& s) {
+void drawing_order(const double* q, const Token* ids, size_t m, int64_t depth, NoiseSource* noise, DraftScratch& s) {
     size_t at = s.orders.size();
     s.orders.resize(at + m);
     int32_t* order = s.orders.data() + at;
     std::iota(order, order + m, 0);
     if (noise == nullptr) return;
-    const double* gumbel = noise->take(m);
+    const double* gumbel = noise->take(m, depth, ids);
     if (m == 1) return;
     s.keys.resize(m);
     double* keys = s.keys.data();
@@ -141,6 +141,26 @@ void graft(Builder& builder, const Token* chain, size_t chain_len, int deepest) 
 }
 
 }  // namespace
+
+namespace {
+inline uint64_t mix64(uint64_t z) {
+    z += 0x9E3779B97F4A7C15ULL;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+}
+}  // namespace
+
+const double* PositionNoise::take(size_t n, int64_t depth, const Token* ids) {
+    uint64_t position = mix64(key_ ^ mix64(static_cast<uint64_t>(base_ + depth)));
+    values_.resize(n);
+    for (size_t i = 0; i < n; ++i) {
+        uint64_t bits = mix64(position ^ (static_cast<uint64_t>(ids[i]) * 0x9E3779B97F4A7C15ULL)) >> 11;
+        double u = (static_cast<double>(bits) + 0.5) * 0x1p-53;
+        values_[i] = -std::log(-std::log(u));
+    }
+    return values_.data();
+}
 
 int64_t copy_slot(DraftOut& out, int32_t parent, Token token) {
     int64_t start = out.dist_start[parent], length = out.dist_len[parent];
@@ -207,7 +227,8 @@ void best_first(Store& store, const Token* context, size_t length, const Token* 
                 s.probs.insert(s.probs.end(), blended.probs.begin(), blended.probs.end());
                 s.order_start[node] = static_cast<int64_t>(s.orders.size());
                 s.order_len[node] = static_cast<int32_t>(m);
-                drawing_order(out.flat_q.data() + q_at, m, noise, s);
+                drawing_order(out.flat_q.data() + q_at, out.flat_ids.data() + out.dist_start[node], m,
+                              builder.depth(node), noise, s);
                 if (m > 0) offer(node, 0);
             }
             continue;

@@ -9,11 +9,26 @@
 
 namespace stand {
 
-// Gumbel noise handed out in order, as RandomStream.gumbel(n) would (the Python side supplies it).
+// The Gumbel noise of a node's n children candidates: the support ids (q's order) of a node at
+// `depth` (root 0). A stream's pool hands fresh values out in order, as RandomStream.gumbel(n) would
+// (ids and depth unused); a row's position noise computes G[base + depth, ids[i]] (PositionNoise).
 class NoiseSource {
 public:
     virtual ~NoiseSource() = default;
-    virtual const double* take(size_t n) = 0;
+    virtual const double* take(size_t n, int64_t depth, const Token* ids) = 0;
+};
+
+// stand_runtime.randomness.PositionNoise.gumbel: G[t, v] = -log(-log(u)), u the top 53 bits of
+// mix(mix(key ^ mix(t)) ^ v * golden) plus one half, over 2^53 (SplitMix64's finaliser mix).
+class PositionNoise : public NoiseSource {
+public:
+    PositionNoise(uint64_t key, int64_t base) : key_(key), base_(base) {}
+    const double* take(size_t n, int64_t depth, const Token* ids) override;
+
+private:
+    uint64_t key_;
+    int64_t base_;
+    std::vector<double> values_;
 };
 
 struct DraftParams {

@@ -147,7 +147,7 @@ bool propose(Store& store, const FillBuilder& builder, int32_t node, size_t m, N
     p.slots.resize(k);
     std::iota(p.slots.begin(), p.slots.end(), 0);
     if (noise != nullptr) {
-        const double* gumbel = noise->take(k);
+        const double* gumbel = noise->take(k, builder.depth(node), p.entry->ids.data());
         std::vector<double>& keys = p.keys;
         keys.resize(k);
         for (size_t i = 0; i < k; ++i) keys[i] = std::log(p.q[i]) + gumbel[i];

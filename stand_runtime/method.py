@@ -24,7 +24,7 @@ from .drafters.token_recycling import RecyclingMatrix, TokenRecyclingDrafter
 from .trees.tree_walk import Extension
 from .sizing.value import ValueRule
 from .errors import StandError
-from .randomness import RandomStream
+from .randomness import DraftNoise
 from .store.ngram_store import NGramStore
 from .drafters.prior import SuccessorPrior
 from .target.latency import check_same_target, target_identity
@@ -34,6 +34,7 @@ from .sizing.tree_choice import AUTO, DEFAULT_FAMILY, check_auto_available, mach
 from .trees.tree import DraftTree
 from .trees.families import is_family
 from .trees.tree_io import TreeFile, resolve_tree
+from .verify import check_verification
 
 DEFAULT_TREES = {"stand": "dynamic-auto", "stand-det": AUTO, "recycle": "heuristic-80"}
 """Each tree method's default tree: for STAND the value-sized dynamic tree (``"dynamic-auto"``: each step
@@ -67,6 +68,9 @@ class Method:
         prior: STAND: the target's successor prior, filling the 1-token context of a step's root
             where the store has none (:mod:`stand_runtime.drafters.prior`;
             :func:`stand_runtime.drafters.prior.method_prior` gives it); None = no prior.
+        verification: how sampled drafts are verified (:data:`stand_runtime.verify.VERIFICATION_RULES`):
+            ``"invariant"`` (drafter-invariant: a seed gives plain decoding's tokens, whatever drafts;
+            docs/seeds.md) or ``"rejection"`` (the STAND paper's recursive rejection sampling).
         sized_for: the target whose latency on this machine sized the tree (``"auto"``, a family), as
             ``(key, description)`` (:func:`stand_runtime.target.latency.target_identity`); None when
             nothing was sized from a target. Decoding another target with it is refused
@@ -89,8 +93,10 @@ class Method:
     batch_verify: bool | None = None
     prior: SuccessorPrior | None = None
     sized_for: tuple[str, str] | None = None
+    verification: str = "invariant"
 
     def __post_init__(self) -> None:
+        check_verification(self.verification)
         if self.copy_tokens is None:
             object.__setattr__(self, "copy_tokens", VALUE_COPY_TOKENS if self.value_sized else COPY_TOKENS)
         if self.batch_verify is not None:
@@ -120,7 +126,7 @@ class Method:
     def parse(cls, name: str, tree=None, model=None, batch: int = 1, *, feed_rejected: bool = False,
               extend: bool = True, copy_tokens: int | None = None, diagnose: bool = False, max_nodes=AUTO,
               suffix: SuffixSettings | None = None, batch_verify: bool | None = None,
-              prior: SuccessorPrior | None = None) -> "Method":
+              prior: SuccessorPrior | None = None, verification: str = "invariant") -> "Method":
         """The method ``name`` with its tree resolved and its options checked.
 
         Args:
@@ -136,6 +142,7 @@ class Method:
             suffix: SuffixDecoding's settings.
             batch_verify: the batched verifier switch (see :class:`Method`).
             prior: the successor prior STAND drafts with (see :class:`Method`).
+            verification: ``"invariant"`` or ``"rejection"`` (see :class:`Method`).
 
         Raises:
             StandError: unknown method, a missing optional package, an option the method does not
@@ -156,8 +163,9 @@ class Method:
         if max_nodes == AUTO:
             max_nodes = auto_node_cap(resolved, sized, batch)
         sized_for = target_identity(model) if model is not None and sized else None
+        check_verification(verification)
         return cls(name, resolved, feed_rejected, extend, copy_tokens, diagnose, max_nodes, sized, suffix,
-                   batch_verify, prior, sized_for)
+                   batch_verify, prior, sized_for, verification)
 
     @property
     def value_sized(self) -> bool:
@@ -199,13 +207,14 @@ class Method:
         if isinstance(memory, NGramStore) and memory.max_token_id >= vocab:
             raise StandError(f"the store holds token id {memory.max_token_id}, outside the model's vocabulary ({vocab})")
 
-    def drafter(self, memory: Memory | None, randomness: RandomStream, params: SamplingParams, vocab: int,
+    def drafter(self, memory: Memory | None, randomness: DraftNoise, params: SamplingParams, vocab: int,
                 seed: int | None = None, value: ValueRule | None = None) -> Drafter | None:
         """This method's drafter for one sequence (None for plain decoding).
 
         Args:
             memory: the drafter memory (shared by the calls given the same object); None = a fresh one.
-            randomness: the sequence's random stream (Gumbel noise of stochastic drafts).
+            randomness: the sequence's drafting noise (:class:`stand_runtime.randomness.DraftNoise`: its
+                random stream, or its position noise under the drafter-invariant verifier).
             params: the target sampling distribution.
             vocab: the target's vocabulary size.
             seed: seeds the diagnostics' private generator.

@@ -1,16 +1,31 @@
-"""Precomputed pools of random numbers, drawn from one ``torch.Generator`` and never reused.
+"""The randomness of decoding: a stream of fresh draws (:class:`RandomStream`) and noise fixed by position (:class:`PositionNoise`).
 
-Drafting needs Gumbel noise for every drafted node and verification needs uniforms for every
+:class:`RandomStream` serves recursive rejection verification, whose draws must be fresh and used once:
+
+drafting needs Gumbel noise for every drafted node and verification needs uniforms for every
 acceptance test and every residual sample: tens of draws per decoding step. Drawing them one by one
-from torch costs microseconds each, so :class:`RandomStream` draws blocks ahead and hands values out
-in order. Each value is used exactly once: reusing Gumbel noise would correlate draft tokens across
-nodes and steps, and reusing a uniform would correlate accept decisions, either of which breaks the
-losslessness of speculative sampling. A seeded generator reproduces a run bit for bit.
+from torch costs microseconds each, so it draws blocks ahead and hands values out in order. Each
+value is used exactly once: reusing Gumbel noise would correlate draft tokens across nodes and steps,
+and reusing a uniform would correlate accept decisions, either of which breaks the losslessness of
+speculative sampling. A seeded stream repeats a run only while the drafts repeat (every draft
+consumes the stream differently).
+
+:class:`PositionNoise` serves drafter-invariant verification (docs/seeds.md): standard Gumbel noise
+``G[t, v]`` that is a pure function of (the row's key, sequence position t, token v), counter-based
+(a SplitMix64 hash, Steele, Lea and Flood 2014), so it does not depend on how many draws anything
+made before. The target's token at position t is ``argmax_v log p_t(v) + G[t, v]`` (the Gumbel-max
+trick), whatever drafted it, and the drafts use the same ``G``.
+
+Both serve drafting through one interface (:class:`DraftNoise`): ``noise.at(base)`` for a draft after
+``base`` committed tokens, then ``children(depth, ids)``: the Gumbel noise of a node's children at
+that depth, over the support ``ids``.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
+from typing import Protocol
 
 import numpy as np
 import torch
@@ -168,6 +183,14 @@ class RandomStream:
         self._uniforms.lent = None  # the generator moves on: a lend can no longer be undone
         return self._gumbels.take(n)
 
+    def at(self, base: int) -> "RandomStream":
+        """The stream itself (:class:`DraftNoise`): its draws do not depend on the position."""
+        return self
+
+    def children(self, depth: int, ids: np.ndarray) -> np.ndarray:
+        """``[len(ids)]`` fresh Gumbel draws (:class:`DraftNoise`; ``depth`` and the ids themselves unused)."""
+        return self.gumbel(len(ids))
+
 
 def drafting_seed(seed: int) -> int:
     """The seed of a seeded vLLM request's drafting noise (STAND's proposer): ``seed`` (in [0, 2**64))
@@ -179,3 +202,149 @@ def drafting_seed(seed: int) -> int:
     target's distribution (docs/decisions.md). Lossless needs the drafts independent of the verification's draws given what was committed."""
     digest = hashlib.sha256(b"stand-vllm-drafting-noise" + int(seed).to_bytes(8, "little")).digest()
     return int.from_bytes(digest[:8], "little")
+
+
+class DraftNoise(Protocol):
+    """What drafting reads its Gumbel noise from (a :class:`RandomStream` or a :class:`PositionNoise`)."""
+
+    def at(self, base: int) -> "DraftNoise":
+        """The noise of a draft whose root is committed token ``base - 1`` (``base`` tokens committed)."""
+
+    def children(self, depth: int, ids: np.ndarray) -> np.ndarray:
+        """``[len(ids)]`` float64 standard Gumbel noise for the children of a node at ``depth`` (root 0)
+        over the support ``ids`` (``[k]`` int64 token ids): its children are the tokens at position
+        ``base + depth``."""
+
+
+_MASK = (1 << 64) - 1
+_GOLDEN = 0x9E3779B97F4A7C15
+_MIX1, _MIX2 = 0xBF58476D1CE4E5B9, 0x94D049BB133111EB
+
+
+def _mix(z: int) -> int:
+    """SplitMix64's finaliser of ``z`` (a Python int in [0, 2**64))."""
+    z = (z + _GOLDEN) & _MASK
+    z = ((z ^ (z >> 30)) * _MIX1) & _MASK
+    z = ((z ^ (z >> 27)) * _MIX2) & _MASK
+    return z ^ (z >> 31)
+
+
+def _mix_array(z: np.ndarray) -> np.ndarray:
+    """:func:`_mix` of every entry of a uint64 array (numpy's uint64 arithmetic wraps modulo 2**64)."""
+    z = z + np.uint64(_GOLDEN)
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(_MIX1)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(_MIX2)
+    return z ^ (z >> np.uint64(31))
+
+
+def _signed(value: int) -> int:
+    """``value`` in [0, 2**64) as the int64 of the same bits."""
+    return value - (1 << 64) if value >= 1 << 63 else value
+
+
+def _shift_right(z: torch.Tensor, bits: int) -> torch.Tensor:
+    """The logical right shift of int64 ``z`` (torch's ``>>`` is arithmetic on signed integers)."""
+    return (z >> bits) & ((1 << (64 - bits)) - 1)
+
+
+def _mix_tensor(z: torch.Tensor) -> torch.Tensor:
+    """:func:`_mix` of every entry of an int64 tensor (two's complement: int64 arithmetic wraps as uint64's)."""
+    z = z + _signed(_GOLDEN)
+    z = (z ^ _shift_right(z, 30)) * _signed(_MIX1)
+    z = (z ^ _shift_right(z, 27)) * _signed(_MIX2)
+    return z ^ _shift_right(z, 31)
+
+
+def _gumbel_of(bits53: np.ndarray | torch.Tensor):
+    """Standard Gumbel values ``-log(-log(u))`` of ``u = (bits + 1/2) / 2**53`` in (0, 1), float64."""
+    u = (bits53 + 0.5) * 2.0 ** -53
+    return -np.log(-np.log(u)) if isinstance(u, np.ndarray) else -torch.log(-torch.log(u))
+
+
+class PositionNoise:
+    """Standard Gumbel noise fixed by a key, a sequence position and a token: ``G[t, v]``.
+
+    ``G[t, v] = -log(-log(u))`` with ``u`` the top 53 bits of ``mix(mix(key ^ mix(t)) ^ v·φ)``, ``mix``
+    SplitMix64's finaliser and φ its odd constant (a bijection of the token id): i.i.d. across
+    positions and tokens as far as the hash is, and the same value for the same (key, t, v) however
+    often or in whatever order it is read: counter-based randomness (Salmon et al., 2011, "Parallel
+    random numbers: as easy as 1, 2, 3"). The host (numpy), C++ drafting and the device (torch) compute
+    the same bits; the float64 logarithm may differ by an ulp between them.
+
+    Args:
+        key: the row's key, an int in [0, 2**64).
+
+    Raises:
+        StandError: ``key`` out of range.
+    """
+
+    def __init__(self, key: int) -> None:
+        check_seed(key)
+        self.key = int(key)
+
+    @classmethod
+    def seeded(cls, seed: int | None) -> "PositionNoise":
+        """The noise of a row seeded ``seed``: its key is ``seed`` mixed by SHA-256 (``None``: a key from
+        the operating system's entropy, so an unseeded row is fresh).
+
+        Raises:
+            StandError: ``seed`` is not None or an int in [0, 2**64).
+        """
+        check_seed(seed)
+        if seed is None:
+            return cls(int.from_bytes(os.urandom(8), "little"))
+        digest = hashlib.sha256(b"stand-position-noise" + int(seed).to_bytes(8, "little")).digest()
+        return cls(int.from_bytes(digest[:8], "little"))
+
+    def position_key(self, position: int) -> int:
+        """The hash state of ``position`` (a sequence index >= 0), in [0, 2**64)."""
+        return _mix(self.key ^ _mix(int(position) & _MASK))
+
+    def position_keys(self, positions: np.ndarray) -> np.ndarray:
+        """:meth:`position_key` of every entry of ``positions`` (``[n]`` int64 >= 0), as ``[n]`` int64 bits
+        (what :func:`position_gumbel` takes)."""
+        mixed = _mix_array(np.uint64(self.key) ^ _mix_array(np.asarray(positions, dtype=np.int64).astype(np.uint64)))
+        return mixed.view(np.int64)
+
+    def gumbel(self, position: int, ids) -> np.ndarray:
+        """``[len(ids)]`` float64 ``G[position, ids]`` (``ids``: token ids >= 0, any integer array)."""
+        tokens = np.asarray(ids, dtype=np.int64).astype(np.uint64) * np.uint64(_GOLDEN)
+        bits = _mix_array(tokens ^ np.uint64(self.position_key(position))) >> np.uint64(11)
+        return _gumbel_of(bits.astype(np.float64))
+
+    def at(self, base: int) -> "PositionedNoise":
+        """The noise of a draft after ``base`` committed tokens (:class:`DraftNoise`)."""
+        return PositionedNoise(self, int(base))
+
+
+def position_gumbel(position_keys: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    """:meth:`PositionNoise.gumbel` for many positions at once, on ``ids``' device.
+
+    Args:
+        position_keys: ``[R]`` int64, each row's :meth:`PositionNoise.position_key` (as int64 bits).
+        ids: ``[R, K]`` int64 token ids (any value >= 0; padding included).
+
+    Returns:
+        ``[R, K]`` float64 ``G[position of row r, ids[r, k]]``.
+    """
+    tokens = ids * _signed(_GOLDEN)
+    bits = _shift_right(_mix_tensor(tokens ^ position_keys[:, None]), 11)
+    return _gumbel_of(bits.double())
+
+
+class PositionedNoise:
+    """:class:`PositionNoise` for one draft: a node's children at ``depth`` are the tokens at position
+    ``base + depth`` (:class:`DraftNoise`).
+
+    Attributes:
+        noise: the row's noise; base: the committed tokens before the draft's first drafted token.
+    """
+
+    def __init__(self, noise: PositionNoise, base: int) -> None:
+        self.noise, self.base = noise, base
+
+    def at(self, base: int) -> "PositionedNoise":
+        return self.noise.at(base)
+
+    def children(self, depth: int, ids) -> np.ndarray:
+        return self.noise.gumbel(self.base + int(depth), ids)

@@ -28,6 +28,14 @@ Rules, walking from the root (docs/design.md §4.2-4.4), with p the target sampl
   stage is a valid speculative-sampling step on p_i for a proposal independent of its uniform,
   so mixing the two rules at one node keeps the output p's.
 
+Drafter-invariant verification (Daliri, Musco and Suresh, 2024, "Coupling without Communication and
+Drafter-Invariant Speculative Decoding", §3; docs/seeds.md): the target's token at sequence position
+t is the Gumbel-max sample ``argmax_v log p(v) + G[t, v]`` with noise ``G`` fixed by (row key, t, v)
+(:class:`stand_runtime.randomness.PositionNoise`); a node is accepted when its token is that sample at
+its parent. The walk is the greedy one with the Gumbel-max token in place of the argmax, so the
+output is plain Gumbel-max decoding's, token for token, whatever the draft; STAND draws its children
+with the same noise (Gumbel-Top-K over q), which is what makes them likely to match.
+
 Verification never calls the model: target distributions come from a callable, so the engine
 computes p only for the nodes the walk visits (as sparse nucleus rows when top-p < 1).
 """
@@ -41,8 +49,25 @@ import numpy as np
 
 from .trees.draft import Draft
 from .errors import StandError
-from .randomness import RandomStream
+from .randomness import PositionNoise, RandomStream
 from .target.sampling import TargetRow, sample_index
+
+VERIFICATION_RULES = ("invariant", "rejection")
+"""The rules that verify sampled drafts: ``"invariant"`` (drafter-invariant Gumbel-max coupling, :func:`verify_invariant`:
+a seed fixes the output whatever drafts) and ``"rejection"`` (recursive rejection sampling, the STAND
+paper's, :func:`verify_sampling`). Both keep the target's law; greedy decoding is exact match under either."""
+
+
+
+def check_verification(rule) -> str:
+    """``rule`` if it is one of :data:`VERIFICATION_RULES`.
+
+    Raises:
+        StandError: anything else (naming the rules)."""
+    if not isinstance(rule, str) or rule not in VERIFICATION_RULES:
+        raise StandError(f"verification must be one of {', '.join(VERIFICATION_RULES)}, got {rule!r}")
+    return rule
+
 
 TargetAt = Callable[[int], "TargetRow | np.ndarray"]
 """Maps a draft position (0 = root) to p at that node: a :class:`stand_runtime.target.sampling.TargetRow`
@@ -126,14 +151,63 @@ def _check_draft(draft: Draft, read, name: str, randomness: RandomStream | None 
 
 def greedy_walk(draft: Draft) -> Walk:
     """:func:`verify_greedy` as a :data:`Walk` (sent the argmax token at each position it yields)."""
+    return _matching_walk(draft, lambda node, best: int(best))
+
+
+def _matching_walk(draft: Draft, token_of: Callable[[int, object], int]) -> Walk:
+    """The walk that descends into the child whose token is the target's token at the node
+    (``token_of(node, what the walk was sent)``; the first such child) and emits that token where none is."""
     node, accepted = 0, []
     while True:
-        best = int((yield node))
+        best = token_of(node, (yield node))
         match = next((child for child in draft.children[node] if draft.tokens[child] == best), None)
         if match is None:
             return Verification(accepted, best, not draft.children[node])
         accepted.append(match)
         node = match
+
+
+def gumbel_max_token(row: TargetRow, noise: PositionNoise, position: int) -> int:
+    """The target's token at sequence ``position`` under drafter-invariant sampling: ``argmax_v log p(v)
+    + G[position, v]`` over p's support (the Gumbel-max trick: a sample of p; the first on ties).
+
+    Args:
+        row: p at the node (sparse or dense :class:`TargetRow`, checked finite).
+        noise: the row's :class:`PositionNoise`.
+        position: the index in the sequence (prompt included) of the token drawn.
+    """
+    ids = row.ids if row.ids is not None else np.arange(len(row.probs))
+    with np.errstate(divide="ignore"):
+        keys = np.log(row.probs) + noise.gumbel(position, ids)
+    return int(ids[int(np.argmax(keys))])
+
+
+def gumbel_walk(draft: Draft, noise: PositionNoise, base: int) -> Walk:
+    """:func:`verify_invariant` as a :data:`Walk` (sent p at each position it yields, a checked
+    :class:`TargetRow`); the node at depth d reads the noise of position ``base + d``."""
+    return _matching_walk(draft, lambda node, row: gumbel_max_token(row, noise, base + int(draft.depths[node])))
+
+
+def verify_invariant(draft: Draft, target: TargetAt, noise: PositionNoise, base: int) -> Verification:
+    """Drafter-invariant verification of a drafted tree (module docstring; docs/seeds.md).
+
+    Args:
+        draft: the drafted tree (any drafter: stochastic, deterministic or copied children).
+        target: p per draft position (:data:`TargetAt`).
+        noise: the row's :class:`stand_runtime.randomness.PositionNoise`.
+        base: committed tokens before the draft's first drafted token (the root is token ``base - 1``).
+
+    Returns:
+        The accepted path and the emitted token: the tokens plain Gumbel-max decoding with ``noise``
+        emits at positions ``base``, ``base + 1``, ... (so a seed fixes the output, whatever drafted it).
+
+    Raises:
+        StandError: p is not finite at a visited node; arguments of the wrong type.
+    """
+    _check_draft(draft, target, "target")
+    if not isinstance(noise, PositionNoise):
+        raise StandError(f"noise must be a PositionNoise (PositionNoise.seeded(seed)), not {type(noise).__name__}")
+    return _drive(gumbel_walk(draft, noise, int(base)), lambda node: _target_at(target, node))
 
 
 def _drive(walk: Walk, read: Callable[[int], object]) -> Verification:

@@ -5,13 +5,15 @@ all rows of a batch at once instead of walking each tree node by node on the hos
 
 1. **outcomes**: for every node with children, in every row, the outcome the walk would draw there
    (child i accepted, or none): greedy, the first child (drawing order) whose token is the argmax;
-   sampling, :func:`stand_runtime.verify.acceptance_chain` run stage by stage over all nodes in
+   drafter-invariant, the first whose token is the Gumbel-max token (each row's position noise, on the
+   device: :func:`stand_runtime.randomness.position_gumbel`); recursive rejection,
+   :func:`stand_runtime.verify.acceptance_chain` run stage by stage over all nodes in
    parallel (children padded to the widest node; stochastic, deterministic and copied stages, the
    ``EMPTY_RESIDUAL`` rule), then one inverse-CDF draw per node with the uniform its depth would get;
 2. **walk**: a node is on the accepted path when every edge from the root to it is its parent's
    outcome (the ancestor masks); per row the deepest such node ends the path;
-3. **emit**: greedy, the argmax there; sampling, a sample of p there (bonus) or of the node's
-   residual (recovered), in the order :class:`stand_runtime.target.sampling.TargetRow` holds p.
+3. **emit**: greedy (drafter-invariant), the argmax (the Gumbel-max token) there; recursive rejection,
+   a sample of p there (bonus) or of the node's residual (recovered), in the order :class:`stand_runtime.target.sampling.TargetRow` holds p.
 
 A node's outcome depends only on its own p and q, so computing it for nodes the walk never reaches
 changes nothing, and the node at depth d of the path gets the row's d-th uniform, as in the walk.
@@ -32,11 +34,11 @@ import numpy as np
 import torch
 
 from .errors import StandError
-from .randomness import RandomStream
+from .randomness import PositionedNoise, RandomStream, position_gumbel
 from .target.device_rows import DeviceRows
 from .target.sampling import SamplingParams, target_row
 from .trees.draft import Draft
-from .verify import EMPTY_RESIDUAL, Verification, verify_sampling
+from .verify import EMPTY_RESIDUAL, Verification, verify_invariant, verify_sampling
 
 
 
@@ -224,23 +226,45 @@ def _put(size: int, at: np.ndarray, values: torch.Tensor, fill) -> torch.Tensor:
     return out.index_copy_(0, torch.as_tensor(at, dtype=torch.long).to(values.device), values)
 
 
-def _greedy(layout: _Layout, logits: _Logits) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``([I] outcome per node with children: its first child whose token is the argmax, else M;
-    [B * N] argmax per padded node; [B * N] int64 flags: 1 where the logits are not finite)``."""
-    maxima = torch.max(logits.flat, dim=-1)
+def _matching(layout: _Layout, logits: _Logits, params: SamplingParams, noises: Sequence[PositionedNoise] | None
+              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``([I] outcome per node with children: its first child whose token is the target's token there,
+    else M; [B * N] that token per padded node; [B * N] int64 flags: 1 where the logits (p) are not
+    finite, 2 where the nucleus is wider than the probe)``: the target's token is the argmax (greedy)
+    or the Gumbel-max sample with each row's position noise (drafter-invariant verification)."""
     batch, width = layout.depth.shape
     rows = np.repeat(np.arange(batch), layout.lengths)
     nodes = np.concatenate([np.arange(n) for n in layout.lengths])
     index = logits.index(rows, nodes)
     padded = rows * width + nodes
-    best = _put(batch * width, padded, maxima.indices.index_select(0, index), 0)
-    flags = _put(batch * width, padded, (~torch.isfinite(maxima.values.index_select(0, index))).long(), 0)
+    if noises is None:
+        maxima = torch.max(logits.flat.index_select(0, index), dim=-1)
+        tokens, flag = maxima.indices, (~torch.isfinite(maxima.values)).long()
+    else:
+        tokens, flag = _gumbel_max(logits.flat.index_select(0, index), params, noises, rows, layout.depth[rows, nodes])
+    best, flags = _put(batch * width, padded, tokens, 0), _put(batch * width, padded, flag, 0)
     if not layout.rows:
         return torch.zeros(0, dtype=torch.long, device=best.device), best, flags
     kid_tokens = torch.as_tensor(layout.kid_tokens).to(best.device)
     at = torch.as_tensor(np.asarray(layout.rows, dtype=np.int64) * width + np.asarray(layout.nodes, dtype=np.int64))
     match = kid_tokens == best.index_select(0, at.to(best.device))[:, None]
     return torch.where(match.any(-1), match.int().argmax(-1), kid_tokens.shape[1]), best, flags
+
+
+def _gumbel_max(logits: torch.Tensor, params: SamplingParams, noises: Sequence[PositionedNoise], rows: np.ndarray,
+                depths: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`stand_runtime.verify.gumbel_max_token` of every node: ``[R, vocab]`` logits, each node's row
+    and depth (``[R]`` int64) → ``([R] int64 tokens, [R] int64 flags as in :func:`_matching`)``."""
+    p = DeviceRows(logits, params)
+    keys = np.empty(len(rows), dtype=np.int64)
+    for b in np.unique(rows):
+        here = rows == b
+        keys[here] = noises[b].noise.position_keys(noises[b].base + depths[here])
+    ids = p.ids if p.ids is not None else torch.arange(p.values.shape[1], device=logits.device).expand(len(rows), -1)
+    score = torch.log(p.values.double()) + position_gumbel(torch.as_tensor(keys).to(logits.device), ids)
+    column = score.argmax(-1)
+    tokens = column if p.ids is None else p.ids.gather(1, column[:, None])[:, 0]
+    return tokens, (~torch.isfinite(p.total)).long() + (0 if p.wide is None else 2 * p.wide.long())
 
 
 def _sampling(layout: _Layout, logits: _Logits, params: SamplingParams, uniforms: torch.Tensor):
@@ -302,9 +326,11 @@ def _emit(layout: _Layout, logits: _Logits, params: SamplingParams, uniforms: to
 
 
 def verify_batch(drafts: Sequence[Draft], logits: Sequence[torch.Tensor], params: SamplingParams,
-                 streams: Sequence[RandomStream] | None = None) -> list[Verification]:
-    """Verify every row's draft at once (module docstring): what :func:`stand_runtime.verify.verify_greedy`
-    or :func:`stand_runtime.verify.verify_sampling` gives each row, with one transfer to the host.
+                 streams: Sequence[RandomStream] | None = None,
+                 noises: Sequence[PositionedNoise] | None = None) -> list[Verification]:
+    """Verify every row's draft at once (module docstring): what :func:`stand_runtime.verify.verify_greedy`,
+    :func:`stand_runtime.verify.verify_invariant` (``noises`` given) or
+    :func:`stand_runtime.verify.verify_sampling` gives each row, with one transfer to the host.
 
     Args:
         drafts: per row its draft tree.
@@ -313,6 +339,8 @@ def verify_batch(drafts: Sequence[Draft], logits: Sequence[torch.Tensor], params
         params: the rows' sampling distribution (one for all; :func:`verify_rows` groups rows).
         streams: per row its own random stream (sampling; each lends ``max depth + 1`` uniforms and
             gets back those the walk would not have drawn).
+        noises: per row its position noise at the draft (``noise.at(committed)``): drafter-invariant
+            verification, the greedy walk with each node's Gumbel-max token; None = with ``streams``.
 
     Returns:
         One :class:`stand_runtime.verify.Verification` per row.
@@ -321,15 +349,20 @@ def verify_batch(drafts: Sequence[Draft], logits: Sequence[torch.Tensor], params
         StandError: rows and logits or streams of different counts, a stream shared by two rows, or
             non-finite logits at a node the walk visits (as the reference walk raises).
     """
-    if len(drafts) != len(logits) or not drafts or (not params.greedy and (streams is None or len(streams) != len(drafts))):
-        raise StandError("verify_batch takes one draft, one logits tensor and (sampling) one random stream per row")
-    if not params.greedy and len({id(s) for s in streams}) != len(streams):
+    noises = None if params.greedy else noises
+    per_row = streams if noises is None else noises
+    if len(drafts) != len(logits) or not drafts or (not params.greedy and (per_row is None or len(per_row) != len(drafts))):
+        raise StandError("verify_batch takes one draft, one logits tensor and (sampling) one random stream or "
+                         "position noise per row")
+    if noises is not None and not all(isinstance(n, PositionedNoise) for n in noises):
+        raise StandError("verify_batch's noises must be positioned PositionNoise (noise.at(committed tokens))")
+    if not params.greedy and noises is None and len({id(s) for s in streams}) != len(streams):
         raise StandError("verify_batch needs a random stream of its own per row (two rows share one)")
-    layout, source = _layout(drafts, sampling=not params.greedy), _Logits(logits)
+    layout, source = _layout(drafts, sampling=not params.greedy and noises is None), _Logits(logits)
     device, lent = source.flat.device, None
     none = torch.zeros(0, dtype=torch.long, device=device)
-    if params.greedy:
-        outcome, best, flags = _greedy(layout, source)
+    if params.greedy or noises is not None:
+        outcome, best, flags = _matching(layout, source, params, noises)
         on_path, end = _walk(layout, outcome)
         token = best.index_select(0, torch.arange(len(drafts), device=device) * layout.depth.shape[1] + end)
     else:
@@ -344,10 +377,10 @@ def verify_batch(drafts: Sequence[Draft], logits: Sequence[torch.Tensor], params
         flags = torch.zeros_like(on_path, dtype=torch.long) if chains is None else chains[3].view(on_path.shape)
         flags = flags.scatter(1, end[:, None], flags.gather(1, end[:, None]) | end_flag[:, None])
     host = torch.cat([on_path.view(-1).long(), flags.view(-1), end, token]).cpu().numpy()  # the one sync
-    return _finish(drafts, logits, params, streams, lent, layout, host)
+    return _finish(drafts, logits, params, streams, lent, layout, host, noises)
 
 
-def _finish(drafts, logits, params, streams, lent, layout: _Layout, host: np.ndarray) -> list[Verification]:
+def _finish(drafts, logits, params, streams, lent, layout: _Layout, host: np.ndarray, noises) -> list[Verification]:
     """Per row its :class:`Verification` from the host copy; uniforms given back; rows whose path meets
     a nucleus wider than the probe verified again by the reference walk; non-finite visited nodes refused."""
     batch, width = layout.depth.shape
@@ -368,6 +401,11 @@ def _finish(drafts, logits, params, streams, lent, layout: _Layout, host: np.nda
             rows = logits[b]
             out.append(verify_sampling(draft, lambda node, rows=rows: target_row(rows[node], params), streams[b]))
             continue
+        if noises is not None and marked:  # a wide nucleus on the path: the reference walk
+            rows = logits[b]
+            out.append(verify_invariant(draft, lambda node, rows=rows: target_row(rows[node], params), noises[b].noise,
+                                        noises[b].base))
+            continue
         if lent is not None:
             streams[b].give_back_uniforms(len(lent[b]) - int(draft.depths[int(end[b])]) - (0 if leaf else 1) - 1)
         out.append(Verification(path[1:].tolist(), int(token[b]), leaf))
@@ -375,13 +413,14 @@ def _finish(drafts, logits, params, streams, lent, layout: _Layout, host: np.nda
 
 
 def verify_rows(drafts: Sequence[Draft], logits: Sequence[torch.Tensor], params: Sequence[SamplingParams],
-                streams: Sequence[RandomStream]) -> list[Verification]:
+                streams: Sequence[RandomStream], noises: Sequence[PositionedNoise] | None = None) -> list[Verification]:
     """:func:`verify_batch` over rows of different sampling parameters: one call per distinct
     ``params`` (usually one), results in row order. Arguments are per row, as there."""
     out: list[Verification | None] = [None] * len(drafts)
     for group in dict.fromkeys(params):
         rows = [b for b, p in enumerate(params) if p == group]
         for b, verification in zip(rows, verify_batch([drafts[b] for b in rows], [logits[b] for b in rows], group,
-                                                      [streams[b] for b in rows])):
+                                                      [streams[b] for b in rows],
+                                                      None if noises is None else [noises[b] for b in rows])):
             out[b] = verification
     return out

@@ -16,7 +16,7 @@ from stand_runtime.errors import counted
 from . import loading, render, render_value
 from .app import app, console, err_console, one_line_errors
 from .options import (dtype_name, BASE_SEED_HELP, DATASET_HELP, DTYPE_HELP, FIELD_HELP, MODEL_HELP, OFFSET_HELP, PLOT_HELP,
-                      PRIOR_HELP, TEMPERATURE_HELP, TOP_P_HELP, check_budget_fits, check_outputs, check_prior_option,
+                      PRIOR_HELP, TEMPERATURE_HELP, TOP_P_HELP, VERIFICATION_HELP, Verification, check_budget_fits, check_outputs, check_prior_option,
                       json_path, refuse_options, sampling_options, ResultsFile)
 
 
@@ -38,6 +38,7 @@ def bench(
     top_p: float = typer.Option(0.95, help=TOP_P_HELP),
     max_new_tokens: int = typer.Option(256, help="Tokens per trajectory at most."),
     seed: int = typer.Option(0, help=BASE_SEED_HELP),
+    verification: Verification = typer.Option(Verification.invariant, help=VERIFICATION_HELP),
     trajectories: int = typer.Option(1, help="Trajectories per prompt (1 to 4096), sharing one drafter memory (best-of-N)."),
     share_store: bool = typer.Option(False, "--share-store", metavar="", help="One drafter memory per method for all prompts (default: per prompt)."),
     ignore_eos: bool = typer.Option(False, "--ignore-eos", metavar="", help="Decode every trajectory to --max-new-tokens (equal token counts for speed; answers are read before the first EOS)."),
@@ -73,9 +74,9 @@ def bench(
     check_budget_fits(model, max_new_tokens)
     offset = default_offset(dataset, offset)
     prompts = load_prompts(dataset, field=field, samples=samples, offset=offset)
-    settings = {"model": model, "dtype": dtype, "dataset": dataset, "samples": samples, "offset": offset,
-                "temperature": temperature, "top_p": top_p, "max_new_tokens": max_new_tokens, "seed": seed,
-                "trajectories": trajectories, "share_store": share_store, "ignore_eos": ignore_eos, "prior": prior}
+    settings = {"model": model, "dtype": dtype, "dataset": dataset, "samples": samples, "offset": offset, "seed": seed,
+                "temperature": temperature, "top_p": top_p, "max_new_tokens": max_new_tokens, "prior": prior,
+                "trajectories": trajectories, "share_store": share_store, "ignore_eos": ignore_eos, "verification": verification.value}
     results, profile = _decode(prompts, specs, sampling, settings, out)
     title = (f"{counted(len(prompts), 'prompt')} from {dataset} (offset {offset}) x "
              f"{counted(trajectories, 'trajectory', 'trajectories')}, "
@@ -108,7 +109,7 @@ def _decode(prompts: list, specs: list, sampling, settings: dict, out: ResultsFi
                             max_new_tokens=settings["max_new_tokens"], seed=settings["seed"], trajectories=trajectories,
                             on_run=lambda *_: bar.advance(task), on_prompt=save,
                             share_across_prompts=settings["share_store"], ignore_eos=settings["ignore_eos"],
-                            priors=settings["prior"])
+                            priors=settings["prior"], verification=settings["verification"])
     out.done(lambda: results_json(results, {**settings, "prompts_done": len(prompts)}, profile))
     return results, profile
 

@@ -11,7 +11,8 @@ from stand_runtime.limits import METHODS
 
 from . import loading, render
 from .app import app, console, one_line_errors
-from .options import (dtype_name, DTYPE_HELP, PRIOR_HELP, MODEL_HELP, SEED_HELP, TEMPERATURE_HELP, TOP_K_HELP, TOP_P_HELP, check_budget_fits,
+from .options import (dtype_name, DTYPE_HELP, PRIOR_HELP, MODEL_HELP, SEED_HELP, TEMPERATURE_HELP, TOP_K_HELP, TOP_P_HELP,
+                      VERIFICATION_HELP, Verification, check_budget_fits,
                       check_paths, json_path, read_prompt, refuse_options, sampling_options, ResultsFile)
 
 FINISH_NOTES = {"length": "(stopped at --max-new-tokens {})", "stop": "(stopped at a --stop string, which the text leaves out)",
@@ -34,6 +35,7 @@ def generate_command(
     top_k: int = typer.Option(0, help=TOP_K_HELP),
     max_new_tokens: int = typer.Option(256, help="Tokens to generate at most."),
     seed: Optional[int] = typer.Option(None, help=SEED_HELP),
+    verification: Verification = typer.Option(Verification.invariant, help=VERIFICATION_HELP),
     stop: Optional[list[str]] = typer.Option(None, metavar="TEXT", help="Stop once the text contains this string (repeatable)."),
     feed_rejected: bool = typer.Option(False, "--feed-rejected", metavar="", help="STAND: also feed the store at rejected tree nodes."),
     dtype: str = typer.Option("float32", callback=dtype_name, help=DTYPE_HELP),
@@ -66,7 +68,8 @@ def generate_command(
     target, tokenizer = loading.load_model(model, dtype)
     choice = loading.announce_tree(target, method, tree)
     seeded = loading.successor_prior(target, tokenizer, [method], sampling, prior)
-    result = _decode(target, tokenizer, text, method, tree, sampling, max_new_tokens, seed, stops, feed_rejected, seeded)
+    result = _decode(target, tokenizer, text, method, tree, sampling, max_new_tokens, seed, stops, feed_rejected, seeded,
+                     verification.value)
     if result.finish_reason in FINISH_NOTES:
         console.print(FINISH_NOTES[result.finish_reason].format(max_new_tokens), style="dim")
     console.print(render.stats_table(result.stats, title=f"{method} on {model}"))
@@ -75,20 +78,20 @@ def generate_command(
     if json_out is not None:
         out.save(lambda: {"method": method, "model": model, "tree": tree or DEFAULT_TREES.get(method), "seed": seed,
                           "temperature": temperature, "top_p": top_p, "top_k": top_k, "max_new_tokens": max_new_tokens,
-                          "dtype": dtype, "prior": seeded is not None,
+                          "dtype": dtype, "verification": verification.value, "prior": seeded is not None,
                           "text": result.text, "finish_reason": result.finish_reason, "stats": result.stats.as_dict()})
         console.print(f"statistics written to {json_out}")
 
 
 def _decode(target, tokenizer, text: str, method: str, tree, sampling, max_new_tokens: int, seed: Optional[int],
-            stops: tuple, feed_rejected: bool, prior=None):
+            stops: tuple, feed_rejected: bool, prior=None, verification: str = "invariant"):
     """The CLI's one call of :func:`stand_runtime.generate`, streaming the text to the console."""
     from stand_runtime import Method, generate as run_generate
 
     stream = render.TextStream(tokenizer, console, stops)
     try:
         result = run_generate(target, tokenizer, text, method=Method.parse(method, tree, target, feed_rejected=feed_rejected,
-                                                                               prior=prior),
+                                                                               prior=prior, verification=verification),
                               sampling=sampling, max_new_tokens=max_new_tokens, seed=seed, stop=stops,
                               on_step=lambda step: stream(step.tokens))
     finally:  # an interrupt's line starts on a line of its own, after the text streamed so far

@@ -5,6 +5,7 @@ Checks here run before any model loads and raise :class:`stand_runtime.StandErro
 
 from __future__ import annotations
 
+import enum
 import inspect
 import os
 import sys
@@ -20,10 +21,21 @@ TEMPERATURE_HELP = (f"Sampling temperature of the target, 0 (greedy) or in [{lim
                     f"{limits.MAX_TEMPERATURE:g}].")
 TOP_P_HELP = "Nucleus (top-p) mass of the target's sampling distribution, in (0, 1]; 1 = off."
 TOP_K_HELP = "Keep the k most likely tokens of the target's distribution (0 = off)."
-SEED_HELP = ("Seed of every random draw, an integer in [0, 2**64) (omit for a random run; a value-sized tree "
-             "repeats while step times agree with the latency profile).")
-FIXED_SEED_HELP = ("Seed of every random draw, an integer in [0, 2**64) (reproducible runs; value-sized trees: "
-                   "while step times agree with the latency profile).")
+SEED_HELP = ("Seed of every random draw, an integer in [0, 2**64) (omit for a random run); with --verification "
+             "invariant a seed gives plain decoding's text (--method ar), whatever the method, tree or timing.")
+FIXED_SEED_HELP = ("Seed of every random draw, an integer in [0, 2**64) (reproducible runs: with --verification invariant "
+                   "every method gives plain decoding's samples).")
+class Verification(str, enum.Enum):
+    """``--verification``'s choices: :data:`stand_runtime.verify.VERIFICATION_RULES` (spelled here so that
+    the CLI starts without importing the runtime; tests/command_line/test_cli.py checks they agree)."""
+
+    invariant = "invariant"
+    rejection = "rejection"
+
+
+VERIFICATION_HELP = ("How sampled drafts are verified: invariant (drafter-invariant Gumbel-max coupling: the target's "
+                     "token at each position fixed by the seed, so every method gives plain decoding's text) or "
+                     "rejection (the STAND paper's recursive rejection sampling). Both keep the target's distribution.")
 BASE_SEED_HELP = "Base seed, an integer in [0, 2**64): prompt i's trajectory t uses seed + 1000 i + t (reproducible runs)."
 DATASET_HELP = ("Prompts: humaneval (built in), a JSONL file (one JSON object per line), or the name of a Hugging Face "
                 "dataset in the local cache (its test split; needs the datasets library).")

@@ -12,7 +12,8 @@ from stand_runtime.errors import counted
 
 from . import loading, render
 from .app import app, console, err_console, one_line_errors
-from .options import (dtype_name, DTYPE_HELP, FIXED_SEED_HELP, MODEL_HELP, PRIOR_HELP, TEMPERATURE_HELP, TOP_P_HELP, check_budget_fits, check_outputs,
+from .options import (dtype_name, DTYPE_HELP, FIXED_SEED_HELP, MODEL_HELP, PRIOR_HELP, TEMPERATURE_HELP, TOP_P_HELP,
+                      VERIFICATION_HELP, Verification, check_budget_fits, check_outputs,
                       check_prior_option, json_path, refuse_options, sampling_options, ResultsFile)
 
 
@@ -40,6 +41,7 @@ def search(
     temperature: float = typer.Option(0.6, help=TEMPERATURE_HELP),
     top_p: float = typer.Option(0.95, help=TOP_P_HELP),
     seed: int = typer.Option(0, help=FIXED_SEED_HELP),
+    verification: Verification = typer.Option(Verification.invariant, help=VERIFICATION_HELP),
     json_out: Optional[Path] = typer.Option(None, "--json", callback=json_path, help="Write the results as JSON (after every problem; to -, /dev/stdout or a pipe once, at the end, the tables then on stderr)."),
     dtype: str = typer.Option("float32", callback=dtype_name, help=DTYPE_HELP),
     prior: bool = typer.Option(True, "--prior/--no-prior", help=PRIOR_HELP),
@@ -67,7 +69,7 @@ def search(
               "in_flight": in_flight, "model": model, "dtype": dtype, "samples": samples, "offset": offset, "max_new_tokens": max_new_tokens,
               "step_tokens": step_tokens, "max_rounds": max_rounds, "verifier": verifier if judge else None,
               "temperature": temperature, "top_p": top_p, "seed": seed, "tree": tree or _default_trees(names),
-              "prior": prior}
+              "prior": prior, "verification": verification.value}
     data = _search(model, dtype, names, tree, max_batch, problems, settings, judge, config, out)
     title = (f"{strategy} n={n}" + (f", {subtrees} subtrees" if strategy == "dvts" else "")
              + f", {counted(len(problems), 'problem')} from {Path(dataset).name}, "
@@ -113,7 +115,7 @@ def _search(model: str, dtype: str, names: list, tree: Optional[str], max_batch:
             announced.add(spec)
     prior = loading.successor_prior(target, tokenizer, names, settings.sampling, config["prior"])
     config["prior"] = prior is not None  # whether any method drafts with it
-    backends = method_backends(target, tokenizer, names, tree, max_batch, prior)
+    backends = method_backends(target, tokenizer, names, tree, max_batch, prior, config["verification"])
 
     def save(results: dict) -> None:
         out.progress(lambda: search_report(config, results))

@@ -105,6 +105,7 @@ class ChainCursor:
                  beta: float = 1.0, estimate: Callable[[float, int], float] | None = None,
                  copy_rate: float = COPY_DECAY) -> None:
         self.store, self.fallback, self.randomness = store, fallback, randomness
+        self.noise = None if randomness is None else randomness.at(len(context))
         self.copy_rate = copy_rate
         self.estimate = estimate
         self.limit, self.confidence, self.beta = limit, confidence, beta
@@ -175,7 +176,7 @@ class ChainCursor:
             draft.support.append(None)
             self._running *= self.copy_rate
         else:
-            slot = choose_children(entry.log_q, 1, self.randomness)[0]
+            slot = choose_children(entry.log_q, 1, self.noise, len(draft), entry.ids)[0]
             token = entry.id_list[slot]
             draft.support.append((entry.ids, entry.q))
             self._running *= weight * entry.prob_list[slot]

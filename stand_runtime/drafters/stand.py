@@ -23,7 +23,7 @@ from .feeds import STORE_TOP_K, TargetFeed, feed_store, store_observation, store
 from ..store.native_store import FeedRow
 from ..store.learned import learned_sequences
 from ..store.ngram_store import NGramStore
-from ..randomness import RandomStream
+from ..randomness import DraftNoise
 from ..target.sampling import SamplingParams
 from ..trees.tree import DraftTree
 from ..store.drafting import MAX_DYNAMIC_NODES, DynamicTree, best_first_draft, draft_tree
@@ -65,7 +65,7 @@ class StandDrafter(Drafter):
     the same drafts either way (§3.8).
     """
 
-    def __init__(self, tree: DraftTree | DynamicTree, store: NGramStore, randomness: RandomStream | None, params: SamplingParams,
+    def __init__(self, tree: DraftTree | DynamicTree, store: NGramStore, randomness: DraftNoise | None, params: SamplingParams,
                  feed_rejected: bool = False, quality: DraftQuality | None = None, extend: Extension | None = None,
                  copy: int = 0, value: ValueRule | None = None, prior: SuccessorPrior | None = None) -> None:
         self.value = value

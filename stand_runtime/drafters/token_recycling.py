@@ -120,7 +120,7 @@ class TokenRecyclingDrafter(Drafter):
         else:
             self.matrix.update(tokens, ids)
 
-    def _propose(self, context: tuple, m: int) -> Proposal | None:
+    def _propose(self, context: tuple, m: int, depth: int = 0) -> Proposal | None:
         token = context[-1]
         size = int(self.matrix.sizes[token])
         if not size:

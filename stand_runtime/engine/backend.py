@@ -169,8 +169,9 @@ class HFBackend:
     taken at once by the next waiting row (continuous batching); a prompt that extends one a batch
     prefilled before (a tree search's next round) is prefilled from it (:attr:`prefixes`). Every request
     decodes with the one method and the one sizing session, so a value-sized tree's rule learns from them
-    all: a seeded request sent again may sample another, equally distributed, text (with a frozen
-    session it repeats).
+    all; under the drafter-invariant verification (the method's default) a seeded request sent again
+    samples the same text, plain decoding's for that seed, whatever the rule drafts (under recursive
+    rejection it may sample another, equally distributed, text unless the session is frozen).
 
     Raises:
         StandError: an unknown method or bad tree (a name), ``diagnose`` or ``max_nodes`` with a

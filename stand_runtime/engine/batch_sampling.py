@@ -8,12 +8,12 @@ get them.
 
 It is a loop of its own beside the engine's (:class:`stand_runtime.engine.loop.Loop`), because it
 needs what the engine never computes: p dense at every position of every row, for recording. What it
-shares with the engine: p itself (:mod:`stand_runtime.target.sampling`), one
-:class:`stand_runtime.randomness.RandomStream` per row with one uniform per token through
-:func:`stand_runtime.target.sampling.sample_index`, and the store observation (``store_params``). So
-every row is distributed exactly as ``generate(method="ar")`` and independent of the other rows; per
-seed the draws match the engine's only up to rounding (p over the full vocabulary here, over the
-nucleus's candidates there: under top-p a uniform at a boundary can pick a neighbouring token).
+shares with the engine: p itself (:mod:`stand_runtime.target.sampling`), the store observation
+(``store_params``) and the draw: each row's token is the Gumbel-max sample of p with the row's
+:class:`stand_runtime.randomness.PositionNoise` (:func:`stand_runtime.verify.gumbel_max_token`), as the
+engine's drafter-invariant verification draws it. So every row is distributed exactly as
+``generate(method="ar")``, independent of the other rows, and a seed gives the tokens
+``generate(seed=...)`` gives (up to float rounding of p: the full vocabulary here, the nucleus there).
 """
 
 from __future__ import annotations
@@ -26,8 +26,9 @@ import torch
 
 from ..drafters.feeds import ProbsFeed, store_observation
 from ..target.forward import model_device, with_cache
-from ..randomness import RandomStream
-from ..target.sampling import SamplingParams, nucleus, sample_index, target_probs
+from ..randomness import PositionNoise
+from ..target.sampling import SamplingParams, TargetRow, nucleus, target_probs
+from ..verify import gumbel_max_token
 
 SPARSE_MASS = 0.999
 """Mass of p kept per position in :attr:`RecordedDistributions.target_probs`."""
@@ -98,8 +99,8 @@ def sample_recorded(
     out: list[SampledSequence] = []
     for start in range(0, len(prompts), batch_size):
         rows = [list(p) for p in prompts[start : start + batch_size]]
-        streams = [RandomStream.seeded(seed) for seed in seeds[start : start + batch_size]]
-        out += _sample_batch(model, rows, params, max_new_tokens, set(eos_ids), streams, on_tokens)
+        noises = [PositionNoise.seeded(seed) for seed in seeds[start : start + batch_size]]
+        out += _sample_batch(model, rows, params, max_new_tokens, set(eos_ids), noises, on_tokens)
     return out
 
 
@@ -124,7 +125,7 @@ def _left_padded(prompts, width: int):
     return ids, mask, (mask.cumsum(-1) - 1).clamp(min=0)
 
 
-def _sample_batch(model, prompts, params, max_new_tokens, eos, streams, on_tokens):
+def _sample_batch(model, prompts, params, max_new_tokens, eos, noises, on_tokens):
     from ..target.kv_cache import new_cache  # imports transformers: only when a batch is decoded
 
     device = model_device(model)
@@ -153,7 +154,9 @@ def _sample_batch(model, prompts, params, max_new_tokens, eos, streams, on_token
                     continue
                 active += 1
                 p = probs[row].double().numpy()
-                token = int(np.argmax(p)) if params.greedy else sample_index(p, streams[row].uniform())
+                support = np.flatnonzero(p)
+                token = int(np.argmax(p)) if params.greedy else gumbel_max_token(
+                    TargetRow(p[support], support), noises[row], len(prompts[row]) + len(generated[row]))
                 tokens[row] = token
                 generated[row].append(token)
                 store_ids[row].append(top_ids[row : row + 1])

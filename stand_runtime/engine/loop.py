@@ -299,9 +299,10 @@ class Loop:
         """Every row's :class:`stand_runtime.verify.Verification`: from the batched verifier when it is
         on, else from the rows' walks advanced level by level (:func:`.walks.walk_rows`)."""
         if self.batch_verify:
-            verified = verify_rows(drafts, logits, [row.params for row in rows], [row.randomness for row in rows])
+            noises = None if rows[0].noise is None else [row.noise.at(len(row.committed)) for row in rows]
+            verified = verify_rows(drafts, logits, [row.params for row in rows], [row.randomness for row in rows], noises)
         else:
-            verified = walk_rows(rows, drafts, targets)
+            verified = walk_rows([row.walk(draft) for row, draft in zip(rows, drafts)], targets)
         self.clock.lap("verification_s")
         return verified
 

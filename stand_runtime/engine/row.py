@@ -29,14 +29,15 @@ from ..drafters.feeds import LogitsFeed
 from ..errors import StandError
 from ..limits import MAX_ROWS
 from ..method import Method
-from ..randomness import RandomStream, check_seed
+from ..randomness import PositionNoise, RandomStream, check_seed
 from ..sizing.session import SizingSession, check_sizing, default_session
 from ..sizing.value import ValueRule
 from ..target.model_facts import check_positions, default_eos_ids, vocab_size
 from ..target.prompts import check_prompt, encode_prompt
 from ..target.sampling import SamplingParams, TargetRow, target_row, target_rows
 from ..trees.draft import Draft, truncate_draft
-from ..verify import Verification, verify_greedy, verify_sampling
+from ..verify import (Verification, Walk, greedy_walk, gumbel_walk, sampling_walk, verify_greedy, verify_invariant,
+                      verify_sampling)
 from .metrics import DecodeStats, GenerationResult
 from .stopping import StopRule, check_eos_ids, check_stop_strings
 
@@ -147,7 +148,10 @@ class DecodeRow:
         prompt: the prompt's token ids (its last token is the first root).
         drafter: the drafting method, or None for plain decoding (lone roots).
         params: the target sampling distribution.
-        randomness: the row's own random stream (drafting noise, acceptance tests, samples).
+        randomness: the row's own random stream (drafting noise, acceptance tests, samples: recursive
+            rejection verification).
+        noise: the row's position noise (drafter-invariant verification, :func:`stand_runtime.verify.verify_invariant`:
+            drafting noise and the target's samples); None = recursive rejection with ``randomness``.
         stop_rule: EOS ids, token budget and stop strings.
         on_step: optional callback receiving each step's :class:`Settled` (draft, verification,
             committed tokens) once the step is committed.
@@ -171,8 +175,10 @@ class DecodeRow:
 
     def __init__(self, prompt: list[int], drafter: Drafter | None, params: SamplingParams,
                  randomness: RandomStream, stop_rule: StopRule, on_step=None, lap: Lap | None = None,
-                 stats: DecodeStats | None = None, logprobs: bool = False, memory=None) -> None:
+                 stats: DecodeStats | None = None, logprobs: bool = False, memory=None,
+                 noise: PositionNoise | None = None) -> None:
         self.drafter = drafter
+        self.noise = noise
         self.memory = memory  # the drafter memory the row shares with others (a batch feeds it a prompt once)
         self.params = params
         self.randomness = randomness
@@ -233,7 +239,8 @@ class DecodeRow:
         """
         if verification is None:
             verification = (verify_greedy(draft, target.argmax_at) if self.params.greedy
-                            else verify_sampling(draft, target.target_at, self.randomness))
+                            else verify_invariant(draft, target.target_at, self.noise, len(self.committed))
+                            if self.noise is not None else verify_sampling(draft, target.target_at, self.randomness))
         self.lap("verification_s")
         proposed = [draft.tokens[p] for p in verification.accepted] + [verification.token]
         new_tokens, self.finish_reason = self.stop_rule.cut(self.generated, proposed)
@@ -254,6 +261,16 @@ class DecodeRow:
         if self.on_step is not None:
             self.on_step(settled)
         return settled
+
+    def walk(self, draft: Draft) -> Walk:
+        """This step's verification of ``draft`` as a :data:`stand_runtime.verify.Walk` (what :meth:`settle`
+        computes when not given a verification): greedy, drafter-invariant (the row has position
+        noise) or recursive rejection sampling."""
+        if self.params.greedy:
+            return greedy_walk(draft)
+        if self.noise is not None:
+            return gumbel_walk(draft, self.noise, len(self.committed))
+        return sampling_walk(draft, self.randomness)
 
     def finish_stats(self) -> DecodeStats:
         """The statistics with the drafter's memory summary (call once, at the end)."""
@@ -397,7 +414,9 @@ def make_rows(model, tokenizer, specs: Sequence[RowSpec], method: Method, on_ste
     rows = []
     for spec, (prompt, stop_rule) in zip(specs, prepared):
         randomness = RandomStream.seeded(spec.seed)
-        drafter = method.drafter(spec.memory, randomness, spec.sampling, vocab, spec.seed, value)
+        noise = PositionNoise.seeded(spec.seed) if method.verification == "invariant" else None
+        drafter = method.drafter(spec.memory, randomness if noise is None else noise, spec.sampling, vocab, spec.seed,
+                                 value)
         rows.append(DecodeRow(prompt, drafter, spec.sampling, randomness, stop_rule, on_step=on_step,
-                              logprobs=spec.logprobs, memory=spec.memory))
+                              logprobs=spec.logprobs, memory=spec.memory, noise=noise))
     return rows

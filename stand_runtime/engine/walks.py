@@ -12,26 +12,22 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from ..trees.draft import Draft
-from ..verify import Verification, Walk, checked_row, greedy_walk, sampling_walk
-from .row import DecodeRow, StepTarget
+from ..verify import Verification, Walk, checked_row
+from .row import StepTarget
 
 
-def walk_rows(rows: Sequence[DecodeRow], drafts: Sequence[Draft], targets: Sequence[StepTarget]) -> list[Verification]:
-    """Each row's :class:`stand_runtime.verify.Verification` of its draft: greedy or sampling as its
-    sampling parameters say, equal to :func:`stand_runtime.verify.verify_greedy` /
-    :func:`stand_runtime.verify.verify_sampling` on that row alone.
+def walk_rows(walks: Sequence[Walk], targets: Sequence[StepTarget]) -> list[Verification]:
+    """Each row's :class:`stand_runtime.verify.Verification`: its walk (:meth:`.row.DecodeRow.walk`:
+    greedy, drafter-invariant or recursive rejection) run to its end, equal to running it alone.
 
     Args:
-        rows: the step's rows (their ``params`` and ``randomness``).
-        drafts: the drafts forwarded, one per row.
-        targets: the forward's output, one :class:`StepTarget` per row.
+        walks: one fresh walk per row, of the draft forwarded.
+        targets: the forward's output, one :class:`StepTarget` per row (its ``params`` say whether the
+            walk reads the argmax or p).
 
     Raises:
         StandError: p (or the logits) not finite at a visited position.
     """
-    walks: list[Walk] = [greedy_walk(draft) if row.params.greedy else sampling_walk(draft, row.randomness)
-                         for row, draft in zip(rows, drafts)]
     results: list[Verification | None] = [None] * len(walks)
     pending = {b: next(walk) for b, walk in enumerate(walks)}  # row -> the position its walk reads next
     while pending:

@@ -38,7 +38,7 @@ from ..trees.draft import Draft, DraftBuilder
 from ..errors import StandError
 from .ngram_store import NGramStore
 from .native_store import NativeNGramStore
-from ..randomness import RandomStream
+from ..randomness import DraftNoise
 from .gumbel import choose_children
 from ..trees.tree import MAX_DEPTH
 from .native_draft import DraftRequest, native_best_first_draft, native_best_first_rows, native_fill_tree, root_token
@@ -124,7 +124,7 @@ def parse_dynamic(spec) -> DynamicTree | None:
     return DynamicTree(budget, sized=match.group(1) is not None)
 
 
-def best_first_draft(tree: DynamicTree, store: NGramStore, context: list[int], randomness: RandomStream | None,
+def best_first_draft(tree: DynamicTree, store: NGramStore, context: list[int], randomness: DraftNoise | None,
                      max_depth: int | None = None, chain: list[int] | None = None) -> Draft:
     """Draft a dynamic tree for the next step (module docstring).
 
@@ -132,7 +132,7 @@ def best_first_draft(tree: DynamicTree, store: NGramStore, context: list[int], r
         tree: the budget and scoring settings.
         store: the n-gram store (its blended q drafts every node; a native one drafts in C++).
         context: committed tokens, the last one being the root (at least one token, else StandError).
-        randomness: Gumbel noise for stochastic drafts; None = deterministic (q's order).
+        randomness: Gumbel noise for stochastic drafts (a :class:`~stand_runtime.randomness.DraftNoise`); None = q's order.
         max_depth: draft no node deeper than this (e.g. the tokens still allowed); None = no limit.
         chain: a copy chain continuing ``context``, grafted last (:func:`.tree_walk.graft_chain`), in the budget.
 
@@ -145,7 +145,7 @@ def best_first_draft(tree: DynamicTree, store: NGramStore, context: list[int], r
     chain = list(chain or ())[: tree.num_nodes]  # copied nodes count against the budget
     budget = tree.num_nodes - len(chain)
     deepest = tree.max_depth if max_depth is None else min(max_depth, tree.max_depth)
-    max_n, builder = store.max_n, DraftBuilder(root_token(context))
+    max_n, builder, noise = store.max_n, DraftBuilder(root_token(context)), randomness and randomness.at(len(context))
     # scores: the path's w·q(token) products; keys: each node's score when added (q at its rank): the draft's
     suffixes, scores, keys = [tuple(context[-max_n:])], [1.0], [1.0]
     drawn: dict[int, tuple] = {}  # node → (entry, drawing order of its support, confidence)
@@ -165,8 +165,8 @@ def best_first_draft(tree: DynamicTree, store: NGramStore, context: list[int], r
             entry = store.blend(suffixes[node], tree.beta)
             if entry is not None:
                 weight = entry.count / (entry.count + tree.confidence) if tree.confidence else 1.0
-                order = (range(len(entry.id_list)) if randomness is None  # q's order (log q not needed)
-                         else choose_children(entry.log_q, len(entry.id_list), randomness))
+                order = (range(len(entry.id_list)) if noise is None  # q's order (log q not needed)
+                         else choose_children(entry.log_q, len(entry.id_list), noise, builder.depths[node], entry.ids))
                 drawn[node] = (entry, order, weight)
                 builder.set_distribution(node, entry.ids, entry.q)
                 offer(node, 0)
@@ -186,21 +186,21 @@ def best_first_draft(tree: DynamicTree, store: NGramStore, context: list[int], r
     return builder.build(randomness is not None, keys + scores[len(keys):])  # copied: the parent's path score
 
 
-def store_proposer(store: NGramStore, randomness: RandomStream | None):
+def store_proposer(store: NGramStore, noise: DraftNoise | None):
     """STAND's proposal for one node: look q up in ``store`` and draw m children from it
-    (Gumbel-Top-K with ``randomness``, or q's top-m when it is None)."""
+    (Gumbel-Top-K with the draft's ``noise``, positioned, or q's top-m when it is None)."""
 
-    def propose(context: tuple, m: int) -> Proposal | None:
+    def propose(context: tuple, m: int, depth: int) -> Proposal | None:
         entry = store.lookup(context)
         if entry is None:
             return None
-        slots = choose_children(entry.log_q, min(m, len(entry.id_list)), randomness)
+        slots = choose_children(entry.log_q, min(m, len(entry.id_list)), noise, depth, entry.ids)
         return Proposal([entry.id_list[s] for s in slots], entry.ids, entry.q, slots)
 
     return propose
 
 
-def draft_tree(tree: DraftTree, store: NGramStore, context: list[int], randomness: RandomStream | None,
+def draft_tree(tree: DraftTree, store: NGramStore, context: list[int], randomness: DraftNoise | None,
                max_depth: int | None = None, extend: Extension | None = None, graft: list[int] | None = None) -> Draft:
     """Draft STAND's tokens into a static tree for the next step (STAND §3.2).
 
@@ -222,7 +222,8 @@ def draft_tree(tree: DraftTree, store: NGramStore, context: list[int], randomnes
     """
     if isinstance(store, NativeNGramStore):
         return native_fill_tree(tree, store, context, randomness, max_depth, extend, graft)
-    return fill_tree(tree, context, store.max_n, store_proposer(store, randomness), randomness is not None, max_depth,
+    noise = None if randomness is None else randomness.at(len(context))
+    return fill_tree(tree, context, store.max_n, store_proposer(store, noise), randomness is not None, max_depth,
                      extend, graft)
 
 

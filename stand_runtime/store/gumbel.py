@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..randomness import RandomStream
+from ..errors import StandError
+from ..randomness import DraftNoise
 
 
 def gumbel_top_k(log_q: np.ndarray, m: int, gumbel: np.ndarray) -> np.ndarray:
@@ -33,15 +34,25 @@ def gumbel_top_k(log_q: np.ndarray, m: int, gumbel: np.ndarray) -> np.ndarray:
     return np.argsort(-keys, axis=-1, kind="stable")[..., :m]
 
 
-def choose_children(log_q: np.ndarray, m: int, randomness: RandomStream | None) -> list[int]:
+def choose_children(log_q: np.ndarray, m: int, noise: DraftNoise | None, depth: int = 0,
+                    ids: np.ndarray | None = None) -> list[int]:
     """Support indices of the m children drawn from q, in drawing order.
 
     Args:
         log_q: ``[k]`` float64 log q over the support (q's order: most likely first), ``m <= k``.
         m: children to draw.
-        randomness: Gumbel noise source (stochastic drafts, one fresh ``[k]`` block per call);
-            None = deterministic, q's top-m (the support is sorted by decreasing q).
+        noise: the draft's Gumbel noise (:class:`stand_runtime.randomness.DraftNoise`, positioned with
+            ``at(base)``): a stream's fresh ``[k]`` block per call, or the position noise of the
+            children's position over ``ids``; None = deterministic, q's top-m (the support is sorted
+            by decreasing q).
+        depth: the parent node's depth (root 0).
+        ids: ``[k]`` int64 the support's token ids (needed with noise).
+
+    Raises:
+        StandError: noise without the support's ids.
     """
-    if randomness is None:
+    if noise is None:
         return list(range(m))
-    return gumbel_top_k(log_q, m, randomness.gumbel(len(log_q))).tolist()
+    if ids is None:
+        raise StandError("choose_children needs the support's token ids to read the noise of their position")
+    return gumbel_top_k(log_q, m, noise.children(depth, ids)).tolist()

@@ -12,7 +12,9 @@ heap keys and tie order, the same drawing orders and the copy chain grafted as
 The Gumbel noise is the stream's own: C++ reads the values the stream's Gumbel pool has not handed
 out yet, asks for a refill exactly where ``RandomStream.gumbel(n)`` would refill it (same n, so the
 generator is drawn at the same points), and the values it used are then consumed from the pool. So
-a seeded run draws the same noise whichever store drafts it.
+a seeded run draws the same noise whichever store drafts it. A row's position noise
+(:class:`stand_runtime.randomness.PositionNoise`) goes as its key and the draft's base position, and
+C++ computes the same hash (``csrc/draft.hpp``).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from typing import TYPE_CHECKING, Sequence
 import numpy as np
 
 from ..errors import StandError
-from ..randomness import RandomStream
+from ..randomness import DraftNoise, RandomStream
 from .blend import BLEND_WIDTH
 from .native_store import _native
 from ..trees.draft import Draft
@@ -72,25 +74,37 @@ def root_token(context: Sequence[int]) -> int:
     return context[-1]
 
 
-def _row(tree: DynamicTree, store: NativeNGramStore, context: list[int], randomness: RandomStream | None,
+def _noise_arguments(randomness: DraftNoise | None, context: list[int]) -> tuple[object, object, _PoolNoise | None]:
+    """The C++ call's two noise arguments and the pool it lends: ``(buffer, more, pool)`` for a stream,
+    ``(key, base, None)`` for a row's position noise, ``(None, None, None)`` for deterministic drafts."""
+    if randomness is None:
+        return None, None, None
+    noise = randomness.at(len(context))
+    if isinstance(noise, RandomStream):
+        pool = _PoolNoise(noise)
+        return pool.buffer(), pool.more, pool
+    return noise.noise.key, noise.base, None
+
+
+def _row(tree: DynamicTree, store: NativeNGramStore, context: list[int], randomness: DraftNoise | None,
          max_depth: int | None, chain: list[int] | None) -> tuple[tuple, _PoolNoise | None]:
     """The C++ call's arguments for one row, and the noise it lends (an empty context: StandError)."""
     root_token(context)
     deepest = tree.max_depth if max_depth is None else max(0, min(max_depth, tree.max_depth))
     suffix = np.asarray(context[-store.max_n :], dtype=np.int64)
     chain_array = np.asarray(chain, dtype=np.int64) if chain else _NO_CHAIN
-    noise = None if randomness is None else _PoolNoise(randomness)
+    buffer, more, pool = _noise_arguments(randomness, context)
     return ((store.core, suffix, chain_array, tree.num_nodes, float(tree.confidence), float(tree.beta), int(deepest),
-             BLEND_WIDTH, None if noise is None else noise.buffer(), None if noise is None else noise.more), noise)
+             BLEND_WIDTH, buffer, more), pool)
 
 
-def _draft(out: tuple, noise: _PoolNoise | None) -> Draft:
-    """The :class:`Draft` of one C++ result (its noise consumed from the pool)."""
+def _draft(out: tuple, noise: _PoolNoise | None, stochastic: bool) -> Draft:
+    """The :class:`Draft` of one C++ result (its noise consumed from the pool, if it drew from one)."""
     tokens, parents, depths, children, draft_ids, draft_probs, slots, copied, used, scores = out
     if noise is not None:
         noise.consume(used)
     return Draft(tokens=tokens, parents=parents, depths=depths, children=children, draft_ids=draft_ids,
-                 draft_probs=draft_probs, slots=slots, stochastic=noise is not None, nodes=None,
+                 draft_probs=draft_probs, slots=slots, stochastic=stochastic, nodes=None,
                  copied=frozenset(copied), scores=scores)
 
 
@@ -100,7 +114,7 @@ def native_best_first_draft(tree: DynamicTree, store: NativeNGramStore, context:
     """:func:`stand_runtime.store.drafting.best_first_draft` in C++ (same arguments, same
     :class:`Draft` with the same node scores, same noise consumed, same store statistics)."""
     args, noise = _row(tree, store, context, randomness, max_depth, chain)
-    return _draft(_native.best_first(*args), noise)
+    return _draft(_native.best_first(*args), noise, randomness is not None)
 
 
 DraftRequest = tuple
@@ -122,13 +136,15 @@ def native_best_first_rows(requests: Sequence[DraftRequest]) -> list[Draft]:
     start = 0
     while start < len(requests):
         pools, stop = set(), start  # the longest run of rows with distinct pools
-        while stop < len(requests) and (requests[stop][3] is None or id(requests[stop][3]._gumbels) not in pools):
-            if requests[stop][3] is not None:
+        while stop < len(requests) and (not isinstance(requests[stop][3], RandomStream)
+                                        or id(requests[stop][3]._gumbels) not in pools):
+            if isinstance(requests[stop][3], RandomStream):
                 pools.add(id(requests[stop][3]._gumbels))
             stop += 1
         rows = [_row(*request) for request in requests[start:stop]]
         outs = _native.best_first_rows([args for args, _ in rows])
-        drafts.extend(_draft(out, noise) for out, (_, noise) in zip(outs, rows))
+        drafts.extend(_draft(out, noise, request[3] is not None)
+                      for out, (_, noise), request in zip(outs, rows, requests[start:stop]))
         start = stop
     return drafts
 
@@ -147,7 +163,7 @@ def _structure(tree: DraftTree) -> tuple[np.ndarray, np.ndarray, int]:
     return found
 
 
-def native_fill_tree(tree: DraftTree, store: NativeNGramStore, context: list[int], randomness: RandomStream | None,
+def native_fill_tree(tree: DraftTree, store: NativeNGramStore, context: list[int], randomness: DraftNoise | None,
                      max_depth: int | None = None, extend: Extension | None = None,
                      graft: list[int] | None = None) -> Draft:
     """:func:`stand_runtime.store.drafting.draft_tree` (``fill_tree`` with STAND's proposal) in C++:
@@ -172,11 +188,11 @@ def native_fill_tree(tree: DraftTree, store: NativeNGramStore, context: list[int
     chain_deepest = max_depth if max_depth is not None else (extend.max_depth if extend is not None else MAX_CHAIN_DEPTH)
     suffix = np.asarray(context[-store.max_n :], dtype=np.int64)
     chain_array = np.asarray(graft, dtype=np.int64) if graft else _NO_CHAIN
-    noise = None if randomness is None else _PoolNoise(randomness)
+    buffer, more, noise = _noise_arguments(randomness, context)
     drafted, nodes = _native.static_fill(
         store.core, suffix, start, flat, chain_array, int(deepest), int(chain_deepest), extend is not None,
         0 if extend is None else int(extend.budget), 0.0 if extend is None else float(extend.min_score),
-        None if noise is None else noise.buffer(), None if noise is None else noise.more)
+        buffer, more)
     tokens, parents, depths, children, draft_ids, draft_probs, slots, copied, used, _ = drafted  # no scores
     if noise is not None:
         noise.consume(used)

@@ -38,9 +38,10 @@ class Proposal:
     slots: list[int] | None = None
 
 
-Propose = Callable[[tuple, int], "Proposal | None"]
-"""``propose(context, m)``: ``context`` is the last ``max_n`` tokens before the node's children
-(the node's own token last); returns up to m children, or None on a miss."""
+Propose = Callable[[tuple, int, int], "Proposal | None"]
+"""``propose(context, m, depth)``: ``context`` is the last ``max_n`` tokens before the node's children
+(the node's own token last), ``depth`` the node's depth (root 0: its children are the draft's first
+tokens); returns up to m children, or None on a miss."""
 
 
 MAX_CHAIN_DEPTH = 64
@@ -78,7 +79,7 @@ def fill_tree(tree: DraftTree, context: list[int], max_n: int, propose: Propose,
     while position < len(builder):
         static_children = tree.children[builder.nodes[position]]
         if static_children and builder.depths[position] < deepest:
-            proposal = propose(suffixes[position], len(static_children))
+            proposal = propose(suffixes[position], len(static_children), builder.depths[position])
             if proposal is not None and proposal.tokens:
                 _add_children(builder, suffixes, scores, position, proposal, static_children, max_n)
             else:
@@ -173,7 +174,7 @@ class Extension:
             negative, node = heapq.heappop(frontier)
             if -negative < self.min_score:
                 break
-            proposal = propose(suffixes[node], 1)
+            proposal = propose(suffixes[node], 1, builder.depths[node])
             if proposal is None or not proposal.tokens:
                 continue
             _add_children(builder, suffixes, scores, node, proposal, (-1,), max_n)

@@ -495,7 +495,7 @@ def test_each_bench_command_lists_only_its_own_options():
                 "--max-new-tokens", "--seed", "--trajectories", "--ignore-eos", "--dtype"}
     trace = {"--tree", "--group-field", "--text-field", "--prompt-field", "--max-tokens", "--min-group-size",
              "--tokenizer", "--copy-tokens", "--png", "--latency"}
-    assert _options("bench") == shared | decoding | {"--tree", "--share-store", "--png", "--prior", "--no-prior"}
+    assert _options("bench") == shared | decoding | {"--tree", "--share-store", "--png", "--prior", "--no-prior", "--verification"}
     assert _options("bench-traces") == shared | trace
     assert _options("bench-vllm") == shared | decoding | {"--k", "--prior", "--no-prior"}
     code, output = run("--help")
@@ -644,3 +644,35 @@ def test_outputs_named_dash_folders_and_devices_are_named(tmp_path):
         code, output = run(*args)
         assert code == 2, (args, output)
         one_line_error(output, message)
+
+
+@pytest.mark.model
+def test_a_seed_gives_plain_decodings_text_with_every_tree(default_model, monkeypatch, tmp_path):
+    """`treeopt generate --seed 7 --temperature 0.6` (the default method and tree, and an exported tree
+    file) prints the text `--method ar --seed 7` prints, and the same text again on a second run."""
+    import shutil
+
+    from stand_runtime.trees.tree_io import bundled_trees
+
+    monkeypatch.setattr(loading, "load_model", lambda *args: default_model)
+    tree = tmp_path / "tree.json"
+    shutil.copy(bundled_trees()["stand-smollm2-humaneval-80"], tree)
+    texts, drafted = [], []
+    for index, extra in enumerate((["--method", "ar"], ["--no-prior"], ["--no-prior"], ["--no-prior", "--tree", str(tree)])):
+        out = tmp_path / f"run{index}.json"
+        code, output = run("generate", "--seed", "7", "--temperature", "0.6", "--max-new-tokens", "48", "--json", str(out),
+                           *extra, "Write a Python function is_even(n) and three tests for it: assert is_even(2), "
+                           "assert not is_even(3), assert is_even(10).")
+        assert code == 0, output
+        data = json.loads(out.read_text())
+        texts.append(data["text"])
+        drafted.append(data["stats"]["new_tokens"] > data["stats"]["target_forwards"])
+    assert texts[1:] == [texts[0]] * 3
+    assert drafted == [False, True, True, True]  # STAND committed more than one token per forward
+
+
+def test_the_verification_choices_are_the_runtimes_rules():
+    from stand_runtime.verify import VERIFICATION_RULES
+    from treeopt_cli.options import Verification
+
+    assert tuple(rule.value for rule in Verification) == VERIFICATION_RULES

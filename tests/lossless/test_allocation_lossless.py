@@ -48,7 +48,7 @@ def test_a_batch_allocated_sampled_row_keeps_the_exact_law(tiny_qwen2, monkeypat
     allocations = []
 
     def run():
-        method = Method.parse("stand-det", "dynamic-auto-6", tiny_qwen2, batch=4)
+        method = Method.parse("stand-det", "dynamic-auto-6", tiny_qwen2, batch=4, verification="rejection")
         stores = copy.deepcopy(warm)
         rows = [RowSpec(prompts[0], params, 7, 3, stores[0], (), ()), RowSpec(prompts[0], greedy, 7, 2, stores[0], (), ()),
                 RowSpec(prompts[1], greedy, 7, 3, stores[1], (), ()), RowSpec(prompts[1], greedy, 7, 1, stores[1], (), ())]

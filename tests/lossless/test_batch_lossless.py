@@ -40,7 +40,7 @@ def test_batched_sampling_rows_match_exact_distribution(tiny_qwen2, method):
     accepted = 0
     for call in range(batches):
         seeds = [10_000 * call + r if r % 2 == 0 else None for r in range(2 * len(prompts))]
-        results = generate_batch(model, None, prompts, method=Method.parse(method, TREES[method], model, batch=len(prompts) * 2), n=2, sampling=[params[r // 2] for r in range(2 * len(prompts))], max_new_tokens=3, seed=seeds, eos_token_ids=[])
+        results = generate_batch(model, None, prompts, method=Method.parse(method, TREES[method], model, batch=len(prompts) * 2, verification="rejection"), n=2, sampling=[params[r // 2] for r in range(2 * len(prompts))], max_new_tokens=3, seed=seeds, eos_token_ids=[])
         for row, result in enumerate(results):
             assert len(result.tokens) == 3
             key = tuple(result.tokens)
@@ -68,7 +68,7 @@ def test_batched_rows_with_deterministic_drafts_sample_the_exact_law(tiny_qwen2,
         sampling[2 * prompt] = param
 
         def run():
-            results = generate_batch(tiny_qwen2, None, PROMPTS[:3], method=Method.parse(method, TREES[method], tiny_qwen2, batch=len(PROMPTS[:3]) * 2), n=2, sampling=sampling, max_new_tokens=3, seed=[7] * 6, eos_token_ids=[])
+            results = generate_batch(tiny_qwen2, None, PROMPTS[:3], method=Method.parse(method, TREES[method], tiny_qwen2, batch=len(PROMPTS[:3]) * 2, verification="rejection"), n=2, sampling=sampling, max_new_tokens=3, seed=[7] * 6, eos_token_ids=[])
             return tuple(results[2 * prompt].tokens), sum(r.stats.new_tokens - r.stats.target_forwards for r in results)
 
         law = draw_law(run)

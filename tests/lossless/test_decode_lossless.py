@@ -53,7 +53,7 @@ def test_sampling_distribution_of_three_tokens_matches_exact(tiny_qwen2, loop_pr
     shared = NGramStore() if feed_rejected else NGramStore(max_n=8) if dynamic else None
     tree = "dynamic-6" if dynamic else "heuristic-80"
     for seed in range(1_000_000, 1_000_000 + samples):
-        result = generate(model, None, loop_prompt, method=Method.parse(method.removesuffix("+rejected").removesuffix("[dynamic-6]"), tree, model, feed_rejected=feed_rejected), sampling=SamplingParams(temperature=0.8, top_p=0.95), max_new_tokens=3, seed=seed, eos_token_ids=[], store=shared)
+        result = generate(model, None, loop_prompt, method=Method.parse(method.removesuffix("+rejected").removesuffix("[dynamic-6]"), tree, model, feed_rejected=feed_rejected, verification="rejection"), sampling=SamplingParams(temperature=0.8, top_p=0.95), max_new_tokens=3, seed=seed, eos_token_ids=[], store=shared)
         assert len(result.tokens) == 3
         key = tuple(result.tokens)
         counts[key] = counts.get(key, 0) + 1
@@ -86,7 +86,7 @@ def test_deterministic_drafts_sample_three_tokens_with_the_exact_law(tiny_qwen2,
     tree = None if method in ("pld", "suffix") else "dynamic-6" if dynamic else "heuristic-80"
 
     def run():
-        result = generate(model, None, loop_prompt, method=Method.parse(method.removesuffix("[dynamic-6]"), tree, model), sampling=SamplingParams(temperature=0.8, top_p=0.95), max_new_tokens=3, seed=0, eos_token_ids=[], store=copy.deepcopy(warm))
+        result = generate(model, None, loop_prompt, method=Method.parse(method.removesuffix("[dynamic-6]"), tree, model, verification="rejection"), sampling=SamplingParams(temperature=0.8, top_p=0.95), max_new_tokens=3, seed=0, eos_token_ids=[], store=copy.deepcopy(warm))
         return tuple(result.tokens), result.stats.new_tokens - result.stats.target_forwards
 
     law = draw_law(run)

@@ -18,10 +18,10 @@ import torch
 from stand_runtime import SamplingParams, generate, generate_batch
 from stand_runtime.errors import StandError
 from stand_runtime.method import Method
-from stand_runtime.randomness import RandomStream
+from stand_runtime.randomness import PositionNoise, RandomStream
 from stand_runtime.target.sampling import target_probs, target_row
 from stand_runtime.trees.draft import Draft, DraftBuilder
-from stand_runtime.verify import verify_greedy, verify_sampling
+from stand_runtime.verify import gumbel_max_token, verify_greedy, verify_invariant, verify_sampling
 import stand_runtime.verify_batch as verify_batch_module
 from stand_runtime.verify_batch import verify_batch, verify_rows
 from conftest import draw_law
@@ -111,6 +111,35 @@ def test_batched_outcomes_equal_the_reference_walk(params, vocab):
         logits = [random_logits(rng, d, vocab, flat=0.05) for d in drafts]
         accepted += sum(len(v.accepted) for v in assert_both_agree(drafts, logits, params, seed=100 * trial + trial % 2))
     assert accepted > 16  # paths went past the roots
+
+
+@pytest.mark.parametrize("params", [p for p in PARAMS if not p.greedy], ids=lambda p: f"T{p.temperature}-p{p.top_p}-k{p.top_k}")
+def test_drafter_invariant_batches_equal_the_reference_walk(params):
+    """Drafter-invariant verification on the device (position noise in torch) gives each row's
+    verify_invariant, for drafts whose tokens are often the target's own Gumbel-max samples (so paths
+    go deep), on padded views of one forward; wide nuclei fall back to the walk."""
+    rng = np.random.default_rng(int(params.temperature * 10) + params.top_k)
+    accepted = 0
+    for trial in range(12):
+        vocab = int(rng.choice([30, 1200]))
+        drafts = [random_draft(rng, vocab, int(rng.integers(1, 25)), str(rng.choice(KINDS))) for _ in range(4)]
+        logits = [random_logits(rng, d, vocab, flat=0.05) for d in drafts]
+        noises = [PositionNoise.seeded(trial * 10 + b) for b in range(len(drafts))]
+        bases = [int(rng.integers(1, 50)) for _ in drafts]
+        for b, draft in enumerate(drafts):  # plant the target's samples along the first child chain
+            node = 0
+            while draft.children[node]:
+                child = draft.children[node][0]
+                if rng.random() < 0.8:
+                    draft.tokens[child] = gumbel_max_token(target_row(logits[b][node], params), noises[b],
+                                                           bases[b] + int(draft.depths[node]))
+                node = child
+        want = [verify_invariant(d, lambda v, x=x: target_row(x[v], params), n, base)
+                for d, x, n, base in zip(drafts, logits, noises, bases)]
+        got = verify_batch(drafts, padded_views(logits), params, noises=[n.at(base) for n, base in zip(noises, bases)])
+        assert got == want
+        accepted += sum(len(v.accepted) for v in got)
+    assert accepted > 12
 
 
 def test_wide_nuclei_on_the_path_fall_back_to_the_walk_with_the_same_uniforms(monkeypatch):

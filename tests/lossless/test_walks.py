@@ -4,8 +4,6 @@ trees and rows of mixed sampling parameters (greedy, top-p, top-k, dense); non-f
 visited position stay an error. End to end, the engine (which verifies through it on a CPU) decodes
 as plain decoding: tests/runtime/engine/test_engine.py, tests/runtime/engine/test_batch.py."""
 
-from types import SimpleNamespace
-
 import numpy as np
 import pytest
 
@@ -13,11 +11,17 @@ from stand_runtime import SamplingParams
 from stand_runtime.engine.row import StepTarget
 from stand_runtime.engine.walks import walk_rows
 from stand_runtime.errors import StandError
-from stand_runtime.randomness import RandomStream
+from stand_runtime.randomness import PositionNoise, RandomStream
+from stand_runtime.verify import greedy_walk, gumbel_walk, sampling_walk, verify_invariant
 from test_verify_batch import KINDS, padded_views, random_draft, random_logits, reference
 
 VOCAB = 300
 MIXED = [SamplingParams(0.0), SamplingParams(0.7, 0.9), SamplingParams(1.0, 1.0), SamplingParams(0.6, 0.95, 20)]
+
+
+def walks(drafts, params, streams):
+    """Each row's walk as DecodeRow.walk makes it under recursive rejection (greedy rows: the greedy walk)."""
+    return [greedy_walk(d) if p.greedy else sampling_walk(d, s) for d, p, s in zip(drafts, params, streams)]
 
 
 def batch(seed: int):
@@ -35,9 +39,8 @@ def batch(seed: int):
 def test_level_by_level_walks_equal_the_walks_one_by_one(seed):
     drafts, logits, params = batch(seed)
     streams = [RandomStream.seeded(1000 * seed + b) for b in range(len(drafts))]
-    rows = [SimpleNamespace(params=p, randomness=s) for p, s in zip(params, streams)]
     targets = [StepTarget(x, p, precompute=False) for x, p in zip(logits, params)]
-    got = walk_rows(rows, drafts, targets)
+    got = walk_rows(walks(drafts, params, streams), targets)
     for b, (draft, x, p) in enumerate(zip(drafts, logits, params)):
         alone = RandomStream.seeded(1000 * seed + b)
         want = reference([draft], [x], p, [alone])[0]
@@ -56,8 +59,8 @@ def test_a_level_is_computed_in_one_call_per_sampling_distribution(monkeypatch):
     monkeypatch.setattr(row_module, "target_rows", lambda logits, p: calls.append(len(logits)) or real(logits, p))
     drafts, logits, _ = batch(3)
     params = SamplingParams(0.7, 0.9)
-    rows = [SimpleNamespace(params=params, randomness=RandomStream.seeded(b)) for b in range(len(drafts))]
-    walk_rows(rows, drafts, [StepTarget(x, params, precompute=False) for x in logits])
+    streams = [RandomStream.seeded(b) for b in range(len(drafts))]
+    walk_rows(walks(drafts, [params] * len(drafts), streams), [StepTarget(x, params, precompute=False) for x in logits])
     assert calls[0] == len(drafts)  # every root at once
     assert len(calls) <= 1 + max(max(d.depths) for d in drafts)  # one call a level
 
@@ -66,6 +69,20 @@ def test_a_level_is_computed_in_one_call_per_sampling_distribution(monkeypatch):
 def test_non_finite_logits_at_a_visited_position_are_an_error(params):
     drafts, logits, _ = batch(5)
     logits[-1][0] = float("nan")
-    rows = [SimpleNamespace(params=params, randomness=RandomStream.seeded(b)) for b in range(len(drafts))]
+    streams = [RandomStream.seeded(b) for b in range(len(drafts))]
     with pytest.raises(StandError, match="not finite"):
-        walk_rows(rows, drafts, [StepTarget(x, params, precompute=False) for x in logits])
+        walk_rows(walks(drafts, [params] * len(drafts), streams), [StepTarget(x, params, precompute=False) for x in logits])
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_drafter_invariant_walks_level_by_level_equal_them_one_by_one(seed):
+    """Gumbel-max walks (each row its position noise and base) advanced together give each row's
+    verify_invariant."""
+    drafts, logits, params = batch(seed)
+    params = [p if not p.greedy else SamplingParams(0.8, 0.9) for p in params]
+    noises = [PositionNoise.seeded(seed * 100 + b) for b in range(len(drafts))]
+    targets = [StepTarget(x, p, precompute=False) for x, p in zip(logits, params)]
+    got = walk_rows([gumbel_walk(d, n, 7 + b) for b, (d, n) in enumerate(zip(drafts, noises))], targets)
+    for b, (draft, x, p) in enumerate(zip(drafts, logits, params)):
+        alone = StepTarget(x, p, precompute=False)
+        assert got[b] == verify_invariant(draft, alone.target_at, noises[b], 7 + b)

@@ -221,7 +221,7 @@ def run_bench(
     model, tokenizer, prompts: list[Prompt], methods: list[BenchMethod], *, sampling: SamplingParams,
     max_new_tokens: int, seed: int, trajectories: int = 1, on_run: Callable[[str, str, object], None] | None = None,
     on_prompt: Callable[[int, list[MethodResult]], None] | None = None, share_across_prompts: bool = False,
-    ignore_eos: bool = False, priors: bool = False,
+    ignore_eos: bool = False, priors: bool = False, verification: str = "invariant",
 ) -> list[MethodResult]:
     """Decode every prompt with every method (N trajectories each), interleaved; per-method totals.
 
@@ -233,6 +233,7 @@ def run_bench(
     speed comparison; answers are read from the text before the first EOS). ``priors`` gives the
     STAND configurations the target's successor prior for ``sampling``
     (:mod:`stand_runtime.drafters.prior`; measured once per model and cached) unless they say ``+noprior``.
+    ``verification`` is every method's rule for sampled drafts (:data:`stand_runtime.verify.VERIFICATION_RULES`).
 
     Raises:
         StandError: before any decoding: prompts that are not a non-empty list of Prompt with distinct
@@ -253,7 +254,7 @@ def run_bench(
     for spec in methods:
         prior = method_prior(spec.method, model, tokenizer, sampling, vocab_size(model), priors and spec.prior)
         method = Method.parse(spec.method, spec.tree, model, feed_rejected=spec.feed_rejected,
-                              diagnose=spec.method in STORE_METHODS, prior=prior)
+                              diagnose=spec.method in STORE_METHODS, prior=prior, verification=verification)
         nodes = {"ar": 0, "pld": 10, "suffix": 64}.get(spec.method) if method.tree is None else method.tree.num_nodes
         result = MethodResult(spec.label, spec.method, spec.tree_name, nodes, spec.feed_rejected, prior is not None)
         sizing = None

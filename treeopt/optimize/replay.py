@@ -148,7 +148,8 @@ class _StepReplay:
             if entry is None:  # nothing drafted here: the step ends with a bonus token
                 ends[index + 1] = ends.get(index + 1, 0.0) + weight
                 break
-            slots = choose_children(entry.log_q, min(len(kids), len(entry.id_list)), self.randomness if stochastic else None)
+            slots = choose_children(entry.log_q, min(len(kids), len(entry.id_list)), self.randomness if stochastic else None,
+                                    index - start, entry.ids)
             target = self.target_at(index)
             on_support = [target.get(token, 0.0) for token in entry.id_list]
             chain = acceptance_chain(on_support, entry.q.tolist() if stochastic else None, slots, stochastic)

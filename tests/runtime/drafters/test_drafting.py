@@ -127,7 +127,7 @@ def test_replay_calibration_chooses_the_children_drafting_chooses(stochastic):
     store.update([4], [7, 8, 9, 3], [0.4, 0.3, 0.2, 0.1])
     drafted = draft_tree(tree, store, [1, 4], RandomStream.seeded(3) if stochastic else None)
     entry = store.lookup([4])
-    slots = choose_children(entry.log_q, 3, RandomStream.seeded(3) if stochastic else None)
+    slots = choose_children(entry.log_q, 3, RandomStream.seeded(3) if stochastic else None, 0, entry.ids)
     assert [drafted.tokens[c] for c in drafted.children[0]] == [entry.id_list[s] for s in slots]
     # the replay itself, on a trajectory whose next token is the second drafted child: it must
     # credit exactly the static node the engine would have placed that token in

@@ -281,7 +281,7 @@ def _store(observations):
     return store
 
 
-def _draw_from_q(log_q, m, randomness):
+def _draw_from_q(log_q, m, randomness, depth=0, ids=None):
     """Gumbel-Top-1 in law (one draw from q), through ``sample_index`` so that :func:`draw_law` enumerates it."""
     return [sampling_module.sample_index(np.exp(log_q), 0.5)]
 
@@ -298,7 +298,7 @@ class PeekingCursor(ChainCursor):
         return self._running * weight * entry.prob_list[self._slot], kind, entry, weight
 
     def take(self):
-        with patch.object(chain_module, "choose_children", lambda log_q, m, r: [self._slot]):
+        with patch.object(chain_module, "choose_children", lambda log_q, m, *rest: [self._slot]):
             return super().take()
 
 
