@@ -18,12 +18,12 @@ also be constructed directly. The extension is built by ``pip install -e .`` (``
 
 from __future__ import annotations
 
-import os
 import sys
 from typing import Sequence
 
 import numpy as np
 
+from ..checks import env_switch
 from ..errors import StandError
 from .blend import BLEND_WIDTH, check_blend
 from .entry import BYTES_PER_ENTRY, BYTES_PER_RESERVE_ID, StoreEntry, StoreStats
@@ -54,10 +54,8 @@ def native_selected() -> bool:
     Raises:
         StandError: ``STAND_NATIVE`` set to anything but 0 or 1.
     """
-    value = os.environ.get(NATIVE_ENV, "")
-    if value not in ("", "0", "1"):
-        raise StandError(f"{NATIVE_ENV} must be 0 (the Python store) or 1 (the native one), got {value!r}")
-    return value == "1" or (value == "" and _native is not None)
+    value = env_switch(NATIVE_ENV)
+    return value is True or (value is None and _native is not None)
 
 
 def store_class(native_drafting: bool = True) -> type[NGramStore]:

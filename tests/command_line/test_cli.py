@@ -644,3 +644,28 @@ def test_outputs_named_dash_folders_and_devices_are_named(tmp_path):
         code, output = run(*args)
         assert code == 2, (args, output)
         one_line_error(output, message)
+
+
+@pytest.mark.parametrize("name", ["STAND_NATIVE", "STAND_NATIVE_NUCLEUS", "STAND_VLLM_FAST_SAMPLING", "STAND_VLLM_ANY_VERSION"])
+def test_an_on_off_variable_other_than_0_or_1_is_refused_on_every_command(name, monkeypatch, tmp_path):
+    """``STAND_NATIVE=2`` was accepted on paths that draft nothing (plain decoding, export, show)."""
+    monkeypatch.setenv(name, "2")
+    for args in (["show", "heuristic-80"], ["candidate", "--nodes", "5", "--out", str(tmp_path / "c.json")]):
+        code, output = run(*args)
+        assert code == 2
+        one_line_error(output, f"{name} must be 0 or 1")
+    assert not (tmp_path / "c.json").exists()
+    monkeypatch.setenv(name, " 0 ")
+    code, output = run("show", "heuristic-80")
+    assert code == 0, output
+
+
+def test_the_on_off_variables_read_0_1_or_unset():
+    from stand_runtime.checks import env_switch
+    from stand_runtime.errors import StandError
+
+    assert env_switch("STAND_NATIVE", {}) is None and env_switch("STAND_NATIVE", {"STAND_NATIVE": ""}) is None
+    assert env_switch("STAND_NATIVE", {"STAND_NATIVE": "0"}) is False and env_switch("STAND_NATIVE", {"STAND_NATIVE": "1"}) is True
+    for bad in ("2", "yes", "true", "01"):
+        with pytest.raises(StandError, match=f"STAND_NATIVE must be 0 or 1 .* got '{bad}'"):
+            env_switch("STAND_NATIVE", {"STAND_NATIVE": bad})
