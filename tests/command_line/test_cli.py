@@ -669,3 +669,38 @@ def test_the_on_off_variables_read_0_1_or_unset():
     for bad in ("2", "yes", "true", "01"):
         with pytest.raises(StandError, match=f"STAND_NATIVE must be 0 or 1 .* got '{bad}'"):
             env_switch("STAND_NATIVE", {"STAND_NATIVE": bad})
+
+
+@pytest.fixture()
+def without_vllm(monkeypatch):
+    """As on a machine where vLLM is not installed."""
+    import importlib.util
+    import sys
+
+    find_spec = importlib.util.find_spec
+    monkeypatch.setitem(sys.modules, "vllm", None)
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *args: None if name == "vllm" else find_spec(name, *args))
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--k", "-3"], "--k must be auto or an integer in [1, 128], got '-3'"),
+    (["--model", "/nonexist"], "/nonexist is not a model folder"),
+    (["--max-model-len", "8"], "Invalid value for '--max-model-len'"),
+    (["--prior", "0.6"], "--prior must be T,TOP_P"),
+])
+def test_serve_checks_its_own_arguments_before_asking_for_vllm(without_vllm, args, message):
+    """``treeopt serve --k -3`` answered "vLLM is not installed" before looking at --k."""
+    for dry in ([], ["--dry-run"]):
+        code, output = run("serve", *dry, *args)
+        assert code == 2
+        one_line_error(output, message)
+
+
+def test_serve_dry_run_prints_its_command_without_vllm(without_vllm):
+    code, output = run("serve", "--dry-run", "--k", "3", "--port", "8123")
+    assert code == 0, output
+    assert "warning: vLLM is not installed here" in output
+    assert "--port 8123" in output and '"num_speculative_tokens": 3' in output
+    code, output = run("serve", "--k", "3")
+    assert code == 2
+    one_line_error(output, "vLLM is not installed")
