@@ -704,3 +704,26 @@ def test_serve_dry_run_prints_its_command_without_vllm(without_vllm):
     code, output = run("serve", "--k", "3")
     assert code == 2
     one_line_error(output, "vLLM is not installed")
+
+
+def test_show_skips_a_file_that_holds_no_tree_and_names_it():
+    """``treeopt show trees/*.json`` stopped at the bundled acceptance seed; now it shows the others."""
+    files = sorted(str(path) for path in (ROOT / "trees").glob("*.json"))
+    code, output = run("show", *files)
+    assert code == 0, output
+    skipped = [line for line in output.splitlines() if line.startswith("warning: skipped")]
+    assert len(skipped) == 1 and "stand-smollm2-humaneval.acceptance.json" in skipped[0] and "not a tree" in skipped[0]
+    assert output.count("depth") >= len(files) - 1  # one profile table per shown file
+    code, output = run("show", files[0], "no-such-tree")  # a missing file or name stays an error
+    assert code == 2
+    one_line_error(output, "tree not found: 'no-such-tree'")
+    code, output = run("show", str(ROOT / "trees" / "stand-smollm2-humaneval.acceptance.json"))
+    assert code == 2
+    one_line_error(output, "an acceptance seed")
+
+
+def test_an_unknown_name_lists_every_bundled_name():
+    code, output = run("show", "no-such-tree")
+    one_line_error(output, "heuristic-80, stand-smollm2-humaneval-80 (trees); stand-smollm2-humaneval (a calibration and its tree family)")
+    code, output = run("export", "no-such-calibration", "--out", "x.json")
+    one_line_error(output, "calibration file not found: no-such-calibration (shipped calibrations: stand-smollm2-humaneval)")

@@ -135,7 +135,8 @@ def load_calibration(path: str | Path) -> Calibration:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise StandError(f"calibration file not found: {path}") from None
+        shipped = ", ".join(sorted(bundled_calibrations())) or "none"
+        raise StandError(f"calibration file not found: {path} (shipped calibrations: {shipped})") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as error:
         raise StandError(f"corrupt calibration file {path}: {str(error) or 'nested too deeply'}") from None
     wanted = "give the file `treeopt calibrate --out` wrote (or the shipped one, stand-smollm2-humaneval)"
