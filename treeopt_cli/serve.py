@@ -211,9 +211,9 @@ def _prior_path(model: str, dtype: str, distribution, measure: bool = True) -> s
         path = prior_path(target, tokenizer, distribution, vocab_size(target))
         if not path.is_file():
             console.print(f"note: the successor prior is not measured yet: the server measures it first "
-                          f"(~1-2 min) into {path}", highlight=False, soft_wrap=True)
+                          f"(one one-token forward per vocabulary token) into {path}", highlight=False, soft_wrap=True)
         return str(path)
-    found = loading.successor_prior(target, tokenizer, ["stand"], distribution)
+    found = loading.successor_prior(target, tokenizer, ["stand"], distribution, skip="without --prior the server drafts without it")
     path = prior_path(target, tokenizer, distribution, found.vocab)
     if not path.is_file():  # kept in this process's memory only (measured earlier in it, or the cache took no file)
         problem = write_cache_file(path, found.to_bytes())

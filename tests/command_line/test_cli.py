@@ -727,3 +727,26 @@ def test_an_unknown_name_lists_every_bundled_name():
     one_line_error(output, "heuristic-80, stand-smollm2-humaneval-80 (trees); stand-smollm2-humaneval (a calibration and its tree family)")
     code, output = run("export", "no-such-calibration", "--out", "x.json")
     one_line_error(output, "calibration file not found: no-such-calibration (shipped calibrations: stand-smollm2-humaneval)")
+
+
+def test_the_successor_priors_measurement_names_its_forwards_the_time_left_and_no_prior(monkeypatch, capsys):
+    """49,152 one-token forwards ran with no time estimate and no word of --no-prior."""
+    import time
+
+    from treeopt_cli import render
+
+    clock = iter([100.0, 100.0, 130.0, 160.0, 190.0, 220.0])
+    monkeypatch.setattr(time, "monotonic", lambda: next(clock))
+
+    def fake_prior(name, target, tokenizer, sampling, vocab, enabled, report):
+        for done in range(0, 49_153, 12_288):
+            report(done, 49_152)
+        return "prior"
+
+    monkeypatch.setattr("stand_runtime.drafters.prior.method_prior", fake_prior)
+    monkeypatch.setattr("stand_runtime.target.model_facts.vocab_size", lambda target: 49_152)
+    assert loading.successor_prior(None, None, ["stand"], None) == "prior"
+    out = capsys.readouterr().out
+    assert "49,152 one-token forwards" in out and "--no-prior skips it" in out
+    assert "successor prior 12288/49152 about 2 min left" in out  # 30 s a quarter: 90 s for three more
+    assert render.time_left(0, 0, 10) == "" and render.time_left(10.0, 5, 10) == "about 10 s left"
