@@ -284,6 +284,15 @@ def eta_columns() -> list:
     return [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn()]
 
 
+def search_columns() -> list:
+    """Progress columns of ``search``: a bar, done/total, the tokens field (DVTS counts its tokens
+    there), elapsed and remaining time."""
+    from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+    return [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[tokens]}"),
+            TimeElapsedColumn(), TimeRemainingColumn()]
+
+
 def time_left(elapsed_s: float, done: int, total: int) -> str:
     """``"about 3 min left"`` from the rate so far (``""`` before the first unit is done)."""
     if done <= 0 or elapsed_s <= 0:

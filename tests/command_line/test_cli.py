@@ -750,3 +750,27 @@ def test_the_successor_priors_measurement_names_its_forwards_the_time_left_and_n
     assert "49,152 one-token forwards" in out and "--no-prior skips it" in out
     assert "successor prior 12288/49152 about 2 min left" in out  # 30 s a quarter: 90 s for three more
     assert render.time_left(0, 0, 10) == "" and render.time_left(10.0, 5, 10) == "about 10 s left"
+
+
+def test_dvts_progress_counts_its_tokens_and_best_of_n_shows_its_budget():
+    """DVTS's progress showed best-of-N's token total (N x max_new_tokens), which its rounds neither reach nor bound."""
+    import io
+    from types import SimpleNamespace
+
+    from rich.console import Console
+
+    from treeopt_cli import render
+    from treeopt_cli.search import _token_progress
+
+    out = io.StringIO()
+    bar = render.ProgressLines(Console(file=out, width=200))
+    searching = bar.add_task("searching", total=2, tokens="")
+    count = _token_progress(bar, searching, SimpleNamespace(strategy="dvts", n=16, max_new_tokens=256), 2)
+    assert len(bar.tasks) == 1  # no token bar of a made-up total
+    count(1_000), count(234)
+    bar.advance(searching)
+    assert out.getvalue().strip() == "searching 1/2 1,234 tokens decoded"
+    bar = render.ProgressLines(Console(file=io.StringIO(), width=200))
+    searching = bar.add_task("searching", total=2, tokens="")
+    count = _token_progress(bar, searching, SimpleNamespace(strategy="best-of-n", n=8, max_new_tokens=100), 3)
+    assert bar.tasks[1]["description"] == "tokens" and bar.tasks[1]["total"] == 3 * 8 * 100
