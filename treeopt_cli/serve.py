@@ -28,7 +28,7 @@ def serve(
     prior: Optional[str] = typer.Option(None, metavar="T,TOP_P", help="stand: draft from the target's successor prior "
                                         "for requests sampled at temperature T and top-p TOP_P (e.g. 0.6,0.95; T 0: greedy), "
                                         "where a request's store has not seen a step's root token; measured once per model, "
-                                        "dtype and distribution (~1-2 min for the default model on 2 cores) and cached under "
+                                        "dtype and distribution (one one-token forward per vocabulary token) and cached under "
                                         "$STAND_CACHE_DIR or ~/.cache/stand; requests sampled otherwise draft without it (0,1 also "
                                         "serves T 1 with top-p 1: greedy requests record the softmax). "
                                         "Default: no prior."),
