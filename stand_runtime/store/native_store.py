@@ -1,4 +1,4 @@
-"""The n-gram store in C++ (``stand_runtime._native``, docs/design.md §2.7): :class:`NativeNGramStore`.
+"""The n-gram store in C++ (``stand_runtime._native``, docs/algorithms.md §2.7): :class:`NativeNGramStore`.
 
 The same store as :class:`stand_runtime.store.ngram_store.NGramStore`, which stays the reference:
 the same tables, merge (weighted average, missing ids count 0, truncation to the top k), reserve
@@ -200,7 +200,7 @@ FeedRow = tuple
 
 def update_sequences(rows: Sequence[FeedRow]) -> None:
     """``for store, *args in rows: store.update_sequence(*args)`` with every numeric row of every
-    native store merged in one call into C++ (a batch's step observations, docs/design.md §3.8): the
+    native store merged in one call into C++ (a batch's step observations, docs/algorithms.md §3.8): the
     same stores, statistics and errors as the per-row calls, in the same order (rows may share a
     store; a Python store's rows take its own ``update_sequence``).
 

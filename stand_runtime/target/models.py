@@ -99,7 +99,7 @@ def load_model(
         dtype: weight dtype, ``torch.float32`` (default) or ``torch.bfloat16`` (or their names). A
             bfloat16 model is a different target, lossless relative to itself only up to its rounding
             (a position's logits change with the tokens in its forward and bfloat16 logits tie often:
-            greedy output with drafts may differ from plain greedy decoding, docs/design.md §5.3); every
+            greedy output with drafts may differ from plain greedy decoding, docs/algorithms.md §5.3); every
             comparison must use the same weights and dtype.
         fast: on a CPU in float32, prepack the linear layers for oneDNN and compute each call with
             the kernel measured faster here for its row count (:mod:`stand_runtime.target.fast_linear`:

@@ -1,6 +1,6 @@
 """Tree files: the versioned ``stand-tree`` JSON schema, the plain ``choices`` list, bundled trees.
 
-The versioned format (docs/design.md §8.1)::
+The versioned format (docs/trees.md §8.1)::
 
     {"format": "stand-tree", "version": 1,
      "paths": [[0], [1], [0, 0], ...],          # rank paths, 0-based, parents before children

@@ -1,4 +1,4 @@
-"""The calibration file: per-node acceptance estimates of a candidate tree (docs/design.md §8.3).
+"""The calibration file: per-node acceptance estimates of a candidate tree (docs/trees.md §8.3).
 
 JSON (``format: stand-calibration``, version 1): the candidate's rank paths, alpha-hat per node, the
 step count, per prompt its own sums (so an interrupted run resumes and errors can be clustered by
