@@ -37,22 +37,11 @@ def serve(
     """Serve an OpenAI-compatible API with vLLM and STAND (arguments after the options go to vLLM as they are)."""
     from stand_runtime import DEFAULT_MODEL
     from stand_runtime.vllm import default_model_folder
-    from stand_runtime.vllm.engine import check_model_folder, private_ipc_folder
-    from stand_runtime.vllm.server import (ServerSettings, check_extra_args, check_listen, check_server_values, describe,
-                                           server_command)
+    from stand_runtime.vllm.engine import private_ipc_folder
+    from stand_runtime.vllm.server import ServerSettings, describe, server_command
 
-    # this command's own arguments first, then vLLM: a serve command can be checked where vLLM is not installed
-    _check_options(ctx, method)
-    chain = _chain_length(k, method)
-    distribution = None if prior is None else _prior_distribution(prior)
-    check_server_values(port, kv_cache_gib, max_model_len, dtype)
-    if model != DEFAULT_MODEL:
-        check_model_folder(model)
-    # before a prior's minutes and vLLM's start, not after them; a dry run checks the host only (port
-    # 0: any free one), as the port may be held by the server it describes
-    check_listen(host, 0 if dry_run else port)
-    if _check_vllm(dry_run):
-        check_extra_args(ctx.args)
+    chain, distribution = _check_arguments(ctx, model, method, k, prior, host, port, kv_cache_gib, max_model_len,
+                                           dtype, dry_run)
     if distribution is not None:
         _check_prior_folder()  # before a measurement of minutes, not after it
     folder = str(default_model_folder() if model == DEFAULT_MODEL else model)
@@ -93,6 +82,32 @@ def _print_dry_run(line: str, argv: list[str], env: dict[str, str], pending: Opt
     console.print(line, highlight=False, soft_wrap=True)
     prefix = f"{OPTIONS_ENV}={shlex.quote(env[OPTIONS_ENV])} " if OPTIONS_ENV in env else ""
     console.print(prefix + shlex.join(argv), highlight=False, soft_wrap=True)
+
+
+def _check_arguments(ctx, model, method, k, prior, host, port, kv_cache_gib, max_model_len, dtype, dry_run):
+    """This command's own arguments first, then vLLM (a serve command can be checked where vLLM is not
+    installed), all before a prior's minutes and vLLM's start.
+
+    Returns:
+        ``(chain, distribution)``: the parsed ``--k`` and ``--prior``.
+
+    Raises:
+        StandError: the first argument refused, or vLLM missing (but for a dry run) or unsupported.
+    """
+    from stand_runtime import DEFAULT_MODEL
+    from stand_runtime.vllm.engine import check_model_folder
+    from stand_runtime.vllm.server import check_extra_args, check_listen, check_server_values
+
+    _check_options(ctx, method)
+    chain = _chain_length(k, method)
+    distribution = None if prior is None else _prior_distribution(prior)
+    check_server_values(port, kv_cache_gib, max_model_len, dtype)
+    if model != DEFAULT_MODEL:
+        check_model_folder(model)
+    check_listen(host, 0 if dry_run else port)  # a dry run: the host only (port 0), its port may be the server's
+    if _check_vllm(dry_run):
+        check_extra_args(ctx.args)
+    return chain, distribution
 
 
 def _check_vllm(dry_run: bool) -> bool:
