@@ -98,6 +98,7 @@ def test_the_cli_reference_page_is_current():
 def test_the_readme_is_short_and_keeps_its_quickstart():
     lines = (ROOT / "README.md").read_text(encoding="utf-8").splitlines()
     assert len(lines) <= 200
+    assert len((DOCS / "architecture.md").read_text(encoding="utf-8").splitlines()) <= 300
     start = lines.index("## Quickstart")
     block = lines[lines.index("```sh", start) + 1:]
     block = block[:block.index("```")]
