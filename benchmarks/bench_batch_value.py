@@ -1,4 +1,4 @@
-"""Value-sized drafts in a batch: each row alone vs one node budget per forward (docs/design.md §3.7).
+"""Value-sized drafts in a batch: each row alone vs one node budget per forward (docs/algorithms.md §3.7).
 
 Best-of-N sampling on GSM8K prompts with ``generate_batch``: each problem's N samples share one
 n-gram store (best-of-N's memory), decoded B rows at a time (N / B batches per problem). Methods:

@@ -3,7 +3,7 @@
 The trace bench's replay (``treeopt bench-traces``: greedy, no model, each group's traces sharing one
 store) of STAND's methods, run group by group with the Python and the native store interleaved (the
 order alternating from group to group), so both see the same machine state: ``stand`` on
-``dynamic-80`` (the dynamic tree in C++, docs/design.md §3.8) and ``stand-static`` on the bundled
+``dynamic-80`` (the dynamic tree in C++, docs/algorithms.md §3.8) and ``stand-static`` on the bundled
 80-node static tree (the static fill and the copy index in C++), both with the copy path. Prints, per
 trace file and method, drafting and feeding µs per step for each store, their ratios, and checks that
 both took the same steps. ``--profile N`` also profiles the native runs (cProfile, a pass of its own)

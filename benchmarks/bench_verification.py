@@ -30,6 +30,18 @@ from rich.table import Table
 RULES = ("invariant", "rejection")
 
 
+def machine() -> str:
+    """This CPU's model name and core count (``/proc/cpuinfo``; the platform's name elsewhere)."""
+    import os
+
+    try:
+        with open("/proc/cpuinfo") as handle:
+            name = next(line.split(":", 1)[1].strip() for line in handle if line.startswith("model name"))
+    except (OSError, StopIteration):
+        name = platform.processor() or platform.machine()
+    return f"{os.cpu_count()}-core {name}"
+
+
 def run_once(model, tokenizer, text: str, workload: str, method, params, tokens: int, seed: int, sizing):
     """(tokens, forwards, seconds) of one workload on one prompt."""
     from stand_runtime import generate, generate_batch
@@ -100,7 +112,7 @@ def main() -> None:
     if args.json:
         from stand_runtime.files import write_json_atomic as write_json
 
-        write_json(args.json, {"date": date.today().isoformat(), "machine": platform.processor() or platform.machine(),
+        write_json(args.json, {"date": date.today().isoformat(), "machine": machine(),
                                "command": "python benchmarks/bench_verification.py " + " ".join(
                                    f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items() if v is not None),
                                "results": out})

@@ -1,4 +1,4 @@
-"""Measure the bundled acceptance seed of the default model (docs/design.md §3.7, §8.5).
+"""Measure the bundled acceptance seed of the default model (docs/algorithms.md §3.7, docs/trees.md §8.5).
 
 The same decode ``treeopt calibrate`` ends with (``dynamic-80``, Gumbel-Top-K drafts, a fresh store per
 prompt), on the bundled calibration's prompts and settings (``trees/stand-smollm2-humaneval.calibration.json``:

@@ -5,7 +5,7 @@ torch): decoding (:func:`generate`, :func:`generate_batch`, :func:`decode_rows`,
 :class:`Method`, :class:`SamplingParams`, results and statistics), the backend seam (:class:`HFBackend`,
 :class:`DecodeRequest`, :class:`Completion`), drafter memories, draft trees and tree files, model
 loading, latency profiles, lossless verification and trace replay. Everything else is imported from
-its module; the parts, in import order (docs/design.md §1.1-1.2):
+its module; the parts, in import order (docs/architecture.md §1.1-1.2):
 
 - foundation: ``errors``, ``limits``, ``formats``, ``checks``, ``files``, ``randomness``, ``lazy``;
 - ``trees/`` (static trees, a step's draft, tree files and families), ``target/`` (the target model, p,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import os
 
 import numpy as np
 
@@ -90,3 +91,36 @@ def _range(minimum, maximum) -> str:
     if maximum is not None:
         return f" <= {maximum}"
     return ""
+
+
+ENV_SWITCHES = {
+    "STAND_NATIVE": "0: every fresh store the Python reference; 1: require the native one",
+    "STAND_NATIVE_NUCLEUS": "0: the torch top-p cut where the native one would serve",
+    "STAND_VLLM_FAST_SAMPLING": "0: vLLM's own CPU sampler (its top-p sort, noise and verification)",
+    "STAND_VLLM_ANY_VERSION": "1: let the vLLM proposer try a release it does not support",
+}
+"""The toolkit's on/off environment variables and what each value other than the default does."""
+
+
+def env_switch(name: str, environ=None) -> bool | None:
+    """The on/off environment variable ``name`` (one of :data:`ENV_SWITCHES`): None when unset or empty,
+    False for ``0``, True for ``1`` (surrounding spaces ignored).
+
+    Raises:
+        StandError: any other value, in one line naming the variable and the values it takes.
+    """
+    value = (os.environ if environ is None else environ).get(name, "").strip()
+    if value not in ("", "0", "1"):
+        raise StandError(f"{name} must be 0 or 1 ({ENV_SWITCHES.get(name, 'an on/off switch')}), got {value!r}")
+    return None if value == "" else value == "1"
+
+
+def check_env_switches(environ=None) -> None:
+    """Every variable of :data:`ENV_SWITCHES` checked by :func:`env_switch`, so that a bad value is
+    refused on every path, also on one that never reads it (the CLI calls this before any command).
+
+    Raises:
+        StandError: the first variable set to anything but 0 or 1.
+    """
+    for name in ENV_SWITCHES:
+        env_switch(name, environ)

@@ -64,7 +64,7 @@ class Method:
         sized: the tree was sized for this machine from a family (``"auto"``).
         suffix: SuffixDecoding's settings (None = its defaults).
         batch_verify: verify a step's rows at once on the logits' device (:mod:`stand_runtime.verify_batch`):
-            True, False, or None = for a batch on an accelerator (docs/design.md §4.7).
+            True, False, or None = for a batch on an accelerator (docs/algorithms.md §4.7).
         prior: STAND: the target's successor prior, filling the 1-token context of a step's root
             where the store has none (:mod:`stand_runtime.drafters.prior`;
             :func:`stand_runtime.drafters.prior.method_prior` gives it); None = no prior.

@@ -194,7 +194,7 @@ class RandomStream:
 
 def drafting_seed(seed: int) -> int:
     """The seed of a seeded vLLM request's drafting noise (STAND's proposer): ``seed`` (in [0, 2**64))
-    mixed by SHA-256, in [0, 2**64) (docs/design.md §7.11).
+    mixed by SHA-256, in [0, 2**64) (docs/vllm.md §7.11).
 
     vLLM draws a seeded request's samples, acceptance uniforms and recovered tokens from a torch
     generator seeded with ``seed`` itself; a drafting stream seeded alike would draw the same uniforms,

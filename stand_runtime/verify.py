@@ -8,7 +8,7 @@ Vocabulary (as in vLLM's rejection sampler):
   the token sampled from p at that node.
 A step emits the accepted tokens plus exactly one recovered or bonus token.
 
-Rules, walking from the root (docs/design.md §4.2-4.4), with p the target sampling distribution at the node:
+Rules, walking from the root (docs/algorithms.md §4.2-4.4), with p the target sampling distribution at the node:
 
 - greedy: descend into the child whose token is argmax p; otherwise emit argmax p.
 - stochastic drafts (children drawn without replacement from q, in order): recursive rejection

@@ -1,6 +1,6 @@
 """Batched verification: every row's draft tree verified with tensor operations on the logits' device.
 
-The rule is :mod:`stand_runtime.verify`'s (the tested reference; docs/design.md §4.7), computed for
+The rule is :mod:`stand_runtime.verify`'s (the tested reference; docs/algorithms.md §4.7), computed for
 all rows of a batch at once instead of walking each tree node by node on the host:
 
 1. **outcomes**: for every node with children, in every row, the outcome the walk would draw there

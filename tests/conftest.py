@@ -5,6 +5,8 @@ import sys
 from pathlib import Path
 from unittest.mock import patch
 
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # no test reaches the network: a hub id stays in the local cache
+
 import numpy as np
 import pytest
 import torch

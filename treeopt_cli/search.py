@@ -100,6 +100,23 @@ def _note_own_trees(names: list, tree: Optional[str]) -> None:
                               f"apply to it", highlight=False, soft_wrap=True)
 
 
+def _token_progress(bar, task: int, settings, searches: int):
+    """The ``on_tokens`` of a search's progress. Best-of-N: a bar of its budget, N samples of
+    ``max_new_tokens`` per problem and method (EOS stops short of it). DVTS has no such total (its
+    rounds end where the verifier's chosen paths end, and every round decodes N candidate steps of
+    which ``subtrees`` are kept), so it counts the tokens decoded beside the searches done."""
+    if settings.strategy != "dvts":
+        tokens = bar.add_task("tokens", total=searches * settings.n * settings.max_new_tokens, tokens="")
+        return lambda count: bar.advance(tokens, count)
+    decoded = [0]
+
+    def count(tokens: int) -> None:
+        decoded[0] += tokens
+        bar.update(task, tokens=f"{decoded[0]:,} tokens decoded")
+
+    return count
+
+
 def _search(model: str, dtype: str, names: list, tree: Optional[str], max_batch: int, problems: list, settings, judge,
             config: dict, out: ResultsFile) -> dict:
     """Load the model, search every problem with every method (saving after each problem); the report."""
@@ -120,14 +137,12 @@ def _search(model: str, dtype: str, names: list, tree: Optional[str], max_batch:
     def save(results: dict) -> None:
         out.progress(lambda: search_report(config, results))
 
-    with render.progress(console) as bar:
+    with render.progress(console, *render.search_columns()) as bar:
         windows = -(-len(problems) // settings.in_flight)
-        task = bar.add_task("searching", total=windows * len(names))
-        # every method's budget: N paths of max_new_tokens each (EOS and DVTS's ends stop short of it)
-        tokens = bar.add_task("tokens", total=len(problems) * len(names) * settings.n * settings.max_new_tokens)
+        task = bar.add_task("searching", total=windows * len(names), tokens="")
         results = compare_methods(backends, tokenizer, problems, settings, judge, vocab_size(target),
                                   on_search=lambda _: bar.advance(task), on_problem=save,
-                                  on_tokens=lambda count: bar.advance(tokens, count))
+                                  on_tokens=_token_progress(bar, task, settings, len(problems) * len(names)))
     report = search_report(config, results)
     out.done(lambda: report)
     return report

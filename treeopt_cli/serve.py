@@ -28,7 +28,7 @@ def serve(
     prior: Optional[str] = typer.Option(None, metavar="T,TOP_P", help="stand: draft from the target's successor prior "
                                         "for requests sampled at temperature T and top-p TOP_P (e.g. 0.6,0.95; T 0: greedy), "
                                         "where a request's store has not seen a step's root token; measured once per model, "
-                                        "dtype and distribution (~1-2 min for the default model on 2 cores) and cached under "
+                                        "dtype and distribution (one one-token forward per vocabulary token) and cached under "
                                         "$STAND_CACHE_DIR or ~/.cache/stand; requests sampled otherwise draft without it (0,1 also "
                                         "serves T 1 with top-p 1: greedy requests record the softmax). "
                                         "Default: no prior."),
@@ -36,18 +36,12 @@ def serve(
 ) -> None:
     """Serve an OpenAI-compatible API with vLLM and STAND (arguments after the options go to vLLM as they are)."""
     from stand_runtime import DEFAULT_MODEL
-    from stand_runtime.vllm import check_version, default_model_folder
+    from stand_runtime.vllm import default_model_folder
     from stand_runtime.vllm.engine import private_ipc_folder
-    from stand_runtime.vllm.server import ServerSettings, check_extra_args, check_listen, describe, server_command
+    from stand_runtime.vllm.server import ServerSettings, describe, server_command
 
-    _check_options(ctx, method)
-    check_version()
-    chain = _chain_length(k, method)
-    check_extra_args(ctx.args)
-    distribution = None if prior is None else _prior_distribution(prior)
-    # before a prior's minutes and vLLM's start, not after them; a dry run checks the host only (port
-    # 0: any free one), as the port may be held by the server it describes
-    check_listen(host, 0 if dry_run else port)
+    chain, distribution = _check_arguments(ctx, model, method, k, prior, host, port, kv_cache_gib, max_model_len,
+                                           dtype, dry_run)
     if distribution is not None:
         _check_prior_folder()  # before a measurement of minutes, not after it
     folder = str(default_model_folder() if model == DEFAULT_MODEL else model)
@@ -88,6 +82,53 @@ def _print_dry_run(line: str, argv: list[str], env: dict[str, str], pending: Opt
     console.print(line, highlight=False, soft_wrap=True)
     prefix = f"{OPTIONS_ENV}={shlex.quote(env[OPTIONS_ENV])} " if OPTIONS_ENV in env else ""
     console.print(prefix + shlex.join(argv), highlight=False, soft_wrap=True)
+
+
+def _check_arguments(ctx, model, method, k, prior, host, port, kv_cache_gib, max_model_len, dtype, dry_run):
+    """This command's own arguments first, then vLLM (a serve command can be checked where vLLM is not
+    installed), all before a prior's minutes and vLLM's start.
+
+    Returns:
+        ``(chain, distribution)``: the parsed ``--k`` and ``--prior``.
+
+    Raises:
+        StandError: the first argument refused, or vLLM missing (but for a dry run) or unsupported.
+    """
+    from stand_runtime import DEFAULT_MODEL
+    from stand_runtime.vllm.engine import check_model_folder
+    from stand_runtime.vllm.server import check_extra_args, check_listen, check_server_values
+
+    _check_options(ctx, method)
+    chain = _chain_length(k, method)
+    distribution = None if prior is None else _prior_distribution(prior)
+    check_server_values(port, kv_cache_gib, max_model_len, dtype)
+    if model != DEFAULT_MODEL:
+        check_model_folder(model)
+    check_listen(host, 0 if dry_run else port)  # a dry run: the host only (port 0), its port may be the server's
+    if _check_vllm(dry_run):
+        check_extra_args(ctx.args)
+    return chain, distribution
+
+
+def _check_vllm(dry_run: bool) -> bool:
+    """Whether vLLM is here (and a release the proposer supports): a dry run without vLLM goes on with
+    one warning, as its command can still be printed.
+
+    Raises:
+        StandError: vLLM missing (but for a dry run), or a release or internals the proposer does not take.
+    """
+    import importlib.util
+
+    from stand_runtime.vllm import check_version
+
+    if dry_run and importlib.util.find_spec("vllm") is None:
+        from .app import print_warning
+
+        print_warning("vLLM is not installed here: the command below is not checked against vLLM's version "
+                      "or its server's options")
+        return False
+    check_version()
+    return True
 
 
 def _check_options(ctx, method: str) -> None:
@@ -185,9 +226,9 @@ def _prior_path(model: str, dtype: str, distribution, measure: bool = True) -> s
         path = prior_path(target, tokenizer, distribution, vocab_size(target))
         if not path.is_file():
             console.print(f"note: the successor prior is not measured yet: the server measures it first "
-                          f"(~1-2 min) into {path}", highlight=False, soft_wrap=True)
+                          f"(one one-token forward per vocabulary token) into {path}", highlight=False, soft_wrap=True)
         return str(path)
-    found = loading.successor_prior(target, tokenizer, ["stand"], distribution)
+    found = loading.successor_prior(target, tokenizer, ["stand"], distribution, skip="without --prior the server drafts without it")
     path = prior_path(target, tokenizer, distribution, found.vocab)
     if not path.is_file():  # kept in this process's memory only (measured earlier in it, or the cache took no file)
         problem = write_cache_file(path, found.to_bytes())

@@ -134,6 +134,29 @@ def _note_families(files: list[str]) -> None:
                           "came from", highlight=False, soft_wrap=True)
 
 
+def _load_shown(files: list[str], load) -> list[tuple]:
+    """``(spec, tree, alpha)`` of every file ``load`` reads. A file that exists but holds no tree (e.g.
+    ``trees/*.json`` takes the bundled acceptance seed) is skipped with one warning naming it, as long as
+    another file is shown; a missing file or an unknown name stays an error.
+
+    Raises:
+        StandError: a spec that is neither a file nor a known name, or no file holding a tree.
+    """
+    loaded, skipped = [], []
+    for spec in files:
+        try:
+            loaded.append((spec, *load(spec)))
+        except StandError as error:
+            if len(files) == 1 or not Path(spec).is_file():
+                raise
+            skipped.append(error)
+    if not loaded:
+        raise skipped[0]
+    for error in skipped:
+        print_warning(f"skipped: {error}")
+    return loaded
+
+
 @app.command()
 @one_line_errors
 def show(
@@ -148,7 +171,7 @@ def show(
     from treeopt.evaluate.plots import plot_profiles, plot_trees
 
     check_outputs({"--png": png, "--tree-png": tree_png}, {"FILES": files}, plot=png or tree_png)
-    loaded = [(spec, *load_tree_or_calibration(spec)) for spec in files]
+    loaded = _load_shown(files, load_tree_or_calibration)
     profiles = [(spec, depth_profile(tree, alpha)) for spec, tree, alpha in loaded]
     console.print(Columns([render.profile_table(spec, profile) for spec, profile in profiles], padding=(0, 3)))
     _note_families(files)

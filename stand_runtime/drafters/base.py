@@ -3,7 +3,7 @@
 A drafter subclasses :class:`Drafter` and implements its three steps (:meth:`~Drafter.observe_prompt`,
 :meth:`~Drafter.draft`, :meth:`~Drafter.observe_step`); the optional capabilities below have
 defaults that a drafter without them keeps, so the engine reads every one of them directly and a new
-drafter is written from this class alone (``tests/drafters/test_interface.py`` holds one).
+drafter is written from this class alone (``tests/lossless/test_drafter_interface.py`` holds one).
 """
 
 from __future__ import annotations

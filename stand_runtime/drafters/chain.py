@@ -29,7 +29,7 @@ COPY_DECAY ** (1 + longest - n)``, :func:`stand_runtime.sizing.candidates.match_
 index's n-gram length; a match measured past it, n > longest, ``COPY_DECAY ** (longest / n)``): a copy
 after an 8-token match is a surer guess than one after a single token, and the acceptance map learns copied positions by match and place in the chain. Whether a
 position is drafted may therefore depend on its score (and on earlier positions' draws), never on its
-own draw: the rule that keeps a chain cut by its scores lossless (:mod:`.chain_budget`, docs/design.md §7.7).
+own draw: the rule that keeps a chain cut by its scores lossless (:mod:`.chain_budget`, docs/vllm.md §7.7).
 
 Speculative sampling with the recorded q (accept x with probability min(1, p(x) / q(x)), else draw
 from the residual norm(max(p - q, 0)); Leviathan et al., 2023, §2.3) is lossless because every

@@ -27,7 +27,7 @@ request's draws); never from its own draw, which is made only once it is drafted
 reads only positions that are offered, never one that a later draw would produce, so no position's
 fate depends on a token it decides on (the argmax over whole prefixes would: a position would then
 be drafted because of the scores its own token gives the positions after it). vLLM then verifies
-each chain by speculative sampling, lossless for any length fixed this way (docs/design.md §7.7).
+each chain by speculative sampling, lossless for any length fixed this way (docs/vllm.md §7.7).
 
 t comes from :class:`stand_runtime.sizing.latency_model.LatencyModel` over tokens per forward: a latency
 profile of vLLM on this machine (:mod:`stand_runtime.vllm.sizing`) or, without one, the flat

@@ -1,6 +1,6 @@
 """What a drafter learns from: the target's rows of one forward, as top-k (ids, probabilities).
 
-Drafters learn only from what the target computed (docs/design.md §2.4). Every engine hands them the same
+Drafters learn only from what the target computed (docs/algorithms.md §2.4). Every engine hands them the same
 kind of object, a *feed*, so that a model's forward and a recorded trace (:mod:`stand_runtime.engine.trace_replay`)
 feed a drafter through one method:
 

@@ -1,5 +1,5 @@
 """The target's successor prior: p after every vocabulary token, measured once per model, filling the
-contexts a STAND store lacks at a step's root (ours; docs/design.md §2.8).
+contexts a STAND store lacks at a step's root (ours; docs/algorithms.md §2.8).
 
 A fresh store knows only its prompt. Where a step's root is a token the store has never seen as a
 context, nothing it holds predicts what follows, even where the target is sure (docs/decisions.md).

@@ -3,7 +3,7 @@
 Each node's children are drawn from the store's q(. | context) by Gumbel-Top-K (stochastic) or
 taken as q's top-m (deterministic: the paper's ablation, and greedy decoding). The store is fed with
 the target's p (top-10) at every prompt position and every committed position, or optionally at
-every forwarded tree node, rejected ones included (docs/design.md §2.4 option: each node's context is a
+every forwarded tree node, rejected ones included (docs/algorithms.md §2.4 option: each node's context is a
 real token sequence and its logits row is exact for it).
 """
 
@@ -45,7 +45,7 @@ class StandDrafter(Drafter):
         store: the n-gram store (shared across calls for best-of-N).
         randomness: Gumbel noise for stochastic drafts; None = deterministic top-m drafts.
         params: the target sampling distribution (what the store records).
-        feed_rejected: also record p at rejected tree nodes (docs/design.md §2.4 option).
+        feed_rejected: also record p at rejected tree nodes (docs/algorithms.md §2.4 option).
         quality: when given, q is measured against p at every drafted root (diagnostics; the time it
             takes is tallied in ``diagnostics_s``, seconds).
         extend: reassign the node budget misses leave unused (None: the static tree only; a dynamic

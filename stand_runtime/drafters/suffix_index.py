@@ -121,7 +121,7 @@ class SuffixIndex:
 
 
 class NativeSuffixIndex:
-    """:class:`SuffixIndex` in C++ (``stand_runtime._native.SuffixIndex``, docs/design.md §3.8): the
+    """:class:`SuffixIndex` in C++ (``stand_runtime._native.SuffixIndex``, docs/algorithms.md §3.8): the
     same :meth:`continuation` for the same sequences. Token ids are ints in int64; the sequence is a
     list (another sequence is copied into one). Its check that a sequence extends the last one reads
     each item by identity first (the list's unchanged items are the objects seen last time) and

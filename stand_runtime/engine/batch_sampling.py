@@ -1,6 +1,6 @@
 """Batched plain sampling that records the target distribution at every position.
 
-Replay calibration (docs/design.md §6.3) needs real trajectories and, at each position, (a) the observation
+Replay calibration (docs/trees.md §6.3) needs real trajectories and, at each position, (a) the observation
 the n-gram store would receive (top-10 of p; for greedy decoding the temperature-1 softmax, as the
 engine feeds it) and (b) p itself, kept sparse as the most likely ids covering >= 0.999 of its mass.
 Plain sampling of many rows in one batch (left-padded, one KV cache) is the cheapest lossless way to

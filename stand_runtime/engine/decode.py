@@ -1,6 +1,6 @@
 """The decoding entry points: :func:`generate` (one sequence), :func:`decode_rows` and
 :func:`generate_batch` (a batch of rows), each draft → tree forward → verify → commit (STAND paper §3;
-docs/design.md §1.4, §1.5).
+docs/architecture.md §1.4, §1.5).
 
 One target forward per step over the root (the last committed token, not yet in the KV cache) and
 the drafted nodes, with a 4D tree attention mask and explicit positions ``prefix_len + depth``

@@ -1,5 +1,5 @@
 """The engine loop, one for a single sequence and for a batch: draft → one target forward → verify →
-commit, over the active rows, until each finishes (STAND paper §3; docs/design.md §1.4, §1.5).
+commit, over the active rows, until each finishes (STAND paper §3; docs/architecture.md §1.4, §1.5).
 
 Per step every active row proposes a draft (:meth:`DecodeRow.propose`), the row caches run all drafts
 through the target in one forward (:class:`RowCaches`: :class:`SequenceCache` for one sequence, with
@@ -217,7 +217,7 @@ def _learner(row: DecodeRow) -> int:
 
 
 def default_batch_verify(caches: RowCaches, device) -> bool:
-    """Whether the loop verifies a step's rows at once when not told (docs/design.md §4.7): for a batch
+    """Whether the loop verifies a step's rows at once when not told (docs/algorithms.md §4.7): for a batch
     (:class:`BatchCache`) on an accelerator; on a CPU the walk, which computes p only where it goes."""
     return isinstance(caches, BatchCache) and torch.device(device).type != "cpu"
 

@@ -3,7 +3,7 @@ then settle it against the target, engine-free) and how every engine path sets r
 prompt checked against the model, EOS and stop rule, the row's own random stream, the method's drafter
 over the row's memory, the call's value rule from its sizing session).
 
-Every engine drives the same per-sequence steps (docs/design.md §1.4):
+Every engine drives the same per-sequence steps (docs/architecture.md §1.4):
 
 1. :meth:`DecodeRow.propose`: the drafter drafts from the committed tokens (or a lone root);
 2. the engine runs the draft through the target (one sequence, a padded batch of rows, or a recorded

@@ -1,4 +1,4 @@
-"""Every row's verification walk of one step, advanced level by level (ours; docs/design.md §4.7).
+"""Every row's verification walk of one step, advanced level by level (ours; docs/algorithms.md §4.7).
 
 A walk (:data:`stand_runtime.verify.Walk`) visits one draft position per level, root first, and reads
 p (or the argmax) there. Walking the rows one after another computes one target row per call; on a

@@ -15,5 +15,5 @@ Everything that decides a draft's size lives here, and nothing here drafts or de
   corrections, acceptance), owned apart from the :class:`stand_runtime.method.Method` value.
 
 Every decision reads past steps and the scores of the nodes it keeps only, so sizing never changes
-what verification accepts (docs/design.md §3.7).
+what verification accepts (docs/algorithms.md §3.7).
 """

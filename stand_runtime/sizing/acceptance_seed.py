@@ -1,4 +1,4 @@
-"""The acceptance seed: an offline calibration of the value rule's acceptance map (docs/design.md §3.7, §8.5).
+"""The acceptance seed: an offline calibration of the value rule's acceptance map (docs/algorithms.md §3.7, docs/trees.md §8.5).
 
 A value-sized dynamic tree (``dynamic-auto``) estimates P(path accepted) from each node's best-first
 score through an :class:`stand_runtime.sizing.value.AcceptanceMap` learned online. Before its first

@@ -1,4 +1,4 @@
-"""One node budget for a batch's forward, spent over every row's candidates (ours; docs/design.md §3.7).
+"""One node budget for a batch's forward, spent over every row's candidates (ours; docs/algorithms.md §3.7).
 
 Rows of a batch go through the target in one forward, so the nodes a step drafts are one budget: a
 confident row should get a long chain and a row with nothing to draft nothing, instead of each row

@@ -1,5 +1,5 @@
 """A value-sized step's candidates: the drawn nodes and the copy chain in the one order the
-expected-value rule takes them (ours; docs/design.md §3.7).
+expected-value rule takes them (ours; docs/algorithms.md §3.7).
 
 A value-sized dynamic tree (:mod:`.value`) drafts its best-first order and keeps the copy chain (prompt
 lookup's continuation of the context, :mod:`.tree_walk`) apart, pending (``Draft.pending_chain``). The
@@ -14,7 +14,7 @@ drawn children that equal them, the rest as copied nodes after their drawn sibli
 Losslessness: the order up to a candidate reads only the drawn nodes' keys (q at rank, never the
 token drawn there) and the chain, so whether a candidate is kept never reads its own draw nor any
 after it; a fixed chain grafted onto a lossless prefix is verified after the drawn children it hangs
-beside (docs/design.md §9.3).
+beside (docs/algorithms.md §9.3).
 """
 
 from __future__ import annotations

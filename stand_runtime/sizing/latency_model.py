@@ -1,5 +1,5 @@
 """t(n), the seconds of a target forward over n tokens, as the value rule prices drafts (ours;
-docs/design.md §3.7): a latency profile corrected by the run's own forward times
+docs/algorithms.md §3.7): a latency profile corrected by the run's own forward times
 (:class:`LatencyModel`), and which steps explore the sizes it has not observed (:func:`explores`)."""
 
 from __future__ import annotations

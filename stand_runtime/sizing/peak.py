@@ -1,4 +1,4 @@
-"""The value rule's stopping rules over a rate curve (ours; docs/design.md §3.7): :func:`first_peak` (the
+"""The value rule's stopping rules over a rate curve (ours; docs/algorithms.md §3.7): :func:`first_peak` (the
 reference), :func:`bounded_peak_of` (the rule the value rule uses, node by node: it crosses a step in the
 cost when the nodes past it can pay for it; with a look-ahead of one it is :func:`first_peak`), and
 :func:`seconds_of`."""
@@ -16,7 +16,7 @@ def first_peak(gain: Callable[[int], float], seconds: Callable[[int], float], lo
 
     A stopping rule, not the argmax of the whole curve: whether n reaches k reads ``gain`` and
     ``seconds`` at sizes up to k only, so the choice to draft node k never looks at the nodes after
-    it (which may depend on node k's drawn token, docs/design.md §9.3). Where the gains are concave
+    it (which may depend on node k's drawn token, docs/algorithms.md §9.3). Where the gains are concave
     (each node's P at most its predecessor's, as the best-first order gives) and the cost is convex
     or linear in n, the first peak is the argmax.
     """

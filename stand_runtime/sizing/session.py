@@ -1,4 +1,4 @@
-"""What value-sized drafting learns while decoding, owned apart from the method (docs/design.md §3.7).
+"""What value-sized drafting learns while decoding, owned apart from the method (docs/algorithms.md §3.7).
 
 A :class:`stand_runtime.method.Method` is a value: what drafts, into which tree, with which options.
 A value-sized tree (``dynamic-auto``) also needs what a run learns: the latency model with its

@@ -33,7 +33,7 @@ Losslessness: whether node k is drafted depends on the scores of nodes 1..k (eac
 never the token a draw gave at the node: ``Draft.scores``), on the chain (fixed before any draw) and
 on outcomes of earlier steps, never on node k's own draw or anything drawn after it; a prefix of the
 best-first order is a lossless draft (:func:`stand_runtime.trees.draft.truncate_draft`), and a fixed
-chain grafted onto it is verified after the drawn children it hangs beside. See docs/design.md §3.7,
+chain grafted onto it is verified after the drawn children it hangs beside. See docs/algorithms.md §3.7,
 §9.3.
 """
 

@@ -1,4 +1,4 @@
-"""STAND's trees drafted in C++ over a native store (docs/design.md §3.8).
+"""STAND's trees drafted in C++ over a native store (docs/algorithms.md §3.8).
 
 :func:`native_fill_tree` is :func:`stand_runtime.trees.tree_walk.fill_tree` with STAND's proposal
 (:func:`stand_runtime.store.drafting.store_proposer`), the copy graft and the extension, in one call:

@@ -1,4 +1,4 @@
-"""The n-gram store in C++ (``stand_runtime._native``, docs/design.md §2.7): :class:`NativeNGramStore`.
+"""The n-gram store in C++ (``stand_runtime._native``, docs/algorithms.md §2.7): :class:`NativeNGramStore`.
 
 The same store as :class:`stand_runtime.store.ngram_store.NGramStore`, which stays the reference:
 the same tables, merge (weighted average, missing ids count 0, truncation to the top k), reserve
@@ -18,12 +18,12 @@ also be constructed directly. The extension is built by ``pip install -e .`` (``
 
 from __future__ import annotations
 
-import os
 import sys
 from typing import Sequence
 
 import numpy as np
 
+from ..checks import env_switch
 from ..errors import StandError
 from .blend import BLEND_WIDTH, check_blend
 from .entry import BYTES_PER_ENTRY, BYTES_PER_RESERVE_ID, StoreEntry, StoreStats
@@ -54,10 +54,8 @@ def native_selected() -> bool:
     Raises:
         StandError: ``STAND_NATIVE`` set to anything but 0 or 1.
     """
-    value = os.environ.get(NATIVE_ENV, "")
-    if value not in ("", "0", "1"):
-        raise StandError(f"{NATIVE_ENV} must be 0 (the Python store) or 1 (the native one), got {value!r}")
-    return value == "1" or (value == "" and _native is not None)
+    value = env_switch(NATIVE_ENV)
+    return value is True or (value is None and _native is not None)
 
 
 def store_class(native_drafting: bool = True) -> type[NGramStore]:
@@ -202,7 +200,7 @@ FeedRow = tuple
 
 def update_sequences(rows: Sequence[FeedRow]) -> None:
     """``for store, *args in rows: store.update_sequence(*args)`` with every numeric row of every
-    native store merged in one call into C++ (a batch's step observations, docs/design.md §3.8): the
+    native store merged in one call into C++ (a batch's step observations, docs/algorithms.md §3.8): the
     same stores, statistics and errors as the per-row calls, in the same order (rows may share a
     store; a Python store's rows take its own ``update_sequence``).
 

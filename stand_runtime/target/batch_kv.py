@@ -4,7 +4,7 @@ Rows of a batched tree step keep different numbers of entries (their accepted pa
 length). Re-aligning every row after every step would copy the whole cache; instead each row keeps
 its accepted entries at the front of the step's block and the rest of the block becomes *holes*: a
 ``[B, S]`` validity mask records which cache slots hold a row's tokens, and the attention mask hides
-the holes (docs/design.md §5.2: per-row compaction on the stock cache, exact).
+the holes (docs/algorithms.md §5.2: per-row compaction on the stock cache, exact).
 Positions are explicit per row (``position_ids``), so a hole never shifts a token's position. When
 holes take more than a quarter of the cache, :meth:`BatchedCache.repack` right-aligns the rows.
 """

@@ -1,7 +1,7 @@
 """A faithful faster CPU forward: each ``nn.Linear`` computed by the faster of two kernels for its row count.
 
 On a CPU, a transformer forward of a few tokens is dominated by its linear layers, and which fp32
-GEMM is fastest for 1-16 rows (the shapes of a draft-tree step: docs/design.md §5.3) depends on the
+GEMM is fastest for 1-16 rows (the shapes of a draft-tree step: docs/algorithms.md §5.3) depends on the
 machine: on some CPUs oneDNN with the weight reordered once into its blocked layout
 (``torch.ops.mkldnn._reorder_linear_weight``, then ``_linear_pointwise`` per call: the private ops
 torch.compile's inductor emits for CPU linears) is faster at every row count, on others stock MKL is
@@ -27,7 +27,7 @@ _CHECK_TOLERANCE = 1e-4
 
 def native_bf16() -> bool:
     """True when this CPU computes bfloat16 natively (AVX512-BF16 or AMX); without it a bfloat16
-    forward of more than one token is slower than float32 (docs/design.md §5.3)."""
+    forward of more than one token is slower than float32 (docs/algorithms.md §5.3)."""
     cpu = torch.cpu
     checks = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
     return any(getattr(cpu, name, lambda: False)() for name in checks)
@@ -99,7 +99,7 @@ class PackedLinear(torch.nn.Module):
 def packable_dtypes() -> tuple[torch.dtype, ...]:
     """The weight dtypes :func:`prepack_linears` packs on this CPU: float32, and bfloat16 where the CPU
     computes it natively (:func:`native_bf16`: oneDNN's blocked bfloat16 weight then runs on AMX or
-    AVX512-BF16, docs/design.md §5.3)."""
+    AVX512-BF16, docs/algorithms.md §5.3)."""
     return (torch.float32, torch.bfloat16) if native_bf16() else (torch.float32,)
 
 

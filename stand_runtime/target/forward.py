@@ -1,9 +1,9 @@
-"""Target forwards: chunked prefill and one tree forward with tree attention (docs/design.md §5.1).
+"""Target forwards: chunked prefill and one tree forward with tree attention (docs/algorithms.md §5.1).
 
 A tree forward runs the root (the last committed token, not yet in the KV cache) and the drafted
 nodes in one pass on top of the cached prefix, with explicit positions ``prefix_len + depth`` and a
 4D mask in which a node sees the prefix, itself and its ancestors (transformers does not validate a
-4D mask, and without explicit positions logits are silently wrong: docs/design.md §5.1). Sliding
+4D mask, and without explicit positions logits are silently wrong: docs/algorithms.md §5.1). Sliding
 layers get the same mask with their window applied (:mod:`stand_runtime.target.model_facts`).
 """
 

@@ -4,7 +4,7 @@ A tree step appends the keys and values of root + all drafted nodes to the cache
 only the root and the accepted nodes belong to the sequence. Their entries sit at non-contiguous
 offsets of the appended block; :func:`keep_tree_entries` copies them to the front of the block and
 crops the rest with ``Cache.crop`` (negative count), cheaper than an index_select into new tensors
-or a deep copy (docs/design.md §5.2; docs/decisions.md).
+or a deep copy (docs/algorithms.md §5.2; docs/decisions.md).
 """
 
 from __future__ import annotations

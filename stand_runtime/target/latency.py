@@ -3,7 +3,7 @@
 A step forwards the root and K draft nodes; its cost t(K + 1) grows with K at a rate that depends
 on the hardware (steeply on a CPU, barely on a GPU). The
 tree size that maximises expected tokens per second, ``(1 + best sum alpha over K nodes) / t(K + 1)``
-(docs/design.md §6.6), therefore differs per machine: :func:`choose_size` picks it from a
+(docs/trees.md §6.6), therefore differs per machine: :func:`choose_size` picks it from a
 :class:`LatencyProfile`.
 
 Measuring on a shared, noisy machine (:func:`measure_latency`): sizes are timed in interleaved rounds

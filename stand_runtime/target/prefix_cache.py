@@ -1,4 +1,4 @@
-"""Prompt prefixes already prefilled, kept across decoding calls (ours; docs/design.md §1.5).
+"""Prompt prefixes already prefilled, kept across decoding calls (ours; docs/architecture.md §1.5).
 
 A tree search sends the same problem again and again with a longer path: a DVTS round's prompt is the
 round before's plus the chosen step, so :class:`PrefixCache` keeps the KV states of each prompt a batch prefilled; a later prompt that

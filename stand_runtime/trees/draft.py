@@ -9,7 +9,7 @@ drafter builds the parent array itself. Verification (:mod:`stand_runtime.verify
 forward (:mod:`stand_runtime.target.forward`) read only ``tokens``, ``parents``, ``depths``, ``children``
 and the per-node draft distributions, so every drafter goes through the same lossless path.
 
-Per node with children, the draft distribution q the children were drawn from (docs/design.md §3.1, §4.3):
+Per node with children, the draft distribution q the children were drawn from (docs/algorithms.md §3.1, §4.3):
 ``draft_ids[v]`` its support ``[k]`` and ``draft_probs[v]`` q on it; ``slots[c]`` is the index of
 child c's token in its parent's support. Drafts without probabilities (prompt lookup, Token
 Recycling, suffix trees) leave ``draft_ids[v] = None`` and ``slots[c] = -1``, and are verified with

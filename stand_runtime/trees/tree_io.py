@@ -1,6 +1,6 @@
 """Tree files: the versioned ``stand-tree`` JSON schema, the plain ``choices`` list, bundled trees.
 
-The versioned format (docs/design.md §8.1)::
+The versioned format (docs/trees.md §8.1)::
 
     {"format": "stand-tree", "version": 1,
      "paths": [[0], [1], [0, 0], ...],          # rank paths, 0-based, parents before children
@@ -169,7 +169,7 @@ def load_tree(path_or_name: str | os.PathLike) -> TreeFile:
         if spec in bundled:
             path = bundled[spec]
         else:
-            names = ", ".join(sorted(bundled)) or "none"
+            names = bundled_names()
             word, hint = spec.strip().lower(), ""
             if word.startswith("dynamic"):
                 hint = ("; STAND's dynamic trees (dynamic, dynamic-N, dynamic-auto, dynamic-auto-N, in lower "
@@ -178,7 +178,7 @@ def load_tree(path_or_name: str | os.PathLike) -> TreeFile:
             elif word == "auto":
                 hint = ("; auto is sized for this machine when decoding starts (generate, bench, search) from the "
                         "bundled tree family; treeopt export --nodes auto writes that tree to a file you can show")
-            raise StandError(f"tree not found: {spec!r} is neither a file nor a bundled tree ({names}){hint}")
+            raise StandError(f"tree not found: {spec!r} is neither a file nor a bundled name ({names}){hint}")
     try:
         stat = path.stat()
         loaded = _load_cached(path.resolve(), stat.st_mtime_ns, stat.st_size)
@@ -278,6 +278,20 @@ def bundled_trees() -> dict[str, Path]:
 def bundled_calibrations() -> dict[str, Path]:
     """Calibration files shipped with the bundled trees (``NAME.calibration.json``): name → path."""
     return bundled_files(".calibration.json")
+
+
+def bundled_names() -> str:
+    """Every bundled name and what it is, for errors: the trees, then each calibration with its family
+    (``heuristic-80, stand-smollm2-humaneval-80 (trees); stand-smollm2-humaneval (a calibration and
+    its tree family)``)."""
+    trees = ", ".join(sorted(bundled_trees())) or "none"
+    calibrations, families = set(bundled_calibrations()), set(bundled_files(".family.json"))
+    kinds = []
+    for name in sorted(calibrations | families):
+        what = ("a calibration and its tree family" if name in calibrations and name in families
+                else "a calibration" if name in calibrations else "a tree family")
+        kinds.append(f"{name} ({what})")
+    return "; ".join([f"{trees} (trees)", *kinds])
 
 
 def resolve_tree(tree: "DraftTree | TreeFile | str | os.PathLike") -> DraftTree:

@@ -26,7 +26,7 @@ and the copy chain have nothing; ``latency``: vLLM's step latency here, ``{"size
 "seconds": [s]}`` (:mod:`stand_runtime.vllm.sizing`), the sized rule's starting point (null: the
 observed step times alone); ``stats_path``: a JSON file the proposer rewrites after every step;
 ``prior``: a successor prior file (:meth:`stand_runtime.drafters.prior.SuccessorPrior.to_bytes`,
-docs/design.md §2.8) whose row fills a request's store where it has not seen the root token as a
+docs/algorithms.md §2.8) whose row fills a request's store where it has not seen the root token as a
 context, for requests sampled with the distribution it was measured under (null: none)."""
 
 OPTION_LIMITS = {"max_prompts": (1, MAX_PROMPT_STORES), "max_n": (1, MAX_CONTEXT)}

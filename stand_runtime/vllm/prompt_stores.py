@@ -1,4 +1,4 @@
-"""Per-prompt n-gram stores of the vLLM proposer (docs/design.md §7.3): the n samples of one request
+"""Per-prompt n-gram stores of the vLLM proposer (docs/vllm.md §7.3): the n samples of one request
 and repeated requests with the same prompt share one store; least recently used dropped."""
 
 from __future__ import annotations

@@ -23,12 +23,12 @@ proposer). :func:`check_runner` verifies every attribute used here and raises on
 from __future__ import annotations
 
 import logging
-import os
 import sys
 from dataclasses import dataclass
 
 import torch
 
+from ..checks import env_switch
 from ..errors import StandError
 
 LOG = logging.getLogger("vllm.stand_treeopt")
@@ -163,7 +163,7 @@ def check_version(version: str | None = None, internals: dict | None = None) -> 
     installed = version is None
     version = vllm_version() if installed else version
     if ".".join(version.split(".")[:2]) not in SUPPORTED_VLLM:
-        if os.environ.get(ANY_VERSION_ENV, "").strip() != "1":
+        if env_switch(ANY_VERSION_ENV) is not True:
             raise VLLMInternalsChanged(
                 f"the STAND vLLM proposer reads vLLM's private runner state and supports vLLM "
                 f"{', '.join(v + '.x' for v in SUPPORTED_VLLM)}, not {version}: install one of them, or set "

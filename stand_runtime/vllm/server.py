@@ -73,10 +73,7 @@ class ServerSettings:
     def __post_init__(self) -> None:
         check_model_folder(self.folder)
         check_vllm_method(self.method)
-        check_int("port", self.port, 1, 65535)
-        check_int("kv_cache_gib", self.kv_cache_gib, 1, 1024)
-        check_int("max_model_len", self.max_model_len, 16, 1 << 20)
-        check_vllm_dtype(self.dtype)
+        check_server_values(self.port, self.kv_cache_gib, self.max_model_len, self.dtype)
         if (not isinstance(self.host, str) or not self.host or self.host.startswith("-")
                 or any(c.isspace() or c == "\0" for c in self.host)):
             raise StandError(f"host must be an address or host name, got {self.host!r}")
@@ -100,6 +97,19 @@ class ServerSettings:
         if self.stand_options:
             raise StandError(f"STAND options {sorted(self.stand_options)} apply to method 'stand' only")
         return method_config(self.method, self.k)
+
+
+def check_server_values(port: int, kv_cache_gib: int, max_model_len: int, dtype: str) -> None:
+    """The server's numbers and dtype, checked without vLLM (port 1-65535, KV cache 1-1024 GiB, context
+    16 tokens to 2^20, float32 or bfloat16).
+
+    Raises:
+        StandError: a value out of range, in one line naming it.
+    """
+    check_int("port", port, 1, 65535)
+    check_int("kv_cache_gib", kv_cache_gib, 1, 1024)
+    check_int("max_model_len", max_model_len, 16, 1 << 20)
+    check_vllm_dtype(dtype)
 
 
 def check_listen(host: str, port: int) -> None:

@@ -676,3 +676,133 @@ def test_the_verification_choices_are_the_runtimes_rules():
     from treeopt_cli.options import Verification
 
     assert tuple(rule.value for rule in Verification) == VERIFICATION_RULES
+
+
+@pytest.mark.parametrize("name", ["STAND_NATIVE", "STAND_NATIVE_NUCLEUS", "STAND_VLLM_FAST_SAMPLING", "STAND_VLLM_ANY_VERSION"])
+def test_an_on_off_variable_other_than_0_or_1_is_refused_on_every_command(name, monkeypatch, tmp_path):
+    """``STAND_NATIVE=2`` was accepted on paths that draft nothing (plain decoding, export, show)."""
+    monkeypatch.setenv(name, "2")
+    for args in (["show", "heuristic-80"], ["candidate", "--nodes", "5", "--out", str(tmp_path / "c.json")]):
+        code, output = run(*args)
+        assert code == 2
+        one_line_error(output, f"{name} must be 0 or 1")
+    assert not (tmp_path / "c.json").exists()
+    monkeypatch.setenv(name, " 0 ")
+    code, output = run("show", "heuristic-80")
+    assert code == 0, output
+
+
+def test_the_on_off_variables_read_0_1_or_unset():
+    from stand_runtime.checks import env_switch
+    from stand_runtime.errors import StandError
+
+    assert env_switch("STAND_NATIVE", {}) is None and env_switch("STAND_NATIVE", {"STAND_NATIVE": ""}) is None
+    assert env_switch("STAND_NATIVE", {"STAND_NATIVE": "0"}) is False and env_switch("STAND_NATIVE", {"STAND_NATIVE": "1"}) is True
+    for bad in ("2", "yes", "true", "01"):
+        with pytest.raises(StandError, match=f"STAND_NATIVE must be 0 or 1 .* got '{bad}'"):
+            env_switch("STAND_NATIVE", {"STAND_NATIVE": bad})
+
+
+@pytest.fixture()
+def without_vllm(monkeypatch):
+    """As on a machine where vLLM is not installed."""
+    import importlib.util
+    import sys
+
+    find_spec = importlib.util.find_spec
+    monkeypatch.setitem(sys.modules, "vllm", None)
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *args: None if name == "vllm" else find_spec(name, *args))
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--k", "-3"], "--k must be auto or an integer in [1, 128], got '-3'"),
+    (["--model", "/nonexist"], "/nonexist is not a model folder"),
+    (["--max-model-len", "8"], "Invalid value for '--max-model-len'"),
+    (["--prior", "0.6"], "--prior must be T,TOP_P"),
+])
+def test_serve_checks_its_own_arguments_before_asking_for_vllm(without_vllm, args, message):
+    """``treeopt serve --k -3`` answered "vLLM is not installed" before looking at --k."""
+    for dry in ([], ["--dry-run"]):
+        code, output = run("serve", *dry, *args)
+        assert code == 2
+        one_line_error(output, message)
+
+
+def test_serve_dry_run_prints_its_command_without_vllm(without_vllm):
+    code, output = run("serve", "--dry-run", "--k", "3", "--port", "8123")
+    assert code == 0, output
+    assert "warning: vLLM is not installed here" in output
+    assert "--port 8123" in output and '"num_speculative_tokens": 3' in output
+    code, output = run("serve", "--k", "3")
+    assert code == 2
+    one_line_error(output, "vLLM is not installed")
+
+
+def test_show_skips_a_file_that_holds_no_tree_and_names_it():
+    """``treeopt show trees/*.json`` stopped at the bundled acceptance seed; now it shows the others."""
+    files = sorted(str(path) for path in (ROOT / "trees").glob("*.json"))
+    code, output = run("show", *files)
+    assert code == 0, output
+    skipped = [line for line in output.splitlines() if line.startswith("warning: skipped")]
+    assert len(skipped) == 1 and "stand-smollm2-humaneval.acceptance.json" in skipped[0] and "not a tree" in skipped[0]
+    assert output.count("depth") >= len(files) - 1  # one profile table per shown file
+    code, output = run("show", files[0], "no-such-tree")  # a missing file or name stays an error
+    assert code == 2
+    one_line_error(output, "tree not found: 'no-such-tree'")
+    code, output = run("show", str(ROOT / "trees" / "stand-smollm2-humaneval.acceptance.json"))
+    assert code == 2
+    one_line_error(output, "an acceptance seed")
+
+
+def test_an_unknown_name_lists_every_bundled_name():
+    code, output = run("show", "no-such-tree")
+    one_line_error(output, "heuristic-80, stand-smollm2-humaneval-80 (trees); stand-smollm2-humaneval (a calibration and its tree family)")
+    code, output = run("export", "no-such-calibration", "--out", "x.json")
+    one_line_error(output, "calibration file not found: no-such-calibration (shipped calibrations: stand-smollm2-humaneval)")
+
+
+def test_the_successor_priors_measurement_names_its_forwards_the_time_left_and_no_prior(monkeypatch, capsys):
+    """49,152 one-token forwards ran with no time estimate and no word of --no-prior."""
+    import time
+
+    from treeopt_cli import render
+
+    clock = iter([100.0, 100.0, 130.0, 160.0, 190.0, 220.0])
+    monkeypatch.setattr(time, "monotonic", lambda: next(clock))
+
+    def fake_prior(name, target, tokenizer, sampling, vocab, enabled, report):
+        for done in range(0, 49_153, 12_288):
+            report(done, 49_152)
+        return "prior"
+
+    monkeypatch.setattr("stand_runtime.drafters.prior.method_prior", fake_prior)
+    monkeypatch.setattr("stand_runtime.target.model_facts.vocab_size", lambda target: 49_152)
+    assert loading.successor_prior(None, None, ["stand"], None) == "prior"
+    out = capsys.readouterr().out
+    assert "49,152 one-token forwards" in out and "--no-prior skips it" in out
+    assert "successor prior 12288/49152 about 2 min left" in out  # 30 s a quarter: 90 s for three more
+    assert render.time_left(0, 0, 10) == "" and render.time_left(10.0, 5, 10) == "about 10 s left"
+
+
+def test_dvts_progress_counts_its_tokens_and_best_of_n_shows_its_budget():
+    """DVTS's progress showed best-of-N's token total (N x max_new_tokens), which its rounds neither reach nor bound."""
+    import io
+    from types import SimpleNamespace
+
+    from rich.console import Console
+
+    from treeopt_cli import render
+    from treeopt_cli.search import _token_progress
+
+    out = io.StringIO()
+    bar = render.ProgressLines(Console(file=out, width=200))
+    searching = bar.add_task("searching", total=2, tokens="")
+    count = _token_progress(bar, searching, SimpleNamespace(strategy="dvts", n=16, max_new_tokens=256), 2)
+    assert len(bar.tasks) == 1  # no token bar of a made-up total
+    count(1_000), count(234)
+    bar.advance(searching)
+    assert out.getvalue().strip() == "searching 1/2 1,234 tokens decoded"
+    bar = render.ProgressLines(Console(file=io.StringIO(), width=200))
+    searching = bar.add_task("searching", total=2, tokens="")
+    count = _token_progress(bar, searching, SimpleNamespace(strategy="best-of-n", n=8, max_new_tokens=100), 3)
+    assert bar.tasks[1]["description"] == "tokens" and bar.tasks[1]["total"] == 3 * 8 * 100

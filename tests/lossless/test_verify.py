@@ -1,4 +1,4 @@
-"""Lossless verification (docs/design.md §4.3, §9): emitted tokens are distributed exactly as plain sampling.
+"""Lossless verification (docs/algorithms.md §4.3, §9): emitted tokens are distributed exactly as plain sampling.
 
 Exact laws where the drafts are deterministic given the drawing order: the verifier's law of
 (accepted path, emitted token) is enumerated draw by draw (conftest.draw_law) and compared with

@@ -1,4 +1,4 @@
-"""The batched verifier (stand_runtime.verify_batch, docs/design.md §4.7) against the reference walk.
+"""The batched verifier (stand_runtime.verify_batch, docs/algorithms.md §4.7) against the reference walk.
 
 Same uniforms, same outcomes: many random batches of trees (stochastic drafts with q, deterministic
 drafts with and without q, copied children, lone roots, rows of different widths) and random p

@@ -1,5 +1,5 @@
 """Reliability of a value-sized tree's predicted acceptance: the aggregation, the collection through the
-value rule, and ``treeopt bench`` printing and saving it (docs/design.md §3.7)."""
+value rule, and ``treeopt bench`` printing and saving it (docs/algorithms.md §3.7)."""
 
 from __future__ import annotations
 

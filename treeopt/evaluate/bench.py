@@ -68,10 +68,10 @@ class BenchMethod:
 
 
 REJECTED_SUFFIX = "+rejected"
-"""Appended to a STAND method name: feed the store at rejected tree nodes too (docs/design.md §2.4 option)."""
+"""Appended to a STAND method name: feed the store at rejected tree nodes too (docs/algorithms.md §2.4 option)."""
 
 NOPRIOR_SUFFIX = "+noprior"
-"""Appended to a STAND method name: it drafts without the successor prior (docs/design.md §2.8)."""
+"""Appended to a STAND method name: it drafts without the successor prior (docs/algorithms.md §2.8)."""
 
 
 def parse_methods(methods: str, trees: list[str] | None) -> list[BenchMethod]:

@@ -6,7 +6,7 @@ per t(1) (+ its own host work). So the speedup over plain decoding is
 
     projected = τ · t(1) / (t(K + 1) + host(K))
 
-(docs/design.md §6.6 sizes trees with the host-free version, τ̂(K) / t(K + 1); Leviathan et al.,
+(docs/trees.md §6.6 sizes trees with the host-free version, τ̂(K) / t(K + 1); Leviathan et al.,
 2023, §3.4 give the same walltime ratio for chains). The trace bench measures τ (tokens per step),
 K (drafted nodes per step) and host(K) (µs per step drafting and feeding) by replaying recorded
 traces; a latency profile gives t(n) for the hardware in question. What this leaves out: plain

@@ -1,4 +1,4 @@
-"""How well a value-sized tree's predicted acceptance matches what verification observed (docs/design.md §3.7).
+"""How well a value-sized tree's predicted acceptance matches what verification observed (docs/algorithms.md §3.7).
 
 A value-sized dynamic tree (``dynamic-auto``) sizes each step from P(path accepted) per node, read
 from its :class:`stand_runtime.sizing.value.AcceptanceMap`. :class:`ReliabilityLog` collects, per

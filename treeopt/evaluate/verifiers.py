@@ -7,7 +7,7 @@ A verifier scores each candidate continuation of a partial solution; the search 
   extra forward). **A stand-in, not a process reward model**: it prefers steps the target finds
   likely, which is self-consistency, not correctness.
 - ``prm:PATH`` : a process reward model from a local folder or the local hub cache, loaded with
-  transformers (no download unless ``STAND_ALLOW_DOWNLOAD=1``), in the Qwen2.5-Math-PRM convention
+  transformers (a hub id downloads unless ``HF_HUB_OFFLINE=1``), in the Qwen2.5-Math-PRM convention
   (Zhang et al., 2025, "The Lessons of Developing Process Reward Models in Mathematical Reasoning"):
   the steps are joined with the separator ``<extra_0>``, and a step's reward is the softmax
   probability of label 1 at its separator. Models with custom code need ``trust_remote_code``.
@@ -121,7 +121,7 @@ class PRMVerifier:
     """A process reward model in the Qwen2.5-Math-PRM convention (see the module docstring).
 
     Args:
-        path: a model folder or hub id in the local cache.
+        path: a model folder or a hub id (``HF_HUB_OFFLINE=1`` keeps it to the local hub cache).
         trust_remote_code: allow the model's own code (Qwen2.5-Math-PRM needs it).
         device: where to run it (default: CUDA when available, else CPU).
 
@@ -133,10 +133,12 @@ class PRMVerifier:
         import torch
         from transformers import AutoModel, AutoTokenizer
 
-        local = os.environ.get("STAND_ALLOW_DOWNLOAD") != "1"
+        from stand_runtime.target.models import hub_offline
+
+        local = hub_offline()
         if _looks_like_path(path) and not os.path.isdir(os.path.expanduser(path)):
             raise StandError(f"no process reward model folder {path} (prm:PATH takes a model folder or a hub id "
-                             f"in the local cache)")
+                             f"that transformers can load)")
         try:
             self.tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=local,
                                                            trust_remote_code=trust_remote_code)

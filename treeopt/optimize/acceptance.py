@@ -1,4 +1,4 @@
-"""The acceptance seed of value-sized dynamic trees, measured on the calibration prompts (docs/design.md §3.7).
+"""The acceptance seed of value-sized dynamic trees, measured on the calibration prompts (docs/algorithms.md §3.7).
 
 ``treeopt calibrate`` estimates alpha per node of a static candidate tree; a value-sized dynamic tree
 (``dynamic-auto``) needs something else: P(path accepted) as a function of a node's best-first score

@@ -1,6 +1,6 @@
 """Calibration: estimate alpha(v), the probability that candidate node v is accepted in a step.
 
-STAND paper §3.3 (data-driven tree optimization); docs/design.md §6.2-6.3. Two estimators write the same file
+STAND paper §3.3 (data-driven tree optimization); docs/trees.md §6.2-6.3. Two estimators write the same file
 (:mod:`treeopt.optimize.calibration`):
 
 - **direct** (the paper's): decode with STAND using the candidate tree itself and count;

@@ -1,4 +1,4 @@
-"""The calibration file: per-node acceptance estimates of a candidate tree (docs/design.md §8.3).
+"""The calibration file: per-node acceptance estimates of a candidate tree (docs/trees.md §8.3).
 
 JSON (``format: stand-calibration``, version 1): the candidate's rank paths, alpha-hat per node, the
 step count, per prompt its own sums (so an interrupted run resumes and errors can be clustered by
@@ -135,7 +135,8 @@ def load_calibration(path: str | Path) -> Calibration:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise StandError(f"calibration file not found: {path}") from None
+        shipped = ", ".join(sorted(bundled_calibrations())) or "none"
+        raise StandError(f"calibration file not found: {path} (shipped calibrations: {shipped})") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as error:
         raise StandError(f"corrupt calibration file {path}: {str(error) or 'nested too deeply'}") from None
     wanted = "give the file `treeopt calibrate --out` wrote (or the shipped one, stand-smollm2-humaneval)"

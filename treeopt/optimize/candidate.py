@@ -1,4 +1,4 @@
-"""Candidate trees from a rank-product prior (docs/design.md §6.1), and per-depth heuristic trees.
+"""Candidate trees from a rank-product prior (docs/trees.md §6.1), and per-depth heuristic trees.
 
 The prior values a rank path as ``value(r1..rd) = prod_j a(r_j)`` with ``a(r) = base / (r + 1)**decay``,
 decreasing in rank and below 1, so a parent is worth at least its child and an elder sibling at least

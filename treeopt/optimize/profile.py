@@ -1,4 +1,4 @@
-"""Depth profiles of draft trees (docs/design.md §6.8): where a tree's nodes and expected acceptance sit."""
+"""Depth profiles of draft trees (docs/trees.md §6.8): where a tree's nodes and expected acceptance sit."""
 
 from __future__ import annotations
 

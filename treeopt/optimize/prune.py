@@ -1,4 +1,4 @@
-"""Pruning a calibrated candidate to the best K-node draft tree (docs/design.md §6.5).
+"""Pruning a calibrated candidate to the best K-node draft tree (docs/trees.md §6.5).
 
 A valid tree is closed under parent and elder sibling (a node with m children uses the first m
 draws). Written in left-child/right-sibling form — a node's "left" link is its rank-0 child, its

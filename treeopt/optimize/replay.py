@@ -1,4 +1,4 @@
-"""Replay calibration (ours; docs/design.md §6.3): per-node acceptance estimated from sampled trajectories.
+"""Replay calibration (ours; docs/trees.md §6.3): per-node acceptance estimated from sampled trajectories.
 
 Sample trajectories by batched plain decoding, recording p at every position (a ``record_probs``
 request to a :class:`stand_runtime.DecodingBackend`), then replay the drafter along each trajectory

@@ -16,7 +16,6 @@ applied there too; no CPU build of 0.33 was published to run it on.
 from __future__ import annotations
 
 import inspect
-import os
 
 PATCHED_VLLM = ("0.32", "0.33")
 """vLLM release lines (major.minor) whose CPU build this patch set applies to."""
@@ -42,8 +41,14 @@ def _same_parameters(function, names: tuple[str, ...]) -> bool:
 
 
 def fast_sampling_enabled() -> bool:
-    """False when ``STAND_VLLM_FAST_SAMPLING=0`` asks for vLLM's own top-p sort, noise and verification."""
-    return os.environ.get(FAST_SAMPLING_ENV, "1").strip() != "0"
+    """False when ``STAND_VLLM_FAST_SAMPLING=0`` asks for vLLM's own top-p sort, noise and verification.
+
+    Raises:
+        StandError: ``STAND_VLLM_FAST_SAMPLING`` set to anything but 0 or 1.
+    """
+    from ...checks import env_switch
+
+    return env_switch(FAST_SAMPLING_ENV) is not False
 
 
 def fix_cpu_sampling() -> bool:

@@ -32,7 +32,7 @@ verified in a few passes: :mod:`stand_runtime.vllm.cpu032.rejection`):
 
 While a :func:`stand_runtime.vllm.cpu032.nuclei.recording` is open (the STAND proposer's runner access
 opens one around each sampler call), :func:`top_p_by_probe` also records each cut row's top tokens,
-so that the proposer's store feed need not compute p's top-k again (docs/design.md §7.5, 4).
+so that the proposer's store feed need not compute p's top-k again (docs/vllm.md §7.5, 4).
 
 ``STAND_VLLM_FAST_SAMPLING=0`` keeps vLLM's own top-p sort and noise (2 and 3; the faults 1 and 4 are
 fixed regardless), e.g. to time vLLM as shipped.

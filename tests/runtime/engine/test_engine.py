@@ -240,10 +240,12 @@ def test_bad_input_is_a_one_line_error(tiny_qwen2, tmp_path, kwargs, message):
 
 @pytest.mark.parametrize("spec", ["no-such-model-xyz", "org/no-such-model", "/nowhere/model.gguf", "./missing-dir/"])
 def test_unknown_model_spec_is_a_one_line_error(spec, monkeypatch):
-    monkeypatch.delenv("STAND_ALLOW_DOWNLOAD", raising=False)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # the hub's own switch: a hub id stays in the local cache
     with pytest.raises(StandError, match="unknown model") as info:
         load_model(spec)
     assert "\n" not in str(info.value)
+    if spec == "org/no-such-model":
+        assert "HF_HUB_OFFLINE" in str(info.value)
 
 
 def test_a_model_folder_without_tokenizer_files_is_named(tmp_path):

@@ -1,5 +1,5 @@
 """The acceptance seed of value-sized trees: measured by calibration, saved, found per model, and what
-the first step's estimate starts from (docs/design.md §3.7)."""
+the first step's estimate starts from (docs/algorithms.md §3.7)."""
 
 from __future__ import annotations
 

@@ -96,7 +96,7 @@ def test_not_json_and_missing_file(tmp_path):
     path.write_text("{oops")
     with pytest.raises(StandError, match="not JSON"):
         load_tree(path)
-    with pytest.raises(StandError, match="neither a file nor a bundled tree"):
+    with pytest.raises(StandError, match="neither a file nor a bundled name .*stand-smollm2-humaneval \\(a calibration and its tree family\\)"):
         load_tree(tmp_path / "missing.json")
     with pytest.raises(StandError, match="dynamic trees .* apply to decoding only"):
         load_tree("dynamic-80")

@@ -764,7 +764,7 @@ def stand_server(tmp_path_factory):
         server = subprocess.Popen([sys.executable, str(root / "cli.py"), "serve", "--port", str(port), "--k", "4"],
                                   stdout=out, stderr=subprocess.STDOUT, cwd=root, start_new_session=True,
                                   env={**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "2"),
-                                       # its sockets in pytest's folder, not /tmp (§7.10 of docs/design.md)
+                                       # its sockets in pytest's folder, not /tmp (docs/vllm.md §7.10)
                                        "VLLM_RPC_BASE_PATH": str(tmp_path_factory.mktemp("ipc"))})
     try:
         deadline = time.monotonic() + 420
