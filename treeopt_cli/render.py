@@ -172,17 +172,20 @@ def vllm_bench_table(results, speedups: dict, intervals: dict, title: str) -> Ta
 
 
 def search_table(summary: dict, title: str) -> Table:
-    """Per method: accuracy (correct / graded), tokens, acceptance length, tokens/s, speedup over ``ar``."""
+    """Per method: accuracy (correct / graded), tokens, acceptance length, drafted tokens per row and
+    step, tokens/s, speedup over ``ar`` and the ceiling its acceptance allows at the run's batch
+    (:mod:`treeopt.evaluate.ceiling`; "-" without a measured acceptance)."""
     table = Table(title=title, title_justify="left", min_width=len(title))  # the title on one line where it fits
     for name, justify in (("method", "left"), ("accuracy", "right"), ("tokens", "right"), ("τ", "right"),
-                          ("tok/s", "right"), ("speedup", "right")):
+                          ("drafted/step", "right"), ("tok/s", "right"), ("x plain", "right"), ("ceiling", "right")):
         table.add_column(name, justify=justify)
     base = summary.get("ar", {}).get("tokens_per_s")
     for name, row in summary.items():
         accuracy = "-" if row["accuracy"] is None else f"{row['correct']}/{row['graded']}"
         ratio = f"{row['tokens_per_s'] / base:.2f}x" if base else "-"
-        table.add_row(name, accuracy, f"{row['tokens']}", f"{row['acceptance_length']:.2f}", f"{row['tokens_per_s']:.1f}",
-                      ratio)
+        limit = f"{row['ceiling']['speedup']:.2f}x" if row.get("ceiling") else "-"
+        table.add_row(name, accuracy, f"{row['tokens']}", f"{row['acceptance_length']:.2f}",
+                      f"{row.get('drafted_per_row_step', 0.0):.1f}", f"{row['tokens_per_s']:.1f}", ratio, limit)
     return table
 
 

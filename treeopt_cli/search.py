@@ -133,9 +133,11 @@ def _search(model: str, dtype: str, names: list, tree: Optional[str], max_batch:
     prior = loading.successor_prior(target, tokenizer, names, settings.sampling, config["prior"])
     config["prior"] = prior is not None  # whether any method drafts with it
     backends = method_backends(target, tokenizer, names, tree, max_batch, prior, config["verification"])
+    profile = loading.cached_profile(target, model) if any(name != "ar" for name in names) else None  # the ceiling's t(n)
+    batch = min(max_batch, settings.n * settings.in_flight)  # rows per forward
 
     def save(results: dict) -> None:
-        out.progress(lambda: search_report(config, results))
+        out.progress(lambda: search_report(config, results, profile, batch))
 
     with render.progress(console, *render.search_columns()) as bar:
         windows = -(-len(problems) // settings.in_flight)
@@ -143,6 +145,6 @@ def _search(model: str, dtype: str, names: list, tree: Optional[str], max_batch:
         results = compare_methods(backends, tokenizer, problems, settings, judge, vocab_size(target),
                                   on_search=lambda _: bar.advance(task), on_problem=save,
                                   on_tokens=_token_progress(bar, task, settings, len(problems) * len(names)))
-    report = search_report(config, results)
+    report = search_report(config, results, profile, batch)
     out.done(lambda: report)
     return report

@@ -161,7 +161,11 @@ def test_search_cli_runs_both_strategies_and_rejects_bad_input(tmp_path, monkeyp
 
     assert _default_trees(["ar", "stand", "stand-det"]) == {"stand": "dynamic-auto", "stand-det": "auto"}
     assert _default_trees(["ar", "pld"]) is None
-    assert "speedup" in output
+    assert "x plain" in output and "ceiling" in output
+    stand = report["summary"]["stand"]  # the ceiling of its measured acceptance, at the run's batch
+    assert stand["acceptance_by_depth"] and stand["drafted_per_row_step"] > 0
+    assert stand["ceiling"]["batch"] == 4 and stand["ceiling"]["speedup"] >= 1.0
+    assert report["latency_profile"]["sizes"] and "ceiling" not in report["summary"]["ar"]
     code, output = run("search", "--dataset", str(data), "--samples", "2", "--n", "2", "--max-new-tokens", "4",
                        "--methods", "ar", "--max-batch", "2", "--in-flight", "2", "--json", str(out))
     assert code == 0, output
@@ -239,5 +243,5 @@ def test_search_json_to_dev_stdout_is_one_document_alone_on_stdout(tmp_path, tar
         done = subprocess.run([sys.executable, "-c", code, *args], stdout=stdout, stderr=stderr, env=env, cwd=tmp_path)
     assert done.returncode == 0, err.read_text()
     report = json.loads(out.read_text())  # the whole of stdout is one document
-    assert report["settings"]["problems_done"] == 2 and "speedup" in err.read_text()
+    assert report["settings"]["problems_done"] == 2 and "x plain" in err.read_text()
     assert not (tmp_path / "-").exists()

@@ -10,6 +10,7 @@ from stand_runtime import DecodingBackend, StandError
 from stand_runtime.checks import check_callable
 
 from ..data.datasets import Prompt, check_prompt_list
+from .ceiling import ceiling, depth_rates, merge_depths
 from .strategies import STEP_DELIMITER, STRATEGIES, ProblemResult, SearchSettings
 from .strategies import best_of_n, check_single_search, dvts, encode_problems, search_window
 from .verifiers import Verifier, make_verifier
@@ -101,7 +102,8 @@ def _check_search(settings, problems, **callbacks) -> None:
 
 
 def summarize(results: Sequence[ProblemResult]) -> dict:
-    """Totals over problems: accuracy (with counts), tokens, forwards, acceptance length, tokens/s."""
+    """Totals over problems: accuracy (with counts), tokens, forwards, acceptance length, tokens/s, the
+    acceptance per depth and the drafted tokens per row and step."""
     graded = [r for r in results if r.correct is not None]
     tokens = sum(r.tokens for r in results)
     forwards = sum(r.forwards for r in results)
@@ -116,6 +118,8 @@ def summarize(results: Sequence[ProblemResult]) -> dict:
         "acceptance_length": tokens / forwards if forwards else 0.0,
         "seconds": seconds,
         "tokens_per_s": tokens / seconds if seconds > 0 else 0.0,
+        "acceptance_by_depth": merge_depths([r.depths for r in results]),
+        "drafted_per_row_step": sum(r.drafted for r in results) / max(1, sum(r.steps for r in results)),
     }
 
 
@@ -192,10 +196,20 @@ def compare_methods(backends: dict, tokenizer, problems: Sequence[Prompt], setti
     return results
 
 
-def search_report(settings: dict, results: dict[str, list[ProblemResult]]) -> dict:
+def search_report(settings: dict, results: dict[str, list[ProblemResult]], profile=None, batch: int = 1) -> dict:
     """The ``search --json`` document: the settings (with ``problems_done``: problems every method has
-    finished, as a run saves after each), a summary per method, and every problem's result."""
+    finished, as a run saves after each), a summary per method, every problem's result and, given the
+    run's latency profile (a :class:`stand_runtime.target.latency.LatencyProfile`), that profile and
+    per drafting method its ceiling at ``batch`` rows per forward (:func:`.ceiling.ceiling` of its
+    measured acceptance per depth: ``{"speedup", "chain"}``)."""
     done = min((len(rows) for rows in results.values()), default=0)
-    return {"settings": {**settings, "problems_done": done},
-            "summary": {name: summarize(rows) for name, rows in results.items() if rows},
+    summary = {name: summarize(rows) for name, rows in results.items() if rows}
+    if profile is not None:
+        for row in summary.values():
+            rates = depth_rates(row["acceptance_by_depth"])
+            if rates:
+                speedup, chain = ceiling(rates, profile, batch)
+                row["ceiling"] = {"speedup": speedup, "chain": chain, "batch": batch}
+    return {"settings": {**settings, "problems_done": done}, "summary": summary,
+            "latency_profile": None if profile is None else profile.as_dict(),
             "problems": {name: [r.as_dict() for r in rows] for name, rows in results.items()}}

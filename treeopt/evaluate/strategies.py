@@ -32,12 +32,14 @@ from typing import Callable, Sequence
 
 from stand_runtime import DecodeRequest, DecodingBackend, SamplingParams, StandError
 from stand_runtime.checks import check_callable, check_int
+from stand_runtime.engine.metrics import acceptance_by_depth
 from stand_runtime.errors import counted
 from stand_runtime.limits import MAX_SAMPLES
 from stand_runtime.randomness import check_seed, check_seed_span
 from stand_runtime.target.prompts import encode_prompt
 
 from ..data.datasets import Prompt
+from .ceiling import merge_depths
 from .answers import extract_answer, majority_vote, normalise
 from .verifiers import Candidate, Verifier, check_scores, make_verifier
 
@@ -250,7 +252,11 @@ def _finish(problem: Prompt, texts: list[str], completions, rounds: int, seconds
     correct = None if reference is None else answer == reference
     tokens = sum(len(c.tokens) for c in completions)
     forwards = sum(c.stats.target_forwards for c in completions)
-    return ProblemResult(problem.id, reference, answers, texts, answer, correct, tokens, forwards, seconds, rounds)
+    depths = merge_depths([acceptance_by_depth(c.stats.accepted_per_step, c.stats.bonus_per_step) for c in completions])
+    drafted = sum(sum(c.stats.drafted_per_step) for c in completions)
+    steps = sum(len(c.stats.drafted_per_step) for c in completions)
+    return ProblemResult(problem.id, reference, answers, texts, answer, correct, tokens, forwards, seconds, rounds,
+                         depths, drafted, steps)
 
 
 STRATEGIES = ("best-of-n", "dvts")
@@ -339,6 +345,10 @@ class ProblemResult:
         seconds: wall time of the problem's search (searched with others, ``in_flight`` > 1: its
             share of their wall time, by tokens).
         rounds: DVTS rounds run (1 for best-of-N).
+        depths: acceptance per draft depth over every step of every candidate
+            (:func:`stand_runtime.engine.metrics.acceptance_by_depth` rows, counts summed).
+        drafted: drafted nodes over every step of every row; steps: those steps (drafted / steps =
+            drafted tokens per row and step).
     """
 
     id: str
@@ -351,6 +361,9 @@ class ProblemResult:
     forwards: int
     seconds: float
     rounds: int
+    depths: list = field(default_factory=list)
+    drafted: int = 0
+    steps: int = 0
 
     def as_dict(self) -> dict:
         return dict(self.__dict__)
