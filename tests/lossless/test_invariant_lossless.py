@@ -189,3 +189,26 @@ def test_plain_decodings_law_end_to_end(tiny_qwen2):
     observed = [seen.get(k, 0) for k in common] + [len(rows) - sum(seen.get(k, 0) for k in common)]
     expected = [exact[k] * len(rows) for k in common] + [len(rows) * (1 - sum(exact[k] for k in common))]
     assert stats.chisquare(observed, expected).pvalue > 1e-3
+
+
+@pytest.mark.parametrize("strategy", ["best-of-n", "dvts"])
+def test_a_seeded_search_finds_what_plain_decodings_search_finds(tiny_qwen2, strategy):
+    """Best-of-N and DVTS (rounds of candidates scored by the verifier, problems in flight together)
+    through STAND give the texts plain decoding's search gives for the same seed: the verifier scores
+    the same candidates, so it keeps the same steps."""
+    from conftest import DigitsTokenizer
+    from treeopt.data.datasets import Prompt
+    from treeopt.evaluate.search import SearchSettings, run_search
+    from treeopt.evaluate.verifiers import ConfidenceVerifier
+
+    tokenizer = DigitsTokenizer()
+    problems = [Prompt("a", "3 1 4 1 5 3 1 4 1 5"), Prompt("b", "2 7 1 8 2 8 2 7 1 8")]
+    settings = SearchSettings(strategy, n=4, subtrees=2 if strategy == "dvts" else 1, max_new_tokens=24,
+                              step_tokens=6, max_rounds=4, sampling=SAMPLINGS["T1.0"], seed=3, in_flight=2)
+    found = {}
+    for name in ("ar", "stand"):
+        backend = HFBackend(tiny_qwen2, tokenizer, Method.parse(name, None, tiny_qwen2, batch=4), max_batch=4)
+        found[name] = run_search(backend, tokenizer, problems, settings, ConfidenceVerifier(), 16)
+    assert [r.texts for r in found["stand"]] == [r.texts for r in found["ar"]]
+    assert sum(r.tokens for r in found["stand"]) == sum(r.tokens for r in found["ar"])
+    assert sum(r.forwards for r in found["stand"]) < sum(r.forwards for r in found["ar"])  # drafts were accepted
