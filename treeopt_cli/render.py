@@ -189,6 +189,28 @@ def search_table(summary: dict, title: str) -> Table:
     return table
 
 
+def batched_sizing_table(summary: dict) -> Table | None:
+    """Per value-sized method and width of its forwards' widest row (drafted nodes): forwards, tokens
+    a forward was expected to emit against those it emitted, and predicted against observed tokens/s
+    (:class:`treeopt.evaluate.reliability.ForwardLog`); None when no method logged a batched forward."""
+    logged = [(name, row["batched_sizing"]) for name, row in summary.items() if row.get("batched_sizing")]
+    if not logged:
+        return None
+    table = Table(title="batched sizing: predicted vs observed, by the widest row's drafted nodes")
+    for name, justify in (("method", "left"), ("width", "right"), ("forwards", "right"), ("tokens pred.", "right"),
+                          ("tokens obs.", "right"), ("tok/s pred.", "right"), ("tok/s obs.", "right")):
+        table.add_column(name, justify=justify)
+    rate = lambda value: "-" if value is None else f"{value:.1f}"  # noqa: E731
+    for name, log in logged:
+        for cell in log["bins"]:
+            width = f"{cell['low']}+" if cell["high"] is None else (
+                f"{cell['low']}" if cell["high"] == cell["low"] + 1 else f"{cell['low']}-{cell['high'] - 1}")
+            table.add_row(name, width, f"{cell['forwards']}", f"{cell['predicted_tokens']:.2f}",
+                          f"{cell['observed_tokens']:.2f}", rate(cell["predicted_tokens_per_s"]),
+                          rate(cell["observed_tokens_per_s"]))
+    return table
+
+
 def diagnostics_tables(results, depths: int = 6) -> list[Table]:
     """Why each method's acceptance length is what it is (two narrow tables).
 

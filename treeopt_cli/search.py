@@ -74,7 +74,8 @@ def search(
     title = (f"{strategy} n={n}" + (f", {subtrees} subtrees" if strategy == "dvts" else "")
              + f", {counted(len(problems), 'problem')} from {Path(dataset).name}, "
              f"batch {min(max_batch, n * in_flight)}, T={temperature}")  # rows at once: n per problem in flight
-    console.print(render.search_table(data["summary"], title))
+    for table in filter(None, (render.search_table(data["summary"], title), render.batched_sizing_table(data["summary"]))):
+        console.print(table)
     if json_out is not None:
         console.print(f"results written to {json_out}")
 
@@ -122,6 +123,7 @@ def _search(model: str, dtype: str, names: list, tree: Optional[str], max_batch:
     """Load the model, search every problem with every method (saving after each problem); the report."""
     from stand_runtime.method import DEFAULT_TREES
     from stand_runtime.target.model_facts import vocab_size
+    from treeopt.evaluate.reliability import ForwardLog
     from treeopt.evaluate.search import compare_methods, method_backends, search_report
 
     target, tokenizer = loading.load_model(model, dtype)
@@ -135,9 +137,12 @@ def _search(model: str, dtype: str, names: list, tree: Optional[str], max_batch:
     backends = method_backends(target, tokenizer, names, tree, max_batch, prior, config["verification"])
     profile = loading.cached_profile(target, model) if any(name != "ar" for name in names) else None  # the ceiling's t(n)
     batch = min(max_batch, settings.n * settings.in_flight)  # rows per forward
+    forwards = {name: ForwardLog() for name, backend in backends.items() if backend.sizing is not None}
+    for name, log in forwards.items():  # the value rule's forecasts of each batched forward, with outcomes
+        backends[name].sizing.on_forward = log.add
 
     def save(results: dict) -> None:
-        out.progress(lambda: search_report(config, results, profile, batch))
+        out.progress(lambda: search_report(config, results, profile, batch, forwards))
 
     with render.progress(console, *render.search_columns()) as bar:
         windows = -(-len(problems) // settings.in_flight)
@@ -145,6 +150,6 @@ def _search(model: str, dtype: str, names: list, tree: Optional[str], max_batch:
         results = compare_methods(backends, tokenizer, problems, settings, judge, vocab_size(target),
                                   on_search=lambda _: bar.advance(task), on_problem=save,
                                   on_tokens=_token_progress(bar, task, settings, len(problems) * len(names)))
-    report = search_report(config, results, profile, batch)
+    report = search_report(config, results, profile, batch, forwards)
     out.done(lambda: report)
     return report

@@ -272,7 +272,7 @@ class Loop:
         self.allocator = BatchAllocator.for_rule(value, max_nodes)
         self._warm = False  # the first forward after the prefill is cold (caches grow): not observed
 
-    def _observe_step(self, rows, tokens: int, seconds: float) -> None:
+    def _observe_step(self, rows, tokens: int, seconds: float, emitted: int) -> None:
         """Hand the step's measured time (drafting, forward, verification, bookkeeping: what a step
         costs in wall time, so the host work that grows with the draft is priced too) to the value rule, so its latency model corrects itself (on a CPU; on CUDA the time is only known at a sync). The
         loop's first forward is left out: it runs cold, and as every decode starts with a roots-only
@@ -280,7 +280,7 @@ class Loop:
         pays."""
         warm, self._warm = self._warm, True
         if warm and self.value is not None:
-            self.value.observe_forward(tokens, seconds)
+            self.value.observe_forward(tokens, seconds, emitted)
 
     def _allocate(self, rows, drafts: list[Draft]) -> list[Draft]:
         """The drafts cut by the batch allocator (value-sized rows: one node budget for the forward,
@@ -348,7 +348,8 @@ class Loop:
         self.caches.drop(finished, len(rows))
         self.clock.lap("bookkeeping_s")
         if timed:
-            self._observe_step(rows, self.caches.forwarded(drafts), time.perf_counter() - started)
+            self._observe_step(rows, self.caches.forwarded(drafts), time.perf_counter() - started,
+                               sum(len(s.tokens) for s in settled))
         if finished:
             self.clock.settle()
         for b in finished:

@@ -160,11 +160,13 @@ class BatchAllocator:
         acceptance = [c.p for c in found]
         if value.exploring(len(value.batches), len(drafts)):
             sizes = (0,) * len(drafts)
+            value.forecast(None)
         else:
             seconds = value.latency.frozen()
             chosen = padded_allocation(acceptance, seconds)
             sizes = chosen.sizes
             value.chose(max(sizes))
+            value.forecast(chosen)
             if len(drafts) > 1 and value.packing is not None:  # one row: packed is padded
                 value.packing.append(packed_allocation(acceptance, seconds).rate / chosen.rate)
         value.batches.append(sizes)

@@ -66,6 +66,8 @@ class SizingSession:
         frozen: True once :meth:`freeze` was called: the session's estimates no longer change.
         on_outcome: when set (a reliability collector), handed to every rule made after
             (:attr:`ValueRule.on_outcome`).
+        on_forward: when set (a collector of batched forecasts), handed to every rule made after
+            (:attr:`ValueRule.on_forward`).
         record_packing: when True, every rule made after records the packed allocation's modelled gain
             (:attr:`ValueRule.packing`; diagnostics).
         last_rule: the rule of the latest call (:meth:`rule`; its sizes and batches are diagnostics),
@@ -90,6 +92,7 @@ class SizingSession:
         self.target = target
         self.frozen = False
         self.on_outcome = None
+        self.on_forward = None
         self.record_packing = False
         self.last_rule: ValueRule | None = None
         self._latency: dict[int, LatencyModel] = {}
@@ -127,6 +130,7 @@ class SizingSession:
         rule = ValueRule(self.latency(rows), self.acceptance, batch_allocated=self.allocation == "batch",
                          nodes=nodes, frozen=self.frozen)
         rule.on_outcome = self.on_outcome
+        rule.on_forward = self.on_forward
         rule.packing = [] if self.record_packing else None
         self.last_rule = rule
         return rule

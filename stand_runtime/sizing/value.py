@@ -210,6 +210,12 @@ class ValueRule:
         the drafted nodes' ``[n]`` scores, ``[n]`` copied flags, ``[n]`` P predicted when the step was
         sized, and ``[n]`` bool path accepted; the drafter records the prediction only while it is set."""
         self._predicted: dict[int, tuple[object, np.ndarray]] = {}
+        self.on_forward: Callable[[tuple[int, ...], float, float, int, float], None] | None = None
+        """When set (a collector, e.g. ``treeopt search``'s), called per timed batch-allocated forward
+        with its rows' sizes, the tokens it was expected to emit and the seconds modelled when it was
+        sized (:class:`stand_runtime.sizing.allocation.Allocation`), then the tokens it emitted and the
+        seconds its step took."""
+        self._forecast = None
 
     def size(self, scores: np.ndarray, copied: np.ndarray) -> int:
         """:meth:`size_p` of nodes with these ``[L]`` best-first scores (root excluded) and ``[L]`` bool
@@ -235,11 +241,20 @@ class ValueRule:
         never when frozen)."""
         return not self.frozen and self.latency.explore(tokens) and explores(step)
 
-    def observe_forward(self, tokens: int, seconds: float) -> None:
-        """A forward over ``tokens`` tokens (all rows) took ``seconds``: the latency model corrects
-        itself from it (:meth:`LatencyModel.observe`), unless frozen."""
+    def observe_forward(self, tokens: int, seconds: float, emitted: int | None = None) -> None:
+        """A forward over ``tokens`` tokens (all rows) took ``seconds`` and its step emitted ``emitted``
+        tokens: the latency model corrects itself from it (:meth:`LatencyModel.observe`), unless frozen;
+        the forecast :meth:`forecast` kept for it goes to :attr:`on_forward` with the outcome."""
         if not self.frozen:
             self.latency.observe(tokens, seconds)
+        forecast, self._forecast = self._forecast, None
+        if forecast is not None and emitted is not None and self.on_forward is not None:
+            self.on_forward(forecast.sizes, forecast.expected, forecast.seconds, int(emitted), float(seconds))
+
+    def forecast(self, allocation) -> None:
+        """Keep the allocation a batch forward was sized with (None: an exploring forward, nothing
+        predicted) until its step is observed (:meth:`observe_forward`); only while :attr:`on_forward` is set."""
+        self._forecast = allocation if self.on_forward is not None else None
 
     def chose(self, largest: int) -> None:
         """Record a sized forward's largest row size (for :meth:`budget`); exploring forwards are not recorded."""

@@ -151,3 +151,23 @@ def test_bins_never_accepted_are_drawn_apart_on_the_floor(tmp_path, monkeypatch)
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     (seen, _), (floor, style) = drawn
     assert seen == [0.28] and floor == [plots.FLOOR] and style["marker"] == "v" and "none accepted" in style["label"]
+
+
+def test_a_forward_log_compares_predicted_and_observed_rates_by_width():
+    from treeopt.evaluate.reliability import ForwardLog
+
+    log = ForwardLog()
+    log.add((0, 0), 2.0, 0.1, 2, 0.1)      # no drafts: 2 tokens in 0.1 s, as predicted
+    log.add((3, 1), 4.0, 0.2, 3, 0.3)      # widest row 3: predicted 20 tok/s, observed 10
+    log.add((2, 2), 3.0, 0.1, 3, 0.1)
+    summary = log.summary()
+    assert summary["forwards"] == 3
+    assert summary["predicted_tokens_per_s"] == pytest.approx(9.0 / 0.4)
+    assert summary["observed_tokens_per_s"] == pytest.approx(8.0 / 0.5)
+    first, second = summary["bins"]
+    assert (first["low"], first["high"], first["forwards"]) == (0, 1, 1)
+    assert first["predicted_tokens_per_s"] == first["observed_tokens_per_s"] == pytest.approx(20.0)
+    assert (second["low"], second["high"], second["forwards"]) == (2, 4, 2)
+    assert second["predicted_tokens"] == 3.5 and second["observed_tokens"] == 3.0
+    assert second["predicted_tokens_per_s"] == pytest.approx(7.0 / 0.3)
+    assert second["observed_tokens_per_s"] == pytest.approx(6.0 / 0.4)

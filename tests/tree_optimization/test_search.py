@@ -171,10 +171,16 @@ def test_search_cli_runs_both_strategies_and_rejects_bad_input(tmp_path, monkeyp
     assert code == 0, output
     report = json.loads(out.read_text())
     assert report["settings"]["in_flight"] == 2 and report["settings"]["problems_done"] == 2
-    code, output = run("search", "--dataset", str(data), "--samples", "1", "--n", "2", "--max-new-tokens", "4",
-                       "--methods", "stand", "--tree", "dynamic-auto-8", "--max-batch", "2", "--json", str(out))
+    code, output = run("search", "--dataset", str(data), "--samples", "2", "--n", "4", "--max-new-tokens", "24",
+                       "--methods", "ar,stand", "--tree", "dynamic-auto-8", "--max-batch", "4", "--json", str(out))
     assert code == 0, output
-    assert json.loads(out.read_text())["settings"]["tree"] == "dynamic-auto-8"
+    report = json.loads(out.read_text())
+    assert report["settings"]["tree"] == "dynamic-auto-8"
+    sizing = report["summary"]["stand"]["batched_sizing"]  # the value rule's forecasts against what came
+    assert sizing["forwards"] == sum(cell["forwards"] for cell in sizing["bins"]) > 0
+    plain_steps = [cell for cell in sizing["bins"] if cell["high"] == 1]  # no drafts: each row emits one token, as predicted
+    assert all(cell["predicted_tokens"] == cell["observed_tokens"] <= 4 for cell in plain_steps)
+    assert "batched sizing: predicted vs observed" in output and "batched_sizing" not in report["summary"]["ar"]
     empty = tmp_path / "empty.jsonl"
     empty.write_text("")
     for args, message in (

@@ -94,3 +94,55 @@ def reliability(predicted: np.ndarray, accepted: np.ndarray, edges: np.ndarray =
 
 
 __all__ = ["ReliabilityLog", "reliability"]
+
+
+WIDTHS = (0, 1, 2, 4, 8, 16, 32)
+"""Lower edges of the bins of a batched forward's widest row (its drafted nodes): 0, 1, 2-3, ... 32+."""
+
+
+@dataclass
+class ForwardLog:
+    """Forecasts and outcomes of batch-allocated forwards (the value rule's ``on_forward`` hook):
+    per forward its rows' sizes, the tokens it was expected to emit and the seconds modelled, the
+    tokens it emitted and the seconds its step took."""
+
+    widths: list[int] = field(default_factory=list)
+    expected: list[float] = field(default_factory=list)
+    modelled: list[float] = field(default_factory=list)
+    emitted: list[int] = field(default_factory=list)
+    seconds: list[float] = field(default_factory=list)
+
+    def add(self, sizes, expected: float, modelled: float, emitted: int, seconds: float) -> None:
+        """One forward (the signature of the value rule's ``on_forward`` hook, :mod:`stand_runtime.sizing.value`)."""
+        self.widths.append(max(sizes, default=0))
+        self.expected.append(float(expected))
+        self.modelled.append(float(modelled))
+        self.emitted.append(int(emitted))
+        self.seconds.append(float(seconds))
+
+    def summary(self) -> dict:
+        """Predicted against observed tokens per second, over every forward and per bin of the widest
+        row's drafted nodes (:data:`WIDTHS`): ``{"forwards", "predicted_tokens_per_s",
+        "observed_tokens_per_s", "bins": [{"low", "high", "forwards", "predicted_tokens_per_s",
+        "observed_tokens_per_s", "predicted_tokens", "observed_tokens"}, ...]}`` (``high`` None for the
+        last bin; rates None without time). The rule chooses each forward's width by the predicted rate,
+        so a bin whose observed rate is far below its prediction is a width it chose wrongly."""
+        widths = np.asarray(self.widths, dtype=np.int64)
+        rate = lambda tokens, seconds: tokens / seconds if seconds > 0 else None  # noqa: E731
+
+        def cell(mask) -> dict:
+            expected, modelled = float(np.sum(np.asarray(self.expected)[mask])), float(np.sum(np.asarray(self.modelled)[mask]))
+            emitted, seconds = int(np.sum(np.asarray(self.emitted)[mask])), float(np.sum(np.asarray(self.seconds)[mask]))
+            return {"forwards": int(np.count_nonzero(mask)), "predicted_tokens_per_s": rate(expected, modelled),
+                    "observed_tokens_per_s": rate(emitted, seconds),
+                    "predicted_tokens": expected / max(1, int(np.count_nonzero(mask))),
+                    "observed_tokens": emitted / max(1, int(np.count_nonzero(mask)))}
+
+        bins = []
+        for low, high in zip(WIDTHS, [*WIDTHS[1:], None]):
+            mask = (widths >= low) & (True if high is None else widths < high)
+            if np.any(mask):
+                bins.append({"low": low, "high": high, **cell(mask)})
+        overall = cell(np.ones(len(widths), dtype=bool))
+        return {"forwards": overall["forwards"], "predicted_tokens_per_s": overall["predicted_tokens_per_s"],
+                "observed_tokens_per_s": overall["observed_tokens_per_s"], "bins": bins}

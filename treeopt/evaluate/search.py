@@ -196,14 +196,20 @@ def compare_methods(backends: dict, tokenizer, problems: Sequence[Prompt], setti
     return results
 
 
-def search_report(settings: dict, results: dict[str, list[ProblemResult]], profile=None, batch: int = 1) -> dict:
+def search_report(settings: dict, results: dict[str, list[ProblemResult]], profile=None, batch: int = 1,
+                  forwards: dict | None = None) -> dict:
     """The ``search --json`` document: the settings (with ``problems_done``: problems every method has
     finished, as a run saves after each), a summary per method, every problem's result and, given the
     run's latency profile (a :class:`stand_runtime.target.latency.LatencyProfile`), that profile and
     per drafting method its ceiling at ``batch`` rows per forward (:func:`.ceiling.ceiling` of its
-    measured acceptance per depth: ``{"speedup", "chain"}``)."""
+    measured acceptance per depth: ``{"speedup", "chain", "batch"}``); ``forwards``: per value-sized
+    method its :class:`.reliability.ForwardLog`, summarised as ``"batched_sizing"`` (predicted against
+    observed tokens per second by the width the rule chose)."""
     done = min((len(rows) for rows in results.values()), default=0)
     summary = {name: summarize(rows) for name, rows in results.items() if rows}
+    for name, log in (forwards or {}).items():
+        if name in summary and log.widths:
+            summary[name]["batched_sizing"] = log.summary()
     if profile is not None:
         for row in summary.values():
             rates = depth_rates(row["acceptance_by_depth"])
