@@ -9,7 +9,7 @@ import typer
 
 from . import render
 from .app import app, console, one_line_errors
-from .options import PLOT_HELP, ResultsFile, check_outputs, json_path
+from .options import PLOT_HELP, ResultsFile, check_outputs, json_path, refuse_options
 
 
 @app.command("bench-traces")
@@ -29,22 +29,28 @@ def bench_traces(
     copy_tokens: Optional[int] = typer.Option(None, help="STAND's copy path length (tokens, 0-64; default: 10, "
                                               "64 on a value-sized tree, which keeps what pays)."),
     json_out: Optional[Path] = typer.Option(None, "--json", callback=json_path, help="Write the results as JSON (-: to standard output, the tables then on stderr)."),
-    png: Optional[Path] = typer.Option(None, help=f"Plot acceptance length against trajectory index ({PLOT_HELP})."),
+    png: Optional[Path] = typer.Option(None, help=f"Plot acceptance length against trajectory index, or with --budgets "
+                                       f"against the budget ({PLOT_HELP})."),
     latency: Optional[Path] = typer.Option(None, help="Latency profile JSON of the hardware to project onto (a cached "
                                            "~/.cache/stand/latency/*.json or benchmarks/results/gpu-check-h200.json): "
                                            "adds each method's projected speedup over plain decoding."),
+    budgets: Optional[str] = typer.Option(None, help="Comma-separated budgets K of drafted tokens per step (e.g. "
+                                          "2,4,8,16,32,80): every method replayed at each K (STAND on dynamic-K, "
+                                          "suffix with its limit at K, pld's chain at K, recycle and stand-static on "
+                                          "their tree's first K nodes); reports τ and τ per drafted token against K, "
+                                          "--png plots τ against K."),
 ) -> None:
     """Replay recorded traces through the drafters (greedy verification, no model) and compare them."""
     from stand_runtime import load_tokenizer
-    from treeopt.evaluate.trace_bench import (TRACE_METHODS, load_replay_groups, parse_trace_methods, run_trace_bench,
-                                              trace_results_json)
+    from treeopt.evaluate.trace_bench import load_replay_groups, run_trace_bench, trace_results_json
     from treeopt.evaluate.projection import load_latency_file, projection_block
 
     check_outputs({"--json": json_out, "--png": png}, {"TRACES": traces, "--latency": latency}, plot=png)
     out = ResultsFile(json_out, console, ctx)
+    if budgets is not None:
+        refuse_options(ctx, ("tree", "latency"), "a budget sweep (--budgets sizes every method's draft)")
     profile = None if latency is None else load_latency_file(latency)  # a bad file fails before the replay
-    specs = parse_trace_methods(",".join(TRACE_METHODS) if methods is None else methods, tree, copy_tokens,
-                                None if profile is None else profile[0])
+    specs = _trace_specs(methods, tree, copy_tokens, None if profile is None else profile[0], budgets)
     tokenizer = load_tokenizer(tokenizer_spec)
     groups, skipped = load_replay_groups(traces, tokenizer, group_field=group_field, text_field=text_field,
                                          prompt_field=prompt_field, max_tokens=max_tokens, min_group_size=min_group_size)
@@ -57,18 +63,29 @@ def bench_traces(
     settings = {"traces": str(traces), "group_field": group_field, "text_field": text_field,
                 "prompt_field": prompt_field, "max_tokens": max_tokens, "min_group_size": min_group_size,
                 "tokenizer": tokenizer_spec, "groups": len(groups), "traces_replayed": count, "groups_left_out": skipped,
-                "copy_tokens": copy_tokens}
+                "copy_tokens": copy_tokens, "budgets": None if budgets is None else sorted({s.budget for s in specs})}
     data = trace_results_json(results, settings)
     if profile is not None:
         data["projection"] = projection_block(data["results"], profile[0], {"path": str(latency), "format": profile[1]})
     title = (f"{len(groups)} groups x up to {max(len(g.trace_ids) for g in groups)} traces from {traces.name}, "
-             f"{max_tokens} tokens, greedy replay")
+             f"{max_tokens} tokens, greedy replay" + ("" if budgets is None else ": τ against budget"))
     _report(data, title, out, png)
+
+
+def _trace_specs(methods: Optional[str], tree: Optional[str], copy_tokens: Optional[int], latency, budgets: Optional[str]):
+    """The bench's configurations: each method once, or at every budget of ``--budgets``."""
+    from treeopt.evaluate.trace_bench import TRACE_METHODS, budget_methods, parse_budgets, parse_trace_methods
+
+    methods = ",".join(TRACE_METHODS) if methods is None else methods
+    if budgets is None:
+        return parse_trace_methods(methods, tree, copy_tokens, latency)
+    return budget_methods(methods, parse_budgets(budgets), copy_tokens)
 
 
 def _report(data: dict, title: str, out: ResultsFile, png: Optional[Path]) -> None:
     """The trace bench's tables and notes; its JSON and plot when asked for."""
-    for table in render.trace_tables(data, title):
+    tables = [render.budget_table(data["budgets"], title)] if "budgets" in data else render.trace_tables(data, title)
+    for table in tables:
         console.print(table)
     if "projection" in data:
         console.print(render.projection_table(data["projection"]))
@@ -78,7 +95,7 @@ def _report(data: dict, title: str, out: ResultsFile, png: Optional[Path]) -> No
         out.save(lambda: data)
         console.print(f"results written to {out.path}")
     if png is not None:
-        from treeopt.evaluate.plots import plot_trace_acceptance
+        from treeopt.evaluate.plots import plot_trace_acceptance, plot_trace_budgets
 
-        plot_trace_acceptance(data, png)
+        (plot_trace_budgets if "budgets" in data else plot_trace_acceptance)(data, png)
         console.print(f"plot written to {png}")

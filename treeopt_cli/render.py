@@ -6,6 +6,7 @@ The packages (``stand_runtime``, ``treeopt``) return data; only the CLI side imp
 from __future__ import annotations
 
 from rich.table import Table
+from rich.text import Text
 
 from stand_runtime.errors import counted
 
@@ -418,6 +419,29 @@ def trace_tables(data: dict, title: str) -> list[Table]:
                        f"{ratio['interval_95'][1]:.2f}]")
         work.add_row(*row)
     return [acceptance, work]
+
+
+def budget_table(block: dict, title: str) -> Table:
+    """The trace bench's budget sweep (:func:`treeopt.evaluate.trace_bench.budget_rows`): per method a
+    row, per budget K a column of τ pooled and τ per drafted token; the highest τ at each K in bold."""
+    table = Table(title=title, caption="K: drafted tokens per step at most · cell: τ pooled (tokens per step, greedy "
+                  "replay) / τ per drafted token (tokens / drafted nodes) · bold: the highest τ at that K",
+                  caption_justify="left")
+    table.add_column("method", justify="left", no_wrap=True, min_width=max(len(m) for m in block["methods"]))
+    for k in block["budgets"]:
+        table.add_column(f"K={k}", justify="right", no_wrap=True)
+    cells = {(r["label"], r["budget"]): r for r in block["rows"]}
+    for label in block["methods"]:
+        row = [label]
+        for k in block["budgets"]:
+            r = cells.get((label, k))
+            if r is None:
+                row.append("—")
+                continue
+            per = "—" if r["tau_per_drafted"] is None else f"{r['tau_per_drafted']:.2f}"
+            row.append(Text(f"{r['tau']:.2f} / {per}", style="bold" if block["best"][str(k)] == label else ""))
+        table.add_row(*row)
+    return table
 
 
 def projection_table(block: dict) -> Table:

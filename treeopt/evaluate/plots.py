@@ -232,6 +232,35 @@ def plot_trace_acceptance(data: dict, path: str | Path) -> Path:
     return _save(figure, plt, path)
 
 
+def plot_trace_budgets(data: dict, path: str | Path) -> Path:
+    """τ pooled against the budget K of drafted tokens per step (log x) per method of a trace bench's
+    budget sweep (its JSON's ``budgets``), with the 95% bootstrap intervals as bands.
+
+    Raises:
+        StandError: matplotlib is missing, the JSON holds no budget sweep, or the path is unwritable.
+    """
+    if "budgets" not in data:
+        raise StandError("this trace bench has no budget sweep to plot (run it with --budgets)")
+    block = data["budgets"]
+    plt = pyplot()
+    check_writable(path)
+    figure, axis = plt.subplots(figsize=(6, 4))
+    for label in block["methods"]:
+        rows = sorted((r for r in block["rows"] if r["label"] == label), key=lambda r: r["budget"])
+        x = [r["budget"] for r in rows]
+        line = axis.plot(x, [r["tau"] for r in rows], marker="o", label=label)[0]
+        low, high = zip(*(r["interval_95"] for r in rows))
+        axis.fill_between(x, low, high, color=line.get_color(), alpha=0.12)
+    axis.set_xscale("log")
+    axis.set_xticks(block["budgets"], [str(k) for k in block["budgets"]])
+    axis.minorticks_off()
+    axis.set(xlabel="budget K (drafted tokens per step)", ylabel="acceptance length τ (tokens/step)",
+             title="trace replay: τ vs budget")
+    axis.legend(fontsize=8)
+    figure.tight_layout()
+    return _save(figure, plt, path)
+
+
 def pyplot():
     """matplotlib's pyplot on the Agg backend (files only, no screen).
 

@@ -6,6 +6,10 @@ Reported per method: acceptance length τ (tokens per step) at each trajectory i
 95% percentile-bootstrap intervals over groups (a group is resampled with all its trajectories),
 draft nodes per step, µs per step drafting and feeding (verification, stop cut and drafter
 feeding), and the drafter memory's size at the end of each group.
+
+Budgets (``--budgets``) are a dimension of the same bench: each method replayed at each budget K of
+drafted tokens per step (:func:`budget_methods`), reported as τ and τ per drafted token against K
+(:func:`budget_rows`).
 """
 
 from __future__ import annotations
@@ -21,7 +25,10 @@ from stand_runtime.drafters import STORE_METHODS, SUFFIX_TUNED, TREE_METHODS
 from stand_runtime.randomness import RandomStream
 from stand_runtime import Method, SizingSession, replay_trace
 from stand_runtime.checks import check_callable, check_int
-from stand_runtime.drafters import MAX_COPY_TOKENS, takes_tree
+from stand_runtime.drafters import MAX_COPY_TOKENS, PromptLookupDrafter, takes_tree
+from stand_runtime.store.drafting import MAX_DYNAMIC_NODES
+from stand_runtime.trees.tree import MAX_DEPTH, DraftTree
+from stand_runtime.trees.tree_io import resolve_tree
 
 from .method_lists import split_methods
 from ..data.traces import TraceGroup
@@ -56,12 +63,14 @@ class TraceMethod:
             and dynamic trees).
         tree: the tree spec as given (tree methods), for the output.
         sizing: a value-sized tree's sizing session (the projected latency profile), else None.
+        budget: the drafted tokens per step it was configured for (:func:`budget_methods`), else None.
     """
 
     label: str
     method: Method
     tree: str | None = None
     sizing: SizingSession | None = None
+    budget: int | None = None
 
 
 def check_tree_spec(spec, latency: bool = False) -> None:
@@ -108,27 +117,112 @@ def parse_trace_methods(methods: str, tree: str | None = None, copy_tokens: int 
                              f"{', '.join(m for m in TREE_METHODS if takes_tree(m, tree))}; stand-static keeps its own)")
     if copy_tokens is not None and not any(name in STORE_METHODS or name == "stand-static" for name in names):
         raise StandError(f"copy_tokens is STAND's copy path: none of {', '.join(names)} has one")
-    out = []
+    return [_configure(name, tree, copy_tokens, latency) for name in names]
+
+
+def _configure(name: str, tree: str | None, copy_tokens: int | None, latency, budget: int | None = None) -> TraceMethod:
+    """One method of :func:`parse_trace_methods` (``budget`` None) or :func:`budget_methods` (at ``budget``)."""
+    nodes = NODE_BUDGET if budget is None else budget
+    if name in ("suffix", "suffix-tuned"):
+        rule = SUFFIX_TUNED if name == "suffix-tuned" else SuffixSettings()
+        settings = SuffixSettings(max_spec_tokens=nodes, max_spec_factor=rule.max_spec_factor,
+                                  min_token_prob=rule.min_token_prob)
+        return TraceMethod(name, Method.parse("suffix", suffix=settings), budget=budget)
+    if name not in TREE_METHODS and name != "stand-static":  # pld: no tree, no copy path of STAND's
+        return TraceMethod(name, Method.parse(name), budget=budget)  # (its chain is its own: K tokens at a budget)
+    engine = "stand" if name == "stand-static" else name
+    copy = copy_tokens if engine in STORE_METHODS else None  # Token Recycling has no copy path
+    if budget is not None and name in STORE_METHODS:
+        spec = f"dynamic-{budget}"
+        return TraceMethod(name, Method.parse(name, spec, copy_tokens=copy), spec, budget=budget)
+    if budget is not None:  # a static tree cut to its first K nodes; stand-static's copy path off (beyond the tree)
+        spec = f"{DEFAULT_TRACE_TREES[name]}[:{budget}]"
+        cut = first_nodes(resolve_tree(DEFAULT_TRACE_TREES[name]), budget)
+        return TraceMethod(name, Method.parse(engine, cut, copy_tokens=0 if engine == "stand" else None), spec,
+                           budget=budget)
+    if name == "stand-static":
+        spec = DEFAULT_TRACE_TREES[name]
+        return TraceMethod(name, Method.parse("stand", spec, copy_tokens=copy_tokens), spec)
+    spec = (tree if takes_tree(name, tree) else None) or DEFAULT_TRACE_TREES[name]  # recycle: static only
+    method = Method.parse(name, spec, copy_tokens=copy)
+    sizing = SizingSession(latency, measured_here=False) if method.value_sized else None
+    return TraceMethod(name, method, spec, sizing)
+
+
+def first_nodes(tree: DraftTree, count: int) -> DraftTree:
+    """``tree``'s first ``count`` nodes in its breadth-first order (parents and elder siblings come
+    first, so they form a tree); the whole tree when it has no more."""
+    return DraftTree.from_paths(tree.paths[:count])
+
+
+def parse_budgets(text) -> list[int]:
+    """``"2,4,8,16"`` → ``[2, 4, 8, 16]``: budgets of drafted tokens per step, ascending.
+
+    Raises:
+        StandError: not text, an empty list or entry, an entry that is not an integer >= 1, or a repeat.
+    """
+    if not isinstance(text, str) or not text.strip():
+        raise StandError(f"--budgets must be a comma-separated list of integers >= 1 (drafted tokens per step), "
+                         f"got {text!r}")
+    budgets = []
+    for entry in (part.strip() for part in text.split(",")):
+        if not entry.isdigit() or int(entry) < 1:
+            raise StandError(f"bad budget {entry!r} in --budgets {text!r}: each is an integer >= 1 "
+                             "(drafted tokens per step)")
+        budgets.append(int(entry))
+    if len(set(budgets)) < len(budgets):
+        raise StandError(f"a budget is listed twice in --budgets {text!r}")
+    return sorted(budgets)
+
+
+def budget_limit(name: str) -> tuple[int, str]:
+    """The largest budget method ``name`` drafts to, and why: a tree method on its static tree has
+    that tree's nodes; prompt lookup's chain is at most a draft's depth; the rest their node cap."""
+    if name in ("recycle", "stand-static"):
+        nodes = resolve_tree(DEFAULT_TRACE_TREES[name]).num_nodes
+        return nodes, f"its tree {DEFAULT_TRACE_TREES[name]} has {nodes} nodes"
+    if name == "pld":
+        return MAX_DEPTH, f"its chain is at most a draft's depth, {MAX_DEPTH}"
+    return MAX_DYNAMIC_NODES, f"it drafts at most {MAX_DYNAMIC_NODES} nodes"
+
+
+def budget_methods(methods: str, budgets: list[int], copy_tokens: int | None = None) -> list[TraceMethod]:
+    """Every method of ``methods`` at every budget K of ``budgets`` (method by method, K ascending):
+    STAND (and ``stand-det``) on ``dynamic-K`` (its copy path inside the K), SuffixDecoding with its
+    speculation limit at K, prompt lookup's chain at K, Token Recycling and ``stand-static`` on their
+    static tree's first K nodes (``stand-static`` without its copy path, whose tokens would come beyond
+    the tree). Each configuration drafts at most K tokens a step.
+
+    Raises:
+        StandError: what :func:`parse_trace_methods` raises, a bad budget, or a budget over what a
+            method supports (:func:`budget_limit`), before any replay.
+    """
+    names = split_methods(methods, TRACE_METHODS, requires={"suffix-tuned": "suffix"})
+    copy_tokens = None if copy_tokens is None else check_int("copy_tokens", copy_tokens, 0, MAX_COPY_TOKENS)
+    if copy_tokens is not None and not any(name in STORE_METHODS for name in names):
+        raise StandError(f"copy_tokens is STAND's copy path on a dynamic tree: none of {', '.join(names)} has one")
+    if not isinstance(budgets, (list, tuple)) or not budgets:
+        raise StandError("budget_methods needs a non-empty list of budgets (parse_budgets)")
+    budgets = [check_int("budget", k, 1) for k in budgets]
     for name in names:
-        if name == "suffix":
-            settings = SuffixSettings(max_spec_tokens=NODE_BUDGET)
-            out.append(TraceMethod(name, Method.parse("suffix", suffix=settings)))
-        elif name == "suffix-tuned":
-            settings = SuffixSettings(max_spec_tokens=NODE_BUDGET, max_spec_factor=SUFFIX_TUNED.max_spec_factor,
-                                      min_token_prob=SUFFIX_TUNED.min_token_prob)
-            out.append(TraceMethod(name, Method.parse("suffix", suffix=settings)))
-        elif name == "stand-static":
-            spec = DEFAULT_TRACE_TREES[name]
-            out.append(TraceMethod(name, Method.parse("stand", spec, copy_tokens=copy_tokens), spec))
-        elif name in TREE_METHODS:
-            spec = (tree if takes_tree(name, tree) else None) or DEFAULT_TRACE_TREES[name]  # recycle: static only
-            copy = copy_tokens if name in STORE_METHODS else None  # Token Recycling has no copy path
-            method = Method.parse(name, spec, copy_tokens=copy)
-            sizing = SizingSession(latency, measured_here=False) if method.value_sized else None
-            out.append(TraceMethod(name, method, spec, sizing))
-        else:  # pld: no tree, no copy path of STAND's (its chain is its own)
-            out.append(TraceMethod(name, Method.parse(name)))
-    return out
+        limit, why = budget_limit(name)
+        if max(budgets) > limit:
+            raise StandError(f"budget {max(budgets)} is more than {name} drafts ({why}): give budgets up to "
+                             f"{limit}, or leave {name} out of --methods")
+    return [_configure(name, None, copy_tokens, None, k) for name in names for k in budgets]
+
+
+def trace_drafter(spec: TraceMethod, memory, trajectory: int, vocab: int, value=None):
+    """The drafter ``spec`` replays trajectory ``trajectory`` (0-based) of a group with, over the group's
+    shared ``memory``: the method's own, or at a budget prompt lookup drafting chains of K tokens."""
+    if spec.budget is not None and spec.method.name == "pld":
+        return PromptLookupDrafter(num_tokens=spec.budget)
+    greedy = SamplingParams(temperature=0.0)
+    return spec.method.drafter(memory, RandomStream.seeded(trajectory), greedy, vocab, value=value)
+
+
+RUN_COLUMNS = ("tokens", "steps", "drafted", "drafting_s", "feeding_s", "most_drafted")
+"""What :attr:`TraceResult.runs` records per trace."""
 
 
 @dataclass
@@ -136,8 +230,8 @@ class TraceResult:
     """One configuration over every group.
 
     Attributes:
-        runs: ``[groups, N, 5]`` per trace: tokens, steps, drafted nodes, drafting s, feeding s
-            (NaN rows for groups with fewer than N traces).
+        runs: ``[groups, N, 6]`` per trace the :data:`RUN_COLUMNS`: tokens, steps, drafted nodes,
+            drafting s, feeding s, most nodes drafted in one step (NaN rows for groups with fewer than N traces).
         memory_bytes: the drafter memory's estimated size at the end of each group (None without one).
     """
 
@@ -162,6 +256,11 @@ class TraceResult:
     @property
     def nodes_per_step(self) -> float:
         return self._ratio(2, 1)
+
+    @property
+    def most_drafted(self) -> int:
+        """The most nodes drafted in one step of any trace."""
+        return int(np.nanmax(self.runs[..., 5]))
 
     @property
     def drafting_us(self) -> float:
@@ -209,7 +308,7 @@ def run_trace_bench(groups: list[TraceGroup], methods: list[TraceMethod], vocab:
 
     Args:
         groups: the trace groups with token ids.
-        methods: the configurations.
+        methods: the configurations (:func:`parse_trace_methods`, or :func:`budget_methods`).
         vocab: the tokenizer's vocabulary size (Token Recycling's matrix rows); None = the largest
             token id + 1.
         on_trace: called with the method's label after every replayed trace.
@@ -217,6 +316,32 @@ def run_trace_bench(groups: list[TraceGroup], methods: list[TraceMethod], vocab:
     Raises:
         StandError: a bad tree, a token id outside ``vocab``, or a missing arctic-inference for suffix.
     """
+    vocab = _check_bench(groups, methods, vocab, on_trace)
+    width = max(len(g.trace_ids) for g in groups)
+    results = []
+    for spec in methods:
+        method = spec.method
+        runs = np.full((len(groups), width, len(RUN_COLUMNS)), np.nan)
+        memories = []
+        value = None if spec.sizing is None else spec.sizing.rule(method.tree.num_nodes)  # one rule, every trace
+        for g, group in enumerate(groups):
+            memory = method.new_memory(vocab)
+            drafter = None
+            for t, trace in enumerate(group.trace_ids):
+                drafter = trace_drafter(spec, memory, t, vocab, value)
+                stats = replay_trace(drafter, group.prompt_ids, trace, value=value).stats
+                runs[g, t] = (stats.new_tokens, stats.target_forwards, sum(stats.drafted_per_step), stats.drafting_s,
+                              stats.verification_s + stats.bookkeeping_s, max(stats.drafted_per_step, default=0))
+                if on_trace is not None:
+                    on_trace(spec.label)
+            store = drafter.stats() if drafter is not None else None
+            memories.append(None if store is None else store.get("approx_bytes"))
+        results.append(TraceResult(spec, runs, memories))
+    return results
+
+
+def _check_bench(groups, methods, vocab, on_trace) -> int:
+    """:func:`run_trace_bench`'s arguments checked; the vocabulary size (given or the largest id + 1)."""
     if not isinstance(groups, (list, tuple)) or not groups:
         raise StandError("run_trace_bench needs a non-empty list of trace groups")
     for group in groups:
@@ -226,52 +351,22 @@ def run_trace_bench(groups: list[TraceGroup], methods: list[TraceMethod], vocab:
             or not all(isinstance(m, TraceMethod) for m in methods):
         raise StandError("run_trace_bench needs a non-empty list of TraceMethod (parse_trace_methods)")
     check_callable("on_trace", on_trace)
-    width = max(len(g.trace_ids) for g in groups)
     top = max(max(max(ids) for ids in g.trace_ids + [g.prompt_ids]) for g in groups)
     vocab = top + 1 if vocab is None else check_int("vocab", vocab, 1)
     if top >= vocab:
         raise StandError(f"token id {top} is outside the vocabulary ({vocab})")
-    greedy = SamplingParams(temperature=0.0)
-    results = []
-    for spec in methods:
-        method = spec.method
-        runs = np.full((len(groups), width, 5), np.nan)
-        memories = []
-        value = None if spec.sizing is None else spec.sizing.rule(method.tree.num_nodes)  # one rule, every trace
-        for g, group in enumerate(groups):
-            memory = method.new_memory(vocab)
-            drafter = None
-            for t, trace in enumerate(group.trace_ids):
-                drafter = method.drafter(memory, RandomStream.seeded(t), greedy, vocab, value=value)
-                stats = replay_trace(drafter, group.prompt_ids, trace, value=value).stats
-                runs[g, t] = (stats.new_tokens, stats.target_forwards, sum(stats.drafted_per_step), stats.drafting_s,
-                              stats.verification_s + stats.bookkeeping_s)
-                if on_trace is not None:
-                    on_trace(spec.label)
-            store = drafter.stats() if drafter is not None else None
-            memories.append(None if store is None else store.get("approx_bytes"))
-        results.append(TraceResult(spec, runs, memories))
-    return results
+    return vocab
 
 
 def trace_results_json(results: list[TraceResult], settings: dict, reference: str | None = "suffix-tuned") -> dict:
-    """The trace bench as JSON: per method τ per trajectory index and pooled with 95% intervals,
-    nodes per step, µs per step, memory; τ ratios against ``reference`` (when run) with paired intervals."""
-    base = next((r for r in results if r.spec.label == reference), None)
+    """The trace bench as JSON: per method (and budget) τ per trajectory index and pooled with 95%
+    intervals, nodes per step, µs per step, memory; τ ratios against ``reference`` at the same budget
+    (when run) with paired intervals; with budgets, the per-budget rows (:func:`budget_rows`) as ``budgets``."""
     width = results[0].runs.shape[1]
     out = []
     for r in results:
-        entry = {
-            "label": r.spec.label, "method": r.spec.method.name, "tree": r.spec.tree,
-            "suffix": None if r.spec.method.suffix is None else vars(r.spec.method.suffix),
-            "copy_tokens": r.spec.method.copy_tokens if r.spec.method.name in STORE_METHODS else None,
-            "acceptance_by_trajectory": [r.acceptance(t) for t in range(width)],
-            "interval_by_trajectory_95": [r.interval(t) for t in range(width)],
-            "acceptance_pooled": r.acceptance(), "interval_pooled_95": r.interval(),
-            "nodes_per_step": r.nodes_per_step, "drafting_us_per_step": r.drafting_us,
-            "feeding_us_per_step": r.feeding_us, "memory_mb_per_group": r.memory_mb,
-            "tokens": int(np.nansum(r.runs[..., 0])), "steps": int(np.nansum(r.runs[..., 1])),  # whole counts
-        }
+        entry = _result_entry(r, width)
+        base = next((b for b in results if b.spec.label == reference and b.spec.budget == r.spec.budget), None)
         if base is not None and r is not base:
             entry[f"ratio_vs_{reference}"] = {
                 key: dict(zip(("ratio", "interval_95"), ratio_interval(r, base, index)))
@@ -280,8 +375,46 @@ def trace_results_json(results: list[TraceResult], settings: dict, reference: st
     notes = [IDENTICAL_NOTE] if {"stand", "stand-det"} <= {r.spec.label for r in results} else []
     if any(r.spec.method.name == "recycle" for r in results):
         notes.append(RECYCLE_NOTE)
-    return {"settings": settings, "results": out, "notes": notes,
-            "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    data = {"settings": settings, "results": out, "notes": notes}
+    if any(r.spec.budget is not None for r in results):
+        data["budgets"] = budget_rows(out)
+    data["created"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    return data
+
+
+def _result_entry(r: TraceResult, width: int) -> dict:
+    """One configuration's JSON entry (see :func:`trace_results_json`)."""
+    tokens, steps, drafted = (int(np.nansum(r.runs[..., c])) for c in range(3))  # whole counts
+    return {
+        "label": r.spec.label, "method": r.spec.method.name, "tree": r.spec.tree, "budget": r.spec.budget,
+        "suffix": None if r.spec.method.suffix is None else vars(r.spec.method.suffix),
+        "copy_tokens": r.spec.method.copy_tokens if r.spec.method.name in STORE_METHODS else None,
+        "acceptance_by_trajectory": [r.acceptance(t) for t in range(width)],
+        "interval_by_trajectory_95": [r.interval(t) for t in range(width)],
+        "acceptance_pooled": r.acceptance(), "interval_pooled_95": r.interval(),
+        "nodes_per_step": r.nodes_per_step, "most_drafted_per_step": r.most_drafted,
+        "drafting_us_per_step": r.drafting_us, "feeding_us_per_step": r.feeding_us, "memory_mb_per_group": r.memory_mb,
+        "tokens": tokens, "steps": steps, "drafted": drafted,
+    }
+
+
+def budget_rows(entries: list[dict]) -> dict:
+    """τ against budget from :func:`trace_results_json`'s entries of a budget bench: ``budgets`` (K
+    ascending), ``methods`` (labels in order), ``rows`` (per method and K: τ pooled and its interval,
+    τ at the first trajectory, drafted nodes per step and the most in one step, τ per drafted token:
+    tokens / drafted nodes, and accepted per drafted token: (tokens - steps) / drafted nodes), and
+    ``best`` (per K the label of the highest pooled τ)."""
+    entries = [e for e in entries if e.get("budget") is not None]
+    budgets = sorted({e["budget"] for e in entries})
+    rows = [{"label": e["label"], "budget": e["budget"], "tau": e["acceptance_pooled"],
+             "interval_95": e["interval_pooled_95"], "tau_t1": e["acceptance_by_trajectory"][0],
+             "nodes_per_step": e["nodes_per_step"], "most_drafted_per_step": e["most_drafted_per_step"],
+             "tau_per_drafted": e["tokens"] / e["drafted"] if e["drafted"] else None,
+             "accepted_per_drafted": (e["tokens"] - e["steps"]) / e["drafted"] if e["drafted"] else None}
+            for e in entries]
+    best = {str(k): max((r for r in rows if r["budget"] == k), key=lambda r: r["tau"])["label"] for k in budgets}
+    return {"budgets": budgets, "methods": list(dict.fromkeys(e["label"] for e in entries)), "rows": rows,
+            "best": best}
 
 
 def load_replay_groups(path, tokenizer, *, group_field: str = "sample_group", text_field: str = "trace",
