@@ -54,6 +54,7 @@ _EXPORTS = {
     "LatencyProfile": ".target.latency",
     "replay_trace": ".engine.trace_replay",
     "verify_greedy": ".verify",
+    "verify_invariant": ".verify",
     "verify_sampling": ".verify",
     "Verification": ".verify",
 }
@@ -99,5 +100,6 @@ __all__ = [
     "replay_trace",
     "save_tree",
     "verify_greedy",
+    "verify_invariant",
     "verify_sampling",
 ]

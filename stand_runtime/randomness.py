@@ -216,21 +216,12 @@ class DraftNoise(Protocol):
         ``base + depth``."""
 
 
-_MASK = (1 << 64) - 1
 _GOLDEN = 0x9E3779B97F4A7C15
 _MIX1, _MIX2 = 0xBF58476D1CE4E5B9, 0x94D049BB133111EB
 
 
-def _mix(z: int) -> int:
-    """SplitMix64's finaliser of ``z`` (a Python int in [0, 2**64))."""
-    z = (z + _GOLDEN) & _MASK
-    z = ((z ^ (z >> 30)) * _MIX1) & _MASK
-    z = ((z ^ (z >> 27)) * _MIX2) & _MASK
-    return z ^ (z >> 31)
-
-
 def _mix_array(z: np.ndarray) -> np.ndarray:
-    """:func:`_mix` of every entry of a uint64 array (numpy's uint64 arithmetic wraps modulo 2**64)."""
+    """SplitMix64's finaliser of every entry of a uint64 array (numpy's uint64 arithmetic wraps modulo 2**64)."""
     z = z + np.uint64(_GOLDEN)
     z = (z ^ (z >> np.uint64(30))) * np.uint64(_MIX1)
     z = (z ^ (z >> np.uint64(27))) * np.uint64(_MIX2)
@@ -248,7 +239,7 @@ def _shift_right(z: torch.Tensor, bits: int) -> torch.Tensor:
 
 
 def _mix_tensor(z: torch.Tensor) -> torch.Tensor:
-    """:func:`_mix` of every entry of an int64 tensor (two's complement: int64 arithmetic wraps as uint64's)."""
+    """:func:`_mix_array` of every entry of an int64 tensor (two's complement: int64 arithmetic wraps as uint64's)."""
     z = z + _signed(_GOLDEN)
     z = (z ^ _shift_right(z, 30)) * _signed(_MIX1)
     z = (z ^ _shift_right(z, 27)) * _signed(_MIX2)
@@ -296,20 +287,16 @@ class PositionNoise:
         digest = hashlib.sha256(b"stand-position-noise" + int(seed).to_bytes(8, "little")).digest()
         return cls(int.from_bytes(digest[:8], "little"))
 
-    def position_key(self, position: int) -> int:
-        """The hash state of ``position`` (a sequence index >= 0), in [0, 2**64)."""
-        return _mix(self.key ^ _mix(int(position) & _MASK))
-
-    def position_keys(self, positions: np.ndarray) -> np.ndarray:
-        """:meth:`position_key` of every entry of ``positions`` (``[n]`` int64 >= 0), as ``[n]`` int64 bits
-        (what :func:`position_gumbel` takes)."""
+    def position_keys(self, positions) -> np.ndarray:
+        """The hash state ``mix(key ^ mix(t))`` of every position t of ``positions`` (``[n]`` sequence
+        indices >= 0), as ``[n]`` int64 bits (what :func:`position_gumbel` takes)."""
         mixed = _mix_array(np.uint64(self.key) ^ _mix_array(np.asarray(positions, dtype=np.int64).astype(np.uint64)))
         return mixed.view(np.int64)
 
     def gumbel(self, position: int, ids) -> np.ndarray:
         """``[len(ids)]`` float64 ``G[position, ids]`` (``ids``: token ids >= 0, any integer array)."""
         tokens = np.asarray(ids, dtype=np.int64).astype(np.uint64) * np.uint64(_GOLDEN)
-        bits = _mix_array(tokens ^ np.uint64(self.position_key(position))) >> np.uint64(11)
+        bits = _mix_array(tokens ^ self.position_keys([position]).view(np.uint64)) >> np.uint64(11)
         return _gumbel_of(bits.astype(np.float64))
 
     def at(self, base: int) -> "PositionedNoise":
@@ -321,7 +308,7 @@ def position_gumbel(position_keys: torch.Tensor, ids: torch.Tensor) -> torch.Ten
     """:meth:`PositionNoise.gumbel` for many positions at once, on ``ids``' device.
 
     Args:
-        position_keys: ``[R]`` int64, each row's :meth:`PositionNoise.position_key` (as int64 bits).
+        position_keys: ``[R]`` int64, each row's position key (:meth:`PositionNoise.position_keys`).
         ids: ``[R, K]`` int64 token ids (any value >= 0; padding included).
 
     Returns:

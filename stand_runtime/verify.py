@@ -136,7 +136,7 @@ def verify_greedy(draft: Draft, argmax_at: ArgmaxAt) -> Verification:
         argmax_at: the argmax token per draft position (the engine checks its logits are finite).
     """
     _check_draft(draft, argmax_at, "argmax_at")
-    return _drive(greedy_walk(draft), argmax_at)
+    return run_walk(greedy_walk(draft), argmax_at)
 
 
 def _check_draft(draft: Draft, read, name: str, randomness: RandomStream | None = None, sampling: bool = False) -> None:
@@ -207,11 +207,12 @@ def verify_invariant(draft: Draft, target: TargetAt, noise: PositionNoise, base:
     _check_draft(draft, target, "target")
     if not isinstance(noise, PositionNoise):
         raise StandError(f"noise must be a PositionNoise (PositionNoise.seeded(seed)), not {type(noise).__name__}")
-    return _drive(gumbel_walk(draft, noise, int(base)), lambda node: _target_at(target, node))
+    return run_walk(gumbel_walk(draft, noise, int(base)), lambda node: _target_at(target, node))
 
 
-def _drive(walk: Walk, read: Callable[[int], object]) -> Verification:
-    """Run ``walk`` to its end, sending it ``read(position)`` for each position it yields."""
+def run_walk(walk: Walk, read: Callable[[int], object]) -> Verification:
+    """Run ``walk`` to its end, sending it ``read(position)`` for each position it yields (the argmax
+    token for a greedy walk, p as a checked :class:`TargetRow` otherwise: :func:`checked_row`)."""
     node = next(walk)
     while True:
         try:
@@ -242,7 +243,7 @@ def verify_sampling(draft: Draft, target: TargetAt, randomness: RandomStream) ->
         StandError: p is not finite at a visited node.
     """
     _check_draft(draft, target, "target", randomness, sampling=True)
-    return _drive(sampling_walk(draft, randomness), lambda node: _target_at(target, node))
+    return run_walk(sampling_walk(draft, randomness), lambda node: _target_at(target, node))
 
 
 def sampling_walk(draft: Draft, randomness: RandomStream) -> Walk:

@@ -154,9 +154,12 @@ def _sample_batch(model, prompts, params, max_new_tokens, eos, noises, on_tokens
                     continue
                 active += 1
                 p = probs[row].double().numpy()
-                support = np.flatnonzero(p)
-                token = int(np.argmax(p)) if params.greedy else gumbel_max_token(
-                    TargetRow(p[support], support), noises[row], len(prompts[row]) + len(generated[row]))
+                if params.greedy:
+                    token = int(np.argmax(p))
+                else:
+                    support = np.flatnonzero(p)
+                    token = gumbel_max_token(TargetRow(p[support], support), noises[row],
+                                             len(prompts[row]) + len(generated[row]))
                 tokens[row] = token
                 generated[row].append(token)
                 store_ids[row].append(top_ids[row : row + 1])

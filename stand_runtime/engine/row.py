@@ -36,8 +36,7 @@ from ..target.model_facts import check_positions, default_eos_ids, vocab_size
 from ..target.prompts import check_prompt, encode_prompt
 from ..target.sampling import SamplingParams, TargetRow, target_row, target_rows
 from ..trees.draft import Draft, truncate_draft
-from ..verify import (Verification, Walk, greedy_walk, gumbel_walk, sampling_walk, verify_greedy, verify_invariant,
-                      verify_sampling)
+from ..verify import Verification, Walk, checked_row, greedy_walk, gumbel_walk, run_walk, sampling_walk
 from .metrics import DecodeStats, GenerationResult
 from .stopping import StopRule, check_eos_ids, check_stop_strings
 
@@ -238,9 +237,8 @@ class DecodeRow:
             StandError: non-finite target logits at a visited node.
         """
         if verification is None:
-            verification = (verify_greedy(draft, target.argmax_at) if self.params.greedy
-                            else verify_invariant(draft, target.target_at, self.noise, len(self.committed))
-                            if self.noise is not None else verify_sampling(draft, target.target_at, self.randomness))
+            verification = run_walk(self.walk(draft), target.argmax_at if self.params.greedy
+                                    else lambda node: checked_row(target.target_at(node), node))
         self.lap("verification_s")
         proposed = [draft.tokens[p] for p in verification.accepted] + [verification.token]
         new_tokens, self.finish_reason = self.stop_rule.cut(self.generated, proposed)

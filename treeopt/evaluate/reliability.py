@@ -128,15 +128,15 @@ class ForwardLog:
         last bin; rates None without time). The rule chooses each forward's width by the predicted rate,
         so a bin whose observed rate is far below its prediction is a width it chose wrongly."""
         widths = np.asarray(self.widths, dtype=np.int64)
+        columns = [np.asarray(values, dtype=np.float64) for values in (self.expected, self.modelled, self.emitted, self.seconds)]
         rate = lambda tokens, seconds: tokens / seconds if seconds > 0 else None  # noqa: E731
 
         def cell(mask) -> dict:
-            expected, modelled = float(np.sum(np.asarray(self.expected)[mask])), float(np.sum(np.asarray(self.modelled)[mask]))
-            emitted, seconds = int(np.sum(np.asarray(self.emitted)[mask])), float(np.sum(np.asarray(self.seconds)[mask]))
-            return {"forwards": int(np.count_nonzero(mask)), "predicted_tokens_per_s": rate(expected, modelled),
-                    "observed_tokens_per_s": rate(emitted, seconds),
-                    "predicted_tokens": expected / max(1, int(np.count_nonzero(mask))),
-                    "observed_tokens": emitted / max(1, int(np.count_nonzero(mask)))}
+            forwards = int(np.count_nonzero(mask))
+            expected, modelled, emitted, seconds = (float(column[mask].sum()) for column in columns)
+            return {"forwards": forwards, "predicted_tokens_per_s": rate(expected, modelled),
+                    "observed_tokens_per_s": rate(emitted, seconds), "predicted_tokens": expected / max(1, forwards),
+                    "observed_tokens": emitted / max(1, forwards)}
 
         bins = []
         for low, high in zip(WIDTHS, [*WIDTHS[1:], None]):
