@@ -318,20 +318,20 @@ PYBIND11_MODULE(_native, m) {
             return out;
         });
     m.def("best_first", [](stand::Store& store, IntArray context, IntArray chain, int num_nodes, double confidence,
-                           double beta, int deepest, size_t width, py::object buffer, py::object more) {
-        stand::DraftParams params{num_nodes, confidence, beta, deepest, width};
+                           double beta, int deepest, size_t width, double copy_rate, py::object buffer, py::object more) {
+        stand::DraftParams params{num_nodes, confidence, beta, deepest, width, copy_rate};
         return draft_row(store, context, chain, params, buffer, more);
     });
     m.def("best_first_rows", [](py::list rows) {
-        // per row (store, context, chain, num_nodes, confidence, beta, deepest, width, buffer, more):
+        // per row (store, context, chain, num_nodes, confidence, beta, deepest, width, copy_rate, buffer, more):
         // best_first's tuple per row, the rows drafted in order
         py::list drafts(rows.size());
         for (size_t r = 0; r < rows.size(); ++r) {
             py::tuple row = rows[r].cast<py::tuple>();
             stand::DraftParams params{row[3].cast<int>(), row[4].cast<double>(), row[5].cast<double>(),
-                                      row[6].cast<int>(), row[7].cast<size_t>()};
+                                      row[6].cast<int>(), row[7].cast<size_t>(), row[8].cast<double>()};
             drafts[r] = draft_row(row[0].cast<stand::Store&>(), row[1].cast<IntArray>(), row[2].cast<IntArray>(), params,
-                                  row[8], row[9]);
+                                  row[9], row[10]);
         }
         return drafts;
     });

@@ -193,8 +193,10 @@ void flatten_children(DraftOut& out, const std::vector<std::vector<int32_t>>& ch
 
 void best_first(Store& store, const Token* context, size_t length, const Token* chain, size_t chain_len,
                 const DraftParams& params, NoiseSource* noise, DraftOut& out, DraftScratch& s) {
-    chain_len = std::min(chain_len, static_cast<size_t>(params.num_nodes));
-    size_t budget = static_cast<size_t>(params.num_nodes) - chain_len;
+    // the chain's tokens taken; the first `on` of them are drawn nodes already (root down to `at`)
+    size_t budget = static_cast<size_t>(params.num_nodes), taken = 0, on = 0;
+    int32_t at = 0;
+    size_t copyable = std::min(chain_len, static_cast<size_t>(std::max(params.deepest, 0)));
     int max_n = store.max_n();
     Builder builder(out, s, context[length - 1], max_n);
     size_t from = length > static_cast<size_t>(max_n) ? length - max_n : 0;
@@ -207,7 +209,14 @@ void best_first(Store& store, const Token* context, size_t length, const Token* 
         ++tie;  // the score reads q at this *rank* of q's order, never the token drawn there
         heap.push({-s.path[node] * s.weights[node] * s.probs[s.prob_start[node] + rank], tie, node, rank});
     };
-    while (!heap.empty() && builder.size() - 1 < budget) {
+    while (builder.size() - 1 + (taken - on) < budget && (!heap.empty() || taken < copyable)) {
+        if (taken < copyable && (heap.empty() || std::pow(params.copy_rate, static_cast<double>(taken + 1)) > -heap.top().key)) {
+            if (on == taken)  // the chain's next token scores above every drawn candidate (ties: the drawn one)
+                for (int32_t kid : builder.children(at))
+                    if (builder.token(kid) == chain[taken]) { at = kid; ++on; break; }
+            ++taken;
+            continue;
+        }
         Item item = heap.top();
         heap.pop();
         int32_t node = item.node;
@@ -237,6 +246,7 @@ void best_first(Store& store, const Token* context, size_t length, const Token* 
         Token token = out.flat_ids[out.dist_start[node] + slot];
         double score = s.path[node] * s.weights[node] * s.probs[s.prob_start[node] + slot];
         int32_t child = builder.add(node, token, slot, score);
+        if (node == at && on < taken && token == chain[on]) { at = child; ++on; }  // a drawn node holds it
         out.scores[child] = -item.key;  // the draft's score: the key it was offered with (q at its rank)
         if (item.rank + 1 < s.order_len[node]) offer(node, item.rank + 1);
         if (builder.depth(child) < params.deepest) {
@@ -244,7 +254,7 @@ void best_first(Store& store, const Token* context, size_t length, const Token* 
             heap.push({-s.path[child], tie, child, -1});
         }
     }
-    graft(builder, chain, chain_len, params.deepest);
+    graft(builder, chain, taken, params.deepest);
     builder.finish();
 }
 

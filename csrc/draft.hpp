@@ -37,6 +37,7 @@ struct DraftParams {
     double beta = 1.0;
     int deepest = 64;
     size_t width = 16;
+    double copy_rate = 0.8;  // the chain's j-th token scores copy_rate ** j (best_first_draft)
 };
 
 struct DraftOut {

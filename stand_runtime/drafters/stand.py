@@ -17,7 +17,7 @@ import numpy as np
 
 from .base import Drafter
 from .diagnostics import DraftQuality
-from ..trees.draft import Draft, truncate_draft
+from ..trees.draft import Draft
 from .prior import SuccessorPrior
 from .feeds import STORE_TOP_K, TargetFeed, feed_store, store_observation, store_params
 from ..store.native_store import FeedRow
@@ -52,10 +52,11 @@ class StandDrafter(Drafter):
             tree spends its budget by itself).
         copy: longest copy chain grafted per step (0: none): the tokens that followed the latest
             earlier occurrence of the context's suffix (prompt lookup's match), followed along the
-            drafted children that agree with it and hung below the path's end. A value-sized tree
-            offers the rule at most as many as :meth:`ValueRule.budget` allows, a chain the
-            sequence's end cut continued as a repeat (:func:`.suffix_index.repeated`), scored by the
-            length of its match (:func:`.candidates.match_rate`).
+            drafted children that agree with it and hung below the path's end. A dynamic tree's
+            chain (the sequence's end cut continued as a repeat, :func:`.suffix_index.repeated`) is
+            scored by the length of its match (:func:`.candidates.match_rate`) and competes for the
+            budget: a fixed one in :func:`stand_runtime.store.drafting.best_first_draft`, a value-sized
+            one in the rule, which is offered at most as many tokens as :meth:`ValueRule.budget` allows.
         value: the expected-value rule of a value-sized dynamic tree, or None.
         prior: the target's successor prior (:mod:`.prior`): a step whose root token has no 1-token
             context in the store gets the prior's row for it first; None = none.
@@ -80,8 +81,8 @@ class StandDrafter(Drafter):
         self._root_n: int | None = None  # context length of the last drafted root's lookup (0 = miss)
         self.extend = extend
         self.copy = copy
-        # value-sized: copies scored by the length of their match, measured up to MAX_MATCH tokens
-        ngram, longest = (COPY_NGRAM, MAX_MATCH) if value is not None else (PROMPT_LOOKUP_NGRAM, None)
+        # a dynamic tree's copies are scored by the length of their match, measured up to MAX_MATCH tokens
+        ngram, longest = (COPY_NGRAM, MAX_MATCH) if isinstance(tree, DynamicTree) else (PROMPT_LOOKUP_NGRAM, None)
         self._index = copy_index(ngram, longest) if copy else None
         self._chain: tuple = ()  # the copy chain of the last request (a value-sized draft grafts it when sized)
         self._rate = COPY_DECAY  # and its rate (from the length of the suffix it matched)
@@ -127,18 +128,21 @@ class StandDrafter(Drafter):
         return not self.feed_rejected
 
     def batch_request(self, committed: list[int], max_depth: int) -> DraftRequest:
-        """This step's dynamic-tree request ``(tree, store, context, randomness, max_depth, chain)``
-        (:func:`stand_runtime.store.drafting.best_first_draft`'s arguments); the draft it gives
-        goes through :meth:`batch_drafted`."""
+        """This step's dynamic-tree request ``(tree, store, context, randomness, max_depth, chain,
+        copy_rate)`` (:func:`stand_runtime.store.drafting.best_first_draft`'s arguments); the draft it
+        gives goes through :meth:`batch_drafted`. A fixed budget lets the copy chain compete for it by
+        score; a value-sized tree drafts only drawn nodes (a prefix of the full budget's order the rule
+        may keep) and keeps the chain pending beside them: the rule keeps the best of both."""
         chain = self._prepare(committed, max_depth)
-        self._chain = tuple(chain or ())[: self.tree.num_nodes]  # a value-sized draft grafts it when sized
+        self._chain = tuple(chain or ())[: self.tree.num_nodes]
         tree = self.tree
-        if self.value is not None:  # drawn nodes the rule may keep (a prefix of the full budget's order),
-            drawn = self.value.budget(tree.num_nodes)  # the chain beside them: the rule keeps the best of both
-            drawn = min(drawn, MAX_DYNAMIC_NODES - len(self._chain))
-            if drawn + len(self._chain) != tree.num_nodes:
-                tree = replace(tree, num_nodes=max(1, drawn + len(self._chain)))
-        return (tree, self.store, committed, self.randomness, max_depth, None if chain is None else list(self._chain))
+        if self.value is None:
+            return (tree, self.store, committed, self.randomness, max_depth, None if chain is None else list(self._chain),
+                    self._rate)
+        drawn = min(self.value.budget(tree.num_nodes), MAX_DYNAMIC_NODES - len(self._chain))
+        if drawn != tree.num_nodes:
+            tree = replace(tree, num_nodes=max(1, drawn))
+        return (tree, self.store, committed, self.randomness, max_depth, None, self._rate)
 
     def batch_drafted(self, draft: Draft) -> Draft:
         """A dynamic draft as the value rule sizes it, else as it is. A value-sized draft leaves its
@@ -149,8 +153,6 @@ class StandDrafter(Drafter):
         reports outcomes (:attr:`ValueRule.on_outcome`), the P it predicted for the kept nodes is kept."""
         if self.value is None:
             return draft
-        if draft.copied:
-            draft = truncate_draft(draft, draft.num_nodes - len(draft.copied))
         draft = replace(draft, pending_chain=self._chain, copy_rate=self._rate, _mask=[])
         return draft if self.value.batch_allocated else self.value.size_draft(draft)
 
@@ -164,9 +166,11 @@ class StandDrafter(Drafter):
             self._root_n = 0 if match is None else match[0]
         if self._index is None:
             return None
-        if self.value is None:
-            return self._index.continuation(committed, min(self.copy, max_depth))
-        limit = self.value.budget(min(self.copy, max_depth))  # no longer than recent sizes let pay
+        limit = min(self.copy, max_depth)
+        if not self.dynamic:
+            return self._index.continuation(committed, limit)
+        if self.value is not None:
+            limit = self.value.budget(limit)  # no longer than recent sizes let pay
         chain, match = self._index.match(committed, limit)
         self._rate = match_rate(match, self._index.max_ngram)
         return repeated(chain, limit)

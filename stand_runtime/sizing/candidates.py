@@ -25,17 +25,12 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..errors import StandError
+from ..store.drafting import COPY_DECAY
 from ..trees.draft import Draft, DraftBuilder, truncate_draft
 from ..trees.tree_walk import attach_chain
 
 if TYPE_CHECKING:  # the map is read, never built, here
     from .value import AcceptanceMap
-
-COPY_DECAY = 0.8
-"""The score of a copy chain's j-th token is ``COPY_DECAY ** j`` (:func:`value_scores`): fixed before any
-draw, lower the further it reaches, so the copied kind's bins learn how far this run's chains hold
-(0.8: prompt lookup's later tokens are accepted 0.6-0.8 of the time once the first one is, so the
-seed ``sqrt(score)`` of the bins starts near what chains return)."""
 
 COPY_NGRAM = 8
 """Longest suffix a value-sized copy chain matches (tokens; the blended store's longest context): a longer

@@ -55,6 +55,13 @@ AUTO_SIZE = "auto"
 DYNAMIC_BUDGET = 80
 """Default node budget of a dynamic tree (the paper's static tree size)."""
 
+COPY_DECAY = 0.8
+"""r of a copy chain whose match length is not known, and after a match of the index's longest suffix
+(:func:`stand_runtime.sizing.candidates.match_rate`): its j-th token scores ``COPY_DECAY ** j``
+(:func:`best_first_draft`, :func:`stand_runtime.sizing.candidates.value_scores`). Fixed before any draw,
+lower the further it reaches (0.8: prompt lookup's later tokens are accepted 0.6-0.8 of the time once
+the first one is, so the acceptance map's seed ``sqrt(score)`` starts near what chains return)."""
+
 MAX_DYNAMIC_NODES = 1024
 """Largest node budget a dynamic tree takes (beyond the 625-node candidate tree; a step's forward
 and ancestor mask grow with it)."""
@@ -125,7 +132,7 @@ def parse_dynamic(spec) -> DynamicTree | None:
 
 
 def best_first_draft(tree: DynamicTree, store: NGramStore, context: list[int], randomness: DraftNoise | None,
-                     max_depth: int | None = None, chain: list[int] | None = None) -> Draft:
+                     max_depth: int | None = None, chain: list[int] | None = None, copy_rate: float = COPY_DECAY) -> Draft:
     """Draft a dynamic tree for the next step (module docstring).
 
     Args:
@@ -134,16 +141,16 @@ def best_first_draft(tree: DynamicTree, store: NGramStore, context: list[int], r
         context: committed tokens, the last one being the root (at least one token, else StandError).
         randomness: Gumbel noise for stochastic drafts (a :class:`~stand_runtime.randomness.DraftNoise`); None = q's order.
         max_depth: draft no node deeper than this (e.g. the tokens still allowed); None = no limit.
-        chain: a copy chain continuing ``context``, grafted last (:func:`.tree_walk.graft_chain`), in the budget.
+        chain: a copy chain continuing ``context``, fixed before any draw: its j-th token (from 1) takes
+            a slot of the budget when its score ``copy_rate ** j`` beats every drawn candidate's key;
+            those taken are grafted last (:func:`.tree_walk.graft_chain`). ``copy_rate`` in [0, 1].
 
     Returns:
-        The :class:`Draft`: parents before children, each node's children in drawing order, the
-        best-scoring nodes first (so a prefix of it is still a lossless draft), copied nodes last.
+        The :class:`Draft` (at most ``tree.num_nodes`` nodes): parents before children, each node's
+        children in drawing order, the best-scoring first (a prefix is still a lossless draft), copied last.
     """
     if isinstance(store, NativeNGramStore):  # the same draft (:mod:`.native_draft`)
-        return native_best_first_draft(tree, store, context, randomness, max_depth, chain)
-    chain = list(chain or ())[: tree.num_nodes]  # copied nodes count against the budget
-    budget = tree.num_nodes - len(chain)
+        return native_best_first_draft(tree, store, context, randomness, max_depth, chain, copy_rate)
     deepest = tree.max_depth if max_depth is None else min(max_depth, tree.max_depth)
     max_n, builder, noise = store.max_n, DraftBuilder(root_token(context)), randomness and randomness.at(len(context))
     # scores: the path's w·q(token) products; keys: each node's score when added (q at its rank): the draft's
@@ -152,38 +159,85 @@ def best_first_draft(tree: DynamicTree, store: NGramStore, context: list[int], r
     # (-score, tie, node, rank): the node's child at that rank of its drawing order; rank -1: its lookup (lazy)
     heap: list[tuple] = [(-1.0, 0, 0, -1)]
     tie = 0  # insertion order breaks score ties
+    copy = _CopyChain(list(chain or ()), copy_rate, deepest)
 
-    def offer(node: int, rank: int) -> None:
+    def push(score: float, node: int, rank: int) -> None:
         nonlocal tie
-        entry, _, weight = drawn[node]
-        tie += 1  # the score reads q at this *rank* of q's order, never the token drawn there
-        heapq.heappush(heap, (-scores[node] * weight * entry.prob_list[rank], tie, node, rank))
+        tie += 1
+        heapq.heappush(heap, (-score, tie, node, rank))
 
-    while heap and len(builder) - 1 < budget:
+    while len(builder) - 1 + copy.cost < tree.num_nodes and (heap or copy.more):
+        if copy.more and (not heap or copy.score > -heap[0][0]):  # ties: the drawn candidate
+            copy.take(builder)
+            continue
         key, _, node, rank = heapq.heappop(heap)
         if rank < 0:  # look the node's q up and draw its children's order
-            entry = store.blend(suffixes[node], tree.beta)
-            if entry is not None:
-                weight = entry.count / (entry.count + tree.confidence) if tree.confidence else 1.0
-                order = (range(len(entry.id_list)) if noise is None  # q's order (log q not needed)
-                         else choose_children(entry.log_q, len(entry.id_list), noise, builder.depths[node], entry.ids))
-                drawn[node] = (entry, order, weight)
-                builder.set_distribution(node, entry.ids, entry.q)
-                offer(node, 0)
+            found = _look_up(tree, store, suffixes[node], noise, builder.depths[node])
+            if found is not None:
+                drawn[node] = found  # a child's score reads q at its *rank* of q's order, never the token drawn there
+                builder.set_distribution(node, found[0].ids, found[0].q)
+                push(scores[node] * found[2] * found[0].prob_list[0], node, 0)
             continue
         entry, order, weight = drawn[node]
         slot = order[rank]
         child, token = builder.add(node, entry.id_list[slot], slot), entry.id_list[slot]
+        copy.drawn(node, child, token)
         keys.append(-key)
         suffixes.append((suffixes[node] + (token,))[-max_n:])
         scores.append(scores[node] * weight * entry.prob_list[slot])
         if rank + 1 < len(order):
-            offer(node, rank + 1)
+            push(scores[node] * weight * entry.prob_list[rank + 1], node, rank + 1)
         if builder.depths[child] < deepest:
-            tie += 1
-            heapq.heappush(heap, (-scores[child], tie, child, -1))
-    graft_chain(builder, suffixes, scores, chain, max_n, deepest)
+            push(scores[child], child, -1)
+    graft_chain(builder, suffixes, scores, copy.chain[: copy.taken], max_n, deepest)
     return builder.build(randomness is not None, keys + scores[len(keys):])  # copied: the parent's path score
+
+
+class _CopyChain:
+    """A copy chain competing for a dynamic tree's budget (:func:`best_first_draft`): its j-th token
+    (from 1) scores ``rate ** j``; of the ``taken`` tokens, the first ``on`` are drawn nodes already
+    (from the root down to node ``at``), so ``cost``, the rest, is what the graft will add."""
+
+    def __init__(self, chain: list[int], rate: float, deepest: int) -> None:
+        self.chain, self.rate, self.copyable = chain, rate, min(len(chain), deepest)
+        self.taken = self.on = self.at = 0
+
+    @property
+    def more(self) -> bool:
+        return self.taken < self.copyable
+
+    @property
+    def score(self) -> float:
+        return self.rate ** (self.taken + 1)
+
+    @property
+    def cost(self) -> int:
+        return self.taken - self.on
+
+    def take(self, builder: DraftBuilder) -> None:
+        if self.on == self.taken:
+            token = self.chain[self.taken]
+            child = next((kid for kid in builder.children[self.at] if builder.tokens[kid] == token), None)
+            if child is not None:
+                self.at, self.on = child, self.on + 1
+        self.taken += 1
+
+    def drawn(self, node: int, child: int, token: int) -> None:
+        """A drawn ``child`` of ``node`` holding ``token`` was added: it may carry the next taken token."""
+        if node == self.at and self.on < self.taken and token == self.chain[self.on]:
+            self.at, self.on = child, self.on + 1
+
+
+def _look_up(tree: DynamicTree, store: NGramStore, suffix: tuple, noise, depth: int) -> tuple | None:
+    """A node's blended q, its children's drawing order (Gumbel-Top-K with ``noise``, q's order when
+    None) and its confidence weight: ``(entry, order, weight)``, or None where the store has no q."""
+    entry = store.blend(suffix, tree.beta)
+    if entry is None:
+        return None
+    weight = entry.count / (entry.count + tree.confidence) if tree.confidence else 1.0
+    order = (range(len(entry.id_list)) if noise is None  # q's order (log q not needed)
+             else choose_children(entry.log_q, len(entry.id_list), noise, depth, entry.ids))
+    return entry, order, weight
 
 
 def store_proposer(store: NGramStore, noise: DraftNoise | None):
@@ -233,7 +287,7 @@ def best_first_rows(requests: Sequence[DraftRequest]) -> list[Draft]:
     noise consumed and store statistics as the per-row calls.
 
     Args:
-        requests: per row ``(tree, store, context, randomness, max_depth, chain)``.
+        requests: per row ``(tree, store, context, randomness, max_depth, chain, copy_rate)``.
     """
     native = [r for r, request in enumerate(requests) if isinstance(request[1], NativeNGramStore)]
     if len(native) < 2 or len(native) < len(requests):

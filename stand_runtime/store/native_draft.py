@@ -87,7 +87,7 @@ def _noise_arguments(randomness: DraftNoise | None, context: list[int]) -> tuple
 
 
 def _row(tree: DynamicTree, store: NativeNGramStore, context: list[int], randomness: DraftNoise | None,
-         max_depth: int | None, chain: list[int] | None) -> tuple[tuple, _PoolNoise | None]:
+         max_depth: int | None, chain: list[int] | None, copy_rate: float) -> tuple[tuple, _PoolNoise | None]:
     """The C++ call's arguments for one row, and the noise it lends (an empty context: StandError)."""
     root_token(context)
     deepest = tree.max_depth if max_depth is None else max(0, min(max_depth, tree.max_depth))
@@ -95,7 +95,7 @@ def _row(tree: DynamicTree, store: NativeNGramStore, context: list[int], randomn
     chain_array = np.asarray(chain, dtype=np.int64) if chain else _NO_CHAIN
     buffer, more, pool = _noise_arguments(randomness, context)
     return ((store.core, suffix, chain_array, tree.num_nodes, float(tree.confidence), float(tree.beta), int(deepest),
-             BLEND_WIDTH, buffer, more), pool)
+             BLEND_WIDTH, float(copy_rate), buffer, more), pool)
 
 
 def _draft(out: tuple, noise: _PoolNoise | None, stochastic: bool) -> Draft:
@@ -109,16 +109,17 @@ def _draft(out: tuple, noise: _PoolNoise | None, stochastic: bool) -> Draft:
 
 
 def native_best_first_draft(tree: DynamicTree, store: NativeNGramStore, context: list[int],
-                            randomness: RandomStream | None, max_depth: int | None = None,
-                            chain: list[int] | None = None) -> Draft:
+                            randomness: RandomStream | None, max_depth: int | None,
+                            chain: list[int] | None, copy_rate: float) -> Draft:
     """:func:`stand_runtime.store.drafting.best_first_draft` in C++ (same arguments, same
     :class:`Draft` with the same node scores, same noise consumed, same store statistics)."""
-    args, noise = _row(tree, store, context, randomness, max_depth, chain)
+    args, noise = _row(tree, store, context, randomness, max_depth, chain, copy_rate)
     return _draft(_native.best_first(*args), noise, randomness is not None)
 
 
 DraftRequest = tuple
-"""One row of :func:`native_best_first_rows`: ``(tree, store, context, randomness, max_depth, chain)``,
+"""One row of :func:`native_best_first_rows`: ``(tree, store, context, randomness, max_depth, chain,
+copy_rate)``,
 the arguments of :func:`native_best_first_draft`."""
 
 
@@ -129,7 +130,7 @@ def native_best_first_rows(requests: Sequence[DraftRequest]) -> list[Draft]:
     share a Gumbel pool go in separate calls, each after the previous consumed its noise.
 
     Args:
-        requests: per row ``(tree, store, context, randomness, max_depth, chain)``; every store a
+        requests: per row ``(tree, store, context, randomness, max_depth, chain, copy_rate)``; every store a
             :class:`NativeNGramStore`.
     """
     drafts: list[Draft] = []

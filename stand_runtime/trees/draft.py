@@ -64,7 +64,7 @@ class Draft:
         copy_rate: the factor r of a value-sized draft's copy chain: its j-th token is scored ``r ** j``
             (r from the length of the suffix the chain matched,
             :func:`stand_runtime.sizing.candidates.match_rate`); None = the default decay
-            (:data:`stand_runtime.sizing.candidates.COPY_DECAY`).
+            (:data:`stand_runtime.store.drafting.COPY_DECAY`).
     """
 
     tokens: list[int]

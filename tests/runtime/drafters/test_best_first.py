@@ -1,4 +1,4 @@
-"""STAND's dynamic draft tree (stand_runtime/drafters/best_first.py): budget, order, specs.
+"""STAND's dynamic draft tree (stand_runtime/store/drafting.py): budget, order, specs.
 
 Its losslessness is tested with the other verification rules (tests/lossless/test_verify.py, Markov
 chi-square) and end to end in tests/runtime/engine/test_engine.py (greedy identity, sampled distribution).
@@ -35,15 +35,23 @@ def test_best_first_follows_the_likely_chain_within_the_budget():
     assert wide.num_nodes == 40 and all(wide.parents[i] < i for i in range(1, 41))
 
 
-def test_budget_counts_copied_nodes_and_depth_limits_hold():
+def test_the_copy_chain_competes_for_the_budget_by_score_and_depth_limits_hold():
+    """The chain [2, 3, 7, 7] follows the drafted path 2, 3 and leaves it at 7. Scored 1.0 per token it
+    beats every drawn key (< 1): all four are taken first, the two on drawn nodes cost no slot, so 8
+    nodes are 6 drawn (2..7) and two copied 7s under 3. Scored 0.5 per token it loses to the drawn
+    path (keys ~0.75 x 0.96^k) for the first 12 nodes: its first token is taken for the 13th slot,
+    free (node 2 holds it), its second (0.25) never, so nothing is copied and 16 nodes are drawn."""
     store = chain_store()
-    draft = best_first_draft(DynamicTree(8), store, [0, 1], None, chain=[2, 3, 7, 7])
-    assert draft.num_nodes <= 8
-    assert draft.copied  # the copy chain left the drafted path at 7
-    for budget in (1, 2):  # a copy chain longer than the budget is cut to it
-        assert best_first_draft(DynamicTree(budget), store, [0, 1], None, chain=[7] * 10).num_nodes == budget
-    limited = best_first_draft(DynamicTree(20), store, [0, 1], None, max_depth=2)
-    assert int(max(limited.depths)) <= 2
+    first = best_first_draft(DynamicTree(8), store, [0, 1], None, chain=[2, 3, 7, 7], copy_rate=1.0)
+    assert first.tokens == [1, 2, 3, 4, 5, 6, 7, 7, 7] and sorted(first.copied) == [7, 8]
+    assert [first.parents[c] for c in (7, 8)] == [2, 7]
+    last = best_first_draft(DynamicTree(16), store, [0, 1], None, chain=[2, 3, 7, 7], copy_rate=0.5)
+    assert last.tokens == list(range(1, 18)) and not last.copied
+    for budget in (1, 2):  # a chain that beats the drawn nodes fills a budget smaller than itself
+        draft = best_first_draft(DynamicTree(budget), store, [0, 1], None, chain=[7] * 10, copy_rate=1.0)
+        assert draft.tokens == [1] + [7] * budget and len(draft.copied) == budget
+    limited = best_first_draft(DynamicTree(20), store, [0, 1], None, max_depth=2, chain=[50] * 10, copy_rate=1.0)
+    assert int(max(limited.depths)) <= 2 and len(limited.copied) == 2
     assert best_first_draft(DynamicTree(20, max_depth=3), store, [0, 1], None).depths.max() <= 3
 
 

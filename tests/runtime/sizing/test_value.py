@@ -352,11 +352,11 @@ def test_the_copy_chain_takes_none_of_the_drawn_nodes_budget(nodes):
     drafter = method.drafter(store, RandomStream.seeded(0), SamplingParams(), 50, value=value)
     request = drafter.batch_request(list(sequence), 100)
     chain = min(nodes, method.copy_tokens)
-    assert len(request[5]) == chain and request[0].num_nodes == min(nodes + chain, MAX_DYNAMIC_NODES)
+    assert request[5] is None and request[0].num_nodes == min(nodes, MAX_DYNAMIC_NODES - chain)  # drawn only
     draft = best_first_draft(*request)
-    assert draft.num_nodes - len(draft.copied) == request[0].num_nodes - chain
+    assert draft.num_nodes == request[0].num_nodes and not draft.copied
     sized = drafter.batch_drafted(draft)
-    assert sized.num_nodes <= nodes
+    assert sized.num_nodes <= nodes and len(drafter._chain) == chain  # the chain pending beside the drawn nodes
 
 
 

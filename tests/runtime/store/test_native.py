@@ -171,7 +171,8 @@ def test_dynamic_tree_drafts_are_identical(stochastic):
         if chain and i % 4 == 1:
             chain = chain[:2] + [int(rng.integers(40, 60))] + chain[2:]  # leaves the drafted path
         max_depth = [None, 3, 1][i % 3]
-        drafts = [best_first_draft(tree, store, context, stream if stochastic else None, max_depth, chain)
+        rate = [0.8, 1.0, 0.95, 0.3][(i // 2) % 4]  # the chain first (1.0), mixed in, or last (0.3)
+        drafts = [best_first_draft(tree, store, context, stream if stochastic else None, max_depth, chain, rate)
                   for store, stream in zip((reference, native), streams)]
         assert_same_draft(*drafts)
     assert streams[0].gumbel(7).tolist() == streams[1].gumbel(7).tolist()  # the same noise was consumed
@@ -283,7 +284,8 @@ def draft_requests(rng, stores, sequence, streams, i):
         end = int(rng.integers(1, len(sequence)))
         chain = sequence[end : end + int(rng.integers(0, 12))] if (i + r) % 2 else None
         tree = DynamicTree(int(rng.choice([1, 5, 20, 80])), confidence=[1.0, 0.0, 2.0][(i + r) % 3])
-        requests.append((tree, store, sequence[max(0, end - 20) : end], stream, [None, 3, 1][r % 3], chain))
+        requests.append((tree, store, sequence[max(0, end - 20) : end], stream, [None, 3, 1][r % 3], chain,
+                         [0.8, 1.0, 0.3][(i + r) % 3]))
     return requests
 
 

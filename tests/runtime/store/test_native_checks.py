@@ -59,7 +59,7 @@ def test_the_wrappers_refuse_what_would_read_out_of_bounds():
             store.table(n)
     assert store.table(3)
     with pytest.raises(StandError, match="at least one token"):
-        native_best_first_rows([(DynamicTree(5), store, [], None, None, None)])
+        native_best_first_rows([(DynamicTree(5), store, [], None, None, None, 0.8)])
 
 
 def test_raw_calls_are_checked_at_the_boundary():
@@ -67,8 +67,8 @@ def test_raw_calls_are_checked_at_the_boundary():
     native, core = raw()
     context = np.array([1, 2], dtype=np.int64)
     bad_calls = {
-        "at least one token": lambda: native.best_first(core, NO_CHAIN, NO_CHAIN, 5, 1.0, 1.0, 8, 16, None, None),
-        "num_nodes and deepest": lambda: native.best_first(core, context, NO_CHAIN, -1, 1.0, 1.0, 8, 16, None, None),
+        "at least one token": lambda: native.best_first(core, NO_CHAIN, NO_CHAIN, 5, 1.0, 1.0, 8, 16, 0.8, None, None),
+        "num_nodes and deepest": lambda: native.best_first(core, context, NO_CHAIN, -1, 1.0, 1.0, 8, 16, 0.8, None, None),
         "Store: top_k": lambda: native.Store(10, 0, 100, 4, False),
         "one length": lambda: core.update([1, 2], [1, 2, 3], [0.5]),
         "1 .. max_n": lambda: core.entries(0),
@@ -107,10 +107,10 @@ def test_the_noise_callback_must_refill_and_must_not_reenter():
     native, core = raw()
     context = np.array([1, 2], dtype=np.int64)
     with pytest.raises(ValueError, match="fewer than n values"):
-        native.best_first(core, context, NO_CHAIN, 20, 1.0, 1.0, 64, 16, np.zeros(1), lambda used, n: None)
+        native.best_first(core, context, NO_CHAIN, 20, 1.0, 1.0, 64, 16, 0.8, np.zeros(1), lambda used, n: None)
 
     def drafts_again(used, n):
-        native.best_first(core, context, NO_CHAIN, 5, 1.0, 1.0, 64, 16, None, None)
+        native.best_first(core, context, NO_CHAIN, 5, 1.0, 1.0, 64, 16, 0.8, None, None)
         return np.zeros(n + 100)
 
     def changes_the_store(used, n):
@@ -119,9 +119,9 @@ def test_the_noise_callback_must_refill_and_must_not_reenter():
 
     for more in (drafts_again, changes_the_store):
         with pytest.raises(RuntimeError, match="noise callback"):
-            native.best_first(core, context, NO_CHAIN, 60, 1.0, 1.0, 64, 16, np.zeros(1), more)
+            native.best_first(core, context, NO_CHAIN, 60, 1.0, 1.0, 64, 16, 0.8, np.zeros(1), more)
         with pytest.raises(RuntimeError, match="noise callback"):
             native.static_fill(core, context, np.array([0, 3, 3, 3, 3]), np.array([1, 2, 3]), NO_CHAIN, 5, 5, False, 0,
                                0.0, np.zeros(1), more)
     # the guard is released after a refused call: drafting works again
-    assert native.best_first(core, context, NO_CHAIN, 5, 1.0, 1.0, 64, 16, None, None)[0]
+    assert native.best_first(core, context, NO_CHAIN, 5, 1.0, 1.0, 64, 16, 0.8, None, None)[0]
