@@ -129,13 +129,18 @@ void drawing_order(const double* q, const Token* ids, size_t m, int64_t depth, N
     std::stable_sort(order, order + m, [keys](int32_t a, int32_t b) { return keys[a] > keys[b]; });
 }
 
+// The child of `node` holding `token` (children hold distinct tokens), or -1 (tree_walk.child_holding).
+int32_t child_holding(Builder& builder, int32_t node, Token token) {
+    for (int32_t kid : builder.children(node))
+        if (builder.token(kid) == token) return kid;
+    return -1;
+}
+
 void graft(Builder& builder, const Token* chain, size_t chain_len, int deepest) {
     int32_t node = 0;
     for (size_t i = 0; i < chain_len; ++i) {
         if (builder.depth(node) >= deepest) break;
-        int32_t match = -1;
-        for (int32_t kid : builder.children(node))
-            if (builder.token(kid) == chain[i]) { match = kid; break; }
+        int32_t match = child_holding(builder, node, chain[i]);
         node = match >= 0 ? match : builder.add_copy(node, chain[i]);
     }
 }
@@ -211,9 +216,10 @@ void best_first(Store& store, const Token* context, size_t length, const Token* 
     };
     while (builder.size() - 1 + (taken - on) < budget && (!heap.empty() || taken < copyable)) {
         if (taken < copyable && (heap.empty() || std::pow(params.copy_rate, static_cast<double>(taken + 1)) > -heap.top().key)) {
-            if (on == taken)  // the chain's next token scores above every drawn candidate (ties: the drawn one)
-                for (int32_t kid : builder.children(at))
-                    if (builder.token(kid) == chain[taken]) { at = kid; ++on; break; }
+            if (on == taken) {  // the chain's next token scores above every drawn candidate (ties: the drawn one)
+                int32_t kid = child_holding(builder, at, chain[taken]);
+                if (kid >= 0) { at = kid; ++on; }
+            }
             ++taken;
             continue;
         }

@@ -43,7 +43,7 @@ from .gumbel import choose_children
 from ..trees.tree import MAX_DEPTH
 from .native_draft import DraftRequest, native_best_first_draft, native_best_first_rows, native_fill_tree, root_token
 from ..trees.tree import DraftTree
-from ..trees.tree_walk import MAX_CHAIN_DEPTH, Extension, Proposal, fill_tree, graft_chain
+from ..trees.tree_walk import MAX_CHAIN_DEPTH, Extension, Proposal, child_holding, fill_tree, graft_chain
 
 DYNAMIC = "dynamic"
 """The tree spec of STAND's dynamic tree (``dynamic`` = :data:`DYNAMIC_BUDGET` nodes, or
@@ -216,8 +216,7 @@ class _CopyChain:
 
     def take(self, builder: DraftBuilder) -> None:
         if self.on == self.taken:
-            token = self.chain[self.taken]
-            child = next((kid for kid in builder.children[self.at] if builder.tokens[kid] == token), None)
+            child = child_holding(builder, self.at, self.chain[self.taken])
             if child is not None:
                 self.at, self.on = child, self.on + 1
         self.taken += 1

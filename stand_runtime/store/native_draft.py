@@ -119,8 +119,7 @@ def native_best_first_draft(tree: DynamicTree, store: NativeNGramStore, context:
 
 DraftRequest = tuple
 """One row of :func:`native_best_first_rows`: ``(tree, store, context, randomness, max_depth, chain,
-copy_rate)``,
-the arguments of :func:`native_best_first_draft`."""
+copy_rate)``, the arguments of :func:`native_best_first_draft`."""
 
 
 def native_best_first_rows(requests: Sequence[DraftRequest]) -> list[Draft]:

@@ -113,6 +113,11 @@ def graft_chain(builder: DraftBuilder, suffixes: list, scores: list, chain, max_
     return added
 
 
+def child_holding(builder: DraftBuilder, node: int, token: int) -> int | None:
+    """The child of ``node`` that holds ``token`` (children hold distinct tokens), or None."""
+    return next((kid for kid in builder.children[node] if builder.tokens[kid] == token), None)
+
+
 def attach_chain(builder: DraftBuilder, chain, max_depth: int):
     """The walk of :func:`graft_chain`: follow ``chain`` down the children that equal its tokens and
     add the rest as copied nodes (no deeper than ``max_depth``); yields each copied node's position."""
@@ -120,7 +125,7 @@ def attach_chain(builder: DraftBuilder, chain, max_depth: int):
     for token in chain:
         if builder.depths[node] >= max_depth:
             break
-        match = next((kid for kid in builder.children[node] if builder.tokens[kid] == token), None)
+        match = child_holding(builder, node, token)
         if match is not None:  # a drafted child agrees (a copied node has no children yet)
             node = match
             continue
