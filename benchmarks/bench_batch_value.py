@@ -3,7 +3,7 @@
 Best-of-N sampling on GSM8K prompts with ``generate_batch``: each problem's N samples share one
 n-gram store (best-of-N's memory), decoded B rows at a time (N / B batches per problem). Methods:
 plain decoding (``ar``, the reference), STAND on its default tree (``auto``, sized for B rows),
-STAND's value-sized dynamic tree with each row sized alone (``dynamic-auto``, ``allocation="row"``)
+STAND's value-sized dynamic tree with each row sized alone (``dynamic-auto``, ``Method.ablated(allocation="row")``)
 and with one node budget per forward spent over every row's candidates (``allocation="batch"``,
 :mod:`stand_runtime.sizing.allocation`). Each method is parsed once per batch size (its value rule
 learns over every problem); methods run problem by problem, their order rotating, so all see the same
@@ -98,9 +98,9 @@ def main() -> None:
     for batch in args.batches:
         methods = {}
         for label, (name, tree, allocation) in METHODS.items():
-            method, sizing = Method.parse(name, tree, model, batch=batch), None
+            method, sizing = Method.parse(name, tree, model, batch=batch).ablated(allocation=allocation), None
             if method.value_sized:
-                sizing = SizingSession.for_model(model, allocation=allocation)
+                sizing = SizingSession.for_model(model)
                 sizing.record_packing = True  # the packed allocation's modelled gain
             methods[label] = (method, sizing, [])
         runs = {label: ([], 0.0) for label in methods}

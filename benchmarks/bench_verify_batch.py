@@ -46,7 +46,7 @@ def record_steps(model, tokenizer, prompts, rows: int, params: SamplingParams, s
     loop_module.Loop._verify = capture
     try:
         per = max(1, rows // len(prompts))
-        method = Method.parse("stand", "dynamic-80", model, batch=rows, batch_verify=False)
+        method = Method.parse("stand", "dynamic-80", model, batch=rows).ablated(batch_verify=False)
         generate_batch(model, tokenizer, prompts[: max(1, rows // per)], n=per, method=method, sampling=params,
                        max_new_tokens=tokens, seed=0, eos_token_ids=[])
     finally:

@@ -10,7 +10,7 @@ and hashed by its fields): what a value-sized tree learns while decoding lives i
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .checks import check_bool, check_int
 from .drafters import (COPY_TOKENS, DYNAMIC_METHODS, METHODS, STORE_METHODS, TREE_METHODS, VALUE_COPY_TOKENS, Drafter,
@@ -44,6 +44,42 @@ drafts the best-first nodes and copied tokens that pay for themselves in expecte
 (``"auto"``, :mod:`stand_runtime.sizing.tree_choice`), which stays every STAND method's offline-calibrated
 option; for Token Recycling its own static tree (its paper's depth profile 8/21/25/15/8/3)."""
 
+ALLOCATIONS = ("batch", "row")
+"""How a value-sized dynamic tree is sized in a batch (:attr:`Ablation.allocation`)."""
+
+
+@dataclass(frozen=True)
+class Ablation:
+    """Expert switches for ablation studies, diagnostics and calibration, not for decoding: each default is
+    the toolkit's behaviour. A :class:`Method` takes them only through :meth:`Method.ablated`.
+
+    Attributes:
+        extend: STAND on a static tree: spend the node budget that store misses leave on best-first
+            chains beyond the tree (False: the tree alone, as calibration replays it).
+        diagnose: STAND: measure q against p at every step's root (one row at a time only).
+        batch_verify: verify a step's rows at once on the logits' device (:mod:`stand_runtime.verify_batch`):
+            True, False, or None = for a batch on an accelerator (docs/algorithms.md §4.7).
+        allocation: a value-sized tree in a batch: ``"batch"`` (one node budget per forward over every
+            row's candidates, :mod:`stand_runtime.sizing.allocation`) or ``"row"`` (each row sized alone).
+
+    Raises:
+        StandError: a switch that is not a bool (``batch_verify``: or None), an allocation not in
+            :data:`ALLOCATIONS`.
+    """
+
+    extend: bool = True
+    diagnose: bool = False
+    batch_verify: bool | None = None
+    allocation: str = "batch"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "extend", check_bool("extend", self.extend))
+        object.__setattr__(self, "diagnose", check_bool("diagnose", self.diagnose))
+        if self.batch_verify is not None:
+            object.__setattr__(self, "batch_verify", check_bool("batch_verify", self.batch_verify))
+        if not isinstance(self.allocation, str) or self.allocation not in ALLOCATIONS:
+            raise StandError(f"allocation must be one of {', '.join(ALLOCATIONS)}, got {self.allocation!r}")
+
 
 @dataclass(frozen=True)
 class Method:
@@ -54,17 +90,12 @@ class Method:
         tree: the resolved tree: a :class:`DraftTree` (static), a :class:`DynamicTree` (STAND's
             best-first tree), or None (methods without a tree: pld, suffix, ar).
         feed_rejected: STAND: also feed the store with p at rejected tree nodes.
-        extend: STAND: spend the node budget that store misses leave on best-first chains beyond
-            the static tree.
         copy_tokens: STAND: tokens of the prompt-lookup copy path grafted onto the draft (0 = off);
             None = the default: :data:`COPY_TOKENS` (10), or for a value-sized tree
             :data:`VALUE_COPY_TOKENS` (64, of which the rule keeps what pays).
-        diagnose: STAND: measure q against p at every step's root (one row at a time only).
         max_nodes: cap on drafted nodes per row and step in a batch (None = none).
         sized: the tree was sized for this machine from a family (``"auto"``).
         suffix: SuffixDecoding's settings (None = its defaults).
-        batch_verify: verify a step's rows at once on the logits' device (:mod:`stand_runtime.verify_batch`):
-            True, False, or None = for a batch on an accelerator (docs/algorithms.md §4.7).
         prior: STAND: the target's successor prior, filling the 1-token context of a step's root
             where the store has none (:mod:`stand_runtime.drafters.prior`;
             :func:`stand_runtime.drafters.prior.method_prior` gives it); None = no prior.
@@ -75,34 +106,37 @@ class Method:
             ``(key, description)`` (:func:`stand_runtime.target.latency.target_identity`); None when
             nothing was sized from a target. Decoding another target with it is refused
             (:meth:`check_target`): its draft sizes were chosen for a forward of other cost.
+        ablation: the expert switches (:class:`Ablation`; :meth:`ablated`), the defaults unless set.
 
     Raises:
-        StandError: options the method does not take (:func:`stand_runtime.drafters.check_method`),
-            a tree method without a resolved tree, or a bad ``max_nodes``.
+        StandError: options the method does not take (:func:`stand_runtime.drafters.check_method`; an
+            ablation of STAND's options for another method), a tree method without a resolved tree, or
+            a bad ``max_nodes``.
     """
 
     name: str
     tree: DraftTree | DynamicTree | None = None
     feed_rejected: bool = False
-    extend: bool = True
     copy_tokens: int | None = None
-    diagnose: bool = False
     max_nodes: int | None = None
     sized: bool = False
     suffix: SuffixSettings | None = None
-    batch_verify: bool | None = None
     prior: SuccessorPrior | None = None
     sized_for: tuple[str, str] | None = None
     verification: str = "invariant"
+    ablation: Ablation = Ablation()
 
     def __post_init__(self) -> None:
         check_verification(self.verification)
         if self.copy_tokens is None:
             object.__setattr__(self, "copy_tokens", VALUE_COPY_TOKENS if self.value_sized else COPY_TOKENS)
-        if self.batch_verify is not None:
-            object.__setattr__(self, "batch_verify", check_bool("batch_verify", self.batch_verify))
-        check_method(self.name, tree=self.tree, feed_rejected=self.feed_rejected, diagnose=self.diagnose,
-                     extend=self.extend, copy_tokens=self.copy_tokens)
+        check_method(self.name, tree=self.tree, feed_rejected=self.feed_rejected, copy_tokens=self.copy_tokens)
+        if not isinstance(self.ablation, Ablation):
+            raise StandError(f"ablation must be an Ablation, not {type(self.ablation).__name__}")
+        off = [word for word, on in (("diagnose", self.ablation.diagnose), ("extend=False", not self.ablation.extend))
+               if on]
+        if off and self.name not in STORE_METHODS:
+            raise StandError(f"{', '.join(off)} applies to {' and '.join(STORE_METHODS)}, not {self.name!r}")
         object.__setattr__(self, "copy_tokens", int(self.copy_tokens))
         if self.name in TREE_METHODS and not isinstance(self.tree, (DraftTree, DynamicTree)):
             raise StandError(f"method {self.name!r} needs a resolved tree: build it with Method.parse")
@@ -124,8 +158,7 @@ class Method:
 
     @classmethod
     def parse(cls, name: str, tree=None, model=None, batch: int = 1, *, feed_rejected: bool = False,
-              extend: bool = True, copy_tokens: int | None = None, diagnose: bool = False, max_nodes=AUTO,
-              suffix: SuffixSettings | None = None, batch_verify: bool | None = None,
+              copy_tokens: int | None = None, max_nodes=AUTO, suffix: SuffixSettings | None = None,
               prior: SuccessorPrior | None = None, verification: str = "invariant") -> "Method":
         """The method ``name`` with its tree resolved and its options checked.
 
@@ -136,11 +169,10 @@ class Method:
                 member sized for this machine); None = the method's default (:data:`DEFAULT_TREES`).
             model: the target; needed to size ``"auto"`` and families (from its latency here).
             batch: rows per target forward the tree is sized for (an int >= 1).
-            feed_rejected, extend, copy_tokens, diagnose: STAND's options (see :class:`Method`).
+            feed_rejected, copy_tokens: STAND's options (see :class:`Method`).
             max_nodes: cap on drafted nodes per row and step in a batch: an int >= 0, None (none) or
                 ``"auto"`` (:func:`auto_node_cap`).
             suffix: SuffixDecoding's settings.
-            batch_verify: the batched verifier switch (see :class:`Method`).
             prior: the successor prior STAND drafts with (see :class:`Method`).
             verification: ``"invariant"`` or ``"rejection"`` (see :class:`Method`).
 
@@ -154,8 +186,7 @@ class Method:
         if model is not None:
             check_model(model)
         batch = check_int("batch", batch, 1)
-        check_method(name, tree=tree, feed_rejected=feed_rejected, diagnose=diagnose, extend=extend,
-                     copy_tokens=copy_tokens)
+        check_method(name, tree=tree, feed_rejected=feed_rejected, copy_tokens=copy_tokens)
         max_nodes = check_max_nodes(max_nodes, name)
         spec = DEFAULT_TREES.get(name) if tree is None else tree
         resolved = method_tree(name, spec, model, batch)
@@ -164,8 +195,18 @@ class Method:
             max_nodes = auto_node_cap(resolved, sized, batch)
         sized_for = target_identity(model) if model is not None and sized else None
         check_verification(verification)
-        return cls(name, resolved, feed_rejected, extend, copy_tokens, diagnose, max_nodes, sized, suffix,
-                   batch_verify, prior, sized_for, verification)
+        return cls(name, resolved, feed_rejected, copy_tokens, max_nodes, sized, suffix, prior, sized_for, verification)
+
+    def ablated(self, **switches) -> "Method":
+        """This method with the expert switches ``switches`` (:class:`Ablation`'s fields) set.
+
+        Raises:
+            StandError: a switch :class:`Ablation` does not have or refuses, or one the method does not take.
+        """
+        unknown = sorted(set(switches) - set(Ablation.__dataclass_fields__))
+        if unknown:
+            raise StandError(f"unknown ablation switch {unknown[0]!r} (valid: {', '.join(Ablation.__dataclass_fields__)})")
+        return replace(self, ablation=replace(self.ablation, **switches))
 
     @property
     def value_sized(self) -> bool:
@@ -239,8 +280,9 @@ class Method:
         if self.name == "suffix":
             return SuffixDecodingDrafter(memory, self.suffix or SuffixSettings())
         stochastic = self.name == "stand" and not params.greedy
-        quality = DraftQuality(seed=seed) if self.diagnose else None
-        extension = Extension(budget=self.tree.num_nodes) if self.extend and isinstance(self.tree, DraftTree) else None
+        quality = DraftQuality(seed=seed) if self.ablation.diagnose else None
+        extended = self.ablation.extend and isinstance(self.tree, DraftTree)
+        extension = Extension(budget=self.tree.num_nodes) if extended else None
         if self.prior is not None and self.prior.vocab != vocab:
             raise StandError(f"the successor prior covers {self.prior.vocab} tokens, the target's vocabulary {vocab}")
         return StandDrafter(self.tree, memory, randomness if stochastic else None, params, self.feed_rejected, quality,
@@ -336,5 +378,5 @@ def check_tree_spec(method: str, spec) -> None:
         method_tree(method, spec)
 
 
-__all__ = ["DEFAULT_TREES", "Method", "as_method", "auto_node_cap", "check_max_nodes", "check_tree_spec",
-           "method_tree", "sized_family", "METHODS", "STORE_METHODS", "TREE_METHODS", "SuffixMemory", "TreeFile"]
+__all__ = ["ALLOCATIONS", "Ablation", "DEFAULT_TREES", "Method", "as_method", "auto_node_cap", "check_max_nodes",
+           "check_tree_spec", "method_tree", "sized_family", "METHODS", "STORE_METHODS", "TREE_METHODS", "SuffixMemory", "TreeFile"]

@@ -61,8 +61,8 @@ OPTIONAL_PACKAGES = {"suffix": ("arctic_inference", "pip install --no-deps arcti
 """Methods that need a package beyond the toolkit's dependencies: the module and how to install it."""
 
 
-def check_method(method: str, *, tree=None, memory=None, feed_rejected: bool = False, diagnose: bool = False,
-                 extend: bool = True, copy_tokens: int | None = None) -> None:
+def check_method(method: str, *, tree=None, memory=None, feed_rejected: bool = False,
+                 copy_tokens: int | None = None) -> None:
     """Check that ``method`` exists, can run here and takes the options given (before any model work).
 
     The one home of the method options' checks: every entry point (``generate``, ``generate_batch``,
@@ -71,19 +71,18 @@ def check_method(method: str, *, tree=None, memory=None, feed_rejected: bool = F
 
     Raises:
         StandError: unknown method; a method whose optional package is missing (naming the install
-            command); a non-bool ``feed_rejected`` / ``diagnose`` / ``extend``; ``copy_tokens`` not None
+            command); a non-bool ``feed_rejected``; ``copy_tokens`` not None
             (the method's default) or an integer in [0, 64]; a STAND option (``feed_rejected``,
-            ``diagnose``, ``extend`` off, ``copy_tokens`` other than the default) for another method; a tree for a method without
+            ``copy_tokens`` other than the default) for another method; a tree for a method without
             one; a memory of the wrong kind; a store whose contexts are shorter than a dynamic tree's.
     """
     if not isinstance(method, str) or method not in METHODS:
         raise StandError(f"unknown method {method!r} (valid: {', '.join(METHODS)})")
     check_method_available(method)
-    options = {"feed_rejected": check_bool("feed_rejected", feed_rejected), "diagnose": check_bool("diagnose", diagnose),
-               "extend": not check_bool("extend", extend)}
+    feed_rejected = check_bool("feed_rejected", feed_rejected)
     copy_tokens = None if copy_tokens is None else check_int("copy_tokens", copy_tokens, 0, MAX_COPY_TOKENS)
     if method not in STORE_METHODS:
-        given = [name if name != "extend" else "extend=False" for name, on in options.items() if on]
+        given = ["feed_rejected"] if feed_rejected else []
         if copy_tokens not in (None, COPY_TOKENS):
             given.append(f"copy_tokens={copy_tokens}")
         if given:

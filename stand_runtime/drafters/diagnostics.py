@@ -1,6 +1,6 @@
 """Diagnostics of STAND's drafts: how close the store's q is to the target's p at step roots.
 
-Used by ``Method.parse(..., diagnose=True)`` in ``generate`` and ``treeopt bench`` to explain acceptance lengths; never on
+Used by ``Method.ablated(diagnose=True)`` in ``generate`` and ``treeopt bench`` to explain acceptance lengths; never on
 the decoding path's randomness (a private generator) and never counted in decoding time.
 """
 

@@ -186,7 +186,7 @@ class HFBackend:
         batch_size = check_int("batch_size", batch_size, 1, MAX_ROWS)
         max_batch = check_int("max_batch", max_batch, 1, MAX_ROWS)
         method = as_method(method, model, max_batch)
-        if method.diagnose and max_batch > 1:
+        if method.ablation.diagnose and max_batch > 1:
             raise StandError("diagnose runs one sample at a time: use max_batch 1")
         if method.max_nodes is not None and max_batch == 1:
             raise StandError("max_nodes caps drafts of batched rows: it applies with max_batch > 1")

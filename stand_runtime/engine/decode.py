@@ -104,7 +104,7 @@ def generate(
     attention_layout(model)
     value = sizing_rule(model, method, sizing, 1)
     rows = make_rows(model, tokenizer, [spec], method, on_step, value)
-    return Loop(model, rows, SequenceCache(model), batch_verify=method.batch_verify, value=value).run()[0]
+    return Loop(model, rows, SequenceCache(model), batch_verify=method.ablation.batch_verify, value=value).run()[0]
 
 
 __all__ = ["check_budget", "decode_rows", "generate", "generate_batch"]
@@ -163,12 +163,12 @@ def decode_rows(
     if layout.window is not None:
         raise StandError("batched decoding does not support sliding-window attention; decode rows one at a time")
     method = as_method(method, model, slots)
-    if method.diagnose:
+    if method.ablation.diagnose:
         raise StandError("diagnose measures one sequence at a time: decode with generate")
     value = sizing_rule(model, method, sizing, slots)
     states = make_rows(model, tokenizer, rows, method, value=value)
     caches = BatchCache(model, prefixes)
-    return Loop(model, states, caches, method.max_nodes, on_tokens, on_finish, method.batch_verify, slots,
+    return Loop(model, states, caches, method.max_nodes, on_tokens, on_finish, method.ablation.batch_verify, slots,
                 value).run()
 
 

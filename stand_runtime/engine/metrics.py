@@ -22,7 +22,7 @@ class DecodeStats:
         prefill_s, drafting_s, forward_s, verification_s, bookkeeping_s: wall time in seconds of the
             prefill forward, drafting, tree forwards, verification (p and the walk), and the rest
             (KV compaction, store updates).
-        diagnostics_s: seconds spent on optional diagnostics (``Method.parse(..., diagnose=True)`` in ``generate``), kept out
+        diagnostics_s: seconds spent on optional diagnostics (``Method.ablated(diagnose=True)`` in ``generate``), kept out
             of every figure above and out of the throughput.
         store: the n-gram store's statistics at the end (``StoreStats.as_dict()``), when one was used.
         forwarded_tokens: the row's share of the target forwards it took part in: per step the

@@ -386,7 +386,7 @@ def sizing_rule(model, method: Method, sizing: SizingSession | None, rows: int) 
         return None
     session = default_session(model) if sizing is None else sizing
     session.check_target(model)
-    return session.rule(method.tree.num_nodes, rows)
+    return session.rule(method.tree.num_nodes, rows, batch_allocated=method.ablation.allocation == "batch")
 
 
 def make_rows(model, tokenizer, specs: Sequence[RowSpec], method: Method, on_step=None,

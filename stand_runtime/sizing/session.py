@@ -26,9 +26,6 @@ from ..target.latency import LatencyProfile
 from .latency_model import LatencyModel
 from .value import AcceptanceMap, ValueRule
 
-ALLOCATIONS = ("batch", "row")
-"""How a value-sized dynamic tree is sized in a batch: one budget per forward, or each row alone."""
-
 SESSION_FORMAT = "stand-sizing-session"
 """The ``format`` of a saved session (:meth:`SizingSession.save`)."""
 
@@ -38,13 +35,6 @@ def check_sizing(sizing) -> "SizingSession | None":
     if sizing is not None and not isinstance(sizing, SizingSession):
         raise StandError(f"sizing must be a SizingSession or None, not {type(sizing).__name__}")
     return sizing
-
-
-def check_allocation(allocation) -> str:
-    """``allocation`` when it is one of :data:`ALLOCATIONS`. Raises StandError (one line) otherwise."""
-    if not isinstance(allocation, str) or allocation not in ALLOCATIONS:
-        raise StandError(f"allocation must be one of {', '.join(ALLOCATIONS)}, got {allocation!r}")
-    return allocation
 
 
 class SizingSession:
@@ -57,8 +47,6 @@ class SizingSession:
         measured_here: True when ``profile`` is this machine's for the target decoded: observed
             forwards correct it and the rule explores the root-only forward until it was observed;
             False for another machine's (the trace bench's projection): never corrected, never explored.
-        allocation: ``"batch"`` (one node budget per forward over every row's candidates,
-            :mod:`.allocation`) or ``"row"`` (each row sized as if alone).
         target: ``(key, description)`` of the target the profile was measured for
             (:func:`stand_runtime.target.latency.target_identity`); None = any target.
 
@@ -75,12 +63,11 @@ class SizingSession:
 
     Raises:
         StandError: a profile that is not a LatencyProfile, an acceptance that is not an
-            AcceptanceMap, an unknown allocation.
+            AcceptanceMap.
     """
 
     def __init__(self, profile: LatencyProfile, acceptance: AcceptanceMap | None = None, *,
-                 measured_here: bool = True, allocation: str = "batch",
-                 target: tuple[str, str] | None = None) -> None:
+                 measured_here: bool = True, target: tuple[str, str] | None = None) -> None:
         if not isinstance(profile, LatencyProfile):
             raise StandError(f"a sizing session's profile must be a LatencyProfile, not {type(profile).__name__}")
         if acceptance is not None and not isinstance(acceptance, AcceptanceMap):
@@ -88,7 +75,6 @@ class SizingSession:
         self.profile = profile
         self.acceptance = acceptance if acceptance is not None else AcceptanceMap()
         self.measured_here = bool(measured_here)
-        self.allocation = check_allocation(allocation)
         self.target = target
         self.frozen = False
         self.on_outcome = None
@@ -98,13 +84,13 @@ class SizingSession:
         self._latency: dict[int, LatencyModel] = {}
 
     @classmethod
-    def for_model(cls, model, latency: LatencyProfile | None = None, allocation: str = "batch") -> "SizingSession":
+    def for_model(cls, model, latency: LatencyProfile | None = None) -> "SizingSession":
         """A session for decoding ``model`` on this machine: its latency profile (measured once, then
         cached; or ``latency``, another machine's, never corrected) and the acceptance map seeded from
         its offline calibration where one was measured.
 
         Raises:
-            StandError: ``latency`` not a LatencyProfile, a bad acceptance seed file, a bad allocation.
+            StandError: ``latency`` not a LatencyProfile, a bad acceptance seed file.
         """
         from ..target.latency import cached_latency, profile_name, target_identity
         from .acceptance_seed import seeded_map
@@ -113,7 +99,7 @@ class SizingSession:
             raise StandError(f"latency must be a LatencyProfile or None, not {type(latency).__name__}")
         here = latency is None
         profile = cached_latency(model, profile_name(model)) if here else latency
-        return cls(profile, seeded_map(model), measured_here=here, allocation=allocation,
+        return cls(profile, seeded_map(model), measured_here=here,
                    target=target_identity(model) if here else None)
 
     def latency(self, rows: int) -> LatencyModel:
@@ -124,10 +110,12 @@ class SizingSession:
                                                        observing=self.measured_here)
         return found
 
-    def rule(self, nodes: int, rows: int = 1) -> ValueRule:
+    def rule(self, nodes: int, rows: int = 1, batch_allocated: bool = True) -> ValueRule:
         """A fresh value rule for one decoding call of ``rows`` rows per forward, its tree's budget
-        ``nodes``: the session's latency model and acceptance map, the call's own history."""
-        rule = ValueRule(self.latency(rows), self.acceptance, batch_allocated=self.allocation == "batch",
+        ``nodes``: the session's latency model and acceptance map, the call's own history;
+        ``batch_allocated`` as :class:`~.value.ValueRule` takes it (False: each row sized alone,
+        :attr:`stand_runtime.method.Ablation.allocation`)."""
+        rule = ValueRule(self.latency(rows), self.acceptance, batch_allocated=batch_allocated,
                          nodes=nodes, frozen=self.frozen)
         rule.on_outcome = self.on_outcome
         rule.on_forward = self.on_forward
@@ -150,7 +138,7 @@ class SizingSession:
         """The session as JSON: the profile, the acceptance counts and every latency model's observations."""
         drafted, accepted = self.acceptance.counts()
         return {"format": SESSION_FORMAT, "version": 1, "profile": self.profile.as_dict(),
-                "measured_here": self.measured_here, "allocation": self.allocation, "frozen": self.frozen,
+                "measured_here": self.measured_here, "frozen": self.frozen,
                 "target": list(self.target) if self.target is not None else None,
                 "acceptance": {"prior": self.acceptance.prior.tolist(), "drafted": drafted.tolist(),
                                "accepted": accepted.tolist()},
@@ -179,7 +167,7 @@ class SizingSession:
             acceptance.add_counts(np.asarray(data["acceptance"]["drafted"]), np.asarray(data["acceptance"]["accepted"]))
             target = tuple(data["target"]) if data["target"] is not None else None
             session = cls(LatencyProfile.from_dict(data["profile"]), acceptance, measured_here=data["measured_here"],
-                          allocation=data["allocation"], target=target)
+                          target=target)
             for rows, state in data["latency"].items():
                 session.latency(int(rows)).restore(state)
             session.frozen = bool(data["frozen"])
@@ -203,4 +191,4 @@ def default_session(model) -> SizingSession:
     return sessions[key]
 
 
-__all__ = ["ALLOCATIONS", "SizingSession", "check_allocation", "check_sizing", "default_session"]
+__all__ = ["SizingSession", "check_sizing", "default_session"]

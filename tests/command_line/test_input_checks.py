@@ -141,8 +141,8 @@ def test_traces_replay_exactly_max_tokens_whatever_the_characters_per_token():
 
 
 @pytest.mark.parametrize("call, message", [
-    (dict(method="ar", diagnose=True), "diagnose applies to stand and stand-det, not 'ar'"),
-    (dict(method="pld", diagnose=True), "diagnose applies to stand and stand-det, not 'pld'"),
+    (dict(method="ar", tree=None, diagnose=True), "diagnose applies to stand and stand-det, not 'ar'"),
+    (dict(method="pld", tree=None, diagnose=True), "diagnose applies to stand and stand-det, not 'pld'"),
     (dict(method="recycle", tree="heuristic-80", diagnose=True), "diagnose applies to stand and stand-det"),
     (dict(method="recycle", tree="heuristic-80", extend=False), "extend=False applies to stand and stand-det"),
     (dict(method="pld", copy_tokens=3), "copy_tokens=3 applies to stand and stand-det"),
@@ -156,11 +156,13 @@ def test_traces_replay_exactly_max_tokens_whatever_the_characters_per_token():
     (dict(method="recycle", tree="dynamic"), "a dynamic tree applies to stand, stand-det"),
 ])
 def test_method_options_are_checked_once_when_the_method_is_made(tiny_qwen2, call, message):
-    """Every engine, backend and bench takes a Method, so its options have one check: Method.parse."""
+    """Every engine, backend and bench takes a Method, so its options have one check: Method.parse (its
+    expert switches: Method.ablated)."""
     call = dict(call)
     name, tree = call.pop("method", "stand"), call.pop("tree", "heuristic-80")
+    switches = {key: call.pop(key) for key in ("extend", "diagnose") if key in call}
     with pytest.raises(StandError, match=re.escape(message)) as error:
-        Method.parse(name, tree, tiny_qwen2, **call)
+        Method.parse(name, tree, tiny_qwen2, **call).ablated(**switches)
     one_line(error)
 
 
@@ -194,7 +196,7 @@ def test_backend_flags_are_bools_and_a_dynamic_tree_gets_a_long_context_store(ti
     with pytest.raises(StandError, match="share_memory must be True or False, got 'x'"):
         HFBackend(tiny_qwen2, None, "stand", share_memory="x")
     with pytest.raises(StandError, match="diagnose applies to stand and stand-det, not 'ar'"):
-        HFBackend(tiny_qwen2, None, method=Method.parse("ar", None, tiny_qwen2, diagnose=True))
+        HFBackend(tiny_qwen2, None, method=Method.parse("ar", None, tiny_qwen2).ablated(diagnose=True))
     with pytest.raises(StandError, match="ignore_eos must be True or False"):
         DecodeRequest(PROMPT, ignore_eos="no")
     # without a store, a dynamic tree gets one with 8-token contexts (the README's case, done right)
@@ -551,7 +553,8 @@ def test_the_python_api_refuses_wrong_types_where_they_are_given(tiny_qwen2, tmp
         (lambda: load_model(fast="no"), "fast must be True or False"),
         (lambda: SizingSession.for_model(tiny_qwen2, latency="x"), "latency must be a LatencyProfile"),
         (lambda: generate(tiny_qwen2, None, PROMPT, max_new_tokens=2, sizing="x"), "sizing must be a SizingSession"),
-        (lambda: SizingSession.for_model(tiny_qwen2, allocation="x"), "allocation must be one of batch, row"),
+        (lambda: Method.parse("ar").ablated(allocation="x"), "allocation must be one of batch, row"),
+        (lambda: Method.parse("ar").ablated(extended=False), "unknown ablation switch 'extended'"),
         (lambda: LatencyProfile((1, 2, 4), (0.0, 0.0, 0.0)), r"seconds must be finite times \(> 0 s\)"),
         (lambda: LatencyProfile((), ()), "sizes must be token counts"),
         (lambda: LatencyProfile((1, 2), (0.1,)), "2 sizes but 1 seconds"),

@@ -322,7 +322,7 @@ def plain_greedy(tiny_qwen2):
 
 @pytest.mark.parametrize("method,tree", [("stand", "heuristic-80"), ("stand", "dynamic-16"), ("pld", None), ("ar", None)])
 def test_engine_greedy_with_the_batched_verifier_equals_plain_decoding(tiny_qwen2, plain_greedy, method, tree):
-    parsed = Method.parse(method, tree, tiny_qwen2, batch=8, batch_verify=True)
+    parsed = Method.parse(method, tree, tiny_qwen2, batch=8).ablated(batch_verify=True)
     results = generate_batch(tiny_qwen2, None, BATCH_PROMPTS, method=parsed, sampling=SamplingParams(temperature=0),
                              n=2, max_new_tokens=24, eos_token_ids=[])
     assert [r.tokens for r in results] == [plain_greedy[row // 2] for row in range(8)]
@@ -335,7 +335,7 @@ def test_engine_sampling_with_the_batched_verifier_is_the_walks_decode(tiny_qwen
     batched verifier inherits the walk's exact law (tests/runtime/engine/test_batch.py, tests/lossless/test_verify.py)."""
     params = [SamplingParams(0.8, 0.95), SamplingParams(1.0, 1.0), SamplingParams(0.6, 0.9, 5), SamplingParams(0.0)] * 2
     runs = [generate_batch(tiny_qwen2, None, BATCH_PROMPTS, n=2, sampling=params, max_new_tokens=16, seed=11,
-                           eos_token_ids=[], method=Method.parse(method, tree, tiny_qwen2, batch=8, batch_verify=on))
+                           eos_token_ids=[], method=Method.parse(method, tree, tiny_qwen2, batch=8).ablated(batch_verify=on))
             for on in (True, False)]
     assert [r.tokens for r in runs[0]] == [r.tokens for r in runs[1]]
     assert sum(r.stats.new_tokens - r.stats.target_forwards for r in runs[0]) >= 16  # drafts were accepted
@@ -348,7 +348,7 @@ def test_the_batched_verifier_is_on_by_default_for_a_batch_on_an_accelerator(tin
     assert default_batch_verify(batch, "cuda:0") and not default_batch_verify(batch, "cpu")
     assert not default_batch_verify(SequenceCache(tiny_qwen2), "cuda")
     with pytest.raises(StandError, match="batch_verify must be True or False"):
-        Method.parse("ar", batch_verify="yes")
+        Method.parse("ar").ablated(batch_verify="yes")
 
 
 @pytest.mark.parametrize("params", PARAMS[:4], ids=lambda p: f"T{p.temperature}-p{p.top_p}-k{p.top_k}")
@@ -374,7 +374,7 @@ def test_device_rows_hold_the_hosts_target_rows(params):
 
 
 def test_one_sequence_with_the_batched_verifier_equals_plain_decoding(tiny_qwen2, plain_greedy):
-    parsed = Method.parse("stand", "heuristic-80", tiny_qwen2, batch_verify=True)
+    parsed = Method.parse("stand", "heuristic-80", tiny_qwen2).ablated(batch_verify=True)
     result = generate(tiny_qwen2, None, BATCH_PROMPTS[0], method=parsed, sampling=SamplingParams(temperature=0),
                       max_new_tokens=24, eos_token_ids=[])
     assert result.tokens == plain_greedy[0] and result.stats.target_forwards < 24

@@ -28,7 +28,7 @@ def test_greedy_replay_takes_exactly_the_steps_of_direct_decoding():
             for position in step.verification.accepted:
                 direct[step.draft.nodes[position]] += 1
 
-        result = generate(model, None, prompt, method=Method.parse("stand", tree, model, extend=False, copy_tokens=0), sampling=SamplingParams(temperature=0), max_new_tokens=24, eos_token_ids=[], on_step=count)
+        result = generate(model, None, prompt, method=Method.parse("stand", tree, model, copy_tokens=0).ablated(extend=False), sampling=SamplingParams(temperature=0), max_new_tokens=24, eos_token_ids=[], on_step=count)
         direct_steps += result.stats.target_forwards
     replayed = np.zeros(tree.num_nodes + 1)
     sampled = sample_recorded(model, PROMPTS, SamplingParams(temperature=0), 24, [], [None] * 3, batch_size=3)

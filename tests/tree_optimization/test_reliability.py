@@ -84,7 +84,7 @@ def test_the_value_rule_reports_what_it_predicted_when_it_sized(flat_latency):
         assert np.array_equal(predicted, table[copied.astype(int), bins])
     # without a collector the drafter keeps no prediction
     store = NGramStore(max_n=8)
-    quiet, alone = Method.parse("stand", "dynamic-auto-12", model), SizingSession.for_model(model, allocation="row")
+    quiet, alone = Method.parse("stand", "dynamic-auto-12", model).ablated(allocation="row"), SizingSession.for_model(model)
     # sizes from the flat profile, not this run's timings (under load they drafted nothing)
     alone.latency(1).ratio, alone.latency(1).explore = (lambda tokens: 1.0), (lambda tokens=None: False)
     generate(model, None, prompt, method=quiet, sampling=greedy, max_new_tokens=20, eos_token_ids=[], store=store,

@@ -253,8 +253,9 @@ def run_bench(
     backends, results = [], []
     for spec in methods:
         prior = method_prior(spec.method, model, tokenizer, sampling, vocab_size(model), priors and spec.prior)
-        method = Method.parse(spec.method, spec.tree, model, feed_rejected=spec.feed_rejected,
-                              diagnose=spec.method in STORE_METHODS, prior=prior, verification=verification)
+        method = Method.parse(spec.method, spec.tree, model, feed_rejected=spec.feed_rejected, prior=prior,
+                              verification=verification)  # STAND's diagnostics tables: q against p at roots
+        method = method.ablated(diagnose=True) if spec.method in STORE_METHODS else method
         nodes = {"ar": 0, "pld": 10, "suffix": 64}.get(spec.method) if method.tree is None else method.tree.num_nodes
         result = MethodResult(spec.label, spec.method, spec.tree_name, nodes, spec.feed_rejected, prior is not None)
         sizing = None

@@ -308,8 +308,8 @@ def direct_prompt(config: CalibrationConfig, model, tokenizer, prompt: str | lis
         if on_tokens is not None:
             on_tokens(len(step.tokens))
 
-    method = Method.parse("stand-det" if config.deterministic_drafts else "stand", candidate, model, extend=False,
-                          copy_tokens=0)
+    method = Method.parse("stand-det" if config.deterministic_drafts else "stand", candidate, model,
+                          copy_tokens=0).ablated(extend=False)
     for trajectory in range(config.trajectories):
         result = generate(model, tokenizer, prompt, method=method, sampling=config.sampling,
                           max_new_tokens=config.max_new_tokens, seed=seed + trajectory, store=store, on_step=count)

@@ -230,8 +230,8 @@ def test_the_latency_model_learns_the_whole_step_not_the_forward_alone(tiny_qwen
 
 def test_batch_allocation_option_is_checked_and_labelled(tiny_qwen2):
     with pytest.raises(StandError, match="allocation must be one of"):
-        SizingSession.for_model(tiny_qwen2, allocation="rows")
+        Method.parse("stand", "dynamic-auto-8").ablated(allocation="rows")
     assert Method.parse("stand", "dynamic-auto-8", tiny_qwen2, batch=2).label == "stand [dynamic-auto-8]"
-    assert not SizingSession.for_model(tiny_qwen2, allocation="row").rule(8, 2).batch_allocated
+    assert not SizingSession.for_model(tiny_qwen2).rule(8, 2, batch_allocated=False).batch_allocated
     assert Method.parse("stand", "dynamic-8").label == "stand [dynamic-8]"
 

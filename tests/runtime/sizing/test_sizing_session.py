@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from stand_runtime.method import Ablation
 from stand_runtime import (DecodeRequest, DynamicTree, HFBackend, Method, NGramStore, SamplingParams, SizingSession,
                            StandError, generate)
 from stand_runtime.target.latency import LatencyProfile
@@ -30,6 +31,10 @@ def test_methods_are_values():
     static = Method.parse("stand-det", "heuristic-80")
     assert static == Method.parse("stand-det", "heuristic-80") and hash(static) == hash(Method.parse("stand-det", "heuristic-80"))
     assert not static.value_sized and {static: 1}[Method.parse("stand-det", "heuristic-80")] == 1
+    ablated = static.ablated(extend=False, diagnose=True)  # the expert switches are part of the value
+    assert ablated == Method.parse("stand-det", "heuristic-80").ablated(diagnose=True, extend=False) != static
+    assert hash(ablated) == hash(static.ablated(extend=False, diagnose=True)) and static.ablation == Ablation()
+    assert (ablated.ablation.extend, ablated.ablation.diagnose, static.ablation.allocation) == (False, True, "batch")
 
 
 def test_a_seeded_generate_repeats_with_a_frozen_session(tiny_qwen2, profiled):

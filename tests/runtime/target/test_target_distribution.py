@@ -49,7 +49,7 @@ def test_rows_differing_only_in_top_p_each_sample_their_own(tiny_qwen2):
         rows = seeded_rows_equal_each_alone(tiny_qwen2, sampling, seed)
         outside += not all(_in_nucleus(tiny_qwen2, PROMPTS[1], rows[0].tokens, sampling[1]))
         for batch_verify in (False, True):
-            method = Method.parse("stand", "heuristic-80", tiny_qwen2, batch=2, batch_verify=batch_verify)
+            method = Method.parse("stand", "heuristic-80", tiny_qwen2, batch=2).ablated(batch_verify=batch_verify)
             drafted = decode_rows(tiny_qwen2, None, [RowSpec(list(PROMPTS[1]), s, seed + r, 8, None, (), [])
                                                       for r, s in enumerate(sampling)], method=method)
             assert all(_in_nucleus(tiny_qwen2, PROMPTS[1], drafted[1].tokens, sampling[1])), (seed, batch_verify)
