@@ -25,7 +25,7 @@ offered with ``running · w · q_(0)`` (q at rank 0, the largest value of its q;
 the blend's count c; a copied position: ``running · r``), fixed *before* its token is drawn, and once
 drawn the running product takes ``w · q(token)`` (a copied one r). A copy's r grows with the length n
 of the suffix it matched (:meth:`stand_runtime.drafters.suffix_index.SuffixIndex.match`; ``r =
-COPY_DECAY ** (1 + longest - n)``, :func:`stand_runtime.sizing.candidates.match_rate`, longest the
+COPY_DECAY ** (1 + longest - n)``, :func:`stand_runtime.sizing.value.match_rate`, longest the
 index's n-gram length; a match measured past it, n > longest, ``COPY_DECAY ** (longest / n)``): a copy
 after an 8-token match is a surer guess than one after a single token, and the acceptance map learns copied positions by match and place in the chain. Whether a
 position is drafted may therefore depend on its score (and on earlier positions' draws), never on its
@@ -43,7 +43,7 @@ from typing import Callable
 
 import numpy as np
 
-from ..sizing.candidates import COPY_DECAY
+from ..store.drafting import COPY_DECAY
 from ..store.gumbel import choose_children
 from ..store.ngram_store import NGramStore
 from ..randomness import RandomStream
@@ -89,7 +89,7 @@ class ChainCursor:
         copy: tokens that followed the latest earlier occurrence of the context's suffix (prompt
             lookup's chain); None or empty = no copy chain.
         copy_rate: r, the factor each copied position takes (module docstring;
-            :func:`stand_runtime.sizing.candidates.match_rate`).
+            :func:`stand_runtime.sizing.value.match_rate`).
         fallback: a store shared by every request, read where ``store`` and the copy chain have
             nothing; None = none.
         confidence: pseudo-count of the confidence ``w = c / (c + confidence)``.

@@ -26,12 +26,11 @@ from ..store.ngram_store import NGramStore
 from ..randomness import DraftNoise
 from ..target.sampling import SamplingParams
 from ..trees.tree import DraftTree
-from ..store.drafting import MAX_DYNAMIC_NODES, DynamicTree, best_first_draft, draft_tree
+from ..store.drafting import COPY_DECAY, MAX_DYNAMIC_NODES, DynamicTree, best_first_draft, draft_tree
 from ..store.native_draft import DraftRequest
 from .suffix_index import MAX_MATCH, PROMPT_LOOKUP_NGRAM, copy_index, repeated
 from ..trees.tree_walk import Extension
-from ..sizing.candidates import COPY_DECAY, COPY_NGRAM, copied_mask, match_rate, value_scores
-from ..sizing.value import ValueRule
+from ..sizing.value import COPY_NGRAM, ValueRule, copied_mask, match_rate, value_scores
 
 __all__ = ["STORE_TOP_K", "StandDrafter", "store_params"]
 
@@ -54,7 +53,7 @@ class StandDrafter(Drafter):
             earlier occurrence of the context's suffix (prompt lookup's match), followed along the
             drafted children that agree with it and hung below the path's end. A dynamic tree's
             chain (the sequence's end cut continued as a repeat, :func:`.suffix_index.repeated`) is
-            scored by the length of its match (:func:`.candidates.match_rate`) and competes for the
+            scored by the length of its match (:func:`.value.match_rate`) and competes for the
             budget: a fixed one in :func:`stand_runtime.store.drafting.best_first_draft`, a value-sized
             one in the rule, which is offered at most as many tokens as :meth:`ValueRule.budget` allows.
         value: the expected-value rule of a value-sized dynamic tree, or None.
@@ -148,7 +147,7 @@ class StandDrafter(Drafter):
         """A dynamic draft as the value rule sizes it, else as it is. A value-sized draft leaves its
         copied nodes (grafted last, after every drawn node) to the rule: they go back to a pending
         chain (``Draft.pending_chain``) that competes with the drawn nodes for the budget
-        (:func:`stand_runtime.sizing.candidates.candidates`); the draft is then cut here (rows sized one
+        (:func:`stand_runtime.sizing.value.candidates`); the draft is then cut here (rows sized one
         by one, :meth:`ValueRule.size_draft`) or by the engine's batch allocator. While the rule
         reports outcomes (:attr:`ValueRule.on_outcome`), the P it predicted for the kept nodes is kept."""
         if self.value is None:

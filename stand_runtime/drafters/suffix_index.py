@@ -14,13 +14,13 @@ from ..errors import StandError
 PROMPT_LOOKUP_NGRAM = 3
 """Longest suffix prompt lookup matches by default (tokens; Saxena, 2023): prompt lookup decoding
 and the copy chain of fixed trees (a value-sized tree matches longer:
-:data:`stand_runtime.sizing.candidates.COPY_NGRAM`)."""
+:data:`stand_runtime.sizing.value.COPY_NGRAM`)."""
 
 
 MAX_MATCH = 64
 """Longest match a copy chain's index reports when asked to measure it (tokens): a match of
 ``max_ngram`` tokens extended backward by comparison, so a long repeated span (a loop, a copied
-block) is told from a match of just ``max_ngram`` tokens (:func:`stand_runtime.sizing.candidates.match_rate`)."""
+block) is told from a match of just ``max_ngram`` tokens (:func:`stand_runtime.sizing.value.match_rate`)."""
 
 
 def repeated(chain: list[int], limit: int) -> list[int]:

@@ -18,9 +18,9 @@ forwards, padding included). With padding a row fills up to the common width for
 choice is the width W alone; :func:`packed_allocation` is what flattening would give (the engine pads:
 its ratio to the padded choice is recorded as the packing's modelled gain).
 
-Losslessness: both choices are stopping rules (:func:`stand_runtime.sizing.peak.bounded_peak_of` for
+Losslessness: both choices are stopping rules (:func:`stand_runtime.sizing.value.bounded_peak_of` for
 the width, which crosses a step in the cost when the widths just past it may pay; the packed choice
-:func:`stand_runtime.sizing.peak.first_peak`'s): the width grows, or the best remaining candidate is
+:func:`stand_runtime.sizing.value.first_peak`'s): the width grows, or the best remaining candidate is
 taken, while the modelled rate may still rise, reading only what was taken so far, so whether row
 r's node k is drafted depends on row r's first k candidates (their scores read q at rank) and on the
 other rows' drafts (drawn with their own random streams), never on row r's node k's own draw nor on
@@ -36,9 +36,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from .candidates import candidates
-from .peak import LOOKAHEAD, bounded_peak_of, seconds_of
-from .value import ValueRule
+from .value import LOOKAHEAD, ValueRule, bounded_peak_of, candidates, seconds_of
 from ..errors import StandError
 from ..trees.draft import Draft
 
@@ -73,7 +71,7 @@ def _cumulative(acceptance: Sequence[np.ndarray]) -> list[np.ndarray]:
 def padded_allocation(acceptance: Sequence[np.ndarray], seconds: Callable[[float], float]) -> Allocation:
     """The padded forward's allocation: width W grown from 1 (roots only) while the modelled rate
     ``sum_r (1 + G_r(min(W - 1, L_r))) / seconds(B W)`` may still rise
-    (:func:`stand_runtime.sizing.peak.bounded_peak_of`); every row drafts its first
+    (:func:`stand_runtime.sizing.value.bounded_peak_of`); every row drafts its first
     ``min(W - 1, L_r)`` candidates (the padding up to W is filled for free).
 
     Args:

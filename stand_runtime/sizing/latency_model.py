@@ -146,7 +146,7 @@ class LatencyModel:
     def frozen(self) -> Callable[[float], float]:
         """Seconds of one forward over ``tokens`` tokens in all (a padded ``[B, W]`` batch forward:
         ``B * W``), with the corrections observed so far frozen (cheap to call many times); its
-        ``many`` attribute takes an int array of token counts (:func:`.peak.seconds_of`)."""
+        ``many`` attribute takes an int array of token counts (:func:`.value.seconds_of`)."""
         fitted = self._fitted()
 
         def seconds(tokens: float) -> float:

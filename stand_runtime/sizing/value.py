@@ -1,55 +1,270 @@
-"""Drafts sized by what they are worth: the expected-value rule of a value-sized dynamic tree (ours).
+"""Drafts sized by what they are worth: the expected-value rule of a value-sized dynamic tree (ours;
+docs/algorithms.md §3.7, §9.3).
 
 A step that forwards the root and n drafted nodes emits ``1 + sum_i P_i`` tokens in expectation
 (``P_i``: the chance that the whole path to node i is accepted; Sequoia, Chen et al., 2024, §3) and
-costs ``t(1 + n)`` seconds of target forward. The rule drafts the prefix of the best-first order
-(:mod:`.best_first`) that maximises expected tokens per second,
+costs ``t(1 + n)`` seconds of target forward. The rule drafts the prefix of the step's candidates
+that maximises expected tokens per second,
 
     n* = argmax_n (1 + sum_{i <= n} P_i) / t(1 + n),    n = 0 .. budget,
 
 so zero nodes is an answer where nothing the store knows pays for the tokens it adds to the forward.
-The n taken is where a stopping rule ends (:func:`.peak.bounded_peak_of`: the draft grows while a size
-just ahead, the later nodes forecast from the ones taken, may still beat the best rate passed; on a
-convex cost the curve's first peak): whether node k is drafted is decided from the first k nodes'
-scores only, never from nodes after it (its own children's scores read its drawn token). In a batch the same rule sizes every row at once (:mod:`stand_runtime.sizing.allocation`).
+This module holds the rule's parts in the order a step uses them:
 
-Two estimates steer it, both learned online from this run and both lossless to use:
+- **Candidates** (:func:`candidates`, :class:`Candidates`): the drawn nodes in best-first order
+  (:mod:`stand_runtime.store.drafting`) and the copy chain (prompt lookup's continuation of the
+  context, pending in ``Draft.pending_chain``) merged into one order by P. The chain's tokens are fixed
+  before any draw, so its j-th is a candidate scored ``r ** j``, r from the length of the suffix it
+  matched (:func:`match_rate`). :meth:`Candidates.realize` builds the kept prefix's draft: the kept
+  drawn nodes with the chain's kept tokens grafted onto them.
+- **Stopping rules** (:func:`bounded_peak_of`, the reference :func:`first_peak`): the n taken is where
+  the draft stops growing: it grows while a size just ahead, the later nodes forecast from the ones
+  taken, may still beat the best rate passed (on a convex cost the curve's first peak).
+- :class:`AcceptanceMap`: ``P_i`` from the node's score (the path's product of q at rank and the
+  store's confidence; a copied token's ``r ** j``), binned on a log scale, drawn and copied nodes
+  apart, seeded (8 pseudo-observations per bin) with an offline calibration's rate per bin where one
+  was measured for the model (:mod:`stand_runtime.sizing.acceptance_seed`), else with the score
+  itself, and kept monotone in the score; each verified step adds, per drafted node, whether its path
+  was accepted.
+- :class:`.latency_model.LatencyModel` gives ``t(n)``: a latency profile corrected by the run's own
+  forward times.
+- :class:`ValueRule`: one decoding call's rule over the two estimates. In a batch the same rule sizes
+  every row at once (:mod:`stand_runtime.sizing.allocation`).
 
-- :class:`AcceptanceMap`: ``P_i`` from the node's best-first score (the path's product of q at rank and
-  the store's confidence), binned on a log scale, drawn and copied nodes apart, seeded (8
-  pseudo-observations per bin) with an offline calibration's rate per bin where one was measured for
-  the model (:mod:`stand_runtime.sizing.acceptance_seed`), else with the score itself, and kept monotone in
-  the score; each verified step adds, per drafted node, whether its path was accepted.
-- :class:`.latency_model.LatencyModel`: ``t(n)`` from a latency profile, corrected by the run's own
-  forward times: per profile size the median ratio observed / profile over its last 16 forwards, elsewhere the median of
-  all recent ratios, so a profile measured under load or on another machine stops steering the rule
-  within a few steps.
-
-The copy chain (prompt lookup's continuation of the context, :mod:`.tree_walk`) competes for the
-same budget: its tokens are fixed before any draw, so each is a candidate scored by its position, and
-the rule takes drawn nodes and chain tokens in one order by P (:mod:`.candidates`).
-
-Losslessness: whether node k is drafted depends on the scores of nodes 1..k (each read q at rank,
-never the token a draw gave at the node: ``Draft.scores``), on the chain (fixed before any draw) and
-on outcomes of earlier steps, never on node k's own draw or anything drawn after it; a prefix of the
-best-first order is a lossless draft (:func:`stand_runtime.trees.draft.truncate_draft`), and a fixed
-chain grafted onto it is verified after the drawn children it hangs beside. See docs/algorithms.md §3.7,
-§9.3.
+Losslessness: whether candidate k is drafted depends on the scores of candidates 1..k (each read q at
+rank, never the token a draw gave at the node: ``Draft.scores``), on the chain (fixed before any draw)
+and on outcomes of earlier steps, never on node k's own draw or anything drawn after it; a prefix of
+the best-first order is a lossless draft (:func:`stand_runtime.trees.draft.truncate_draft`), and a
+fixed chain grafted onto it is verified after the drawn children it hangs beside.
 """
 
 from __future__ import annotations
 
 from bisect import bisect_right
 from collections import deque
+from dataclasses import dataclass, replace
 from typing import Callable, Sequence
 
 import numpy as np
 
 from ..errors import StandError
-from ..trees.draft import Draft
-from .candidates import candidates
+from ..store.drafting import COPY_DECAY
+from ..trees.draft import Draft, DraftBuilder, truncate_draft
+from ..trees.tree_walk import attach_chain
 from .latency_model import LatencyModel, explores
-from .peak import LOOKAHEAD, bounded_peak_of
+
+COPY_NGRAM = 8
+"""Longest suffix a value-sized copy chain matches (tokens; the blended store's longest context): a longer
+match is a surer copy (:func:`match_rate`)."""
+
+
+def match_rate(match: int, longest: int = COPY_NGRAM) -> float:
+    """r of a copy chain whose suffix matched ``match`` tokens, ``longest`` the index's n-gram length:
+    ``COPY_DECAY ** (1 + longest - match)`` up to ``longest``, so the j-th copied token of a chain after
+    a match of ``longest`` tokens scores ``COPY_DECAY ** j`` and one after a single token far less.
+    Measured in vLLM (HumanEval x 1, 128 tokens): with every copy scored alike and matches of at most 3
+    tokens STAND's chains reached τ 1.60; scored by a match of up to 8 tokens, τ 2.31 (SuffixDecoding
+    1.87). A match measured beyond ``longest`` (:data:`stand_runtime.drafters.suffix_index.MAX_MATCH`)
+    decays slower, ``COPY_DECAY ** (longest / match)``: a span repeated for 64 tokens (a loop, a copied
+    block) is still scored 0.5 at its 25th copied token, where one matched for 8 is at 0.004."""
+    if match > longest:
+        return COPY_DECAY ** (longest / match)
+    return COPY_DECAY ** (1 + max(0, longest - match))
+
+
+def chain_rate(draft: Draft) -> float:
+    """``draft``'s copy rate r (:attr:`Draft.copy_rate`, :data:`COPY_DECAY` when unset)."""
+    return COPY_DECAY if draft.copy_rate is None else draft.copy_rate
+
+
+def value_scores(draft: Draft) -> np.ndarray:
+    """``[n]`` float64 the scores the acceptance map reads for ``draft``'s nodes (root excluded): a drawn
+    node's best-first key, a copied node ``r ** depth`` (:func:`chain_rate`; the chain starts at the root,
+    so its depth is its position in the chain).
+
+    Raises:
+        StandError: a draft without scores (not drafted by the dynamic tree).
+    """
+    if draft.scores is None:
+        raise StandError("value-sized drafts are scored drafts (the dynamic tree's); this draft has no scores")
+    scores = np.array(draft.scores[1:], dtype=np.float64)
+    rate = chain_rate(draft)
+    for c in draft.copied:
+        scores[c - 1] = rate ** int(draft.depths[c])
+    return scores
+
+
+@dataclass(frozen=True)
+class Candidates:
+    """A value-sized step's candidates in the order the rule takes them (:func:`candidates`).
+
+    Attributes:
+        draft: the drafted nodes (root first, best-first order), the copy chain pending
+            (``draft.pending_chain``, not grafted).
+        p: ``[L]`` float64 P(path accepted) of each candidate, in order.
+        from_chain: ``[L]`` bool, True where the candidate is the copy chain's next token.
+        chain_p: ``[len(draft.pending_chain)]`` P of each chain token.
+    """
+
+    draft: Draft
+    p: np.ndarray
+    from_chain: np.ndarray
+    chain_p: np.ndarray
+
+    def realize(self, n: int) -> tuple[Draft, np.ndarray]:
+        """The draft of the first ``n`` candidates: the drawn ones kept (a prefix of the best-first
+        order, :func:`truncate_draft`), the chain's first tokens grafted onto them (following drawn
+        children that equal them, the rest copied nodes after their drawn siblings); with ``[m]`` the
+        P predicted for its m drafted nodes (root excluded)."""
+        taken = int(self.from_chain[:n].sum())
+        kept = truncate_draft(self.draft, n - taken)  # the pending chain dropped
+        predicted = self.p[:n][~self.from_chain[:n]]
+        if taken == 0:
+            return kept, predicted
+        chain, rate = self.draft.pending_chain, chain_rate(self.draft)
+        builder = DraftBuilder.from_draft(kept)
+        scores = list(kept.scores)
+        added = []
+        for node in attach_chain(builder, chain[:taken], len(chain)):
+            depth = builder.depths[node]
+            scores.append(rate ** depth)
+            added.append(self.chain_p[depth - 1])
+        built = replace(builder.build(kept.stochastic, scores), copy_rate=self.draft.copy_rate)
+        return built, np.concatenate([predicted, added])
+
+
+def candidates(draft: Draft, acceptance: AcceptanceMap, table: np.ndarray | None = None,
+               limit: int | None = None) -> Candidates:
+    """The step's candidates in the order the value rule takes them: the drawn nodes in best-first
+    order and the pending copy chain's tokens (``draft.pending_chain``, j-th scored ``r ** j``, :func:`chain_rate`),
+    merged by taking whichever's next candidate has the higher P (ties: the drawn node), at most
+    ``limit`` (None = all).
+
+    Lossless: the order up to a candidate reads only the drawn nodes' keys (q at rank) and the chain,
+    fixed before any draw (module docstring).
+
+    Args:
+        draft: a dynamic tree's draft (scored), its copy chain pending.
+        acceptance: the map P is read from; ``table``: its :meth:`AcceptanceMap.table` computed once.
+
+    Raises:
+        StandError: a draft with nodes but no scores.
+    """
+    table = acceptance.table() if table is None else table
+    drawn = (acceptance.estimate(value_scores(draft), copied_mask(draft), table) if draft.num_nodes
+             else np.zeros(0))
+    chain = tuple(draft.pending_chain)
+    chain_p = (acceptance.estimate(chain_rate(draft) ** np.arange(1.0, len(chain) + 1),
+                                   np.ones(len(chain), dtype=np.int64), table) if chain else np.zeros(0))
+    limit = len(drawn) + len(chain) if limit is None else min(limit, len(drawn) + len(chain))
+    if not chain:
+        return Candidates(draft, drawn[:limit], np.zeros(limit, dtype=bool), chain_p)
+    drawn_p, copied_p = drawn.tolist(), chain_p.tolist()
+    p, from_chain = [], []
+    a = b = 0
+    for _ in range(limit):
+        if b < len(copied_p) and (a >= len(drawn_p) or copied_p[b] > drawn_p[a]):
+            p.append(copied_p[b]), from_chain.append(True)
+            b += 1
+        else:
+            p.append(drawn_p[a]), from_chain.append(False)
+            a += 1
+    return Candidates(draft, np.array(p), np.array(from_chain, dtype=bool), chain_p)
+
+
+def copied_mask(draft: Draft) -> np.ndarray:
+    """``[n]`` bool: which drafted nodes (root excluded) are copied."""
+    mask = np.zeros(draft.num_nodes, dtype=bool)
+    mask[[c - 1 for c in draft.copied]] = True
+    return mask
+
+
+def first_peak(gain: Callable[[int], float], seconds: Callable[[int], float], longest: int) -> int:
+    """The n in 0 .. ``longest`` where ``gain(n) / seconds(1 + n)`` first stops rising: n grows while
+    one more node raises the expected tokens per second.
+
+    A stopping rule, not the argmax of the whole curve: whether n reaches k reads ``gain`` and
+    ``seconds`` at sizes up to k only, so the choice to draft node k never looks at the nodes after
+    it (which may depend on node k's drawn token, docs/algorithms.md §9.3). Where the gains are concave
+    (each node's P at most its predecessor's, as the best-first order gives) and the cost is convex
+    or linear in n, the first peak is the argmax.
+    """
+    n, rate = 0, gain(0) / seconds(1)
+    while n < longest:
+        grown = gain(n + 1) / seconds(n + 2)
+        if not grown > rate:
+            break
+        n, rate = n + 1, grown
+    return n
+
+
+LOOKAHEAD = 8
+"""Sizes past node k that :func:`bounded_peak_of` looks at (m = k .. k + 7): enough to cross the step
+of a kernel change (where the forward's kernel changes, one token can cost as much as the next
+several together)."""
+
+
+def bounded_peak_of(gains: np.ndarray, seconds: np.ndarray, lookahead: int = LOOKAHEAD) -> int:
+    """The n in 0 .. L a draft grows to while the sizes just ahead may still beat the best rate it
+    has passed: node k is taken when some size m in k .. k + ``lookahead`` - 1 would reach a higher
+    ``gains[m] / seconds[m]`` than every size before k, the increments after node k forecast from the
+    prefix alone: the k-th increment ``d_k`` decaying geometrically at ``min(1, d_k / d_(k-1))`` (flat
+    for the first node), past L too (how many candidates a step offers may depend on its draws).
+
+    Unlike :func:`first_peak` it crosses a step in the cost (the forward's kernel changing with its
+    row count) when the nodes past it can pay for it together, as a sure copy chain's do;
+    on a convex cost with falling increments the two stop at the same n (the best one). It prices the
+    true cost: a convex minorant priced such a step as a ramp and drafted unsure nodes past it. A
+    stopping rule all the same: whether node k is taken reads ``gains`` up to k and ``seconds`` only
+    (never the nodes after it nor how many there are: their scores and their number may read node k's
+    draw), so it is lossless where :func:`first_peak` is; it may end past the best size it passed
+    when the later nodes fall short of the forecast.
+
+    Args:
+        gains: ``[L + 1]`` expected tokens of the forward with n nodes, n = 0 .. L (NaN: stop there).
+        seconds: ``[>= L + lookahead]`` seconds of the forward with n nodes, n = 0 .. L + lookahead - 1.
+        lookahead: sizes looked at from each node on (>= 1; 1: :func:`first_peak`).
+
+    Raises:
+        ValueError: ``lookahead`` < 1 or ``seconds`` shorter than ``L + lookahead``.
+    """
+    gains = np.asarray(gains, dtype=np.float64).tolist()
+    length = len(gains) - 1
+    if lookahead < 1:
+        raise ValueError(f"lookahead must be at least 1, not {lookahead}")
+    if length <= 0:
+        return 0
+    if len(seconds) < length + lookahead:
+        raise ValueError(f"bounded_peak_of needs the seconds of {length + lookahead} sizes, got {len(seconds)}")
+    cost = np.asarray(seconds, dtype=np.float64)[: length + lookahead].tolist()
+    # Node by node, in Python floats: the rule ends after a few nodes, where numpy's per-call cost over
+    # all L x lookahead bounds is too high (tests/runtime/sizing/test_value.py keeps a numpy version as the reference).
+    best = gains[0] / cost[0]  # the best rate over the sizes before node k
+    previous = gains[1] - gains[0]
+    for k in range(1, length + 1):
+        step = gains[k] - gains[k - 1]
+        decay = min(max(step / previous, 0.0), 1.0) if previous > 0 else 1.0
+        if decay != decay:  # NaN gains: stop (as no bound beats the best)
+            return k - 1
+        added, power = 0.0, 1.0
+        for j in range(lookahead):  # some size k + j may beat the best: take node k
+            added += step * power
+            power *= decay
+            if (gains[k - 1] + added) / cost[k + j] > best:
+                break
+        else:
+            return k - 1
+        best = max(best, gains[k] / cost[k])
+        previous = step
+    return length
+
+
+def seconds_of(seconds: Callable[[float], float], tokens: np.ndarray) -> np.ndarray:
+    """``[m]`` ``seconds`` at each of ``tokens`` (int): in one call where it offers ``many``
+    (:meth:`LatencyModel.frozen`), else one call per count."""
+    many = getattr(seconds, "many", None)
+    return many(tokens) if many is not None else np.array([seconds(float(t)) for t in tokens])
+
 
 EDGES = np.logspace(-4, 0, 17)
 """Bin edges of :class:`AcceptanceMap` over a node's score (16 bins from 1e-4 to 1; below: the first)."""
@@ -224,7 +439,7 @@ class ValueRule:
 
     def size_p(self, acceptance: np.ndarray) -> int:
         """The n in 0 .. L the first n candidates (``[L]`` their P, in the order they are taken) grow to
-        while their expected tokens per second may still rise (:func:`.peak.bounded_peak_of`, on the
+        while their expected tokens per second may still rise (:func:`.value.bounded_peak_of`, on the
         latency model's t itself; 0 on the steps :func:`explores` names while the latency model explores)."""
         if len(acceptance) == 0 or self.exploring(len(self.sizes)):
             self.sizes.append(0)

@@ -57,8 +57,8 @@ DYNAMIC_BUDGET = 80
 
 COPY_DECAY = 0.8
 """r of a copy chain whose match length is not known, and after a match of the index's longest suffix
-(:func:`stand_runtime.sizing.candidates.match_rate`): its j-th token scores ``COPY_DECAY ** j``
-(:func:`best_first_draft`, :func:`stand_runtime.sizing.candidates.value_scores`). Fixed before any draw,
+(:func:`stand_runtime.sizing.value.match_rate`): its j-th token scores ``COPY_DECAY ** j``
+(:func:`best_first_draft`, :func:`stand_runtime.sizing.value.value_scores`). Fixed before any draw,
 lower the further it reaches (0.8: prompt lookup's later tokens are accepted 0.6-0.8 of the time once
 the first one is, so the acceptance map's seed ``sqrt(score)`` starts near what chains return)."""
 

@@ -56,14 +56,14 @@ class Draft:
             score x confidence x q *at the node's rank*, never q of its own drawn token, so a rule
             sizing the draft by it never reads the draw it decides on; a copied node: its parent's
             path score, or in a value-sized draft its chain position's score,
-            :func:`stand_runtime.sizing.candidates.value_scores`); ``scores[0] = 1``.
+            :func:`stand_runtime.sizing.value.value_scores`); ``scores[0] = 1``.
         pending_chain: a copy chain continuing the context that is not grafted yet (empty: none): a
             value-sized draft keeps it apart until the expected-value rule decides how many of its
-            tokens to graft (:func:`stand_runtime.sizing.candidates.candidates`); cutting a draft
+            tokens to graft (:func:`stand_runtime.sizing.value.candidates`); cutting a draft
             (:func:`truncate_draft`) drops it.
         copy_rate: the factor r of a value-sized draft's copy chain: its j-th token is scored ``r ** j``
             (r from the length of the suffix the chain matched,
-            :func:`stand_runtime.sizing.candidates.match_rate`); None = the default decay
+            :func:`stand_runtime.sizing.value.match_rate`); None = the default decay
             (:data:`stand_runtime.store.drafting.COPY_DECAY`).
     """
 

@@ -12,7 +12,7 @@ Per running request, every engine step:
    each token drawn from q by Gumbel-Top-1 at temperature > 0, q's most likely token for greedy
    requests; where the request's store has no context (with ``sized``: also where the rule's
    acceptance estimate trusts the copy more), prompt lookup's copy chain, matched on up to
-   :data:`stand_runtime.sizing.candidates.COPY_NGRAM` tokens, continues it (one-hot q), then the
+   :data:`stand_runtime.sizing.value.COPY_NGRAM` tokens, continues it (one-hot q), then the
    fallback store shared by every request. Its length: K, or with ``sized``
    what the batch-wide expected-value rule gives the request
    (:class:`stand_runtime.drafters.chain_budget.ChainBudget`, at most K);
@@ -41,7 +41,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..sizing.candidates import COPY_NGRAM, match_rate
+from ..sizing.value import COPY_NGRAM, match_rate
 from ..drafters.chain import KINDS, ChainCursor, ChainDraft
 from ..drafters.chain_budget import FORWARD_SIZES, ChainBudget, default_profile, profile_function
 from ..drafters.suffix_index import MAX_MATCH, NativeSuffixIndex, SuffixIndex, copy_index, repeated

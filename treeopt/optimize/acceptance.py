@@ -23,8 +23,7 @@ from stand_runtime import Method, NGramStore, generate
 from stand_runtime.sizing.acceptance_seed import AcceptanceSeed, find_acceptance_seed, model_identity, seed_path
 from stand_runtime.errors import StandError
 from stand_runtime.drafters import DYNAMIC_MAX_N, STORE_TOP_K
-from stand_runtime.sizing.candidates import copied_mask, value_scores
-from stand_runtime.sizing.value import AcceptanceMap
+from stand_runtime.sizing.value import AcceptanceMap, copied_mask, value_scores
 
 DEFAULT_NODES = 80
 """Nodes of the fixed-budget dynamic tree the seed is measured with (the dynamic tree's default budget)."""

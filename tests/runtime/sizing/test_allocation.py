@@ -10,9 +10,8 @@ import pytest
 
 from stand_runtime import (Method, NGramStore, SamplingParams, SizingSession, StandError, generate_batch)
 from stand_runtime.store.drafting import DynamicTree, best_first_draft
-from stand_runtime.sizing.peak import first_peak
 from stand_runtime.sizing.latency_model import LatencyModel
-from stand_runtime.sizing.value import AcceptanceMap, ValueRule
+from stand_runtime.sizing.value import AcceptanceMap, ValueRule, first_peak
 from stand_runtime.sizing.allocation import BatchAllocator, padded_allocation, packed_allocation
 from stand_runtime.randomness import RandomStream
 from stand_runtime.trees.draft import Draft, DraftBuilder

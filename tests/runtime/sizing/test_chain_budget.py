@@ -11,7 +11,8 @@ import pytest
 import stand_runtime.drafters.chain as chain_module
 import stand_runtime.target.sampling as sampling_module
 from stand_runtime import NGramStore, StandError
-from stand_runtime.sizing.candidates import COPY_DECAY, match_rate
+from stand_runtime.store.drafting import COPY_DECAY
+from stand_runtime.sizing.value import match_rate
 from stand_runtime.drafters.chain import COPIED, FALLBACK, OWN, ChainCursor
 from stand_runtime.drafters.suffix_index import MAX_MATCH, SuffixIndex, repeated
 from stand_runtime.drafters.chain_budget import PLAIN_OBSERVED, ChainBudget, profile_function

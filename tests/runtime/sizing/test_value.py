@@ -8,9 +8,8 @@ import pytest
 from stand_runtime import (DynamicTree, Method, NGramStore, SamplingParams, SizingSession, StandError, generate,
                            generate_batch)
 from stand_runtime.store.drafting import parse_dynamic
-from stand_runtime.sizing.peak import first_peak
 from stand_runtime.sizing.latency_model import MIN_OBSERVED, LatencyModel
-from stand_runtime.sizing.value import AcceptanceMap, ValueRule
+from stand_runtime.sizing.value import AcceptanceMap, ValueRule, first_peak
 
 SIZES = (1, 2, 4, 8, 16, 32)
 
@@ -55,7 +54,7 @@ def test_a_step_in_the_cost_is_crossed_when_the_nodes_past_it_pay():
     pay; the bounded rule reaches them. A kernel step (3 -> 4 tokens costs 33%, then 4% a token, as
     on the Intel Xeon measured): sure nodes cross it, unsure ones stop before it, where a convex
     minorant priced the step as a ramp and took them."""
-    from stand_runtime.sizing.peak import bounded_peak_of
+    from stand_runtime.sizing.value import bounded_peak_of
 
     stepped = np.array([1.0, 1.1, 1.2, 1.2, 1.21, 1.22, 1.23])
     profile = lambda tokens: float(np.interp(tokens, np.arange(1, 8), stepped))
@@ -75,7 +74,7 @@ def test_a_step_in_the_cost_is_crossed_when_the_nodes_past_it_pay():
 def test_whether_a_node_is_taken_reads_neither_the_nodes_after_it_nor_their_number():
     """The event n >= k is the same when the candidates after k change in P or in number (how many a
     step offers may depend on node k's draw), on non-monotone P and a stepped cost."""
-    from stand_runtime.sizing.peak import LOOKAHEAD, bounded_peak_of
+    from stand_runtime.sizing.value import LOOKAHEAD, bounded_peak_of
 
     rng = np.random.default_rng(11)
     cost = np.concatenate([[1.0, 1.02, 1.05], 1.35 + 0.03 * np.arange(40)])
@@ -96,7 +95,7 @@ def test_whether_a_node_is_taken_reads_neither_the_nodes_after_it_nor_their_numb
 def test_the_bounded_peak_is_the_first_peak_on_convex_costs():
     """With falling increments and a convex cost the bounded rule stops where the first peak does (the
     best size); with a look-ahead of one it is the first peak on any curve."""
-    from stand_runtime.sizing.peak import bounded_peak_of
+    from stand_runtime.sizing.value import bounded_peak_of
 
     rng = np.random.default_rng(5)
     for _ in range(300):
@@ -117,7 +116,7 @@ def test_the_bounded_peak_is_the_first_peak_on_convex_costs():
 def test_the_one_pass_rule_with_a_lookahead_of_one_is_the_first_peak():
     """bounded_peak_of with a look-ahead of one equals :func:`first_peak` on random, non-monotone
     curves (NaN included)."""
-    from stand_runtime.sizing.peak import bounded_peak_of
+    from stand_runtime.sizing.value import bounded_peak_of
 
     rng = np.random.default_rng(3)
     for _ in range(300):
@@ -249,7 +248,7 @@ def test_the_copy_chain_competes_for_the_budget_by_its_value():
     copy rate of 0.5) are taken in one order by P; the chain's first token follows the drawn child that
     equals it, the next hangs under it as a copied node scored by its chain position (the rate kept, so
     the outcome is learned at the score it was sized by)."""
-    from stand_runtime.sizing.candidates import candidates, value_scores
+    from stand_runtime.sizing.value import candidates, value_scores
     from stand_runtime.trees.draft import DraftBuilder
 
     builder = DraftBuilder(7)
@@ -362,7 +361,7 @@ def test_the_copy_chain_takes_none_of_the_drawn_nodes_budget(nodes):
 
 
 def vectorised_bounded_peak(gains, seconds, lookahead):
-    """The stopping rule of :func:`stand_runtime.sizing.peak.bounded_peak_of` over whole arrays (its
+    """The stopping rule of :func:`stand_runtime.sizing.value.bounded_peak_of` over whole arrays (its
     first implementation, kept as the reference): every node's bound over the sizes ahead at once."""
     gains = np.asarray(gains, dtype=np.float64)
     length = len(gains) - 1
@@ -385,7 +384,7 @@ def vectorised_bounded_peak(gains, seconds, lookahead):
 def test_the_node_by_node_rule_equals_the_vectorised_reference():
     """bounded_peak_of (node by node, early exit) equals the whole-array version on random curves:
     falling, rising and non-monotone P, stepped and bumpy costs, NaN gains, look-aheads 1-10."""
-    from stand_runtime.sizing.peak import bounded_peak_of
+    from stand_runtime.sizing.value import bounded_peak_of
 
     rng = np.random.default_rng(5)
     for trial in range(3000):
