@@ -96,7 +96,7 @@ Walk = Generator[int, object, Verification]
 """A verification walk: yields each draft position it visits and is sent what it reads there (the
 argmax token, or p as a :class:`TargetRow`); its return value is the :class:`Verification`. Every
 walk of a step can then be advanced level by level, the rows of one level computed together
-(:func:`stand_runtime.engine.walks.walk_rows`)."""
+(:func:`stand_runtime.engine.row.walk_rows`)."""
 
 
 def _target_at(target: TargetAt, node: int) -> TargetRow:

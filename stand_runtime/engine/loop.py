@@ -36,8 +36,7 @@ from ..trees.draft import Draft
 from ..verify_batch import verify_rows
 from .clock import Clock
 from .metrics import GenerationResult
-from .row import DecodeRow, Settled, StepTarget, learn_rows
-from .walks import walk_rows
+from .row import DecodeRow, Settled, StepTarget, learn_rows, walk_rows
 
 
 class RowCaches(Protocol):
@@ -297,7 +296,7 @@ class Loop:
 
     def _verify(self, rows, drafts, logits, targets) -> list:
         """Every row's :class:`stand_runtime.verify.Verification`: from the batched verifier when it is
-        on, else from the rows' walks advanced level by level (:func:`.walks.walk_rows`)."""
+        on, else from the rows' walks advanced level by level (:func:`.row.walk_rows`)."""
         if self.batch_verify:
             noises = None if rows[0].noise is None else [row.noise.at(len(row.committed)) for row in rows]
             verified = verify_rows(drafts, logits, [row.params for row in rows], [row.randomness for row in rows], noises)

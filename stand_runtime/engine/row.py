@@ -8,8 +8,9 @@ Every engine drives the same per-sequence steps (docs/architecture.md §1.4):
 1. :meth:`DecodeRow.propose`: the drafter drafts from the committed tokens (or a lone root);
 2. the engine runs the draft through the target (one sequence, a padded batch of rows, or a recorded
    trace) and wraps what came back as a :class:`StepTarget`;
-3. :meth:`DecodeRow.settle`: verification picks the accepted path plus one token, the stop rule cuts
-   it where plain decoding would stop, statistics are recorded and the drafter learns from the step.
+3. :meth:`DecodeRow.settle`: verification picks the accepted path plus one token (every row's walk at
+   once, level by level: :func:`walk_rows`), the stop rule cuts it where plain decoding would stop,
+   statistics are recorded and the drafter learns from the step.
 
 The engine then keeps the KV entries of the root and the accepted nodes (``Settled.keep``). Keeping
 verification, stopping and drafter feeding here means the single-sequence engine, the batched engine
@@ -113,6 +114,42 @@ class StepTarget(LogitsFeed):
         if position not in self.rows:
             self.rows[position] = target_row(self.logits[position], self.params)
         return self.rows[position]
+
+
+def walk_rows(walks: Sequence[Walk], targets: Sequence[StepTarget]) -> list[Verification]:
+    """Each row's :class:`stand_runtime.verify.Verification`: its walk (:meth:`DecodeRow.walk`:
+    greedy, drafter-invariant or recursive rejection) run to its end, equal to running it alone.
+
+    A walk (:data:`stand_runtime.verify.Walk`) visits one draft position per level, root first, and
+    reads p (or the argmax) there. Walking the rows one after another computes one target row per call;
+    on a CPU such a call costs about what one over the whole batch does (:meth:`StepTarget.compute`),
+    so here every row's walk takes one level at a time and the positions a level visits are computed
+    together. Each walk draws from its own row's stream in its own order, so the verifications are
+    those of the walks run one by one (docs/algorithms.md §4.7; tests/lossless/test_walks.py).
+
+    Args:
+        walks: one fresh walk per row, of the draft forwarded.
+        targets: the forward's output, one :class:`StepTarget` per row (its ``params`` say whether the
+            walk reads the argmax or p).
+
+    Raises:
+        StandError: p (or the logits) not finite at a visited position.
+    """
+    results: list[Verification | None] = [None] * len(walks)
+    pending = {b: next(walk) for b, walk in enumerate(walks)}  # row -> the position its walk reads next
+    while pending:
+        StepTarget.compute([(targets[b], position) for b, position in pending.items()])
+        advanced = {}
+        for b, position in pending.items():
+            target = targets[b]
+            read = (target.argmax_at(position) if target.params.greedy
+                    else checked_row(target.target_at(position), position))
+            try:
+                advanced[b] = walks[b].send(read)
+            except StopIteration as done:
+                results[b] = done.value
+        pending = advanced
+    return results
 
 
 def _maxima(logits: torch.Tensor) -> list[tuple[int, bool]]:

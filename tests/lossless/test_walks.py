@@ -1,4 +1,4 @@
-"""Every row's walk advanced level by level (stand_runtime.engine.walks, docs/algorithms.md §4.7) against
+"""Every row's walk advanced level by level (stand_runtime.engine.row.walk_rows, docs/algorithms.md §4.7) against
 the walks run one by one: same streams, same outcomes, same draws left, for random batches of
 trees and rows of mixed sampling parameters (greedy, top-p, top-k, dense); non-finite logits at a
 visited position stay an error. End to end, the engine (which verifies through it on a CPU) decodes
@@ -9,7 +9,7 @@ import pytest
 
 from stand_runtime import SamplingParams
 from stand_runtime.engine.row import StepTarget
-from stand_runtime.engine.walks import walk_rows
+from stand_runtime.engine.row import walk_rows
 from stand_runtime.errors import StandError
 from stand_runtime.randomness import PositionNoise, RandomStream
 from stand_runtime.verify import greedy_walk, gumbel_walk, sampling_walk, verify_invariant
