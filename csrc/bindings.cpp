@@ -269,6 +269,7 @@ PYBIND11_MODULE(_native, m) {
             return new stand::Store(top_k, max_n, max_entries, reserve, compensated_sum);
         }))
         .def_property_readonly("max_token_id", &stand::Store::max_token_id)
+        .def("set_base", [](stand::Store& s, stand::Store& base) { s.set_base(&base); }, py::keep_alive<1, 2>())
         .def("update", [](stand::Store& s, const std::vector<Token>& context, const std::vector<Token>& ids,
                           const std::vector<double>& probs) {
             require_not_drafting();

@@ -313,6 +313,7 @@ void Store::update_clean(const Token* context, size_t length, const Token* ids, 
             table.move_to_end(slot);
         }
     }
+    if (base_ != nullptr) base_->update_clean(context, length, ids, probs, k);
 }
 
 void Store::merge(Entry& stored, const Token* ids, const double* probs, size_t k) {
@@ -396,19 +397,26 @@ const Entry* Store::lookup(const Token* context, size_t length) {
 }
 
 bool Store::blend(const Token* context, size_t length, double beta, size_t width, Blended& out) {
-    if (unigram_.empty()) return false;
+    // the floor: the base's blend for the same context (a cross-prompt memory), else the 0-gram table
+    bool floored = base_ != nullptr && base_->blend(context, length, beta, width, floor_);
+    if (!floored && unigram_.empty()) return false;
     if (length > static_cast<size_t>(max_n_)) {
         context += length - max_n_;
         length = max_n_;
     }
-    const auto& top = unigram_.top(width, compensated_);
     // raw: an insertion-ordered map token -> value (blended value = scale * raw)
-    weighted_.assign(top.begin(), top.end());
-    size_t bound = top.size() + length * static_cast<size_t>(top_k_);  // distinct tokens at most
+    if (floored) {
+        weighted_.clear();
+        for (size_t i = 0; i < floor_.ids.size(); ++i) weighted_.emplace_back(floor_.ids[i], floor_.probs[i]);
+    } else {
+        const auto& top = unigram_.top(width, compensated_);
+        weighted_.assign(top.begin(), top.end());
+    }
+    size_t bound = weighted_.size() + length * static_cast<size_t>(top_k_);  // distinct tokens at most
     scratch_.reset(bound);
     for (size_t i = 0; i < weighted_.size(); ++i) scratch_.find_or_insert(weighted_[i].first, static_cast<int32_t>(i));
     double scale = 1.0;
-    int64_t count = 0;
+    int64_t count = floored ? floor_.count : 0;
     int matched = 0;
     for (size_t n = 1; n <= length; ++n) {
         const Table& table = tables_[n - 1];

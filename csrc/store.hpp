@@ -137,6 +137,9 @@ public:
     Stats& stats() { return stats_; }
     const Stats& stats() const { return stats_; }
     bool compensated() const { return compensated_; }
+    // A cross-prompt memory (stand_runtime/store/ngram_store.py ``base``): fed with every observation,
+    // blended below this store's tables. Not owned; the Python store holds a reference to it.
+    void set_base(Store* base) { base_ = base; }
 
 private:
     void merge(Entry& stored, const Token* ids, const double* probs, size_t k);
@@ -148,6 +151,8 @@ private:
     std::vector<Table> tables_;  // index n - 1
     Unigram unigram_;
     Stats stats_;
+    Store* base_ = nullptr;
+    Blended floor_;  // the base's blend under this one
     // scratch of merge and blend
     std::vector<std::pair<Token, double>> weighted_;
     std::vector<size_t> order_;

@@ -224,13 +224,14 @@ class Method:
             return f"{self.name} [{self.tree.num_nodes} nodes]"
         return self.name
 
-    def new_memory(self, vocab: int) -> Memory | None:
-        """A fresh drafter memory of this method's kind (None for methods without one).
+    def new_memory(self, vocab: int, base: NGramStore | None = None) -> Memory | None:
+        """A fresh drafter memory of this method's kind (None for methods without one); ``base``: a
+        STAND store's cross-prompt memory (:func:`stand_runtime.drafters.new_memory`).
 
         Raises:
-            StandError: ``vocab`` (the target's vocabulary size) not an integer >= 1.
+            StandError: ``vocab`` (the target's vocabulary size) not an integer >= 1; a bad ``base``.
         """
-        return new_memory(self.name, vocab, self.tree)
+        return new_memory(self.name, vocab, self.tree, base)
 
     def check_target(self, model) -> None:
         """Raises StandError when this method was sized for another target (architecture, dtype or

@@ -39,6 +39,10 @@ def bench_traces(
                                           "suffix with its limit at K, pld's chain at K, recycle and stand-static on "
                                           "their tree's first K nodes); reports τ and τ per drafted token against K, "
                                           "--png plots τ against K."),
+    cross_prompt: bool = typer.Option(False, "--cross-prompt", help="Groups replayed in order learn from the ones "
+                                      "before them: STAND's store of each group over a cross-prompt memory of every "
+                                      "group so far, the other methods' memory shared by all groups (SuffixDecoding's "
+                                      "global tree)."),
 ) -> None:
     """Replay recorded traces through the drafters (greedy verification, no model) and compare them."""
     from stand_runtime import load_tokenizer
@@ -59,16 +63,18 @@ def bench_traces(
         console.print(f"{skipped} groups with fewer than {min_group_size} traces left out (--min-group-size)")
     with render.progress(console) as bar:
         task = bar.add_task("replaying", total=count * len(specs))
-        results = run_trace_bench(groups, specs, len(tokenizer), on_trace=lambda _: bar.advance(task))
+        results = run_trace_bench(groups, specs, len(tokenizer), on_trace=lambda _: bar.advance(task),
+                                  cross_prompt=cross_prompt)
     settings = {"traces": str(traces), "group_field": group_field, "text_field": text_field,
                 "prompt_field": prompt_field, "max_tokens": max_tokens, "min_group_size": min_group_size,
                 "tokenizer": tokenizer_spec, "groups": len(groups), "traces_replayed": count, "groups_left_out": skipped,
-                "copy_tokens": copy_tokens, "budgets": None if budgets is None else sorted({s.budget for s in specs})}
+                "copy_tokens": copy_tokens, "cross_prompt": cross_prompt, "budgets": None if budgets is None else sorted({s.budget for s in specs})}
     data = trace_results_json(results, settings)
     if profile is not None:
         data["projection"] = projection_block(data["results"], profile[0], {"path": str(latency), "format": profile[1]})
     title = (f"{len(groups)} groups x up to {max(len(g.trace_ids) for g in groups)} traces from {traces.name}, "
-             f"{max_tokens} tokens, greedy replay" + ("" if budgets is None else ": τ against budget"))
+             f"{max_tokens} tokens, greedy replay" + (", cross-prompt memory" if cross_prompt else "")
+             + ("" if budgets is None else ": τ against budget"))
     _report(data, title, out, png)
 
 

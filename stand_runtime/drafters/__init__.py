@@ -122,20 +122,25 @@ def takes_tree(method: str, spec) -> bool:
     return method in TREE_METHODS and (method in DYNAMIC_METHODS or parse_dynamic(spec) is None)
 
 
-def new_memory(method: str, vocab: int, tree=None) -> Memory | None:
+def new_memory(method: str, vocab: int, tree=None, base: NGramStore | None = None) -> Memory | None:
     """A fresh drafter memory for ``method`` (None for methods without one); a store for a dynamic
     ``tree`` keeps contexts up to :data:`DYNAMIC_MAX_N` tokens (the paper's store: 3); where the
     extension is built (unless ``STAND_NATIVE=0``) the store is the native one, over which every STAND tree (static, fixed-budget
     or value-sized dynamic) is drafted in C++ (:mod:`stand_runtime.store.native_store`,
-    :mod:`stand_runtime.store.native_draft`).
+    :mod:`stand_runtime.store.native_draft`). ``base``: a STAND store's cross-prompt memory (a store
+    from this function for the same method and tree, shared by many problems' stores: :class:`NGramStore`).
 
     Raises:
-        StandError: ``vocab`` not an integer in [1, :data:`stand_runtime.limits.MAX_VOCAB`] (for every method, so none accepts what another refuses).
+        StandError: ``vocab`` not an integer in [1, :data:`stand_runtime.limits.MAX_VOCAB`] (for every
+            method, so none accepts what another refuses); a ``base`` for another method or one the store
+            refuses (:func:`stand_runtime.store.ngram_store.check_base`).
     """
     vocab = check_int("vocab", vocab, 1, MAX_VOCAB)
+    if base is not None and method not in STORE_METHODS:
+        raise StandError(f"a cross-prompt memory (base) is a STAND store's: {method!r} has none")
     if method in STORE_METHODS:
         dynamic = parse_dynamic(tree)
-        return store_class(True)(top_k=STORE_TOP_K, max_n=DYNAMIC_MAX_N if dynamic is not None else 3)
+        return store_class(True)(top_k=STORE_TOP_K, max_n=DYNAMIC_MAX_N if dynamic is not None else 3, base=base)
     if method == "recycle":
         return RecyclingMatrix(vocab)
     if method == "suffix":

@@ -11,6 +11,12 @@ with the blend below it,
 (c_n observations and u_n ids of the n-token context's entry; β = 1 is Witten-Bell's weight). A
 token the longest context never saw followed by is then still drafted where a shorter context
 predicts it, and a context seen once does not claim certainty (docs/decisions.md).
+
+A store given a cross-prompt memory (``NGramStore(base=...)``: a store fed with every problem's
+observations) blends its own tables above the memory's blend for the same context instead of its
+0-gram table: where the store knows the context its own observations weigh as above, and where it
+does not (a problem's first sample) the memory's longer contexts answer, with the memory's count as
+the entry's confidence. The memory feeds drafts only (q), never p, so verification stays lossless.
 """
 
 from __future__ import annotations
@@ -69,25 +75,29 @@ class UnigramTable:
         return self._top
 
 
-def blend_tables(tables: dict[int, OrderedDict[tuple[int, ...], StoreEntry]], unigram: UnigramTable,
+def blend_tables(tables: dict[int, OrderedDict[tuple[int, ...], StoreEntry]], floor: UnigramTable | StoreEntry,
                  context: tuple[int, ...], beta: float, width: int) -> tuple[StoreEntry, int]:
     """The Witten-Bell blend for the token after ``context`` (module docstring).
 
     Args:
         tables: the store's tables by context length n.
-        unigram: its 0-gram table (not empty).
+        floor: the blend's lowest level: the store's 0-gram table (not empty), or a cross-prompt
+            memory's own blend for ``context`` (an entry: its ids, q and count).
         context: the tokens before the predicted position (at most the longest table's n).
         beta: weight of a context's distinct ids against its count (Witten-Bell: 1).
         width: ids the blend keeps (its most likely; q is renormalised over them).
 
     Returns:
         ``(entry, n)``: the blend over ``width`` ids, sorted by decreasing q, whose ``count`` is the
-        longest matched context's observations, and that context's length n (both 0 when only the
-        0-gram table answers).
+        longest matched context's observations, and that context's length n (0 when only the floor
+        answers: the count is then the floor entry's, 0 for the 0-gram table).
     """
     # blended value of a token = scale * raw[token]: one multiplication per level, not per token
-    raw = dict(unigram.top(width))
-    scale, count, matched = 1.0, 0, 0
+    if isinstance(floor, StoreEntry):
+        raw, count = dict(zip(floor.id_list, floor.prob_list)), floor.count
+    else:
+        raw, count = dict(floor.top(width)), 0
+    scale, matched = 1.0, 0
     for n in range(1, len(context) + 1):
         entry = tables[n].get(context[-n:])
         if entry is None:

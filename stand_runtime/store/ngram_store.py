@@ -37,7 +37,7 @@ from .blend import BLEND_WIDTH, UnigramTable, blend_tables, check_blend
 from .entry import BYTES_PER_ENTRY, BYTES_PER_RESERVE_ID, StoreEntry, StoreStats
 from .entry import top_observation
 
-__all__ = ["BLEND_WIDTH", "MAX_CONTEXT", "MAX_ENTRIES", "MAX_TOP_K", "NGramStore", "StoreEntry", "StoreStats"]
+__all__ = ["BLEND_WIDTH", "MAX_CONTEXT", "MAX_ENTRIES", "MAX_TOP_K", "NGramStore", "StoreEntry", "StoreStats", "check_base"]
 
 MAX_CONTEXT = 64
 """Longest context a store keeps (tokens): one table per length, so ``max_n`` bounds the store's
@@ -48,6 +48,31 @@ MAX_TOP_K = 1024
 
 MAX_ENTRIES = 10**9
 """Contexts per table at most (``max_entries_per_n``)."""
+
+
+def check_base(store: "NGramStore", base) -> "NGramStore | None":
+    """``base`` when it can be ``store``'s cross-prompt memory: None, or a store of exactly ``store``'s
+    class (a native store's memory is native) without a base of its own.
+
+    Raises:
+        StandError: anything else (one line).
+    """
+    if base is None:
+        return None
+    if type(base) is not type(store):
+        raise StandError(f"a {type(store).__name__}'s cross-prompt memory (base) must be a {type(store).__name__}, "
+                         f"not {type(base).__name__}")
+    if base.base is not None:
+        raise StandError("a cross-prompt memory (base) cannot have a base of its own")
+    return base
+
+
+def check_base_shape(store: "NGramStore", base: "NGramStore | None") -> None:
+    """Raises StandError unless ``base`` (when given) keeps ``store``'s context length and top k, so
+    that it takes the store's observations and contexts as they are."""
+    if base is not None and (base.max_n, base.top_k) != (store.max_n, store.top_k):
+        raise StandError(f"a cross-prompt memory (base) must keep the store's max_n and top_k "
+                         f"({store.max_n}, {store.top_k}), not ({base.max_n}, {base.top_k})")
 
 
 def _check_size(name: str, value, minimum: int, maximum: int) -> int:
@@ -66,12 +91,19 @@ class NGramStore:
         max_entries_per_n: memory bound per table (contexts); the least recently updated is evicted.
         reserve: candidate ids kept per context beyond the top k (:mod:`stand_runtime.store.entry`);
             0 gives the paper's plain truncation.
+        base: a cross-prompt memory (ours): a store of the same kind, shared by the stores of many
+            problems, that every observation of this store also feeds and that :meth:`blend` reads
+            below this store's own tables (:mod:`stand_runtime.store.blend`); its drafts reach a
+            problem's first sample. :meth:`lookup` (static trees) reads this store alone. None = none.
 
     Raises:
-        StandError: a parameter is out of range.
+        StandError: a parameter is out of range; a base that is not a store of this store's kind or
+            has a base of its own.
     """
 
-    def __init__(self, top_k: int = 10, max_n: int = 3, max_entries_per_n: int = 500_000, reserve: int = 10) -> None:
+    def __init__(self, top_k: int = 10, max_n: int = 3, max_entries_per_n: int = 500_000, reserve: int = 10,
+                 base: "NGramStore | None" = None) -> None:
+        self.base = check_base(self, base)
         top_k = _check_size("top_k", top_k, 1, MAX_TOP_K)
         max_n = _check_size("max_n", max_n, 1, MAX_CONTEXT)
         max_entries_per_n = _check_size("max_entries_per_n", max_entries_per_n, 1, MAX_ENTRIES)
@@ -91,6 +123,7 @@ class NGramStore:
         self._max_token_id = -1
         self._reserve_ids = 0  # reserve ids held over all entries (memory estimate)
         self._unigram = UnigramTable()
+        check_base_shape(self, base)
 
     @property
     def max_token_id(self) -> int:
@@ -149,9 +182,11 @@ class NGramStore:
             StandError: ``width`` below 1, or ``beta`` negative or not finite.
         """
         check_blend(beta, width)
-        if not self._unigram:
+        floor = None if self.base is None else self.base.blend(context, beta, width)
+        if floor is None and not self._unigram:
             return None
-        entry, matched = blend_tables(self._tables, self._unigram, tuple(context[-self.max_n :]), beta, width)
+        floor = self._unigram if floor is None else floor
+        entry, matched = blend_tables(self._tables, floor, tuple(context[-self.max_n :]), beta, width)
         self._lookups += 1
         if matched:
             self._hits[matched] += 1
@@ -193,6 +228,8 @@ class NGramStore:
                 self._reserve_ids += len(merged.reserve[0]) - len(stored.reserve[0])
                 table[key] = merged
                 table.move_to_end(key)
+        if self.base is not None:
+            self.base.update(context, id_list, prob_list)
 
     def update_sequence(
         self, tokens: Sequence[int], positions: Sequence[int], ids: np.ndarray, probs: np.ndarray

@@ -7,6 +7,10 @@ Reported per method: acceptance length τ (tokens per step) at each trajectory i
 draft nodes per step, µs per step drafting and feeding (verification, stop cut and drafter
 feeding), and the drafter memory's size at the end of each group.
 
+With ``cross_prompt`` (``--cross-prompt``) the groups, replayed in order, learn from the groups before
+them: STAND's store of each group drafts over a cross-prompt memory of every group so far, the other
+methods share one memory over all groups (SuffixDecoding's global tree).
+
 Budgets (``--budgets``) are a dimension of the same bench: each method replayed at each budget K of
 drafted tokens per step (:func:`budget_methods`), reported as τ and τ per drafted token against K
 (:func:`budget_rows`).
@@ -23,8 +27,8 @@ import numpy as np
 from stand_runtime import SamplingParams, StandError, SuffixSettings
 from stand_runtime.drafters import STORE_METHODS, SUFFIX_TUNED, TREE_METHODS
 from stand_runtime.randomness import RandomStream
-from stand_runtime import Method, SizingSession, replay_trace
-from stand_runtime.checks import check_callable, check_int
+from stand_runtime import Method, NGramStore, SizingSession, replay_trace
+from stand_runtime.checks import check_bool, check_callable, check_int
 from stand_runtime.drafters import MAX_COPY_TOKENS, PromptLookupDrafter, takes_tree
 from stand_runtime.store.drafting import MAX_DYNAMIC_NODES
 from stand_runtime.trees.tree import MAX_DEPTH, DraftTree
@@ -303,7 +307,7 @@ def ratio_interval(mine: TraceResult, theirs: TraceResult, index: int | None = N
 
 
 def run_trace_bench(groups: list[TraceGroup], methods: list[TraceMethod], vocab: int | None = None,
-                    on_trace: Callable[[str], None] | None = None) -> list[TraceResult]:
+                    on_trace: Callable[[str], None] | None = None, cross_prompt: bool = False) -> list[TraceResult]:
     """Replay every group's traces through every method (groups tokenized, :func:`tokenize_groups`).
 
     Args:
@@ -312,11 +316,15 @@ def run_trace_bench(groups: list[TraceGroup], methods: list[TraceMethod], vocab:
         vocab: the tokenizer's vocabulary size (Token Recycling's matrix rows); None = the largest
             token id + 1.
         on_trace: called with the method's label after every replayed trace.
+        cross_prompt: groups replayed in order learn from the groups before them (:func:`group_memory`):
+            STAND's store of each group over one cross-prompt memory, the other methods' memory shared by
+            every group (SuffixDecoding's global tree, Token Recycling's matrix). False: each group alone.
 
     Raises:
         StandError: a bad tree, a token id outside ``vocab``, or a missing arctic-inference for suffix.
     """
     vocab = _check_bench(groups, methods, vocab, on_trace)
+    cross_prompt = check_bool("cross_prompt", cross_prompt)
     width = max(len(g.trace_ids) for g in groups)
     results = []
     for spec in methods:
@@ -324,8 +332,9 @@ def run_trace_bench(groups: list[TraceGroup], methods: list[TraceMethod], vocab:
         runs = np.full((len(groups), width, len(RUN_COLUMNS)), np.nan)
         memories = []
         value = None if spec.sizing is None else spec.sizing.rule(method.tree.num_nodes)  # one rule, every trace
+        shared = method.new_memory(vocab) if cross_prompt else None
         for g, group in enumerate(groups):
-            memory = method.new_memory(vocab)
+            memory = group_memory(method, vocab, shared)
             drafter = None
             for t, trace in enumerate(group.trace_ids):
                 drafter = trace_drafter(spec, memory, t, vocab, value)
@@ -338,6 +347,15 @@ def run_trace_bench(groups: list[TraceGroup], methods: list[TraceMethod], vocab:
             memories.append(None if store is None else store.get("approx_bytes"))
         results.append(TraceResult(spec, runs, memories))
     return results
+
+
+def group_memory(method: Method, vocab: int, shared):
+    """The drafter memory one group replays with: a fresh one (``shared`` None); with a cross-prompt
+    ``shared`` memory, STAND's fresh store over it (:class:`stand_runtime.NGramStore`'s ``base``: its
+    own observations first, every group's so far below), another method's ``shared`` memory itself."""
+    if shared is None:
+        return method.new_memory(vocab)
+    return method.new_memory(vocab, base=shared) if isinstance(shared, NGramStore) else shared
 
 
 def _check_bench(groups, methods, vocab, on_trace) -> int:

@@ -397,3 +397,45 @@ def test_the_suffix_index_grown_in_place_matches_fresh_sequences():
         if end % 60 == 5:  # another sequence in between starts that index over, then the first one again
             assert fresh.continuation(other, 10) == SuffixIndex().continuation(other, 10)
     assert found > 100  # continuations were found, not only empty ones
+
+
+def test_a_cross_prompt_memory_feeds_and_blends_alike():
+    """A store with a base (cross-prompt memory): every observation also feeds the base, the blend reads
+    the base's blend below the store's own tables, and native == Python for the stores, the base, the
+    blends and the dynamic-tree drafts over them; a fresh store over a fed base drafts from it."""
+    rng = np.random.default_rng(31)
+    bases = [cls(max_n=8, reserve=4) for cls in (NGramStore, NativeNGramStore)]
+    first = [cls(max_n=8, reserve=4, base=base) for cls, base in zip((NGramStore, NativeNGramStore), bases)]
+    feed_both(rng, first, 300)
+    assert_same_store(*bases)
+    assert_same_store(*first)
+    assert len(bases[0]) == len(first[0])  # the base holds what the store was fed
+    second = [cls(max_n=8, reserve=4, base=base) for cls, base in zip((NGramStore, NativeNGramStore), bases)]
+    sequence = random_sequence(rng, 200)
+    unrelated = NGramStore(max_n=8, reserve=4)
+    assert unrelated.blend(sequence[:4]) is None  # an empty store has no q; over the memory, the memory answers
+    assert all(store.blend(sequence[:4]).count == base.blend(sequence[:4]).count for store, base in zip(second, bases))
+    feed_both(rng, second, 100)
+    streams = [RandomStream.seeded(3, block=97) for _ in range(2)]
+    for i in range(150):
+        end = int(rng.integers(1, len(sequence)))
+        context = sequence[max(0, end - 12) : end]
+        beta, width = [(1.0, 16), (0.3, 5)][i % 2]
+        a, b = second[0].blend(context, beta, width), second[1].blend(context, beta, width)
+        assert a.id_list == b.id_list and a.prob_list == b.prob_list and a.count == b.count
+        tree = DynamicTree(int(rng.choice([5, 40])), confidence=[1.0, 0.25][i % 2])
+        drafts = [best_first_draft(tree, store, context, stream, None) for store, stream in zip(second, streams)]
+        assert_same_draft(*drafts)
+    assert second[0].stats() == second[1].stats() and bases[0].stats() == bases[1].stats()
+
+
+def test_a_cross_prompt_memory_is_checked():
+    base = NGramStore(max_n=8)
+    for bad, message in ((NativeNGramStore(max_n=8), "cross-prompt memory \\(base\\) must be a NGramStore"),
+                         ("x", "must be a NGramStore, not str"),
+                         (NGramStore(max_n=8, base=base), "cannot have a base of its own"),
+                         (NGramStore(max_n=3), "must keep the store's max_n and top_k \\(8, 10\\), not \\(3, 10\\)")):
+        with pytest.raises(StandError, match=message):
+            NGramStore(max_n=8, base=bad)
+    with pytest.raises(StandError, match="must be a NativeNGramStore, not NGramStore"):
+        NativeNGramStore(max_n=8, base=base)
