@@ -1,4 +1,5 @@
-"""Presentation for the CLI: rich tables of decoding statistics, tree profiles and benchmark results.
+"""Presentation for the CLI: rich tables of decoding statistics, tree profiles, benchmark results and
+the reliability of value-sized trees (docs/algorithms.md §3.7), progress displays and streamed text.
 
 The packages (``stand_runtime``, ``treeopt``) return data; only the CLI side imports rich.
 """
@@ -254,6 +255,32 @@ def diagnostics_tables(results, depths: int = 6) -> list[Table]:
     return tables
 
 
+def reliability_tables(results) -> list[Table]:
+    """One table per bench result that logged predictions (a value-sized tree): per bin of predicted
+    P(path accepted) the bin's range, nodes, mean predicted, observed accepted share and their gap,
+    with the overall expected calibration error in the title."""
+    return [reliability_table(r.label, r.reliability.summary()) for r in results if r.reliability is not None]
+
+
+def reliability_table(label: str, summary: dict) -> Table:
+    """The table of one :func:`treeopt.evaluate.reliability.reliability` summary."""
+    ece = "–" if summary["ece"] is None else f"{summary['ece']:.4f}"
+    table = Table(title=f"{label}: predicted vs observed acceptance per drafted node (ECE {ece}, "
+                        f"{summary['nodes']} nodes)",
+                  caption="predicted: P(path accepted) the value rule read from its acceptance map when it sized "
+                          "the step · observed: share of those nodes whose path was accepted · gap = observed - "
+                          "predicted", caption_justify="left")
+    for name in ("predicted P bin", "nodes", "mean predicted", "observed", "gap"):
+        table.add_column(name, justify="left" if name == "predicted P bin" else "right")
+    for row in summary["bins"]:
+        table.add_row(f"[{row['low']:.2g}, {row['high']:.2g})", str(row["nodes"]), f"{row['mean_predicted']:.4f}",
+                      f"{row['observed']:.4f}", f"{row['gap']:+.4f}")
+    if summary["nodes"]:
+        table.add_row("all", str(summary["nodes"]), f"{summary['mean_predicted']:.4f}", f"{summary['observed']:.4f}",
+                      f"{summary['observed'] - summary['mean_predicted']:+.4f}", style="bold")
+    return table
+
+
 class ProgressLines:
     """A progress display for a console that is not a terminal: a plain line at most every 10%.
 
@@ -303,20 +330,23 @@ class ProgressLines:
         task["printed"] = task["completed"]
 
 
-def eta_columns() -> list:
-    """Progress columns of a measurement: a bar, done/total, elapsed and remaining time."""
+def _columns(field: str | None = None) -> list:
+    """A bar, done/total, the task's ``field`` (when given), elapsed and remaining time."""
     from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-    return [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn()]
+    shown = [] if field is None else [TextColumn(f"{{task.fields[{field}]}}")]
+    return [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), *shown, TimeElapsedColumn(),
+            TimeRemainingColumn()]
+
+
+def eta_columns() -> list:
+    """Progress columns of a measurement: a bar, done/total, elapsed and remaining time."""
+    return _columns()
 
 
 def search_columns() -> list:
-    """Progress columns of ``search``: a bar, done/total, the tokens field (DVTS counts its tokens
-    there), elapsed and remaining time."""
-    from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
-
-    return [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[tokens]}"),
-            TimeElapsedColumn(), TimeRemainingColumn()]
+    """Progress columns of ``search``: :func:`eta_columns` with the tokens field (DVTS counts its tokens there)."""
+    return _columns("tokens")
 
 
 def time_left(elapsed_s: float, done: int, total: int) -> str:
@@ -328,11 +358,8 @@ def time_left(elapsed_s: float, done: int, total: int) -> str:
 
 
 def calibration_columns() -> list:
-    """Progress columns of ``calibrate``: a bar, done/total, a rate field, elapsed and remaining time."""
-    from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
-
-    return [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[rate]}"),
-            TimeElapsedColumn(), TimeRemainingColumn()]
+    """Progress columns of ``calibrate``: :func:`eta_columns` with a rate field."""
+    return _columns("rate")
 
 
 def progress(console, *columns):
