@@ -20,14 +20,8 @@ from .datasets import jsonl_records
 
 @dataclass
 class TraceGroup:
-    """The traces of one problem.
-
-    Attributes:
-        name: the group key.
-        prompt: the problem text (from the group's first trace).
-        traces: the traces' texts, in file order.
-        prompt_ids, trace_ids: their token ids once tokenized (:func:`tokenize_groups`).
-    """
+    """The traces of one problem: the group key (``name``), the problem text (from its first trace), the
+    traces' texts in file order, and their token ids once tokenized (:func:`tokenize_groups`)."""
 
     name: str
     prompt: str
@@ -88,12 +82,8 @@ def load_traces(path: str | Path, *, group_field: str = "sample_group", text_fie
 
 
 def tokenize_groups(groups: list[TraceGroup], tokenizer, max_tokens: int) -> None:
-    """Tokenize every group's prompt and traces in place (no special tokens added; traces cut to
-    ``max_tokens``; empty traces dropped).
-
-    Raises:
-        StandError: max_tokens < 1, or a group whose prompt or every trace tokenizes to nothing.
-    """
+    """Tokenize every group's prompt and traces in place (no special tokens; traces cut to ``max_tokens``,
+    empty ones dropped); StandError for a group whose prompt or every trace tokenizes to nothing."""
     max_tokens = check_int("max_tokens", max_tokens, 1)
     if not callable(tokenizer):
         raise StandError(f"tokenize_groups needs a tokenizer (callable on text), got {tokenizer!r}")

@@ -37,15 +37,9 @@ from .reliability import ReliabilityLog
 
 @dataclass(frozen=True)
 class BenchMethod:
-    """One decoding configuration: a method and, for tree methods, the tree it drafts into.
-
-    Attributes:
-        method: one of :data:`stand_runtime.METHODS`.
-        tree: the tree spec as the user gave it (a file or bundled name); None = the method's default.
-        feed_rejected: STAND fed at rejected tree nodes too.
-        prior: STAND drafts with the target's successor prior where the bench gives it one
-            (:func:`run_bench`'s ``priors``); False: without (``+noprior``).
-    """
+    """One decoding configuration: a method of :data:`stand_runtime.METHODS`, the ``tree`` spec as given
+    (None: the method's default), STAND fed at rejected nodes too (``feed_rejected``), and ``prior``:
+    STAND drafts with the successor prior where :func:`run_bench` gives one (False: ``+noprior``)."""
 
     method: str
     tree: str | None = None

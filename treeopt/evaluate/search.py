@@ -11,18 +11,15 @@ with every decoding method interleaved, their summaries and report.
   them, and the best continues; until every subtree ends or the round/token budget runs out. Final
   answer by majority vote over the subtrees' answers.
 
-All candidates of a round go to the backend as one batch of requests (one per subtree, n = M, each
-prompt the problem plus the subtree's chosen steps as token ids, so nothing is re-tokenised); every
-request of one problem names the problem as its memory ``group``, so STAND's store is shared by the
-whole search of that problem. :func:`search_window` searches several problems together
-(``SearchSettings.in_flight``): their requests (DVTS: each round's, the problems in lockstep) go to
-the backend in one call, whose batch then refills a finished row's place from any of them. Seeds
-depend only on a problem's index, so a problem draws the same seeds however many are in flight: its
-texts repeat for plain decoding. With drafts they may not: when the batch has fewer slots than the
-problem has rows, its rows start at other steps and feed the problem's shared store in another
-order, and a value-sized tree's batch allocation cuts a row's draft by the other rows' drafts; the
-texts then differ, from the same law (lossless either way). The drivers only see
-:class:`stand_runtime.DecodingBackend`, so any engine behind the seam serves them.
+A round's candidates go to the backend as one batch of requests (one per subtree, n = M, each prompt
+the problem plus the subtree's chosen steps as token ids); every request of a problem names it as its
+memory ``group``, so STAND's store is shared by the problem's whole search. :func:`search_window`
+searches ``SearchSettings.in_flight`` problems together: their requests (DVTS: each round's, in
+lockstep) go to the backend in one call, whose batch refills a finished row's place from any of them.
+Seeds depend only on a problem's index, so plain decoding's texts repeat however many are in flight;
+with drafts they may differ (rows start at other steps and feed the shared store in another order, a
+value-sized tree's batch allocation depends on the other rows), from the same law. The drivers see
+only :class:`stand_runtime.DecodingBackend`, so any engine behind the seam serves them.
 """
 
 from __future__ import annotations
@@ -295,21 +292,16 @@ STEP_DELIMITER = "\n\n"
 
 @dataclass
 class SearchSettings:
-    """What a search does per problem.
+    """What a search does per problem (module docstring).
 
     Attributes:
         strategy: ``"best-of-n"`` or ``"dvts"``.
-        n: samples (best-of-N) or beams (DVTS), >= 1.
+        n: samples (best-of-N) or beams (DVTS).
         subtrees: DVTS subtrees (divides n; M = n / subtrees candidates per subtree and round).
-        max_new_tokens: token budget per sample (best-of-N) or per subtree path (DVTS).
-        step_tokens: DVTS: token budget of one step.
-        max_rounds: DVTS: rounds at most.
-        sampling: the target sampling distribution.
+        max_new_tokens: token budget per sample (best-of-N) or per subtree path (DVTS); step_tokens:
+            DVTS's per step; max_rounds: DVTS's rounds at most.
         seed: base seed (None = nondeterministic).
-        in_flight: problems searched together (>= 1): their requests go to the backend in one call
-            (DVTS: each round's), so a batch refills a finished row's place from any of them
-            (continuous batching) instead of running out at each problem's end; their wall time is
-            shared among them by tokens (:func:`search_window`).
+        in_flight: problems searched together, their wall time shared by tokens (:func:`search_window`).
 
     Raises:
         StandError: n < 1, subtrees < 1 or not dividing n, budgets < 1, an unknown strategy.
@@ -341,16 +333,15 @@ class SearchSettings:
             object.__setattr__(self, "seed", int(self.seed))
 
     def check_problems(self, problems: int) -> None:
-        """:meth:`check_seeds`, and raises StandError when ``in_flight`` exceeds ``problems`` (a whole
-        run's count: the setting would be recorded and never take effect)."""
+        """:meth:`check_seeds`, and raises StandError when ``in_flight`` exceeds a run's ``problems``
+        (the setting would never take effect)."""
         if self.in_flight > problems:
             raise StandError(f"--in-flight {self.in_flight} is more than the {counted(problems, 'problem')} searched: "
                              "at most that many can share the batch")
         self.check_seeds(problems)
 
     def check_seeds(self, problems: int) -> None:
-        """Raises StandError when a search of ``problems`` problems would seed a sample past 2**64 - 1
-        (checked before the first problem, not when the late one is reached)."""
+        """Raises StandError when a search of ``problems`` problems would seed a sample past 2**64 - 1."""
         per_problem = self.n if self.strategy == "best-of-n" else self.max_rounds * self.n
         check_seed_span(self.seed, problems * per_problem, f"samples ({counted(problems, 'problem')} x {per_problem})")
 
@@ -365,19 +356,14 @@ class ProblemResult:
     """One problem's search.
 
     Attributes:
-        id, reference: the problem's id and reference answer (None when it has none).
-        answers: the final answer of every sample (best-of-N) or subtree (DVTS).
-        texts: their full texts.
+        reference: the reference answer (None when it has none).
+        answers, texts: the final answer and text of every sample (best-of-N) or subtree (DVTS).
         answer: the majority answer; correct: whether it matches the reference (None: no reference).
-        tokens: tokens generated, every candidate included (the compute spent).
-        forwards: target forwards summed over rows (tokens / forwards = acceptance length).
-        seconds: wall time of the problem's search (searched with others, ``in_flight`` > 1: its
-            share of their wall time, by tokens).
+        tokens: tokens generated, every candidate included; forwards: target forwards summed over rows.
+        seconds: wall time of the search (with ``in_flight`` > 1, its share of the window's, by tokens).
         rounds: DVTS rounds run (1 for best-of-N).
-        depths: acceptance per draft depth over every step of every candidate
-            (:func:`stand_runtime.engine.metrics.acceptance_by_depth` rows, counts summed).
-        drafted: drafted nodes over every step of every row; steps: those steps (drafted / steps =
-            drafted tokens per row and step).
+        depths: :func:`stand_runtime.engine.metrics.acceptance_by_depth` rows over every candidate's steps.
+        drafted: drafted nodes over every step of every row; steps: those steps.
     """
 
     id: str
@@ -424,8 +410,7 @@ def parse_search_methods(methods: str, tree: str | None = None) -> list[str]:
     """Method names of ``search --methods``, with ``tree`` checked against the methods that take it.
 
     Raises:
-        StandError: an empty list, an unknown or repeated method, or a tree no listed method takes
-            (or a bad tree spec).
+        StandError: what :func:`.method_lists.split_methods` raises, or a tree no listed method takes (or a bad one).
     """
     from stand_runtime import METHODS
     from stand_runtime.drafters import takes_tree
@@ -461,16 +446,10 @@ def compare_methods(backends: dict, tokenizer, problems: Sequence[Prompt], setti
                     on_search: Callable[[str], None] | None = None,
                     on_problem: Callable[[dict], None] | None = None,
                     on_tokens: Callable[[int], None] | None = None) -> dict[str, list[ProblemResult]]:
-    """Every problem searched by every backend (label → backend), interleaved problem by problem (window
-    by window of ``settings.in_flight`` problems) so machine drift hits all methods alike.
-
-    Args:
-        on_search: called with the label after each (window, method) search.
-        on_problem: called with the results so far (label → results) after each window.
-        on_tokens: called with the count of tokens each decoding step of any method commits.
-
-    Returns:
-        label → one :class:`ProblemResult` per problem.
+    """Every problem searched by every backend (label → backend), interleaved window by window of
+    ``settings.in_flight`` problems (machine drift hits all methods alike); label → one
+    :class:`ProblemResult` per problem. ``on_search(label)`` after each (window, method) search,
+    ``on_problem(results so far)`` after each window, ``on_tokens(count)`` after every decoding step.
 
     Raises:
         StandError: as :func:`run_search`, or no backends, before any decoding.
@@ -496,12 +475,10 @@ def compare_methods(backends: dict, tokenizer, problems: Sequence[Prompt], setti
 def search_report(settings: dict, results: dict[str, list[ProblemResult]], profile=None, batch: int = 1,
                   forwards: dict | None = None) -> dict:
     """The ``search --json`` document: the settings (with ``problems_done``: problems every method has
-    finished, as a run saves after each), a summary per method, every problem's result and, given the
-    run's latency profile (a :class:`stand_runtime.target.latency.LatencyProfile`), that profile and
-    per drafting method its ceiling at ``batch`` rows per forward (:func:`.ceiling.ceiling` of its
-    measured acceptance per depth: ``{"speedup", "chain", "batch"}``); ``forwards``: per value-sized
-    method its :class:`.reliability.ForwardLog`, summarised as ``"batched_sizing"`` (predicted against
-    observed tokens per second by the width the rule chose)."""
+    finished), a summary per method, every problem's result and, given the run's latency ``profile``, that
+    profile and per method its :func:`.ceiling.ceiling` at ``batch`` rows per forward (``{"speedup",
+    "chain", "batch"}``); ``forwards``: per value-sized method its :class:`.reliability.ForwardLog`,
+    summarised as ``"batched_sizing"``."""
     done = min((len(rows) for rows in results.values()), default=0)
     summary = {name: summarize(rows) for name, rows in results.items() if rows}
     for name, log in (forwards or {}).items():

@@ -49,16 +49,10 @@ IDENTICAL_NOTE = "stand = stand-det under greedy replay: greedy decoding drafts 
 
 @dataclass(frozen=True)
 class TraceMethod:
-    """One drafter configuration of the trace bench.
-
-    Attributes:
-        label: its name in the output.
-        method: the decoding method, resolved (the trace bench drafts without a model, so only fixed
-            and dynamic trees).
-        tree: the tree spec as given (tree methods), for the output.
-        sizing: a value-sized tree's sizing session (the projected latency profile), else None.
-        budget: the drafted tokens per step it was configured for (:func:`budget_methods`), else None.
-    """
+    """One drafter configuration of the trace bench: its ``label``, the resolved ``method`` (fixed and dynamic
+    trees only: there is no model), the ``tree`` spec as given, a value-sized tree's ``sizing`` session (the
+    projected latency profile), and the ``budget`` of drafted tokens per step it was configured for
+    (:func:`budget_methods`), else None."""
 
     label: str
     method: Method
@@ -153,11 +147,8 @@ def first_nodes(tree: DraftTree, count: int) -> DraftTree:
 
 
 def parse_budgets(text) -> list[int]:
-    """``"2,4,8,16"`` → ``[2, 4, 8, 16]``: budgets of drafted tokens per step, ascending.
-
-    Raises:
-        StandError: not text, an empty list or entry, an entry that is not an integer >= 1, or a repeat.
-    """
+    """``"2,4,8,16"`` → ``[2, 4, 8, 16]``: budgets of drafted tokens per step, ascending (StandError: not
+    text, an empty list or entry, an entry that is not an integer >= 1, or a repeat)."""
     if not isinstance(text, str) or not text.strip():
         raise StandError(f"--budgets must be a comma-separated list of integers >= 1 (drafted tokens per step), "
                          f"got {text!r}")
@@ -222,13 +213,9 @@ RUN_COLUMNS = ("tokens", "steps", "drafted", "drafting_s", "feeding_s", "most_dr
 
 @dataclass
 class TraceResult:
-    """One configuration over every group.
-
-    Attributes:
-        runs: ``[groups, N, 6]`` per trace the :data:`RUN_COLUMNS`: tokens, steps, drafted nodes,
-            drafting s, feeding s, most nodes drafted in one step (NaN rows for groups with fewer than N traces).
-        memory_bytes: the drafter memory's estimated size at the end of each group (None without one).
-    """
+    """One configuration over every group: ``runs`` ``[groups, N, 6]`` per trace the :data:`RUN_COLUMNS`
+    (NaN rows for groups with fewer than N traces), ``memory_bytes`` the drafter memory's estimated size
+    at the end of each group (None without one)."""
 
     spec: TraceMethod
     runs: np.ndarray
@@ -389,11 +376,9 @@ def _result_entry(r: TraceResult, width: int) -> dict:
 
 
 def budget_rows(entries: list[dict]) -> dict:
-    """τ against budget from :func:`trace_results_json`'s entries of a budget bench: ``budgets`` (K
-    ascending), ``methods`` (labels in order), ``rows`` (per method and K: τ pooled and its interval,
-    τ at the first trajectory, drafted nodes per step and the most in one step, τ per drafted token:
-    tokens / drafted nodes, and accepted per drafted token: (tokens - steps) / drafted nodes), and
-    ``best`` (per K the label of the highest pooled τ)."""
+    """τ against budget from :func:`trace_results_json`'s entries: ``budgets`` (K ascending), ``methods``
+    (labels), ``rows`` (per method and K: τ pooled with its interval, τ at t1, drafted nodes per step and
+    the most in one, tokens and accepted tokens per drafted node) and ``best`` (per K the highest τ's label)."""
     entries = [e for e in entries if e.get("budget") is not None]
     budgets = sorted({e["budget"] for e in entries})
     rows = [{"label": e["label"], "budget": e["budget"], "tau": e["acceptance_pooled"],
@@ -410,12 +395,8 @@ def budget_rows(entries: list[dict]) -> dict:
 def load_replay_groups(path, tokenizer, *, group_field: str = "sample_group", text_field: str = "trace",
                        prompt_field: str = "problem", max_tokens: int = 3000,
                        min_group_size: int = 2) -> tuple[list[TraceGroup], int]:
-    """The trace groups of a JSONL file, tokenized (at most ``max_tokens`` per trace) for
-    :func:`run_trace_bench`; (groups, groups left out for having fewer than ``min_group_size`` traces).
-
-    Raises:
-        StandError: an unreadable file, missing fields, or no group left.
-    """
+    """The trace groups of a JSONL file (:func:`treeopt.data.traces.load_traces`), tokenized (at most
+    ``max_tokens`` per trace); (groups, groups left out for having fewer than ``min_group_size`` traces)."""
     from ..data.traces import load_traces, tokenize_groups
 
     groups, skipped = load_traces(path, group_field=group_field, text_field=text_field, prompt_field=prompt_field,
