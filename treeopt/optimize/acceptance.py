@@ -1,15 +1,13 @@
 """The acceptance seed of value-sized dynamic trees, measured on the calibration prompts (docs/algorithms.md §3.7).
 
-``treeopt calibrate`` estimates alpha per node of a static candidate tree; a value-sized dynamic tree
-(``dynamic-auto``) needs something else: P(path accepted) as a function of a node's best-first score
-(:class:`stand_runtime.sizing.value.AcceptanceMap`). :func:`measure_acceptance` decodes the same
-prompts with STAND on a fixed-budget dynamic tree (every node's score is known, and a fixed budget
-observes low-score bins a value-sized tree rarely drafts) and counts, per map bin and kind (drawn,
-copied), the nodes drafted and those whose path was accepted. The acceptance of a node's path depends
-on the path alone, not on how many other nodes the step drafted, so the counts transfer to the
-value-sized prefix of the same best-first order. :func:`calibrate_acceptance` saves them
-(:class:`stand_runtime.sizing.acceptance_seed.AcceptanceSeed`) next to the calibration and in the cache the
-runtime reads.
+A value-sized dynamic tree (``dynamic-auto``) needs P(path accepted) as a function of a node's
+best-first score (:class:`stand_runtime.sizing.value.AcceptanceMap`). :func:`measure_acceptance` decodes
+the calibration prompts with STAND on a fixed-budget dynamic tree (which also observes the low-score
+bins a value-sized tree rarely drafts) and counts, per map bin and kind (drawn, copied), the nodes
+drafted and those whose path was accepted. A path's acceptance depends on the path alone, so the
+counts transfer to the value-sized prefix of the same best-first order. :func:`calibrate_acceptance`
+saves them (:class:`stand_runtime.sizing.acceptance_seed.AcceptanceSeed`) next to the calibration and
+in the cache the runtime reads.
 """
 
 from __future__ import annotations

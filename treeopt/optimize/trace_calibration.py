@@ -1,4 +1,4 @@
-"""Calibrating a tree from recorded traces, with no model (issue 13 part 4; docs/trees.md §6.4).
+"""Calibrating a tree from recorded traces, with no model (docs/trees.md §6.4).
 
 A recorded trace is the target's output under greedy decoding: p is one-hot on the trace's next
 token at every position. Greedy replay calibration (:func:`treeopt.optimize.replay.replay_trajectory` with
