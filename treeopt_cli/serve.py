@@ -137,20 +137,10 @@ def _check_options(ctx, method: str) -> None:
 
 
 def _chain_length(k: Optional[str], method: str):
-    """``--k``: None (the method's default), ``auto`` (stand only) or an integer >= 1 (StandError otherwise)."""
-    from stand_runtime import StandError
-    from stand_runtime.checks import parse_count
+    """``--k``: None (the method's default), ``auto`` (stand only) or an integer (:func:`parse_chain`)."""
+    from treeopt.evaluate.vllm_bench import parse_chain
 
-    if k is None or (k == "auto" and method == "stand"):
-        return k
-    from stand_runtime.limits import MAX_CHAIN_TOKENS
-
-    try:
-        return parse_count("--k", k, 1, MAX_CHAIN_TOKENS)
-    except StandError:
-        allowed = f"an integer in [1, {MAX_CHAIN_TOKENS}]"
-        allowed = f"auto or {allowed}" if method == "stand" else allowed
-        raise StandError(f"--k must be {allowed}, got {k!r}") from None
+    return k if k is None else parse_chain(k, auto=method == "stand")
 
 
 def _prior_distribution(text: str):

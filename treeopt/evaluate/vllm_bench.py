@@ -44,12 +44,9 @@ def parse_k(k_spec: str, names: list[str]) -> int | None:
     vLLM's latency, ngram/suffix their defaults).
 
     Raises:
-        StandError: neither auto nor an integer in [1, 128] (:data:`stand_runtime.limits.MAX_CHAIN_TOKENS`, as
-            ``treeopt serve --k``); an integer with no drafting method listed;
-            ``auto`` for stand without ar (whose engine measures the latency).
+        StandError: what :func:`parse_chain` raises; an integer with no drafting method listed; ``auto``
+            for stand without ar (whose engine measures the latency).
     """
-    from stand_runtime.checks import parse_count
-
     bases = {base_method(name) for name in names}
     if "stand-auto" in bases and "ar" not in names:
         raise StandError("stand-auto starts from vLLM's latency, measured with the ar engine: add ar to --methods")
@@ -58,15 +55,25 @@ def parse_k(k_spec: str, names: list[str]) -> int | None:
             raise StandError("--k auto sizes STAND's chain from vLLM's latency, measured with the ar engine: "
                              "add ar to --methods")
         return None
-    from stand_runtime.limits import MAX_CHAIN_TOKENS
-
-    try:
-        k = parse_count("--k", k_spec, 1, MAX_CHAIN_TOKENS)
-    except StandError:
-        raise StandError(f"--k must be auto or an integer in [1, {MAX_CHAIN_TOKENS}], got {k_spec!r}") from None
+    k = parse_chain(k_spec)
     if not bases & set(DRAFTING_METHODS):
         raise StandError(f"--k sizes the drafts of stand, ngram and suffix; none of {', '.join(names)} drafts")
     return k
+
+
+def parse_chain(text: str, auto: bool = True) -> int | str:
+    """``--k`` of bench-vllm and serve: ``"auto"`` (where ``auto`` is taken) or draft tokens per step, an
+    integer in [1, :data:`stand_runtime.limits.MAX_CHAIN_TOKENS`] (StandError otherwise)."""
+    from stand_runtime.checks import parse_count
+    from stand_runtime.limits import MAX_CHAIN_TOKENS
+
+    if auto and text == "auto":
+        return text
+    try:
+        return parse_count("--k", text, 1, MAX_CHAIN_TOKENS)
+    except StandError:
+        allowed = f"{'auto or ' if auto else ''}an integer in [1, {MAX_CHAIN_TOKENS}]"
+        raise StandError(f"--k must be {allowed}, got {text!r}") from None
 
 
 def check_greedy_samples(temperature: float, trajectories: int) -> None:
