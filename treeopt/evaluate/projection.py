@@ -123,13 +123,10 @@ def projection_block(results: list[dict], profile: LatencyProfile, source: dict)
     (:func:`treeopt.evaluate.trace_bench.trace_results_json`'s) the projected speedup with the measured
     host time and with host = 0; ``source`` (``path``, ``format``) is copied into the block.
 
-    Returns:
-        ``{"formula", "profile" (source, sizes, seconds), "plain" (t1_ms, host_ms None, note),
-        "methods": [{label, acceptance_length, nodes_per_step, forward_ms (t(K + 1)), host_ms,
-        speedup, speedup_interval_95 (τ's interval, K and host at their means), speedup_host_free,
-        host_cost (share of the host-free speedup lost to host work), extrapolated (K + 1 beyond the
-        profile's largest size)}]}``.
-    """
+    Returns ``{"formula", "profile" (source, sizes, seconds), "plain" (t1_ms, host_ms None, note), "methods":
+    [{label, acceptance_length, nodes_per_step, forward_ms (t(K + 1)), host_ms, speedup, speedup_interval_95
+    (τ's interval), speedup_host_free, host_cost (share lost to host work), extrapolated (K + 1 beyond the
+    profile)}]}``."""
     t1 = profile.at(1)
     methods = []
     for r in results:

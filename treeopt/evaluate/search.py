@@ -127,12 +127,12 @@ def _verifier(settings: SearchSettings, verifier) -> Verifier | None:
 
 
 def _start(problems, settings: SearchSettings, verifier, **callbacks) -> tuple[list[Prompt], Verifier | None]:
-    """A search over ``problems`` checked before its first problem decodes; (the problems as a list,
-    the verifier DVTS scores with).
+    """A search over ``problems`` checked before its first problem decodes; (the problems as a list, the
+    verifier DVTS scores with).
 
     Raises:
-        StandError: no problems, one that is not a :class:`Prompt`, two with one id (a search shares a
-            drafter memory per id and keys results by it), a bad setting or callback, seeds past
+        StandError: no problems, or what :func:`treeopt.data.datasets.check_prompt_list` raises (distinct
+            ids: a drafter memory and results are keyed by id), a bad setting or callback, seeds past
             2**64 - 1, DVTS without a verifier.
     """
     if isinstance(problems, (list, tuple)) and not problems:
@@ -155,16 +155,13 @@ def search_window(backend: DecodingBackend, tokenizer, problems: Sequence[Prompt
                   verifier: Verifier | None, vocab: int | None, first: int = 0,
                   on_tokens: Callable[[int], None] | None = None,
                   prompt_ids: Sequence[list[int]] | None = None) -> list[ProblemResult]:
-    """``problems`` (indices ``first``, ``first + 1``, ...) searched together by ``settings.strategy``
-    (module docstring); one result each, their wall time shared by tokens.
-
-    Args:
-        prompt_ids: each problem's prompt ids as :func:`encode_problems` gave them (already checked);
-            None encodes and checks them here.
+    """``problems`` (indices ``first``, ``first + 1``, ...) searched together by ``settings.strategy`` (module
+    docstring); one result each, their wall time shared by tokens. ``prompt_ids``: each problem's ids as
+    :func:`encode_problems` gave them (None: encoded and checked here).
 
     Raises:
-        StandError: a problem whose prompt cannot be encoded or whose budget does not fit the model's
-            context (before any decoding), a verifier's bad scores, and what the backend raises.
+        StandError: a prompt that cannot be encoded or does not fit the context with its budget (before
+            any decoding), a verifier's bad scores, and what the backend raises.
     """
     start = time.perf_counter()
     check_backend(backend)
@@ -188,13 +185,12 @@ def search_window(backend: DecodingBackend, tokenizer, problems: Sequence[Prompt
 
 def encode_problems(backend: DecodingBackend, tokenizer, problems: Sequence[Prompt], settings: SearchSettings,
                     vocab: int | None) -> list[list[int]]:
-    """Each problem's prompt as token ids (chat template applied), encoded once for every check and
-    decode of it, and checked before any problem decodes: a prompt that cannot be encoded, or whose
-    prompt plus ``settings.max_new_tokens`` (a best-of-N sample's budget, a DVTS path's) exceeds the
-    context (where the backend has a ``check_request``), is refused now, not at its late turn hours into a run.
+    """Each problem's prompt as token ids (chat template applied), encoded once and checked before any
+    problem decodes: a prompt that cannot be encoded, or that with ``settings.max_new_tokens`` exceeds the
+    context (where the backend has a ``check_request``), is refused now, not hours into a run.
 
     Raises:
-        StandError: ``problem <id>: <why>`` (one line), the first offending problem.
+        StandError: ``problem <id>: <why>``, the first offending problem.
     """
     check_backend(backend)
     vocab = None if vocab is None else check_int("vocab", vocab, 1)

@@ -88,18 +88,13 @@ def start_engines(names: list[str], k: int | None, folder, dtype: str, probe_ids
                   max_model_len: int = 2048, on_measure: Callable[[], None] | None = None,
                   on_curve: Callable[[list, int], None] | None = None,
                   stand_options: dict | None = None) -> tuple[dict, dict]:
-    """One vLLM engine per method of ``names`` (``hf`` excepted), ar first.
+    """One vLLM engine per method of ``names`` (``hf`` excepted), ar first; (label → (method, vLLM ``LLM``) in
+    table order, method → its k, None for its default).
 
-    Args:
-        k: draft tokens per step; None = auto: STAND's k chosen from the ar engine's step latency here
-            (measured once on ``probe_ids`` and cached) for ``batch`` samples per request, ngram/suffix
-            their defaults; ``stand-auto`` starts its per-request chain lengths from that latency.
-        on_measure: called before the latency is measured; on_curve: with (the size curve, the k chosen).
-        stand_options: proposer options for the STAND engines (``prior`` not for a ``+noprior`` one).
-
-    Returns:
-        (label → (method, vLLM ``LLM``), in table order; method → its k, None for its default).
-    """
+    ``k``: draft tokens per step; None (auto): STAND's chosen from the ar engine's step latency (measured
+    once on ``probe_ids``, cached) for ``batch`` samples per request, ``on_curve(curve, k)`` shown, and
+    ``stand-auto``'s per-request chain lengths start from that latency (``on_measure()`` before it is
+    measured). ``stand_options``: the STAND engines' proposer options (``prior`` not for ``+noprior``)."""
     from stand_runtime.vllm import AUTO_K, cached_vllm_latency, choose_k, latency_option, load_llm
 
     engines, ks = {}, {}

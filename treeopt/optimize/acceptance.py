@@ -87,8 +87,7 @@ def calibrate_acceptance(config, model, tokenizer, prompts: list, out: str | Pat
     """Measure the acceptance seed on a calibration's prompts (:func:`measure_acceptance`, prompt i seeded
     ``config.seed + 1000 i`` as :class:`treeopt.CalibrationConfig` seeds it) and save it at ``out`` and,
     where it replaces the one in use (:func:`_replaces`), at the model's
-    :func:`stand_runtime.sizing.acceptance_seed.seed_path` (where value-sized trees look for it); (the
-    seed, the paths written).
+    :func:`stand_runtime.sizing.acceptance_seed.seed_path`; (the seed, the paths written).
 
     Raises:
         StandError: unwritable paths, or what :func:`measure_acceptance` raises.

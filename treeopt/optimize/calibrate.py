@@ -129,13 +129,9 @@ def calibrate(
     prompts: list[Prompt] | None = None,
     progress: Progress | None = None,
 ) -> Calibration:
-    """Estimate alpha(v) for every candidate node on the configured prompts; the :class:`Calibration`,
-    saved to ``out`` (atomically, after every prompt).
-
-    Args:
-        resume: continue the run saved in ``out`` (same settings), skipping its finished prompts.
-        candidate: the candidate tree; None builds one from the config (nodes and prior).
-        prompts: the prompts; None loads them from the config's dataset.
+    """Estimate alpha(v) for every candidate node on the configured prompts; the :class:`Calibration`, saved
+    to ``out`` after every prompt. ``resume``: continue the run saved in ``out`` (same settings);
+    ``candidate``: None builds one from the config; ``prompts``: None loads the config's dataset.
 
     Raises:
         StandError: not a CalibrationConfig, bad dataset or prompts (empty, not Prompt, a repeated id),
