@@ -1,10 +1,8 @@
-"""treeopt: offline draft-tree optimization for STAND (paper §3.3; docs/trees.md §6).
+"""treeopt: offline draft-tree optimization for STAND (paper §3.3; docs/trees.md §6) and its evaluation.
 
-Modules: ``datasets`` (prompt sources), ``candidate`` (the candidate tree), ``calibration`` (the
-calibration file), ``replay`` and ``calibrate`` (estimating per-node acceptance), ``prune`` (the exact
-tree knapsack), ``export`` (tree files and tree families), ``profile`` (depth profiles), ``bench`` and ``answers`` (benchmarks, majority
-vote), ``search`` and ``verifiers`` (test-time scaling: best-of-N and DVTS over the decoding backend),
-``plots`` (PNG, matplotlib). It never imports rich or typer: the CLI renders its results.
+Subpackages: ``data`` (prompt and trace sources), ``optimize`` (candidate trees, calibration, pruning,
+export, depth profiles), ``evaluate`` (benches, test-time-scaling search, verifiers, plots). It never
+imports rich or typer: the CLI renders its results.
 """
 
 from stand_runtime import __version__

@@ -44,8 +44,8 @@ def print_warning(message: str) -> None:
 
 
 def one_line_errors(command):
-    """Print StandError as ``error: ...`` on stderr and exit 2; an interrupt (Ctrl-C) as one line on
-    stderr, exit 130 (every file is written atomically: what was written before is complete)."""
+    """Print StandError as ``error: ...`` on stderr and exit 2; an interrupt (Ctrl-C) as one line, exit 130
+    (every file is written atomically: what was written before is complete)."""
 
     @functools.wraps(command)
     def wrapper(*args, **kwargs):
@@ -67,8 +67,7 @@ def one_line_errors(command):
 
 
 def _show_warning(shown, message, category, filename, lineno, file=None, line=None) -> None:
-    """A :class:`stand_runtime.errors.StandWarning` as one ``warning:`` line on stderr; others as
-    ``shown`` (the display in place before) shows them."""
+    """A :class:`stand_runtime.errors.StandWarning` as one ``warning:`` line; others as ``shown`` shows them."""
     if issubclass(category, StandWarning):
         print_warning(str(message))
     else:
@@ -76,8 +75,8 @@ def _show_warning(shown, message, category, filename, lineno, file=None, line=No
 
 
 def run() -> None:
-    """The console script: usage errors (a bad option value, a missing argument, an unknown command)
-    are one line, ``error: ...`` with exit code 2, like every other bad input."""
+    """The console script: usage errors (a bad option value, a missing argument, an unknown command) are
+    one ``error: ...`` line with exit code 2, like every other bad input."""
     try:
         result = app(standalone_mode=False)
     except Exception as error:  # click's classes, whichever copy of click typer uses: matched by name

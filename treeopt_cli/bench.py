@@ -13,7 +13,7 @@ import typer
 from stand_runtime.limits import METHODS
 from stand_runtime.errors import counted
 
-from . import loading, render, render_value
+from . import loading, render
 from .app import app, console, err_console, one_line_errors
 from .options import (dtype_name, BASE_SEED_HELP, DATASET_HELP, DTYPE_HELP, FIELD_HELP, MODEL_HELP, OFFSET_HELP, PLOT_HELP,
                       PRIOR_HELP, TEMPERATURE_HELP, TOP_P_HELP, VERIFICATION_HELP, Verification, check_budget_fits, check_outputs, check_prior_option,
@@ -130,7 +130,7 @@ def _report(results: list, profile, title: str, json_out: Optional[Path], png: O
         console.print(line, style="yellow")
     for table in render.diagnostics_tables(results):
         console.print(table)
-    for table in render_value.reliability_tables(results):
+    for table in render.reliability_tables(results):
         console.print(table)
     if json_out is not None:
         console.print(f"results written to {json_out}")

@@ -14,7 +14,7 @@ from stand_runtime.errors import counted
 from . import loading, render
 from .app import app, console, err_console, one_line_errors
 from .options import (BASE_SEED_HELP, DATASET_HELP, FIELD_HELP, MODEL_HELP, TEMPERATURE_HELP, TOP_K_HELP, TOP_P_HELP,
-                      check_paths, refuse_options, sampling_options)
+                      check_outputs, refuse_options, sampling_options)
 
 TRACE_ONLY = ["group_field", "text_field", "prompt_field", "max_tokens", "tokenizer_spec"]
 DECODING_ONLY = ["samples", "dataset", "field", "offset", "method", "temperature", "top_p", "top_k", "max_new_tokens",
@@ -76,12 +76,10 @@ def calibrate(
 def _calibrate_decoding(config, candidate_file: Optional[Path], out: Path, resume: bool, acceptance_nodes: int) -> None:
     """``treeopt calibrate``: decode the prompts (:func:`treeopt.calibrate`), with progress bars."""
     from stand_runtime import load_tree
-    from stand_runtime.files import check_writable
     from treeopt import calibrate as run_calibration, depth_profile, load_prompts
     from treeopt.optimize.calibrate import resumable
 
-    check_paths({"--out": out}, {"--candidate": candidate_file, "--dataset": config.dataset})
-    check_writable(out)
+    check_outputs({"--out": out}, {"--candidate": candidate_file, "--dataset": config.dataset})
     seed_out = _check_acceptance(out, acceptance_nodes)
     prompts = load_prompts(config.dataset, field=config.field, samples=config.samples, offset=config.offset)
     tree = load_tree(candidate_file).tree if candidate_file is not None else None
@@ -178,13 +176,11 @@ def _calibrate_traces(path: Path, candidate_file: Optional[Path], candidate_node
                       prompt_field: str, max_tokens: int, tokenizer_spec: str, out: Path) -> None:
     """``treeopt calibrate --traces``: greedy replay calibration from recorded traces."""
     from stand_runtime import load_tokenizer, load_tree
-    from stand_runtime.files import check_writable
     from treeopt import Prior, candidate_tree, depth_profile
     from treeopt.data.traces import load_traces, tokenize_groups
     from treeopt.optimize.trace_calibration import calibrate_traces
 
-    check_paths({"--out": out}, {"--traces": path, "--candidate": candidate_file})
-    check_writable(out)
+    check_outputs({"--out": out}, {"--traces": path, "--candidate": candidate_file})
     tree = load_tree(candidate_file).tree if candidate_file is not None else candidate_tree(candidate_nodes, Prior())
     if tree.num_nodes == 0:
         raise StandError(f"candidate tree {candidate_file} has no nodes")

@@ -13,7 +13,7 @@ from . import loading, render
 from .app import app, console, one_line_errors
 from .options import (dtype_name, DTYPE_HELP, PRIOR_HELP, MODEL_HELP, SEED_HELP, TEMPERATURE_HELP, TOP_K_HELP, TOP_P_HELP,
                       VERIFICATION_HELP, Verification, check_budget_fits,
-                      check_paths, json_path, read_prompt, refuse_options, sampling_options, ResultsFile)
+                      check_outputs, json_path, read_prompt, refuse_options, sampling_options, ResultsFile)
 
 FINISH_NOTES = {"length": "(stopped at --max-new-tokens {})", "stop": "(stopped at a --stop string, which the text leaves out)",
                 "eos": "(stopped at the model's end-of-sequence token)"}
@@ -45,13 +45,11 @@ def generate_command(
     """Decode one prompt, streaming the text, then show the decoding statistics."""
     from stand_runtime.drafters import STORE_METHODS, check_method
     from stand_runtime.engine.row import check_budget
-    from stand_runtime.files import check_writable
-    from stand_runtime.method import DEFAULT_TREES
-    from stand_runtime.randomness import check_seed
     from stand_runtime.engine.stopping import check_stop_strings
-    from stand_runtime.method import check_tree_spec
+    from stand_runtime.method import DEFAULT_TREES, check_tree_spec
+    from stand_runtime.randomness import check_seed
 
-    check_paths({"--json": json_out}, {"--prompt-file": prompt_file, "--tree": tree})
+    check_outputs({"--json": json_out}, {"--prompt-file": prompt_file, "--tree": tree})
     text = read_prompt(prompt, prompt_file, keep_newline)
     check_method(method, tree=tree, feed_rejected=feed_rejected)
     if method not in STORE_METHODS:
@@ -62,8 +60,6 @@ def generate_command(
     sampling = sampling_options(temperature, top_p, top_k)
     check_tree_spec(method, tree)
     check_budget_fits(model, max_new_tokens)
-    if json_out is not None:
-        check_writable(json_out)
     out = ResultsFile(json_out, console, ctx)
     target, tokenizer = loading.load_model(model, dtype)
     choice = loading.announce_tree(target, method, tree)

@@ -36,8 +36,8 @@ def warn_latency(profile, **observed) -> None:
 
 @contextlib.contextmanager
 def runtime_warnings():
-    """Print each :class:`stand_runtime.errors.StandWarning` raised inside as one ``warning:`` line on
-    stderr once the block ends (after any progress bar in it); other warnings pass on as they were."""
+    """Print each :class:`stand_runtime.errors.StandWarning` raised inside as one ``warning:`` line on stderr
+    once the block ends (after any progress bar in it); other warnings pass on."""
     from stand_runtime.errors import StandWarning
 
     with warnings.catch_warnings(record=True) as caught:
@@ -54,10 +54,10 @@ def runtime_warnings():
 
 
 def announce_tree(target, method: str, tree: Optional[str]):
-    """Say which tree ``auto`` chose for this machine, or how a value-sized dynamic tree
-    (``dynamic-auto``) is sized (measuring the latency profile once if needed, and warning when it
-    looks untrustworthy); returns the :class:`stand_runtime.sizing.tree_choice.TreeChoice` (for
-    ``dynamic-auto``: an object with the ``profile``), or None when the method is sized by neither."""
+    """Say which tree ``auto`` chose for this machine, or how ``dynamic-auto`` is sized (measuring the latency
+    profile once if needed, warning when it looks untrustworthy); the
+    :class:`stand_runtime.sizing.tree_choice.TreeChoice` (``dynamic-auto``: an object with the
+    ``profile``), or None for a method sized by neither."""
     from types import SimpleNamespace
 
     from stand_runtime.drafters import COPY_TOKENS, DYNAMIC_METHODS, TREE_METHODS, parse_dynamic
@@ -102,9 +102,8 @@ def cached_profile(target, model: str, what: str = "this machine's forward laten
 
 def successor_prior(target, tokenizer, methods, sampling, enabled: bool = True, skip: str = "--no-prior skips it"):
     """The target's successor prior for ``sampling`` (:mod:`stand_runtime.drafters.prior`) when one of
-    ``methods`` is a STAND method and ``enabled``: measured once per model, dtype and distribution
-    (announced with its forwards and how to skip it, ``skip``; a progress display with the time left)
-    and cached; else None."""
+    ``methods`` is a STAND method and ``enabled``, else None; a measurement is announced (with ``skip``,
+    how to skip it) and shown with the time left."""
     import time
 
     from stand_runtime.drafters.prior import method_prior

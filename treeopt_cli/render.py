@@ -1,4 +1,5 @@
-"""Presentation for the CLI: rich tables of decoding statistics, tree profiles and benchmark results.
+"""Presentation for the CLI: rich tables of decoding statistics, tree profiles, benchmark results and
+the reliability of value-sized trees (docs/algorithms.md §3.7), progress displays and streamed text.
 
 The packages (``stand_runtime``, ``treeopt``) return data; only the CLI side imports rich.
 """
@@ -17,11 +18,19 @@ if TYPE_CHECKING:  # annotations only: importing them would load torch for every
     from treeopt import DepthProfile
 
 
+def _table(columns, *, no_wrap: bool = False, min_width: int | None = None, **options) -> Table:
+    """A rich Table (``options``: title, caption, ...; a caption left-justified) whose first column is
+    left-justified (at least ``min_width`` wide) and the others right-justified."""
+    table = Table(**({"caption_justify": "left"} if "caption" in options else {}), **options)
+    for index, column in enumerate(columns):
+        table.add_column(column, justify="right" if index else "left", no_wrap=no_wrap,
+                         min_width=None if index else min_width)
+    return table
+
+
 def stats_table(stats: DecodeStats, title: str = "decoding") -> Table:
     """One decoding run: tokens, steps, acceptance length, throughput and the time split."""
-    table = Table(title=title, show_header=True)
-    table.add_column("metric")
-    table.add_column("value", justify="right")
+    table = _table(("metric", "value"), title=title)
     drafted = stats.drafted_per_step
     rows = [
         ("prompt tokens", f"{stats.prompt_tokens}"),
@@ -100,23 +109,17 @@ def curve_table(curve: list[dict], chosen: int, every: int = 8) -> Table:
 
 def bench_tables(results, speedups: dict, title: str, intervals: dict | None = None,
                  bounds: dict | None = None) -> list[Table]:
-    """The benchmark in two narrow tables (each fits 80 columns).
-
-    Speed: acceptance length τ, tokens/s, the speedup over ar with its 95% interval over prompts,
-    the latency bound τ·t(1)/t(d+1) (d: drafted nodes a step) and the share of time outside the target forward. Work:
-    tree size, drafted nodes per step, tokens, steps and seconds, τ per trajectory index. Answers
-    (when the prompts have reference answers): majority-vote and per-trajectory accuracy.
-    """
+    """The benchmark in narrow tables (each fits 80 columns): speed (τ, tokens/s, the speedup over ar with
+    its 95% interval, the latency bound, the time outside the forward), work (tree size, drafted nodes,
+    tokens, steps, seconds, τ per trajectory) and, for prompts with reference answers, accuracy."""
     intervals, bounds = intervals or {}, bounds or {}
     label_width = max((len(result.label) for result in results), default=6)  # a label never wraps its "]"
-    speed = Table(title=title, caption="τ: tokens per target forward · × ar: tokens/s over plain decoding, "
-                  "95% bootstrap interval over prompts · bound: τ·t(1)/t(d+1), the speedup τ gives at d drafted "
-                  "nodes per step (the work table's drafted column) with this machine's cached latency profile and "
-                  "no host work (an estimate) · "
-                  "host: time outside the forward", caption_justify="left")
-    for column in ("method", "τ", "tokens/s", "× ar", "95% interval", *(["bound"] if bounds else []), "host"):
-        speed.add_column(column, justify="left" if column == "method" else "right", no_wrap=True,
-                         min_width=label_width if column == "method" else None)
+    speed = _table(("method", "τ", "tokens/s", "× ar", "95% interval", *(["bound"] if bounds else []), "host"),
+                   no_wrap=True, min_width=label_width, title=title,
+                   caption="τ: tokens per target forward · × ar: tokens/s over plain decoding, 95% bootstrap interval "
+                   "over prompts · bound: τ·t(1)/t(d+1), the speedup τ gives at d drafted nodes per step (the work "
+                   "table's drafted column) with this machine's cached latency profile and no host work (an "
+                   "estimate) · host: time outside the forward")
     for result in results:
         ratio, interval = speedups.get(result.label), intervals.get(result.label)
         row = [result.label, f"{result.acceptance_length:.2f}", f"{result.tokens_per_s:.1f}",
@@ -132,12 +135,9 @@ def bench_tables(results, speedups: dict, title: str, intervals: dict | None = N
                "drafted: nodes drafted per target forward, which differs from K: store misses leave tree nodes out, "
                "STAND's copy path adds copied tokens beyond them, dynamic-auto drafts what pays")
     caption += " · τ by trajectory: τ of the t-th trajectory of every prompt" if by_trajectory else ""
-    work = Table(title="work per method", caption=caption, caption_justify="left")
-    columns = ["method", "K", "drafted", "tokens", "steps", "seconds"]
-    columns += ["τ by trajectory"] if by_trajectory else []
-    for column in columns:
-        work.add_column(column, justify="left" if column == "method" else "right", no_wrap=True,
-                        min_width=label_width if column == "method" else None)
+    trajectory = ["τ by trajectory"] if by_trajectory else []
+    work = _table(("method", "K", "drafted", "tokens", "steps", "seconds", *trajectory), no_wrap=True,
+                  min_width=label_width, title="work per method", caption=caption)
     for result in results:
         row = [result.label, str(result.tree_nodes), f"{result.mean_drafted:.1f}", str(result.tokens), str(result.steps),
                f"{result.decode_s:.1f}"]
@@ -147,10 +147,9 @@ def bench_tables(results, speedups: dict, title: str, intervals: dict | None = N
         work.add_row(*row)
     tables = [speed, work]
     if graded:
-        answers = Table(title="answers (prompts with a reference answer)", caption="majority vote: prompts whose most "
-                        "common extracted answer over the trajectories is right", caption_justify="left")
-        for column in ("method", "majority vote", "trajectories right"):
-            answers.add_column(column, justify="left" if column == "method" else "right")
+        answers = _table(("method", "majority vote", "trajectories right"), title="answers (prompts with a reference "
+                         "answer)", caption="majority vote: prompts whose most common extracted answer over the "
+                         "trajectories is right")
         for result in results:
             answers.add_row(result.label, f"{result.correct}/{result.graded}",
                             f"{result.trajectories_correct}/{result.trajectories_graded}")
@@ -160,9 +159,8 @@ def bench_tables(results, speedups: dict, title: str, intervals: dict | None = N
 
 def vllm_bench_table(results, speedups: dict, intervals: dict, title: str) -> Table:
     """``treeopt bench-vllm``: per method τ, throughput and speedup over vLLM plain decoding."""
-    table = Table(title=title)
-    for name in ("method", "tokens", "τ (tokens/forward)", "draft tokens/step", "tokens/s", "vs vLLM plain [95%]"):
-        table.add_column(name, justify="left" if name == "method" else "right")
+    table = _table(("method", "tokens", "τ (tokens/forward)", "draft tokens/step", "tokens/s", "vs vLLM plain [95%]"),
+                   title=title)
     for result in results:
         ratio, interval = speedups.get(result.label), intervals.get(result.label)
         shown = "-" if ratio is None else f"{ratio:.2f}x" + ("" if interval is None else f" [{interval[0]:.2f}, {interval[1]:.2f}]")
@@ -176,10 +174,8 @@ def search_table(summary: dict, title: str) -> Table:
     """Per method: accuracy (correct / graded), tokens, acceptance length, drafted tokens per row and
     step, tokens/s, speedup over ``ar`` and the ceiling its acceptance allows at the run's batch
     (:mod:`treeopt.evaluate.ceiling`; "-" without a measured acceptance)."""
-    table = Table(title=title, title_justify="left", min_width=len(title))  # the title on one line where it fits
-    for name, justify in (("method", "left"), ("accuracy", "right"), ("tokens", "right"), ("τ", "right"),
-                          ("drafted/step", "right"), ("tok/s", "right"), ("x plain", "right"), ("ceiling", "right")):
-        table.add_column(name, justify=justify)
+    table = _table(("method", "accuracy", "tokens", "τ", "drafted/step", "tok/s", "x plain", "ceiling"), title=title,
+                   title_justify="left", min_width=len(title))  # the title on one line where it fits
     base = summary.get("ar", {}).get("tokens_per_s")
     for name, row in summary.items():
         accuracy = "-" if row["accuracy"] is None else f"{row['correct']}/{row['graded']}"
@@ -197,10 +193,8 @@ def batched_sizing_table(summary: dict) -> Table | None:
     logged = [(name, row["batched_sizing"]) for name, row in summary.items() if row.get("batched_sizing")]
     if not logged:
         return None
-    table = Table(title="batched sizing: predicted vs observed, by the widest row's drafted nodes")
-    for name, justify in (("method", "left"), ("width", "right"), ("forwards", "right"), ("tokens pred.", "right"),
-                          ("tokens obs.", "right"), ("tok/s pred.", "right"), ("tok/s obs.", "right")):
-        table.add_column(name, justify=justify)
+    table = _table(("method", "width", "forwards", "tokens pred.", "tokens obs.", "tok/s pred.", "tok/s obs."),
+                   title="batched sizing: predicted vs observed, by the widest row's drafted nodes")
     rate = lambda value: "-" if value is None else f"{value:.1f}"  # noqa: E731
     for name, log in logged:
         for cell in log["bins"]:
@@ -213,22 +207,16 @@ def batched_sizing_table(summary: dict) -> Table | None:
 
 
 def diagnostics_tables(results, depths: int = 6) -> list[Table]:
-    """Why each method's acceptance length is what it is (two narrow tables).
-
-    Acceptance rate per depth (accepted / offered, see :func:`stand_runtime.engine.metrics.acceptance_by_depth`),
-    and for STAND the share of step roots answered by each store table (n = 3, 2, 1; miss) with the
-    mean single-draft acceptance chances at those roots: sum min(p, q) (a sampled draft) and
-    p(argmax q) (the deterministic draft).
-    """
+    """Why each method's acceptance length is what it is: the acceptance rate per depth
+    (:func:`stand_runtime.engine.metrics.acceptance_by_depth`) and, for STAND, the share of step roots
+    answered by each store table (n = 3, 2, 1; miss) with Σmin(p, q) and p(argmax q) at those roots."""
     drafted = [(result.label, result.diagnostics()) for result in results if result.method != "ar"]  # ar drafts nothing
     if not drafted:
         return []  # plain decoding alone: no table of empty rows
-    rates_table = Table(title="acceptance rate per depth (accepted / offered)")
-    rates_table.add_column("method")
     reached = max((row["depth"] for _, diag in drafted for row in diag["acceptance_by_depth"] if row["offered"]), default=1)
     depths = min(depths, reached)  # no empty columns for depths no method offered
-    for d in range(1, depths + 1):
-        rates_table.add_column(f"α{d}", justify="right")
+    rates_table = _table(("method", *(f"α{d}" for d in range(1, depths + 1))),
+                         title="acceptance rate per depth (accepted / offered)")
     for label, diag in drafted:
         rates = {row["depth"]: row for row in diag["acceptance_by_depth"]}
         rates_table.add_row(label, *[f"{rates[d]['rate']:.2f}" if d in rates and rates[d]["offered"] else "–"
@@ -239,19 +227,39 @@ def diagnostics_tables(results, depths: int = 6) -> list[Table]:
               if any(row.get("steps", 0) > 0 for n, row in (diag.get("root") or {}).items() if n != "all")]
     if rooted:
         max_n = max((int(n) for _, root in rooted for n in root if n != "all"), default=3)
-        roots = Table(title="STAND step roots: store table that answered, and q vs p there",
-                      caption="n: context tokens of the matching store table · Σmin(p,q): chance a draft sampled "
-                      "from q is accepted · p(top q): the target's probability of q's top token", caption_justify="left")
-        roots.add_column("method")
-        for n in range(max_n, -1, -1):
-            roots.add_column(f"n={n}" if n else "miss", justify="right")
-        roots.add_column("Σmin(p,q)", justify="right")
-        roots.add_column("p(top q)", justify="right")
+        roots = _table(("method", *(f"n={n}" if n else "miss" for n in range(max_n, -1, -1)), "Σmin(p,q)", "p(top q)"),
+                       title="STAND step roots: store table that answered, and q vs p there",
+                       caption="n: context tokens of the matching store table · Σmin(p,q): chance a draft sampled "
+                       "from q is accepted · p(top q): the target's probability of q's top token")
         for label, root in rooted:
             shares = [f"{root.get(str(n), {'share': 0.0})['share']:.2f}" for n in range(max_n, -1, -1)]
             roots.add_row(label, *shares, f"{root['all'].get('overlap', 0.0):.3f}", f"{root['all'].get('top1', 0.0):.3f}")
         tables.append(roots)
     return tables
+
+
+def reliability_tables(results) -> list[Table]:
+    """One table per bench result that logged predictions (a value-sized tree): per bin of predicted
+    P(path accepted) the bin's range, nodes, mean predicted, observed accepted share and their gap,
+    with the overall expected calibration error in the title."""
+    return [reliability_table(r.label, r.reliability.summary()) for r in results if r.reliability is not None]
+
+
+def reliability_table(label: str, summary: dict) -> Table:
+    """The table of one :func:`treeopt.evaluate.reliability.reliability` summary."""
+    ece = "–" if summary["ece"] is None else f"{summary['ece']:.4f}"
+    table = _table(("predicted P bin", "nodes", "mean predicted", "observed", "gap"),
+                   title=f"{label}: predicted vs observed acceptance per drafted node (ECE {ece}, "
+                   f"{summary['nodes']} nodes)",
+                   caption="predicted: P(path accepted) the value rule read from its acceptance map when it sized the "
+                   "step · observed: share of those nodes whose path was accepted · gap = observed - predicted")
+    for row in summary["bins"]:
+        table.add_row(f"[{row['low']:.2g}, {row['high']:.2g})", str(row["nodes"]), f"{row['mean_predicted']:.4f}",
+                      f"{row['observed']:.4f}", f"{row['gap']:+.4f}")
+    if summary["nodes"]:
+        table.add_row("all", str(summary["nodes"]), f"{summary['mean_predicted']:.4f}", f"{summary['observed']:.4f}",
+                      f"{summary['observed'] - summary['mean_predicted']:+.4f}", style="bold")
+    return table
 
 
 class ProgressLines:
@@ -303,20 +311,23 @@ class ProgressLines:
         task["printed"] = task["completed"]
 
 
-def eta_columns() -> list:
-    """Progress columns of a measurement: a bar, done/total, elapsed and remaining time."""
+def _columns(field: str | None = None) -> list:
+    """A bar, done/total, the task's ``field`` (when given), elapsed and remaining time."""
     from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-    return [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn()]
+    shown = [] if field is None else [TextColumn(f"{{task.fields[{field}]}}")]
+    return [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), *shown, TimeElapsedColumn(),
+            TimeRemainingColumn()]
+
+
+def eta_columns() -> list:
+    """Progress columns of a measurement: a bar, done/total, elapsed and remaining time."""
+    return _columns()
 
 
 def search_columns() -> list:
-    """Progress columns of ``search``: a bar, done/total, the tokens field (DVTS counts its tokens
-    there), elapsed and remaining time."""
-    from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
-
-    return [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[tokens]}"),
-            TimeElapsedColumn(), TimeRemainingColumn()]
+    """Progress columns of ``search``: :func:`eta_columns` with the tokens field (DVTS counts its tokens there)."""
+    return _columns("tokens")
 
 
 def time_left(elapsed_s: float, done: int, total: int) -> str:
@@ -328,11 +339,8 @@ def time_left(elapsed_s: float, done: int, total: int) -> str:
 
 
 def calibration_columns() -> list:
-    """Progress columns of ``calibrate``: a bar, done/total, a rate field, elapsed and remaining time."""
-    from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
-
-    return [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[rate]}"),
-            TimeElapsedColumn(), TimeRemainingColumn()]
+    """Progress columns of ``calibrate``: :func:`eta_columns` with a rate field."""
+    return _columns("rate")
 
 
 def progress(console, *columns):
@@ -345,14 +353,11 @@ def progress(console, *columns):
 
 
 class TextStream:
-    """A streaming callback (``generate(on_step=lambda step: stream(step.tokens))``) that prints decoded text as steps commit tokens.
+    """A streaming callback (``generate(on_step=lambda step: stream(step.tokens))``) that prints decoded text.
 
-    The text printed is always a prefix of the result's ``text``: a character still cut mid-way
-    (a partial UTF-8 sequence) and, with stop strings, the last ``len(stop) - 1`` characters (which
-    may begin a stop string) are held back until the next step shows what they are, and a stop string
-    itself is never printed (the OpenAI convention, :func:`stand_runtime.engine.stopping.text_before_stop`).
-    :meth:`end` prints the rest and a newline.
-    """
+    What it prints is always a prefix of the result's ``text``: a partial UTF-8 character and, with stop
+    strings, the last ``len(stop) - 1`` characters wait for the next step, and a stop string is never
+    printed (:func:`stand_runtime.engine.stopping.text_before_stop`). :meth:`end` prints the rest."""
 
     def __init__(self, tokenizer, console, stop=()) -> None:
         self._tokenizer = tokenizer
@@ -391,11 +396,9 @@ def trace_tables(data: dict, title: str) -> list[Table]:
     """
     results = data["results"]
     last = len(results[0]["acceptance_by_trajectory"])
-    acceptance = Table(title=title, caption="τ: tokens per step (greedy replay) · [95% bootstrap interval over groups]",
-                       caption_justify="left")
-    columns = ["method", "τ t1", *([f"τ t{last}"] if last > 1 else []), "τ pooled"]
-    for column in columns:
-        acceptance.add_column(column, justify="left" if column == "method" else "right", no_wrap=True)
+    acceptance = _table(("method", "τ t1", *([f"τ t{last}"] if last > 1 else []), "τ pooled"), no_wrap=True,
+                        title=title, caption="τ: tokens per step (greedy replay) · [95% bootstrap interval over "
+                        "groups]")
     for r in results:
         cells = [(r["acceptance_by_trajectory"][0], r["interval_by_trajectory_95"][0])]
         if last > 1:
@@ -403,12 +406,11 @@ def trace_tables(data: dict, title: str) -> list[Table]:
         cells.append((r["acceptance_pooled"], r["interval_pooled_95"]))
         acceptance.add_row(r["label"], *(f"{v:.2f} [{lo:.2f}–{hi:.2f}]" for v, (lo, hi) in cells))
     reference = next((k for r in results for k in r if k.startswith("ratio_vs_")), None)
-    work = Table(title="work per method", caption="nodes: drafted per step · µs per step drafting and feeding "
-                 "(verification and drafter feeding) · MB: drafter memory per group at its end"
-                 + (f" · × ref: pooled τ over {reference.removeprefix('ratio_vs_')}" if reference else ""),
-                 caption_justify="left")
-    for column in ("method", "nodes", "µs draft", "µs feed", "MB", *(["× ref [95%]"] if reference else [])):
-        work.add_column(column, justify="left" if column == "method" else "right", no_wrap=True)
+    ratio = ["× ref [95%]"] if reference else []
+    work = _table(("method", "nodes", "µs draft", "µs feed", "MB", *ratio), no_wrap=True, title="work per method",
+                  caption="nodes: drafted per step · µs per step drafting and feeding "
+                  "(verification and drafter feeding) · MB: drafter memory per group at its end"
+                  + (f" · × ref: pooled τ over {reference.removeprefix('ratio_vs_')}" if reference else ""))
     for r in results:
         row = [r["label"], f"{r['nodes_per_step']:.1f}", f"{r['drafting_us_per_step']:.0f}",
                f"{r['feeding_us_per_step']:.0f}",
@@ -424,12 +426,10 @@ def trace_tables(data: dict, title: str) -> list[Table]:
 def budget_table(block: dict, title: str) -> Table:
     """The trace bench's budget sweep (:func:`treeopt.evaluate.trace_bench.budget_rows`): per method a
     row, per budget K a column of τ pooled and τ per drafted token; the highest τ at each K in bold."""
-    table = Table(title=title, caption="K: drafted tokens per step at most · cell: τ pooled (tokens per step, greedy "
-                  "replay) / τ per drafted token (tokens / drafted nodes) · bold: the highest τ at that K",
-                  caption_justify="left")
-    table.add_column("method", justify="left", no_wrap=True, min_width=max(len(m) for m in block["methods"]))
-    for k in block["budgets"]:
-        table.add_column(f"K={k}", justify="right", no_wrap=True)
+    table = _table(("method", *(f"K={k}" for k in block["budgets"])), no_wrap=True,
+                   min_width=max(len(m) for m in block["methods"]), title=title,
+                   caption="K: drafted tokens per step at most · cell: τ pooled (tokens per step, greedy replay) / τ "
+                   "per drafted token (tokens / drafted nodes) · bold: the highest τ at that K")
     cells = {(r["label"], r["budget"]): r for r in block["rows"]}
     for label in block["methods"]:
         row = [label]
@@ -447,13 +447,12 @@ def budget_table(block: dict, title: str) -> Table:
 def projection_table(block: dict) -> Table:
     """The trace bench projected onto a latency profile (:func:`treeopt.evaluate.projection.projection_block`)."""
     profile, plain = block["profile"], block["plain"]
-    table = Table(title=f"projected speedup over plain decoding, profile {profile['path']} ({profile['format']})",
-                  caption=f"× plain: {block['formula']} with τ pooled, K drafted nodes per step, t(n) the profile's "
-                  f"forward (t(1) {plain['t1_ms']:.2f} ms), host the µs per step drafting + feeding measured here "
-                  f"[95%: τ's interval] · host 0: the bound if host work were free · {plain['note']} · "
-                  "*: K + 1 beyond the profile's sizes (extrapolated)", caption_justify="left")
-    for column in ("method", "τ", "K", "t(K+1) ms", "host ms", "× plain [95%]", "host 0"):
-        table.add_column(column, justify="left" if column == "method" else "right", no_wrap=True)
+    table = _table(("method", "τ", "K", "t(K+1) ms", "host ms", "× plain [95%]", "host 0"), no_wrap=True,
+                   title=f"projected speedup over plain decoding, profile {profile['path']} ({profile['format']})",
+                   caption=f"× plain: {block['formula']} with τ pooled, K drafted nodes per step, t(n) the profile's "
+                   f"forward (t(1) {plain['t1_ms']:.2f} ms), host the µs per step drafting + feeding measured here "
+                   f"[95%: τ's interval] · host 0: the bound if host work were free · {plain['note']} · "
+                   "*: K + 1 beyond the profile's sizes (extrapolated)")
     for m in block["methods"]:
         low, high = m["speedup_interval_95"]
         table.add_row(m["label"], f"{m['acceptance_length']:.2f}", f"{m['nodes_per_step']:.1f}" + "*" * m["extrapolated"],

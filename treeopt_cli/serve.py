@@ -85,15 +85,8 @@ def _print_dry_run(line: str, argv: list[str], env: dict[str, str], pending: Opt
 
 
 def _check_arguments(ctx, model, method, k, prior, host, port, kv_cache_gib, max_model_len, dtype, dry_run):
-    """This command's own arguments first, then vLLM (a serve command can be checked where vLLM is not
-    installed), all before a prior's minutes and vLLM's start.
-
-    Returns:
-        ``(chain, distribution)``: the parsed ``--k`` and ``--prior``.
-
-    Raises:
-        StandError: the first argument refused, or vLLM missing (but for a dry run) or unsupported.
-    """
+    """This command's arguments, then vLLM (a dry run goes on without it), before a prior's minutes and
+    vLLM's start; ``(chain, distribution)``: the parsed ``--k`` and ``--prior``. Raises StandError."""
     from stand_runtime import DEFAULT_MODEL
     from stand_runtime.vllm.engine import check_model_folder
     from stand_runtime.vllm.server import check_extra_args, check_listen, check_server_values
@@ -111,12 +104,8 @@ def _check_arguments(ctx, model, method, k, prior, host, port, kv_cache_gib, max
 
 
 def _check_vllm(dry_run: bool) -> bool:
-    """Whether vLLM is here (and a release the proposer supports): a dry run without vLLM goes on with
-    one warning, as its command can still be printed.
-
-    Raises:
-        StandError: vLLM missing (but for a dry run), or a release or internals the proposer does not take.
-    """
+    """Whether vLLM is here, in a release the proposer supports (StandError if not); a dry run without vLLM
+    goes on with one warning."""
     import importlib.util
 
     from stand_runtime.vllm import check_version
@@ -132,12 +121,8 @@ def _check_vllm(dry_run: bool) -> bool:
 
 
 def _check_options(ctx, method: str) -> None:
-    """Refuse options that do not apply to ``method`` and ``--no-prior`` (not an option of ours or of
-    vLLM's: it would reach vLLM's command line), each in one line.
-
-    Raises:
-        StandError: an unknown method or such an option.
-    """
+    """Refuse (StandError) an unknown method, options that do not apply to it, and ``--no-prior`` (not an
+    option of ours or of vLLM's: it would reach vLLM's command line)."""
     from stand_runtime import StandError
     from stand_runtime.vllm.engine import check_vllm_method
 
@@ -152,32 +137,15 @@ def _check_options(ctx, method: str) -> None:
 
 
 def _chain_length(k: Optional[str], method: str):
-    """``--k``: None (the method's default), ``auto`` (stand only) or an integer >= 1.
+    """``--k``: None (the method's default), ``auto`` (stand only) or an integer (:func:`parse_chain`)."""
+    from treeopt.evaluate.vllm_bench import parse_chain
 
-    Raises:
-        StandError: anything else.
-    """
-    from stand_runtime import StandError
-    from stand_runtime.checks import parse_count
-
-    if k is None or (k == "auto" and method == "stand"):
-        return k
-    from stand_runtime.limits import MAX_CHAIN_TOKENS
-
-    try:
-        return parse_count("--k", k, 1, MAX_CHAIN_TOKENS)
-    except StandError:
-        allowed = f"an integer in [1, {MAX_CHAIN_TOKENS}]"
-        allowed = f"auto or {allowed}" if method == "stand" else allowed
-        raise StandError(f"--k must be {allowed}, got {k!r}") from None
+    return k if k is None else parse_chain(k, auto=method == "stand")
 
 
 def _prior_distribution(text: str):
-    """``--prior T,TOP_P`` as :class:`stand_runtime.SamplingParams` (top-k 0).
-
-    Raises:
-        StandError: not two numbers, T not in [0, 100], TOP_P not in (0, 1].
-    """
+    """``--prior T,TOP_P`` as :class:`stand_runtime.SamplingParams` (StandError: not two numbers, T not in
+    [0, 100], TOP_P not in (0, 1])."""
     from stand_runtime import SamplingParams, StandError
 
     parts = text.split(",")
@@ -207,13 +175,8 @@ def _check_prior_folder() -> None:
 
 
 def _prior_path(model: str, dtype: str, distribution, measure: bool = True) -> str:
-    """The cached successor prior file of ``model`` / ``dtype`` for ``distribution``, measured first
-    where none is cached (this toolkit's engine on the same weights); with ``measure`` False (a dry
-    run) the file's path, measured or not.
-
-    Raises:
-        StandError: the cache folder takes no file (vLLM's server reads the prior from one).
-    """
+    """The cached successor prior file of ``model`` / ``dtype`` for ``distribution``, measured first where
+    none is cached (StandError where the cache takes no file); a dry run (``measure`` False) only names it."""
     from stand_runtime import StandError
     from stand_runtime.drafters.prior import prior_path
     from stand_runtime.files import write_cache_file

@@ -11,7 +11,7 @@ from stand_runtime import StandError
 
 from . import loading, render
 from .app import app, console, one_line_errors, print_warning
-from .options import PLOT_HELP, check_outputs, refuse_options, write_json
+from .options import PLOT_HELP, check_outputs, refuse_options
 
 
 @app.command()
@@ -98,11 +98,12 @@ def export(
 
 def _export_family(result, out: Path) -> None:
     """``export --format family``: the best tree of every size, in one file."""
+    from stand_runtime.files import write_json_atomic
     from stand_runtime.trees.families import family_to_json
     from treeopt import export_family
 
     family = export_family(result)
-    write_json(out, family_to_json(family), indent=None)
+    write_json_atomic(out, family_to_json(family), None)
     console.print(f"tree family of {len(family.members)} sizes ({min(family.members)}..{max(family.members)} nodes) "
                   f"written to {out}")
 

@@ -597,7 +597,7 @@ def test_the_treeopt_library_refuses_what_it_would_misuse(tiny_qwen2, tmp_path):
     from treeopt import CalibrationConfig, calibrate, per_depth_tree, prune, run_bench
     from treeopt.evaluate.bench import parse_methods
     from treeopt.evaluate.search import compare_methods, run_search, search_problem
-    from treeopt.evaluate.strategies import best_of_n, dvts
+    from treeopt.evaluate.search import best_of_n, dvts
     from treeopt.evaluate.verifiers import ConfidenceVerifier, make_verifier
     from treeopt.optimize.candidate import candidate_tree
 

@@ -55,17 +55,8 @@ def load_prompts(
     dataset: str = "humaneval", *, field: str | None = None, samples: int | None = None, offset: int = 0,
     shuffle_seed: int | None = None,
 ) -> list[Prompt]:
-    """Load prompts from a dataset.
-
-    Args:
-        dataset: ``humaneval``, a JSONL file path, or a Hugging Face dataset name.
-        field: the text field (JSONL and HF datasets); None tries ``prompt``, ``problem``, ``question``.
-        samples: how many to take (None: all).
-        offset: skip this many first (e.g. to hold out the calibration prompts).
-        shuffle_seed: take a seeded random selection instead of the first ones.
-
-    Returns:
-        The prompts, in file order (or seeded random order).
+    """``samples`` prompts (None: all) of ``dataset`` (one of the module docstring's sources) after the first
+    ``offset``, in file order, or in a random order seeded ``shuffle_seed``; ``field``: the text field.
 
     Raises:
         StandError: unknown dataset, missing or empty file, bad JSON, missing field, too few prompts.
@@ -125,10 +116,9 @@ def check_prompts_fit(model, tokenizer, prompts: list[Prompt], max_new_tokens: i
 
 
 def jsonl_lines(path: Path, what: str):
-    """The lines of a JSONL file, split at line breaks only (``\\n``, ``\\r\\n``, ``\\r``): a JSON string
-    may hold U+2028, U+2029 or U+0085 unescaped (``json.dumps(ensure_ascii=False)`` writes them),
-    which ``str.splitlines`` would take for line ends. A UTF-8 byte-order mark is skipped;
-    a ``.gz`` file is read through gzip.
+    """The lines of a JSONL file (a ``.gz`` one through gzip, a UTF-8 byte-order mark skipped), split at
+    line breaks only: a JSON string may hold U+2028, U+2029 or U+0085 unescaped, which
+    ``str.splitlines`` would take for line ends.
 
     Raises:
         StandError: the file is a device or a pipe, cannot be read, or is not UTF-8 (naming ``what``
@@ -173,11 +163,7 @@ def jsonl_records(path: Path, what: str, hint: str = ""):
 
 
 def _read_jsonl(path: Path) -> list[tuple[int, dict]]:
-    """``(line number, record)`` for every record of a JSONL dataset file.
-
-    Raises:
-        StandError: what :func:`jsonl_records` raises, or a file without records.
-    """
+    """``(line number, record)`` for every record of a JSONL dataset file; raises StandError for an empty one."""
     records = list(jsonl_records(path, "dataset", JSONL_HINT))
     if not records:
         raise StandError(f"dataset {path} is empty")
@@ -187,11 +173,10 @@ def _read_jsonl(path: Path) -> list[tuple[int, dict]]:
 def _prompts_from_records(records: list[dict], field: str | None, source: str,
                           lines: list[int] | None = None) -> list[Prompt]:
     """The prompts of ``records`` (``lines``: each record's line in the file ``source``, which errors name;
-    None = a dataset without lines, whose errors name the record).
+    None: errors name the record's number).
 
     Raises:
-        StandError: no default text field; a record whose text field is missing, not text or empty
-            (naming the field and the record's line or number); a bad answer or id.
+        StandError: no default text field; a text field missing, not text or empty; a bad answer or id.
     """
     if field is None:
         field = next((name for name in DEFAULT_FIELDS if name in records[0]), None)
@@ -223,11 +208,7 @@ def _prompts_from_records(records: list[dict], field: str | None, source: str,
 
 def check_prompt_list(prompts, what: str = "prompts") -> list[Prompt]:
     """``prompts`` as a list once it is a non-empty list (or tuple) of :class:`Prompt` with distinct ids
-    (a bench, calibration or search keys results, seeds and drafter memories by id).
-
-    Raises:
-        StandError: not a list, an empty one, an item that is not a Prompt, or two with one id.
-    """
+    (results, seeds and drafter memories are keyed by id); raises StandError otherwise."""
     if isinstance(prompts, Prompt) or not isinstance(prompts, (list, tuple)):
         raise StandError(f"{what} must be a list of Prompt, got {type(prompts).__name__}")
     if not prompts:
@@ -241,8 +222,7 @@ def check_prompt_list(prompts, what: str = "prompts") -> list[Prompt]:
 
 
 def _check_ids(prompts: list[Prompt], source: str) -> None:
-    """Raises StandError when two prompts share an id (a search shares one drafter memory per id, and
-    results are keyed by it); a record without an id is named by its index, which may collide too."""
+    """Raises StandError when two prompts share an id (a record without one is named by its index)."""
     seen: dict[str, int] = {}
     for index, prompt in enumerate(prompts):
         if prompt.id in seen:

@@ -1,4 +1,4 @@
-"""Recorded reasoning traces: loading a JSONL file of traces grouped by problem (issue 13).
+"""Recorded reasoning traces: loading a JSONL file of traces grouped by problem.
 
 Each line is a JSON object with the trace's text (``--text-field``), the problem it answers
 (``--prompt-field``) and a group key (``--group-field``): the traces of one group are the
@@ -20,14 +20,8 @@ from .datasets import jsonl_records
 
 @dataclass
 class TraceGroup:
-    """The traces of one problem.
-
-    Attributes:
-        name: the group key.
-        prompt: the problem text (from the group's first trace).
-        traces: the traces' texts, in file order.
-        prompt_ids, trace_ids: their token ids once tokenized (:func:`tokenize_groups`).
-    """
+    """The traces of one problem: the group key (``name``), the problem text (from its first trace), the
+    traces' texts in file order, and their token ids once tokenized (:func:`tokenize_groups`)."""
 
     name: str
     prompt: str
@@ -38,16 +32,8 @@ class TraceGroup:
 
 def load_traces(path: str | Path, *, group_field: str = "sample_group", text_field: str = "trace",
                 prompt_field: str = "problem", min_group_size: int = 1) -> tuple[list[TraceGroup], int]:
-    """Read a traces JSONL file into groups, in order of first appearance.
-
-    Args:
-        path: the JSONL file (one JSON object per line; blank lines skipped).
-        group_field, text_field, prompt_field: the fields holding the group key, the trace's text and
-            the problem text.
-        min_group_size: keep only groups with at least this many traces.
-
-    Returns:
-        ``(groups, skipped)``: the kept groups and how many smaller groups were left out.
+    """The groups of a traces JSONL file (the module docstring's fields), in order of first appearance;
+    ``(groups, skipped)``: those with at least ``min_group_size`` traces, and how many smaller ones were left out.
 
     Raises:
         StandError: a missing or unreadable file, an empty file, a line that is not a JSON object, a
@@ -96,12 +82,8 @@ def load_traces(path: str | Path, *, group_field: str = "sample_group", text_fie
 
 
 def tokenize_groups(groups: list[TraceGroup], tokenizer, max_tokens: int) -> None:
-    """Tokenize every group's prompt and traces in place (no special tokens added; traces cut to
-    ``max_tokens``; empty traces dropped).
-
-    Raises:
-        StandError: max_tokens < 1, or a group whose prompt or every trace tokenizes to nothing.
-    """
+    """Tokenize every group's prompt and traces in place (no special tokens; traces cut to ``max_tokens``,
+    empty ones dropped); StandError for a group whose prompt or every trace tokenizes to nothing."""
     max_tokens = check_int("max_tokens", max_tokens, 1)
     if not callable(tokenizer):
         raise StandError(f"tokenize_groups needs a tokenizer (callable on text), got {tokenizer!r}")
@@ -117,15 +99,14 @@ def tokenize_groups(groups: list[TraceGroup], tokenizer, max_tokens: int) -> Non
 
 
 _TOKEN_MARGIN = 16
-"""Tokens past ``max_tokens`` a cut text must give before its first ``max_tokens`` are trusted: a
-cut can change only the tokens at the cut (the last pre-token is split differently)."""
+"""Tokens past ``max_tokens`` a cut text must give before its first ``max_tokens`` are trusted (a cut
+changes only the tokens at the cut)."""
 
 
 def first_tokens(tokenizer, text: str, max_tokens: int) -> list[int]:
-    """The first ``max_tokens`` token ids of ``text`` (all of them when it has fewer), as tokenizing the
-    whole text gives them, without tokenizing a 100k-character trace whole: a prefix of the text is
-    tokenized, and doubled until it yields ``max_tokens`` plus a margin of tokens (or is the whole
-    text), whatever the characters per token (``"=" * 100000`` packs dozens into one)."""
+    """The first ``max_tokens`` token ids of ``text``, as tokenizing the whole text gives them, without
+    tokenizing a 100k-character trace whole: a prefix, doubled until it yields ``max_tokens`` plus a
+    margin (or is the whole text), whatever the characters per token."""
     length = max_tokens * 8
     while True:
         ids = list(tokenizer(text[:length], add_special_tokens=False)["input_ids"])

@@ -43,10 +43,8 @@ def last_boxed(text: str) -> str | None:
 def extract_answer(text: str) -> str | None:
     """The final answer: the last ``\\boxed{...}``, else the last number in the text; normalised.
 
-    A number's digits may be grouped by threes with ``,``, ``{,}``, ``\\,`` or a no-break or thin space
-    (``1,234`` is one number, ``1,23`` two); in free text an ordinary space ends a number (``"1 000"``
-    is two numbers, read as ``0``), as it may separate two numbers, and a ``-`` right after a word or
-    digit is a hyphen (``"pages 5-6"`` reads ``6``); inside ``\\boxed{}`` every space goes.
+    Digits may be grouped by threes (``1,234`` is one number, ``1,23`` two); in free text an ordinary
+    space ends a number and a ``-`` right after a word or digit is a hyphen (``"pages 5-6"`` reads ``6``).
 
     Raises:
         StandError: ``text`` is not a string.
@@ -63,15 +61,11 @@ def extract_answer(text: str) -> str | None:
 def normalise(answer: str) -> str:
     """One spelling for equal answers, as MATH-style graders do (Hendrycks et al. 2021).
 
-    Takes out spaces (LaTeX's ``\\,`` ``\\;`` ``\\:`` ``~`` too), dollar and percent signs (``$``,
-    ``\\$``, ``%``, ``\\%``), ``\\left`` / ``\\right``, ``\\!``, degree marks, a trailing unit in ``\\text{}`` / ``\\mbox{}`` after a value
-    (``18\\text{ dollars}`` is ``18``), ``\\dfrac`` / ``\\tfrac`` become ``\\frac``; the separators of a
-    number grouped by threes (``,``, LaTeX's ``{,}`` and ``\\,``, no-break and thin spaces: ``1,000`` is
-    ``1000``), while any other comma stays (``(1,2)``, ``3, 5, 7``, ``1,23`` keep theirs). A number gets
-    one canonical decimal spelling (``18.00`` is ``18``, ``-3.50`` is ``-3.5``, ``-0`` is ``0``, ``1e5``
-    and ``1.0E+5`` are ``100000``, ``007`` is ``7``, ``.5`` is ``0.5``, ``+5`` and ``−5`` (a Unicode
-    minus) are ``5`` and ``-5``), exact (no rounding). A number whose plain spelling would take more than
-    60 digits, and any text that is not a number, keep their spelling.
+    Takes out spaces (LaTeX's ``\\,`` ``\\;`` ``\\:`` ``~`` too), ``$`` and ``%`` signs, ``\\left`` / ``\\right``,
+    ``\\!``, degree marks and a trailing ``\\text{}`` / ``\\mbox{}`` unit; ``\\dfrac`` / ``\\tfrac`` become
+    ``\\frac``; a number grouped by threes loses its separators (``1,000`` is ``1000``; ``(1,2)`` and ``1,23``
+    keep their commas). A number gets one exact decimal spelling (``18.00`` → ``18``, ``-0`` → ``0``, ``1e5``
+    → ``100000``, ``.5`` → ``0.5``, a Unicode minus → ``-``) unless it would take more than 60 digits.
 
     Raises:
         StandError: ``answer`` is not a string.

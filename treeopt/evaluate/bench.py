@@ -1,12 +1,9 @@
 """Benchmarks: decoding methods side by side on the same prompts, interleaved prompt by prompt.
 
-Each prompt is decoded by every method before the next prompt starts, so machine drift hits all
-methods alike; speedups are ratios against ``ar`` measured in the same run. With ``trajectories``
-N > 1 each method samples N trajectories per prompt one after another, sharing one drafter memory
-per prompt (STAND's n-gram store, Token Recycling's matrix) so later trajectories draft from earlier
-ones — the best-of-N setting of the STAND paper. Prompts with reference answers get majority-vote
-accuracy over their N trajectories, computed identically for every method. Nothing here is asserted
-by tests: speed is reported, not tested.
+Each prompt is decoded by every method before the next starts, so machine drift hits all methods
+alike; speedups are ratios against ``ar`` in the same run. With N > 1 ``trajectories`` per prompt, a
+method's N trajectories share one drafter memory (the STAND paper's best-of-N setting), and prompts
+with reference answers get majority-vote accuracy over them. Speed is reported, never asserted by tests.
 """
 
 from __future__ import annotations
@@ -23,7 +20,7 @@ from stand_runtime.drafters import STORE_METHODS, TREE_METHODS
 from stand_runtime.drafters.diagnostics import summarise_draft_quality
 from stand_runtime.engine.metrics import acceptance_by_depth
 from stand_runtime.method import DEFAULT_TREES
-from stand_runtime.checks import check_callable
+from stand_runtime.checks import check_callable, check_int
 from stand_runtime.errors import counted
 from stand_runtime.engine.row import check_budget
 from stand_runtime.randomness import check_seed
@@ -33,21 +30,16 @@ from stand_runtime.drafters import takes_tree
 
 from .answers import extract_answer, majority_vote, normalise
 from ..data.datasets import Prompt, check_prompt_list, check_prompts_fit
+from ..optimize.calibrate import MAX_TRAJECTORIES
 from .method_lists import split_methods
 from .reliability import ReliabilityLog
 
 
 @dataclass(frozen=True)
 class BenchMethod:
-    """One decoding configuration: a method and, for tree methods, the tree it drafts into.
-
-    Attributes:
-        method: one of :data:`stand_runtime.METHODS`.
-        tree: the tree spec as the user gave it (a file or bundled name); None = the method's default.
-        feed_rejected: STAND fed at rejected tree nodes too.
-        prior: STAND drafts with the target's successor prior where the bench gives it one
-            (:func:`run_bench`'s ``priors``); False: without (``+noprior``).
-    """
+    """One decoding configuration: a method of :data:`stand_runtime.METHODS`, the ``tree`` spec as given
+    (None: the method's default), STAND fed at rejected nodes too (``feed_rejected``), and ``prior``:
+    STAND drafts with the successor prior where :func:`run_bench` gives one (False: ``+noprior``)."""
 
     method: str
     tree: str | None = None
@@ -75,13 +67,10 @@ NOPRIOR_SUFFIX = "+noprior"
 
 
 def parse_methods(methods: str, trees: list[str] | None) -> list[BenchMethod]:
-    """``"ar,stand,stand+rejected"`` and tree specs → configurations (each tree method once per tree).
-
-    Every tree method (stand, stand-det, recycle) runs on each tree given, or on its own default
-    tree (:data:`stand_runtime.method.DEFAULT_TREES`) when none is; a dynamic tree (``dynamic-N``) is given
-    to the STAND methods only (Token Recycling then runs on the static trees given, or its own). A STAND method name with the
-    ``+rejected`` suffix feeds its store at rejected tree nodes too; with ``+noprior`` (after
-    ``+rejected`` when both) it drafts without the successor prior where the bench gives the others one.
+    """``"ar,stand,stand+rejected"`` and tree specs → configurations: each tree method once per tree it
+    takes (:func:`stand_runtime.drafters.takes_tree`: a dynamic tree goes to STAND only), or on its
+    default tree (:data:`stand_runtime.method.DEFAULT_TREES`); the suffixes are :data:`REJECTED_SUFFIX`
+    and :data:`NOPRIOR_SUFFIX` (after ``+rejected`` when both).
 
     Raises:
         StandError: an unknown method name (the message lists the valid ones), or a duplicate.
@@ -189,10 +178,6 @@ class MethodResult:
         return [tokens / steps if steps else 0.0 for tokens, steps in self.by_trajectory]
 
 
-MAX_TRAJECTORIES = 4096
-"""Trajectories per prompt at most."""
-
-
 def check_bench_settings(prompts: int, trajectories: int, seed: int) -> None:
     """Check the run's size and seeds before any model work: prompt i's trajectory t is seeded with
     ``seed + 1000 i + t``.
@@ -200,8 +185,7 @@ def check_bench_settings(prompts: int, trajectories: int, seed: int) -> None:
     Raises:
         StandError: trajectories out of [1, 4096], or seeds that would run past 2**64.
     """
-    if isinstance(trajectories, bool) or not isinstance(trajectories, int) or not 1 <= trajectories <= MAX_TRAJECTORIES:
-        raise StandError(f"trajectories must be an integer in [1, {MAX_TRAJECTORIES}], got {trajectories!r}")
+    check_int("trajectories", trajectories, 1, MAX_TRAJECTORIES)
     check_seed(seed)
     if seed + 1000 * max(prompts - 1, 0) + trajectories - 1 >= 2**64:
         raise StandError(f"seed {seed} with {counted(prompts, 'prompt')} x {counted(trajectories, 'trajectory', 'trajectories')}"
@@ -225,15 +209,12 @@ def run_bench(
 ) -> list[MethodResult]:
     """Decode every prompt with every method (N trajectories each), interleaved; per-method totals.
 
-    Each method is one :class:`stand_runtime.HFBackend`; a prompt is one request with n = N samples,
-    whose drafter memory (store or matrix) the N trajectories share, or one memory for every prompt
-    with ``share_across_prompts``. ``on_run(prompt_id, label, completion)`` is called after every
-    trajectory and ``on_prompt(prompts_done, results)`` after every prompt (e.g. to save partial
-    results). ``ignore_eos`` decodes every trajectory to ``max_new_tokens`` (equal token counts for a
-    speed comparison; answers are read from the text before the first EOS). ``priors`` gives the
-    STAND configurations the target's successor prior for ``sampling``
-    (:mod:`stand_runtime.drafters.prior`; measured once per model and cached) unless they say ``+noprior``.
-    ``verification`` is every method's rule for sampled drafts (:data:`stand_runtime.verify.VERIFICATION_RULES`).
+    Each method is one :class:`stand_runtime.HFBackend`; a prompt is one request of n = N samples sharing
+    one drafter memory (one for every prompt with ``share_across_prompts``). ``on_run(prompt_id, label,
+    completion)`` is called after every trajectory, ``on_prompt(prompts_done, results)`` after every
+    prompt. ``ignore_eos``: every trajectory decodes to ``max_new_tokens`` (answers are read before the
+    first EOS). ``priors``: STAND configurations without ``+noprior`` draft with the target's successor
+    prior (:mod:`stand_runtime.drafters.prior`). ``verification``: :data:`stand_runtime.verify.VERIFICATION_RULES`.
 
     Raises:
         StandError: before any decoding: prompts that are not a non-empty list of Prompt with distinct
@@ -322,12 +303,9 @@ def speedups(results: list[MethodResult]) -> dict[str, float | None]:
 
 def speedup_intervals(results: list[MethodResult], confidence: float = 0.95, resamples: int = 2000,
                       seed: int = 0) -> dict[str, tuple[float, float] | None]:
-    """Paired bootstrap interval of each configuration's speedup over ``ar``, resampling prompts.
-
-    Every method decoded the same prompts back to back, so a prompt is resampled with all its methods
-    (machine drift during a prompt hits them alike). The statistic is the ratio of pooled tokens/s.
-    None without ``ar`` or with fewer than 3 prompts (too few to say anything).
-    """
+    """Paired bootstrap interval of each configuration's speedup over ``ar`` (the ratio of pooled tokens/s),
+    resampling prompts, each with all its methods (decoded back to back); None without ``ar`` or with
+    fewer than 3 prompts."""
     from scipy.stats import bootstrap
 
     base = next((r for r in results if r.method == "ar"), None)

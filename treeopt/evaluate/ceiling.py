@@ -31,12 +31,8 @@ def chain_gains(rates: Sequence[float]) -> np.ndarray:
 
 
 def ceiling(rates: Sequence[float], profile: LatencyProfile, batch: int) -> tuple[float, int]:
-    """The best ``speedup(B, L)`` (module docstring) over L = 0 .. len(rates), and that L.
-
-    Args:
-        rates: α_1 .. α_D, each in [0, 1].
-        profile: the target's latency profile (seconds per forward of n tokens).
-        batch: rows per forward, B >= 1.
+    """The best ``speedup(B, L)`` (module docstring) over L = 0 .. len(rates), and that L: ``rates`` α_1 .. α_D
+    in [0, 1], ``profile`` the target's seconds per forward, ``batch`` B rows per forward.
 
     Raises:
         StandError: a rate outside [0, 1], or a batch below 1.

@@ -15,19 +15,15 @@ from stand_runtime.drafters import check_method_available
 
 def split_methods(text, valid: Sequence[str], *, requires: dict[str, str] | None = None,
                   option: str = "--methods", context: str = "") -> list[str]:
-    """The method names of a comma-separated list, in order.
+    """The method names of a comma-separated list (``"ar, stand"``), in order, each one of ``valid``.
 
-    Args:
-        text: the list as given (``"ar, stand"``; spaces around names are ignored).
-        valid: the names this command takes.
-        requires: name → the engine method whose optional package it needs (e.g. a trace-bench
-            ``suffix-tuned`` → ``suffix``); a name missing from it is checked as itself.
-        option: the option's name, for messages.
-        context: words naming where the list applies (e.g. ``"for bench-vllm"``), for messages.
+    ``requires``: name → the engine method whose optional package it needs (a trace-bench
+    ``suffix-tuned`` → ``suffix``; others are checked as themselves); ``option`` and ``context`` name
+    the option and where the list applies, for messages.
 
     Raises:
-        StandError: not text, an empty list, an empty name, an unknown name (listing the valid
-            ones), a repeated name, or a method whose optional package is not installed.
+        StandError: not text, an empty list or name, an unknown name (listing the valid ones), a repeated
+            name, or a method whose optional package is not installed.
     """
     if not isinstance(text, str):
         raise StandError(f"{option} must be a comma-separated list of methods, got {text!r}")

@@ -1,5 +1,9 @@
 """Plots (PNG, matplotlib): depth profiles side by side, draft trees node by node, acceptance length
-against trajectory index, and the reliability diagram of value-sized trees."""
+against trajectory index or budget, and the reliability diagram of value-sized trees.
+
+Every plot function takes the PNG's path (written atomically, :func:`_save`) and raises StandError when
+matplotlib is missing (:func:`pyplot`) or the path is unwritable.
+"""
 
 from __future__ import annotations
 
@@ -13,20 +17,10 @@ from stand_runtime.files import check_writable, write_bytes_atomic
 
 
 def plot_profiles(profiles: list, path: str | Path) -> Path:
-    """Draw depth profiles side by side into a PNG: nodes per depth (every tree) and expected
-    accepted tokens per depth, Σα̂ (the trees that carry calibration estimates; the others are named
-    in the panel as having none).
-
-    Args:
-        profiles: ``[(name, DepthProfile)]``.
-        path: the PNG to write (atomically).
-
-    Raises:
-        StandError: matplotlib is not installed (``pip install matplotlib``), or the path is unwritable.
-    """
-    plt = pyplot()
-    check_writable(path)
-    figure, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    """Depth profiles (``[(name, DepthProfile)]``) side by side: nodes per depth (every tree) and expected
+    accepted tokens per depth, Σα̂ (the trees that carry calibration estimates; the others are named in
+    the panel as having none)."""
+    plt, figure, axes = _figure(path, 1, 2, figsize=(11, 4.2))
     _grouped_bars(axes[0], [(name, profile.nodes_per_depth) for name, profile in profiles])
     calibrated = [(f"{name} (τ̂ = {profile.expected_acceptance_length:.2f})", profile.alpha_per_depth)
                   for name, profile in profiles if profile.alpha_per_depth is not None]
@@ -57,18 +51,9 @@ def _grouped_bars(axis, series: list) -> None:
 
 
 def plot_trees(trees: list, path: str | Path) -> Path:
-    """Draw draft trees node by node into a PNG, one panel each: the root at the top, a node's
-    children left to right in drawing order (rank 0 first), node colour and size by α̂ (its estimated
-    acceptance probability) where the tree carries calibration estimates (grey where it has none);
-    the root (the last committed token) is the black square.
-
-    Args:
-        trees: ``[(name, DraftTree, alpha or None)]``, alpha ``[K]`` per draft node (root excluded).
-        path: the PNG to write (atomically).
-
-    Raises:
-        StandError: matplotlib is missing or the path is unwritable.
-    """
+    """Draft trees (``[(name, DraftTree, alpha [K] per draft node or None)]``) node by node, one panel each:
+    the root (the last committed token) a black square at the top, a node's children left to right in
+    drawing order, node colour and size by α̂ where the tree carries calibration estimates (else grey)."""
     from matplotlib.lines import Line2D
 
     plt = pyplot()
@@ -147,22 +132,14 @@ def _leaf_order_x(graph) -> dict:
 
 
 def plot_acceptance_by_trajectory(results, path: str | Path) -> Path:
-    """Acceptance length of the t-th trajectory per method (a shared drafter memory should make it grow).
-
-    Raises:
-        StandError: matplotlib is missing or the path is unwritable.
-    """
-    plt = pyplot()
-    check_writable(path)
-    figure, axis = plt.subplots(figsize=(6, 4))
+    """Acceptance length of the t-th trajectory per method (a shared drafter memory should make it grow)."""
+    plt, figure, axis = _figure(path, figsize=(6, 4))
     for result in results:
         values = result.acceptance_by_trajectory()
         axis.plot(range(1, len(values) + 1), values, marker="o", label=result.label)
     axis.set(xlabel="trajectory", ylabel="acceptance length (tokens/step)", title="acceptance length vs trajectories")
     axis.xaxis.get_major_locator().set_params(integer=True)  # trajectories are counted
-    axis.legend(fontsize=8)
-    figure.tight_layout()
-    return _save(figure, plt, path)
+    return _save(figure, plt, path, axis)
 
 
 FLOOR = 1e-4
@@ -170,21 +147,11 @@ FLOOR = 1e-4
 
 
 def plot_reliability(summaries: list, path: str | Path) -> Path:
-    """Reliability diagram: per bin of predicted P(path accepted), the observed accepted share against
-    the mean prediction (log axes, marker area by nodes), one series per method, the diagonal the ideal.
-    A bin whose nodes were never accepted has no place on a log axis: it is an open triangle on the
-    floor (``FLOOR``), named in the legend, and the series' line leaves it out.
-
-    Args:
-        summaries: ``[(label, summary)]``, each a :func:`treeopt.evaluate.reliability.reliability` dict.
-        path: the PNG to write (atomically).
-
-    Raises:
-        StandError: matplotlib is missing or the path is unwritable.
-    """
-    plt = pyplot()
-    check_writable(path)
-    figure, axis = plt.subplots(figsize=(5.5, 5))
+    """Reliability diagram of ``[(label, summary)]`` (:func:`treeopt.evaluate.reliability.reliability`
+    dicts): per bin of predicted P(path accepted), the observed accepted share against the mean
+    prediction (log axes, marker area by nodes), the diagonal the ideal. A bin whose nodes were never
+    accepted is an open triangle on the floor (``FLOOR``), named in the legend, left out of the line."""
+    plt, figure, axis = _figure(path, figsize=(5.5, 5))
     axis.plot([FLOOR, 1], [FLOOR, 1], color="0.6", linestyle="--", linewidth=1, label="predicted = observed")
     zero_named = False
     for label, summary in summaries:
@@ -204,61 +171,44 @@ def plot_reliability(summaries: list, path: str | Path) -> Path:
             zero_named = True
     axis.set(xscale="log", yscale="log", xlim=(FLOOR, 1.05), ylim=(FLOOR, 1.05), xlabel="mean predicted P(path accepted)",
              ylabel="observed accepted share", title="value-sized tree: reliability")
-    axis.legend(fontsize=8)
-    figure.tight_layout()
-    return _save(figure, plt, path)
+    return _save(figure, plt, path, axis)
 
 
 def plot_trace_acceptance(data: dict, path: str | Path) -> Path:
     """Acceptance length vs trajectory index per method of a trace bench (its JSON), with the 95%
-    bootstrap intervals as bands.
-
-    Raises:
-        StandError: matplotlib is missing or the path is unwritable.
-    """
-    plt = pyplot()
-    check_writable(path)
-    figure, axis = plt.subplots(figsize=(6, 4))
+    bootstrap intervals as bands."""
+    plt, figure, axis = _figure(path, figsize=(6, 4))
     for result in data["results"]:
         values = result["acceptance_by_trajectory"]
-        x = range(1, len(values) + 1)
-        line = axis.plot(x, values, marker="o", label=result["label"])[0]
-        low, high = zip(*result["interval_by_trajectory_95"])
-        axis.fill_between(x, low, high, color=line.get_color(), alpha=0.12)
+        _band(axis, range(1, len(values) + 1), values, result["interval_by_trajectory_95"], result["label"])
     axis.set(xlabel="trajectory", ylabel="acceptance length τ (tokens/step)", title="trace replay: τ vs trajectory")
     axis.xaxis.get_major_locator().set_params(integer=True)
-    axis.legend(fontsize=8)
-    figure.tight_layout()
-    return _save(figure, plt, path)
+    return _save(figure, plt, path, axis)
 
 
 def plot_trace_budgets(data: dict, path: str | Path) -> Path:
     """τ pooled against the budget K of drafted tokens per step (log x) per method of a trace bench's
-    budget sweep (its JSON's ``budgets``), with the 95% bootstrap intervals as bands.
-
-    Raises:
-        StandError: matplotlib is missing, the JSON holds no budget sweep, or the path is unwritable.
-    """
+    budget sweep (its JSON's ``budgets``; StandError without one), with the 95% bootstrap intervals as bands."""
     if "budgets" not in data:
         raise StandError("this trace bench has no budget sweep to plot (run it with --budgets)")
     block = data["budgets"]
-    plt = pyplot()
-    check_writable(path)
-    figure, axis = plt.subplots(figsize=(6, 4))
+    plt, figure, axis = _figure(path, figsize=(6, 4))
     for label in block["methods"]:
         rows = sorted((r for r in block["rows"] if r["label"] == label), key=lambda r: r["budget"])
-        x = [r["budget"] for r in rows]
-        line = axis.plot(x, [r["tau"] for r in rows], marker="o", label=label)[0]
-        low, high = zip(*(r["interval_95"] for r in rows))
-        axis.fill_between(x, low, high, color=line.get_color(), alpha=0.12)
+        _band(axis, [r["budget"] for r in rows], [r["tau"] for r in rows], [r["interval_95"] for r in rows], label)
     axis.set_xscale("log")
     axis.set_xticks(block["budgets"], [str(k) for k in block["budgets"]])
     axis.minorticks_off()
     axis.set(xlabel="budget K (drafted tokens per step)", ylabel="acceptance length τ (tokens/step)",
              title="trace replay: τ vs budget")
-    axis.legend(fontsize=8)
-    figure.tight_layout()
-    return _save(figure, plt, path)
+    return _save(figure, plt, path, axis)
+
+
+def _band(axis, x, values, intervals, label: str) -> None:
+    """A series with markers and its ``[(low, high)]`` intervals as a band of its colour."""
+    line = axis.plot(x, values, marker="o", label=label)[0]
+    low, high = zip(*intervals)
+    axis.fill_between(x, low, high, color=line.get_color(), alpha=0.12)
 
 
 def pyplot():
@@ -279,10 +229,20 @@ def pyplot():
     return plt
 
 
-def _save(figure, plt, path) -> Path:
-    """Render ``figure`` (the format follows the name's extension, PNG otherwise) and write it as every
-    file of the toolkit is written (:func:`stand_runtime.files.write_bytes_atomic`: atomically, a link
-    followed, a device or FIFO written in place, a failure one line)."""
+def _figure(path, *grid, **options):
+    """``(pyplot, figure, axes)`` of ``plt.subplots(*grid, **options)``, once ``path`` is checked writable."""
+    plt = pyplot()
+    check_writable(path)
+    return (plt, *plt.subplots(*grid, **options))
+
+
+def _save(figure, plt, path, legend=None) -> Path:
+    """Render ``figure`` (with the ``legend`` axis's legend and a tight layout, when given; the format
+    follows the name's extension, PNG otherwise) and write it as every file of the toolkit is written
+    (:func:`stand_runtime.files.write_bytes_atomic`)."""
+    if legend is not None:
+        legend.legend(fontsize=8)
+        figure.tight_layout()
     path = Path(path)
     suffix = path.suffix.lower() if path.suffix.lower() in (".png", ".pdf", ".svg", ".jpg", ".jpeg") else ".png"
     buffer = io.BytesIO()

@@ -7,22 +7,17 @@ per t(1) (+ its own host work). So the speedup over plain decoding is
     projected = τ · t(1) / (t(K + 1) + host(K))
 
 (docs/trees.md §6.6 sizes trees with the host-free version, τ̂(K) / t(K + 1); Leviathan et al.,
-2023, §3.4 give the same walltime ratio for chains). The trace bench measures τ (tokens per step),
-K (drafted nodes per step) and host(K) (µs per step drafting and feeding) by replaying recorded
-traces; a latency profile gives t(n) for the hardware in question. What this leaves out: plain
-decoding's own host work (``ar`` is not a trace-bench method, so its denominator is t(1) alone, which
-favours plain decoding slightly); host time is this machine's, not the accelerator host's; the
-replay's feeding is greedy verification against a recording (no logits processing) and the replay
-keeps no KV cache, so cache compaction after a step is not counted.
+2023, §3.4 give the same walltime ratio for chains). The trace bench measures τ, K (drafted nodes
+per step) and host(K) (drafting and feeding); a latency profile gives t(n) for the hardware in
+question. Left out: plain decoding's own host work (``ar`` is not a trace-bench method: its
+denominator is t(1) alone, which favours plain decoding slightly); host time is this machine's; the
+replay does no logits processing and keeps no KV cache (no compaction counted).
 
-Profile files (:func:`load_latency_file`):
-
-- a cached profile of this machine, ``$STAND_CACHE_DIR/latency/<key>.json`` (not the ``linears-*.json``
-  kernel choices kept beside them; written by
-  :func:`stand_runtime.target.latency.cached_latency`: ``{"model", "threads", "cpu", "profile":
-  {"sizes", "seconds", ...}}``), or a bare :meth:`LatencyProfile.as_dict` (``{"sizes", "seconds"}``);
-- ``benchmarks/gpu/gpu_check.py``'s output (``benchmarks/results/gpu-check-h200.json``):
-  ``{"speed": {"float32": {"latency_ms": {"1": t1, ...}}}}``, milliseconds per forward by tokens.
+Profile files (:func:`load_latency_file`): a cached profile of this machine (written by
+:func:`stand_runtime.target.latency.cached_latency`: ``{"model", "threads", "cpu", "profile": {"sizes",
+"seconds", ...}}``; not the ``linears-*.json`` kernel choices beside it), a bare
+:meth:`LatencyProfile.as_dict`, or ``benchmarks/gpu/gpu_check.py``'s output
+(``{"speed": {"float32": {"latency_ms": {"1": t1, ...}}}}``, milliseconds per forward by tokens).
 """
 
 from __future__ import annotations
@@ -40,13 +35,8 @@ GPU_CHECK_DTYPE = "float32"
 
 
 def profile_from_json(data: dict, where: str) -> tuple[LatencyProfile, str]:
-    """A latency profile from a parsed JSON file, and the name of its format.
-
-    Args:
-        data: the file's object: a cached profile (``"profile"``), a bare profile (``"sizes"``,
-            ``"seconds"``: tokens per forward and seconds), or a gpu-check file (``"speed"`` →
-            ``"float32"`` → ``"latency_ms"``: tokens → milliseconds).
-        where: the file's name, for errors.
+    """A latency profile from a parsed JSON file (one of the module docstring's formats), and the name
+    of its format; ``where``: the file's name, for errors.
 
     Raises:
         StandError: no latency in it, or sizes/latencies that are not a profile (one line).
@@ -122,36 +112,21 @@ def load_latency_file(path) -> tuple[LatencyProfile, str]:
 
 def projected_speedup(tau: float, nodes: float, profile: LatencyProfile, host_s: float = 0.0,
                       plain_host_s: float = 0.0) -> float:
-    """Speedup over plain decoding, ``τ · (t(1) + plain_host_s) / (t(K + 1) + host_s)``.
-
-    Args:
-        tau: acceptance length (tokens per step).
-        nodes: K, drafted nodes per step (mean; t is interpolated between sizes as
-            :meth:`LatencyProfile.at` does, with the last slope beyond the largest size).
-        profile: t(n), seconds per forward of n tokens on the target hardware.
-        host_s: seconds of host work per speculative step (drafting + feeding).
-        plain_host_s: seconds of host work per plain-decoding step (0 when not measured).
-    """
+    """Speedup over plain decoding, ``τ · (t(1) + plain_host_s) / (t(K + 1) + host_s)``: ``tau`` tokens per
+    step, K = ``nodes`` drafted per step (a mean: :meth:`LatencyProfile.at` interpolates), ``host_s`` and
+    ``plain_host_s`` seconds of host work per speculative and plain step."""
     return tau * (profile.at(1) + plain_host_s) / (profile.at(nodes + 1) + host_s)
 
 
 def projection_block(results: list[dict], profile: LatencyProfile, source: dict) -> dict:
-    """The ``"projection"`` block of the trace bench's JSON: per method the projected speedup with
-    the measured host time and with host = 0, from :func:`trace_results_json`'s ``results``.
+    """The ``"projection"`` block of the trace bench's JSON: per method of ``results``
+    (:func:`treeopt.evaluate.trace_bench.trace_results_json`'s) the projected speedup with the measured
+    host time and with host = 0; ``source`` (``path``, ``format``) is copied into the block.
 
-    Args:
-        results: the trace bench's per-method entries (``acceptance_pooled``, ``interval_pooled_95``,
-            ``nodes_per_step``, ``drafting_us_per_step``, ``feeding_us_per_step``).
-        profile: the target hardware's latency profile.
-        source: what the profile is (``path``, ``format``), copied into the block.
-
-    Returns:
-        ``{"formula", "profile" (source, sizes, seconds), "plain" (t1_ms, host_ms None, note),
-        "methods": [{label, acceptance_length, nodes_per_step, forward_ms (t(K + 1)), host_ms,
-        speedup, speedup_interval_95 (τ's interval, K and host at their means), speedup_host_free,
-        host_cost (share of the host-free speedup lost to host work), extrapolated (K + 1 beyond the
-        profile's largest size)}]}``.
-    """
+    Returns ``{"formula", "profile" (source, sizes, seconds), "plain" (t1_ms, host_ms None, note), "methods":
+    [{label, acceptance_length, nodes_per_step, forward_ms (t(K + 1)), host_ms, speedup, speedup_interval_95
+    (τ's interval), speedup_host_free, host_cost (share lost to host work), extrapolated (K + 1 beyond the
+    profile)}]}``."""
     t1 = profile.at(1)
     methods = []
     for r in results:

@@ -2,15 +2,12 @@
 
 A value-sized dynamic tree (``dynamic-auto``) sizes each step from P(path accepted) per node, read
 from its :class:`stand_runtime.sizing.value.AcceptanceMap`. :class:`ReliabilityLog` collects, per
-verified step and drafted node, the P predicted when the step was sized and whether the node's path
-was accepted (through the rule's ``ValueRule.on_outcome`` hook (:mod:`stand_runtime.sizing.value`), so
-methods without a value rule collect nothing); :func:`reliability` bins the predictions and compares
-(a reliability table, DeGroot and Fienberg, 1983; the expected calibration error of Naeini et al.,
-2015: ``ECE = sum_b (n_b / N) |mean predicted_b - observed_b|``).
-
-Bins are the acceptance map's own (:data:`stand_runtime.sizing.value.EDGES`: 16 log-spaced bins from
-1e-4 to 1, below 1e-4 in the first), over the predicted P: most drafted nodes have small P, and the
-map's resolution is where the rule needs it.
+verified step and drafted node, the P predicted and whether the node's path was accepted (the value
+rule's ``on_outcome`` hook); :func:`reliability` bins the predictions and compares (a reliability
+table, DeGroot and Fienberg, 1983; the expected calibration error of Naeini et al., 2015:
+``ECE = sum_b (n_b / N) |mean predicted_b - observed_b|``), in the acceptance map's own bins
+(:data:`stand_runtime.sizing.value.EDGES`, log-spaced: most drafted nodes have small P).
+:class:`ForwardLog` does the same for the tokens per second a batched forward was forecast to give.
 """
 
 from __future__ import annotations
@@ -46,22 +43,17 @@ class ReliabilityLog:
 
 
 def reliability(predicted: np.ndarray, accepted: np.ndarray, edges: np.ndarray = EDGES) -> dict:
-    """The reliability table of predictions against outcomes (module docstring).
-
-    Args:
-        predicted: ``[N]`` float P(path accepted) predicted per node, in [0, 1].
-        accepted: ``[N]`` bool whether each node's path was accepted.
-        edges: ``[B + 1]`` increasing bin edges (values below the first go to the first bin, the
-            last edge's value to the last bin).
+    """The reliability table (module docstring) of ``predicted`` (``[N]`` float P(path accepted) per node,
+    in [0, 1]) against ``accepted`` (``[N]`` bool), in bins between ``edges`` (``[B + 1]`` increasing; values
+    below the first go to the first bin).
 
     Returns:
-        ``{"nodes": N, "mean_predicted", "observed", "ece", "bins": [...]}`` with, per bin holding
-        nodes, ``low``, ``high``, ``nodes``, ``mean_predicted``, ``observed`` (the accepted share) and
-        ``gap`` (observed - mean predicted); means and ECE are None when N is 0.
+        ``{"nodes": N, "mean_predicted", "observed", "ece", "bins": [...]}``, per bin holding nodes its
+        ``low``, ``high``, ``nodes``, ``mean_predicted``, ``observed`` (the accepted share) and ``gap``
+        (observed - mean predicted); means and ECE None when N is 0.
 
     Raises:
-        StandError: arrays of different lengths, predictions that are not numbers in [0, 1], or
-            edges that are not at least two increasing numbers.
+        StandError: arrays of different lengths, predictions not numbers in [0, 1], bad edges.
     """
     try:
         predicted = np.asarray(predicted, dtype=np.float64).ravel()
@@ -125,8 +117,8 @@ class ForwardLog:
         row's drafted nodes (:data:`WIDTHS`): ``{"forwards", "predicted_tokens_per_s",
         "observed_tokens_per_s", "bins": [{"low", "high", "forwards", "predicted_tokens_per_s",
         "observed_tokens_per_s", "predicted_tokens", "observed_tokens"}, ...]}`` (``high`` None for the
-        last bin; rates None without time). The rule chooses each forward's width by the predicted rate,
-        so a bin whose observed rate is far below its prediction is a width it chose wrongly."""
+        last bin; rates None without time): a bin observed far below its prediction is a width the
+        rule chose wrongly."""
         widths = np.asarray(self.widths, dtype=np.int64)
         columns = [np.asarray(values, dtype=np.float64) for values in (self.expected, self.modelled, self.emitted, self.seconds)]
         rate = lambda tokens, seconds: tokens / seconds if seconds > 0 else None  # noqa: E731

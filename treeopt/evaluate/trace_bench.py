@@ -1,19 +1,13 @@
-"""The trace bench: drafters replayed on recorded reasoning traces, no model (issue 13).
+"""The trace bench: drafters replayed on recorded reasoning traces, no model.
 
 Each group's traces run in order as trajectories 1..N sharing one drafter memory per method
 (:func:`stand_runtime.engine.trace_replay.replay_trace`, greedy verification on the engine's steps).
-Reported per method: acceptance length τ (tokens per step) at each trajectory index and pooled, with
-95% percentile-bootstrap intervals over groups (a group is resampled with all its trajectories),
-draft nodes per step, µs per step drafting and feeding (verification, stop cut and drafter
-feeding), and the drafter memory's size at the end of each group.
-
-With ``cross_prompt`` (``--cross-prompt``) the groups, replayed in order, learn from the groups before
-them: STAND's store of each group drafts over a cross-prompt memory of every group so far, the other
-methods share one memory over all groups (SuffixDecoding's global tree).
-
-Budgets (``--budgets``) are a dimension of the same bench: each method replayed at each budget K of
-drafted tokens per step (:func:`budget_methods`), reported as τ and τ per drafted token against K
-(:func:`budget_rows`).
+Reported per method: acceptance length τ (tokens per step) per trajectory index and pooled, with 95%
+percentile-bootstrap intervals over groups, draft nodes per step, µs per step drafting and feeding,
+and the drafter memory's size at the end of each group. With budgets (:func:`budget_methods`) each
+method is replayed at each budget K of drafted tokens per step (:func:`budget_rows`). With
+``cross_prompt`` (``--cross-prompt``) the groups, replayed in order, learn from the ones before them
+(:func:`group_memory`).
 """
 
 from __future__ import annotations
@@ -24,12 +18,11 @@ from typing import Callable
 
 import numpy as np
 
-from stand_runtime import SamplingParams, StandError, SuffixSettings
-from stand_runtime.drafters import STORE_METHODS, SUFFIX_TUNED, TREE_METHODS
-from stand_runtime.randomness import RandomStream
-from stand_runtime import Method, NGramStore, SizingSession, replay_trace
+from stand_runtime import Method, NGramStore, SamplingParams, SizingSession, StandError, SuffixSettings, replay_trace
 from stand_runtime.checks import check_bool, check_callable, check_int
-from stand_runtime.drafters import MAX_COPY_TOKENS, PromptLookupDrafter, takes_tree
+from stand_runtime.drafters import (MAX_COPY_TOKENS, STORE_METHODS, SUFFIX_TUNED, TREE_METHODS, PromptLookupDrafter,
+                                    parse_dynamic, takes_tree)
+from stand_runtime.randomness import RandomStream
 from stand_runtime.store.drafting import MAX_DYNAMIC_NODES
 from stand_runtime.trees.tree import MAX_DEPTH, DraftTree
 from stand_runtime.trees.tree_io import resolve_tree
@@ -47,11 +40,10 @@ at 80 nodes: with no model there is no latency to size it by)."""
 
 DEFAULT_TRACE_TREES = {"stand": "dynamic-80", "stand-det": "dynamic-80", "stand-static": STATIC_TRACE_TREE,
                        "recycle": "heuristic-80"}
-"""Trees of the tree methods: STAND's dynamic tree of 80 nodes (the same budget as SuffixDecoding's),
-STAND's static 80-node tree, and Token Recycling's own."""
+"""Trees of the tree methods: STAND's dynamic and static 80-node trees, and Token Recycling's own."""
 
 NODE_BUDGET = 80
-"""SuffixDecoding's node budget per step in the trace bench: the tree methods' 80 nodes."""
+"""Nodes per step of every method in the trace bench (SuffixDecoding's budget, the trees' size)."""
 
 RECYCLE_NOTE = ("recycle: a recording has no top-8 rows, so Token Recycling learns the observed successor of each "
                 "committed token (most recent first), not the target's top-8: a lower bound on the method")
@@ -59,16 +51,10 @@ IDENTICAL_NOTE = "stand = stand-det under greedy replay: greedy decoding drafts 
 
 @dataclass(frozen=True)
 class TraceMethod:
-    """One drafter configuration of the trace bench.
-
-    Attributes:
-        label: its name in the output.
-        method: the decoding method, resolved (the trace bench drafts without a model, so only fixed
-            and dynamic trees).
-        tree: the tree spec as given (tree methods), for the output.
-        sizing: a value-sized tree's sizing session (the projected latency profile), else None.
-        budget: the drafted tokens per step it was configured for (:func:`budget_methods`), else None.
-    """
+    """One drafter configuration of the trace bench: its ``label``, the resolved ``method`` (fixed and dynamic
+    trees only: there is no model), the ``tree`` spec as given, a value-sized tree's ``sizing`` session (the
+    projected latency profile), and the ``budget`` of drafted tokens per step it was configured for
+    (:func:`budget_methods`), else None."""
 
     label: str
     method: Method
@@ -83,8 +69,6 @@ def check_tree_spec(spec, latency: bool = False) -> None:
     (sized by that profile; ``auto`` and families need a model's latency)."""
     from stand_runtime.method import sized_family
     from stand_runtime.sizing.tree_choice import AUTO
-    from stand_runtime.trees.tree_io import resolve_tree
-    from stand_runtime.drafters import parse_dynamic
 
     if not isinstance(spec, str) or not spec:
         raise StandError(f"tree must be a tree file, a bundled tree name or dynamic[-N], got {spec!r}")
@@ -105,14 +89,13 @@ def parse_trace_methods(methods: str, tree: str | None = None, copy_tokens: int 
     """``"stand,pld,suffix-tuned"`` → configurations (tree methods on ``tree`` or their default;
     ``stand-static`` always on :data:`STATIC_TRACE_TREE`, ``recycle`` on its own for a dynamic ``tree``;
     methods without a tree ignore it). ``latency``: the :class:`stand_runtime.LatencyProfile` a
-    value-sized ``tree`` (``dynamic-auto[-N]``) is sized by (the replay observes no forward).
-    ``copy_tokens``: STAND's copy path (None: each tree's default, the ``copy_tokens`` of :class:`stand_runtime.Method`).
+    value-sized ``tree`` (``dynamic-auto[-N]``) is sized by. ``copy_tokens``: STAND's copy path (None:
+    :class:`stand_runtime.Method`'s default for the tree).
 
     Raises:
-        StandError: an unknown or repeated method name.
+        StandError: an unknown or repeated method name, a tree none of them takes, a copy path none has.
     """
-    names = split_methods(methods, TRACE_METHODS, requires={"suffix-tuned": "suffix"})
-    copy_tokens = None if copy_tokens is None else check_int("copy_tokens", copy_tokens, 0, MAX_COPY_TOKENS)
+    names, copy_tokens = _names(methods, copy_tokens)
     if tree is not None:
         check_tree_spec(tree, latency is not None)
         takers = [name for name in names if name in TREE_METHODS and takes_tree(name, tree)]
@@ -153,6 +136,12 @@ def _configure(name: str, tree: str | None, copy_tokens: int | None, latency, bu
     return TraceMethod(name, method, spec, sizing)
 
 
+def _names(methods: str, copy_tokens: int | None) -> tuple[list[str], int | None]:
+    """The method names of ``methods`` and ``copy_tokens`` checked (:func:`split_methods`; 0 to 64 tokens)."""
+    names = split_methods(methods, TRACE_METHODS, requires={"suffix-tuned": "suffix"})
+    return names, None if copy_tokens is None else check_int("copy_tokens", copy_tokens, 0, MAX_COPY_TOKENS)
+
+
 def first_nodes(tree: DraftTree, count: int) -> DraftTree:
     """``tree``'s first ``count`` nodes in its breadth-first order (parents and elder siblings come
     first, so they form a tree); the whole tree when it has no more."""
@@ -160,11 +149,8 @@ def first_nodes(tree: DraftTree, count: int) -> DraftTree:
 
 
 def parse_budgets(text) -> list[int]:
-    """``"2,4,8,16"`` → ``[2, 4, 8, 16]``: budgets of drafted tokens per step, ascending.
-
-    Raises:
-        StandError: not text, an empty list or entry, an entry that is not an integer >= 1, or a repeat.
-    """
+    """``"2,4,8,16"`` → ``[2, 4, 8, 16]``: budgets of drafted tokens per step, ascending (StandError: not
+    text, an empty list or entry, an entry that is not an integer >= 1, or a repeat)."""
     if not isinstance(text, str) or not text.strip():
         raise StandError(f"--budgets must be a comma-separated list of integers >= 1 (drafted tokens per step), "
                          f"got {text!r}")
@@ -191,18 +177,16 @@ def budget_limit(name: str) -> tuple[int, str]:
 
 
 def budget_methods(methods: str, budgets: list[int], copy_tokens: int | None = None) -> list[TraceMethod]:
-    """Every method of ``methods`` at every budget K of ``budgets`` (method by method, K ascending):
-    STAND (and ``stand-det``) on ``dynamic-K`` (its copy path inside the K), SuffixDecoding with its
-    speculation limit at K, prompt lookup's chain at K, Token Recycling and ``stand-static`` on their
-    static tree's first K nodes (``stand-static`` without its copy path, whose tokens would come beyond
-    the tree). Each configuration drafts at most K tokens a step.
+    """Every method of ``methods`` at every budget K of ``budgets`` (method by method, K ascending), each
+    drafting at most K tokens a step: STAND on ``dynamic-K`` (its copy path inside the K), SuffixDecoding
+    with its limit at K, prompt lookup's chain at K, Token Recycling and ``stand-static`` on their static
+    tree's first K nodes (``stand-static`` without its copy path, whose tokens would come beyond the tree).
 
     Raises:
         StandError: what :func:`parse_trace_methods` raises, a bad budget, or a budget over what a
             method supports (:func:`budget_limit`), before any replay.
     """
-    names = split_methods(methods, TRACE_METHODS, requires={"suffix-tuned": "suffix"})
-    copy_tokens = None if copy_tokens is None else check_int("copy_tokens", copy_tokens, 0, MAX_COPY_TOKENS)
+    names, copy_tokens = _names(methods, copy_tokens)
     if copy_tokens is not None and not any(name in STORE_METHODS for name in names):
         raise StandError(f"copy_tokens is STAND's copy path on a dynamic tree: none of {', '.join(names)} has one")
     if not isinstance(budgets, (list, tuple)) or not budgets:
@@ -231,13 +215,9 @@ RUN_COLUMNS = ("tokens", "steps", "drafted", "drafting_s", "feeding_s", "most_dr
 
 @dataclass
 class TraceResult:
-    """One configuration over every group.
-
-    Attributes:
-        runs: ``[groups, N, 6]`` per trace the :data:`RUN_COLUMNS`: tokens, steps, drafted nodes,
-            drafting s, feeding s, most nodes drafted in one step (NaN rows for groups with fewer than N traces).
-        memory_bytes: the drafter memory's estimated size at the end of each group (None without one).
-    """
+    """One configuration over every group: ``runs`` ``[groups, N, 6]`` per trace the :data:`RUN_COLUMNS`
+    (NaN rows for groups with fewer than N traces), ``memory_bytes`` the drafter memory's estimated size
+    at the end of each group (None without one)."""
 
     spec: TraceMethod
     runs: np.ndarray
@@ -308,17 +288,10 @@ def ratio_interval(mine: TraceResult, theirs: TraceResult, index: int | None = N
 
 def run_trace_bench(groups: list[TraceGroup], methods: list[TraceMethod], vocab: int | None = None,
                     on_trace: Callable[[str], None] | None = None, cross_prompt: bool = False) -> list[TraceResult]:
-    """Replay every group's traces through every method (groups tokenized, :func:`tokenize_groups`).
-
-    Args:
-        groups: the trace groups with token ids.
-        methods: the configurations (:func:`parse_trace_methods`, or :func:`budget_methods`).
-        vocab: the tokenizer's vocabulary size (Token Recycling's matrix rows); None = the largest
-            token id + 1.
-        on_trace: called with the method's label after every replayed trace.
-        cross_prompt: groups replayed in order learn from the groups before them (:func:`group_memory`):
-            STAND's store of each group over one cross-prompt memory, the other methods' memory shared by
-            every group (SuffixDecoding's global tree, Token Recycling's matrix). False: each group alone.
+    """Replay every group's traces (tokenized: :func:`load_replay_groups`) through every method
+    (:func:`parse_trace_methods` or :func:`budget_methods`); ``vocab``: the tokenizer's vocabulary size
+    (Token Recycling's matrix rows; None: the largest token id + 1); ``on_trace(label)`` after every trace;
+    ``cross_prompt``: each group learns from the groups before it (:func:`group_memory`; False: each alone).
 
     Raises:
         StandError: a bad tree, a token id outside ``vocab``, or a missing arctic-inference for suffix.
@@ -417,11 +390,9 @@ def _result_entry(r: TraceResult, width: int) -> dict:
 
 
 def budget_rows(entries: list[dict]) -> dict:
-    """τ against budget from :func:`trace_results_json`'s entries of a budget bench: ``budgets`` (K
-    ascending), ``methods`` (labels in order), ``rows`` (per method and K: τ pooled and its interval,
-    τ at the first trajectory, drafted nodes per step and the most in one step, τ per drafted token:
-    tokens / drafted nodes, and accepted per drafted token: (tokens - steps) / drafted nodes), and
-    ``best`` (per K the label of the highest pooled τ)."""
+    """τ against budget from :func:`trace_results_json`'s entries: ``budgets`` (K ascending), ``methods``
+    (labels), ``rows`` (per method and K: τ pooled with its interval, τ at t1, drafted nodes per step and
+    the most in one, tokens and accepted tokens per drafted node) and ``best`` (per K the highest τ's label)."""
     entries = [e for e in entries if e.get("budget") is not None]
     budgets = sorted({e["budget"] for e in entries})
     rows = [{"label": e["label"], "budget": e["budget"], "tau": e["acceptance_pooled"],
@@ -438,12 +409,8 @@ def budget_rows(entries: list[dict]) -> dict:
 def load_replay_groups(path, tokenizer, *, group_field: str = "sample_group", text_field: str = "trace",
                        prompt_field: str = "problem", max_tokens: int = 3000,
                        min_group_size: int = 2) -> tuple[list[TraceGroup], int]:
-    """The trace groups of a JSONL file, tokenized (at most ``max_tokens`` per trace) for
-    :func:`run_trace_bench`; (groups, groups left out for having fewer than ``min_group_size`` traces).
-
-    Raises:
-        StandError: an unreadable file, missing fields, or no group left.
-    """
+    """The trace groups of a JSONL file (:func:`treeopt.data.traces.load_traces`), tokenized (at most
+    ``max_tokens`` per trace); (groups, groups left out for having fewer than ``min_group_size`` traces)."""
     from ..data.traces import load_traces, tokenize_groups
 
     groups, skipped = load_traces(path, group_field=group_field, text_field=text_field, prompt_field=prompt_field,

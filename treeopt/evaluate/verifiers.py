@@ -35,13 +35,8 @@ PRM_SYSTEM = "Please reason step by step, and put your final answer within \\box
 
 @dataclass(frozen=True)
 class Candidate:
-    """One candidate step.
-
-    Attributes:
-        text: the step's text.
-        tokens: its token ids.
-        logprobs: per token its log-probability under the target (natural log), or None.
-    """
+    """One candidate step: its text, token ids and per token its log-probability under the target
+    (natural log), or None."""
 
     text: str
     tokens: list[int]
@@ -85,11 +80,9 @@ class CallableVerifier:
 
 
 def check_scores(verifier: Verifier, scores, candidates: int) -> list[float]:
-    """A verifier's scores as floats, one per candidate, each a finite real number.
-
-    A NaN would win or lose every comparison by accident (``max`` never moves past it), so a
-    verifier must say what it means: ``-inf`` is accepted as "worst" (e.g. an empty step), NaN,
-    ``+inf``, bools and text are refused.
+    """A verifier's scores as floats, one per candidate, each a finite real number or ``-inf`` ("worst",
+    e.g. an empty step); NaN (which would win or lose every comparison by accident), ``+inf``, bools and
+    text are refused.
 
     Raises:
         StandError: not a list of ``candidates`` scores, or a score that is not a real number,
@@ -118,12 +111,8 @@ def check_scores(verifier: Verifier, scores, candidates: int) -> list[float]:
 
 
 class PRMVerifier:
-    """A process reward model in the Qwen2.5-Math-PRM convention (see the module docstring).
-
-    Args:
-        path: a model folder or a hub id (``HF_HUB_OFFLINE=1`` keeps it to the local hub cache).
-        trust_remote_code: allow the model's own code (Qwen2.5-Math-PRM needs it).
-        device: where to run it (default: CUDA when available, else CPU).
+    """A process reward model in the Qwen2.5-Math-PRM convention (module docstring) from ``path``, a model
+    folder or a hub id, on ``device`` (default: CUDA when available, else CPU).
 
     Raises:
         StandError: the model or its tokenizer cannot be loaded, or the tokenizer lacks the separator.
@@ -190,8 +179,7 @@ def make_verifier(spec: str | Callable | Verifier, *, trust_remote_code: bool = 
     """A verifier from a spec: ``"confidence"``, ``"prm:PATH"``, a callable, or a verifier object.
 
     Raises:
-        StandError: an unknown spec (one line naming the valid ones), or a reward model that does
-            not load.
+        StandError: an unknown spec (naming the valid ones), or a reward model that does not load.
     """
     trust_remote_code = check_bool("trust_remote_code", trust_remote_code)
     if isinstance(spec, type):

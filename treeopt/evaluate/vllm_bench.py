@@ -20,9 +20,10 @@ from .bench import NOPRIOR_SUFFIX, MethodResult
 from .method_lists import split_methods
 
 VLLM_BENCH_METHODS = ("ar", "ngram", "suffix", "stand", "stand-auto", "stand+noprior", "stand-auto+noprior", "hf")
-"""Methods ``bench-vllm`` compares: vLLM plain decoding, ngram, suffix, STAND with one chain length,
-STAND with per-request chain lengths (each also ``+noprior``: without the successor prior the
-others get), and the HF engine's plain decoding."""
+"""Methods ``bench-vllm`` compares: vLLM plain decoding, ngram, suffix, STAND with one chain length or
+per-request chain lengths (each also ``+noprior``: without the successor prior), the HF engine's plain
+decoding."""
+
 
 def base_method(name: str) -> str:
     """A bench-vllm method without its ``+noprior`` suffix (:data:`.bench.NOPRIOR_SUFFIX`)."""
@@ -30,11 +31,7 @@ def base_method(name: str) -> str:
 
 
 def parse_vllm_methods(text: str) -> list[str]:
-    """Method names from ``"ar,ngram,suffix,stand"``.
-
-    Raises:
-        StandError: an empty list, an unknown or repeated method.
-    """
+    """Method names from ``"ar,ngram,suffix,stand"``; raises StandError as :func:`split_methods` does."""
     return split_methods(text, VLLM_BENCH_METHODS, context="for bench-vllm")
 
 
@@ -47,12 +44,9 @@ def parse_k(k_spec: str, names: list[str]) -> int | None:
     vLLM's latency, ngram/suffix their defaults).
 
     Raises:
-        StandError: neither auto nor an integer in [1, 128] (:data:`stand_runtime.limits.MAX_CHAIN_TOKENS`, as
-            ``treeopt serve --k``); an integer with no drafting method listed;
-            ``auto`` for stand without ar (whose engine measures the latency).
+        StandError: what :func:`parse_chain` raises; an integer with no drafting method listed; ``auto``
+            for stand without ar (whose engine measures the latency).
     """
-    from stand_runtime.checks import parse_count
-
     bases = {base_method(name) for name in names}
     if "stand-auto" in bases and "ar" not in names:
         raise StandError("stand-auto starts from vLLM's latency, measured with the ar engine: add ar to --methods")
@@ -61,15 +55,25 @@ def parse_k(k_spec: str, names: list[str]) -> int | None:
             raise StandError("--k auto sizes STAND's chain from vLLM's latency, measured with the ar engine: "
                              "add ar to --methods")
         return None
-    from stand_runtime.limits import MAX_CHAIN_TOKENS
-
-    try:
-        k = parse_count("--k", k_spec, 1, MAX_CHAIN_TOKENS)
-    except StandError:
-        raise StandError(f"--k must be auto or an integer in [1, {MAX_CHAIN_TOKENS}], got {k_spec!r}") from None
+    k = parse_chain(k_spec)
     if not bases & set(DRAFTING_METHODS):
         raise StandError(f"--k sizes the drafts of stand, ngram and suffix; none of {', '.join(names)} drafts")
     return k
+
+
+def parse_chain(text: str, auto: bool = True) -> int | str:
+    """``--k`` of bench-vllm and serve: ``"auto"`` (where ``auto`` is taken) or draft tokens per step, an
+    integer in [1, :data:`stand_runtime.limits.MAX_CHAIN_TOKENS`] (StandError otherwise)."""
+    from stand_runtime.checks import parse_count
+    from stand_runtime.limits import MAX_CHAIN_TOKENS
+
+    if auto and text == "auto":
+        return text
+    try:
+        return parse_count("--k", text, 1, MAX_CHAIN_TOKENS)
+    except StandError:
+        allowed = f"{'auto or ' if auto else ''}an integer in [1, {MAX_CHAIN_TOKENS}]"
+        raise StandError(f"--k must be {allowed}, got {text!r}") from None
 
 
 def check_greedy_samples(temperature: float, trajectories: int) -> None:
@@ -84,23 +88,13 @@ def start_engines(names: list[str], k: int | None, folder, dtype: str, probe_ids
                   max_model_len: int = 2048, on_measure: Callable[[], None] | None = None,
                   on_curve: Callable[[list, int], None] | None = None,
                   stand_options: dict | None = None) -> tuple[dict, dict]:
-    """One vLLM engine per method of ``names`` (``hf`` excepted), ar first.
+    """One vLLM engine per method of ``names`` (``hf`` excepted), ar first; (label → (method, vLLM ``LLM``) in
+    table order, method → its k, None for its default).
 
-    Args:
-        names: the methods (:data:`VLLM_BENCH_METHODS`).
-        k: draft tokens per step; None = auto: STAND's k chosen from the ar engine's step latency on
-            this machine (measured once on ``probe_ids`` and cached) for ``batch`` samples per request,
-            ngram/suffix their defaults. ``stand-auto`` takes that latency as the start of its
-            per-request chain lengths (at most :data:`stand_runtime.vllm.AUTO_MAX_K` tokens).
-        folder: the model folder; dtype: its weights' type.
-        on_measure: called before the latency is measured; on_curve: with (the size curve, the k
-            chosen) when STAND's k is chosen.
-        stand_options: proposer options for the STAND engines (e.g. ``{"prior": path}``; ``prior`` not
-            for a ``+noprior`` one).
-
-    Returns:
-        (label → (method, vLLM ``LLM``), in table order; method → its k, None for its default).
-    """
+    ``k``: draft tokens per step; None (auto): STAND's chosen from the ar engine's step latency (measured
+    once on ``probe_ids``, cached) for ``batch`` samples per request, ``on_curve(curve, k)`` shown, and
+    ``stand-auto``'s per-request chain lengths start from that latency (``on_measure()`` before it is
+    measured). ``stand_options``: the STAND engines' proposer options (``prior`` not for ``+noprior``)."""
     from stand_runtime.vllm import AUTO_K, cached_vllm_latency, choose_k, latency_option, load_llm
 
     engines, ks = {}, {}
@@ -151,19 +145,11 @@ def run_vllm_bench(engines: dict, prompts: list[list[int]], prompt_ids: list[str
                    max_new_tokens: int, seed: int, ignore_eos: bool, hf_backend=None,
                    on_prompt: Callable[[int, list[MethodResult]], None] | None = None,
                    priors: set[str] = frozenset()) -> list[MethodResult]:
-    """Decode every prompt with every engine (n samples each), interleaved; per-method totals.
+    """Decode every prompt (token ids; ``prompt_ids`` name them) with every engine (label → (method, vLLM
+    ``LLM``), in table order), n samples in one request seeded ``seed + 1000 i``, interleaved.
 
     Args:
-        engines: label → (method, vLLM ``LLM``), in table order.
-        prompts: prompt token ids.
-        prompt_ids: a name per prompt (e.g. ``HumanEval/30``).
-        n: samples per prompt (one request).
-        sampling: temperature and top-p.
-        max_new_tokens: tokens per sample at most.
-        seed: prompt i's request is seeded ``seed + 1000 i``.
-        ignore_eos: decode every sample to ``max_new_tokens``.
-        hf_backend: a :class:`stand_runtime.HFBackend` (plain decoding) to time on the same prompts,
-            reported as ``hf``; None = none.
+        hf_backend: a :class:`stand_runtime.HFBackend` (plain decoding) timed on the same prompts as ``hf``.
         on_prompt: called with (prompts done, results) after every prompt.
         priors: labels of the engines that draft with the successor prior (recorded per result).
 

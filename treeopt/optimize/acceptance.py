@@ -1,15 +1,13 @@
 """The acceptance seed of value-sized dynamic trees, measured on the calibration prompts (docs/algorithms.md §3.7).
 
-``treeopt calibrate`` estimates alpha per node of a static candidate tree; a value-sized dynamic tree
-(``dynamic-auto``) needs something else: P(path accepted) as a function of a node's best-first score
-(:class:`stand_runtime.sizing.value.AcceptanceMap`). :func:`measure_acceptance` decodes the same
-prompts with STAND on a fixed-budget dynamic tree (every node's score is known, and a fixed budget
-observes low-score bins a value-sized tree rarely drafts) and counts, per map bin and kind (drawn,
-copied), the nodes drafted and those whose path was accepted. The acceptance of a node's path depends
-on the path alone, not on how many other nodes the step drafted, so the counts transfer to the
-value-sized prefix of the same best-first order. :func:`calibrate_acceptance` saves them
-(:class:`stand_runtime.sizing.acceptance_seed.AcceptanceSeed`) next to the calibration and in the cache the
-runtime reads.
+A value-sized dynamic tree (``dynamic-auto``) needs P(path accepted) as a function of a node's
+best-first score (:class:`stand_runtime.sizing.value.AcceptanceMap`). :func:`measure_acceptance` decodes
+the calibration prompts with STAND on a fixed-budget dynamic tree (which also observes the low-score
+bins a value-sized tree rarely drafts) and counts, per map bin and kind (drawn, copied), the nodes
+drafted and those whose path was accepted. A path's acceptance depends on the path alone, so the
+counts transfer to the value-sized prefix of the same best-first order. :func:`calibrate_acceptance`
+saves them (:class:`stand_runtime.sizing.acceptance_seed.AcceptanceSeed`) next to the calibration and
+in the cache the runtime reads.
 """
 
 from __future__ import annotations
@@ -43,19 +41,10 @@ def observe_step(acceptance: AcceptanceMap, settled) -> None:
 def measure_acceptance(model, tokenizer, prompts: list[str], seeds: list[int], *, sampling, max_new_tokens: int,
                        nodes: int = DEFAULT_NODES, deterministic: bool = False,
                        on_tokens: Callable[[int], None] | None = None) -> AcceptanceMap:
-    """Decode each prompt with STAND on ``dynamic-<nodes>`` (a fresh Python store per prompt, so every
-    node is scored) and count acceptance per score bin (module docstring).
-
-    Args:
-        prompts: prompt texts (or token id lists); ``seeds``: one seed per prompt.
-        sampling: the target sampling distribution (the calibration's).
-        max_new_tokens: tokens per prompt at most.
-        nodes: the dynamic tree's node budget.
-        deterministic: top-m drafts (``stand-det``) instead of Gumbel-Top-K draws.
-        on_tokens: called with the tokens of every step (progress).
-
-    Returns:
-        The :class:`AcceptanceMap` holding the counts (:meth:`AcceptanceMap.counts`).
+    """Decode each prompt (text or token ids, seeded by its entry of ``seeds``) with STAND on
+    ``dynamic-<nodes>`` (``stand-det`` when ``deterministic``; a fresh Python store per prompt, so every
+    node is scored) and count acceptance per score bin (module docstring); the :class:`AcceptanceMap`.
+    ``on_tokens``: called with the tokens of every step.
 
     Raises:
         StandError: bad prompts, seeds or settings (as :func:`stand_runtime.generate`).
@@ -94,18 +83,10 @@ def acceptance_path(calibration_out: str | Path) -> Path:
 
 def calibrate_acceptance(config, model, tokenizer, prompts: list, out: str | Path, *, nodes: int = DEFAULT_NODES,
                          on_tokens: Callable[[int], None] | None = None) -> tuple[AcceptanceSeed, list[Path]]:
-    """Measure the acceptance seed on a calibration's prompts (:func:`measure_acceptance`, prompt i
-    seeded ``config.seed + 1000 i`` as the calibration seeds it) and save it at ``out`` and, unless the seed in use counted more drafted nodes, at
-    :func:`stand_runtime.sizing.acceptance_seed.seed_path` of the model (where value-sized trees look for it).
-
-    Args:
-        config: the :class:`treeopt.CalibrationConfig` (sampling, token budget, seed, dataset, drafts).
-        prompts: :class:`treeopt.data.datasets.Prompt` list.
-        out: the seed file to write.
-
-    Returns:
-        The seed and the paths written: ``out``, then the cache path when the seed replaced the one in
-        use (not when that one counted more drafted nodes, :func:`_replaces`).
+    """Measure the acceptance seed on a calibration's prompts (:func:`measure_acceptance`, prompt i seeded
+    ``config.seed + 1000 i`` as :class:`treeopt.CalibrationConfig` seeds it) and save it at ``out`` and,
+    where it replaces the one in use (:func:`_replaces`), at the model's
+    :func:`stand_runtime.sizing.acceptance_seed.seed_path`; (the seed, the paths written).
 
     Raises:
         StandError: unwritable paths, or what :func:`measure_acceptance` raises.

@@ -24,17 +24,8 @@ from typing import Callable
 
 import numpy as np
 
-from stand_runtime import (
-    DecodeRequest,
-    DraftTree,
-    HFBackend,
-    Method,
-    NGramStore,
-    SamplingParams,
-    StandError,
-    __version__,
-    generate,
-)
+from stand_runtime import (DecodeRequest, DraftTree, HFBackend, Method, NGramStore, SamplingParams, StandError,
+                           __version__, generate)
 from stand_runtime.checks import check_bool, check_int, check_real
 from stand_runtime.files import check_writable
 from stand_runtime.limits import MAX_ROWS
@@ -138,19 +129,9 @@ def calibrate(
     prompts: list[Prompt] | None = None,
     progress: Progress | None = None,
 ) -> Calibration:
-    """Estimate alpha(v) for every candidate node on the configured prompts; save to ``out``.
-
-    Args:
-        config: the settings.
-        model, tokenizer: the target model (see :func:`stand_runtime.load_model`).
-        out: the calibration file, rewritten atomically after every prompt.
-        resume: continue the run saved in ``out`` (same settings), skipping its finished prompts.
-        candidate: the candidate tree; None builds one from the config (nodes and prior).
-        prompts: the prompts; None loads them from the config's dataset.
-        progress: progress callbacks.
-
-    Returns:
-        The :class:`Calibration` (also saved).
+    """Estimate alpha(v) for every candidate node on the configured prompts; the :class:`Calibration`, saved
+    to ``out`` after every prompt. ``resume``: continue the run saved in ``out`` (same settings);
+    ``candidate``: None builds one from the config; ``prompts``: None loads the config's dataset.
 
     Raises:
         StandError: not a CalibrationConfig, bad dataset or prompts (empty, not Prompt, a repeated id),
@@ -190,12 +171,7 @@ def calibrate(
 
 
 def _check_arguments(config, out, resume, candidate, progress) -> bool:
-    """:func:`calibrate`'s arguments checked before any work; returns ``resume`` as a bool.
-
-    Raises:
-        StandError: not a CalibrationConfig, a Progress, a DraftTree or a file path where one belongs,
-            or ``resume`` not a bool.
-    """
+    """:func:`calibrate`'s arguments checked before any work (StandError: one of the wrong type); ``resume``."""
     if not isinstance(config, CalibrationConfig):
         raise StandError(f"config must be a CalibrationConfig, not {type(config).__name__}")
     if progress is not None and not isinstance(progress, Progress):
@@ -261,13 +237,12 @@ def default_candidate(config: CalibrationConfig) -> DraftTree:
 
 def resumable(config: CalibrationConfig, out: str | Path, candidate: DraftTree | None = None,
               prompts: list[Prompt] | None = None) -> Calibration:
-    """The interrupted calibration in ``out``, checked to have been made with ``config``'s settings
-    and candidate tree, on prompts among ``prompts`` when given, with the same texts where it recorded
-    them (call it before loading a model: a mismatch fails at once).
+    """The interrupted calibration in ``out``, checked to have been made with ``config``'s settings and
+    candidate tree, on prompts among ``prompts`` (when given) with the texts it recorded.
 
     Raises:
-        StandError: a corrupt file, one without settings, one made with other settings (naming them),
-            one holding a prompt this run does not calibrate, or one whose prompt's text changed since.
+        StandError: a corrupt file, one without settings or with other settings (naming them), or a
+            prompt this run does not calibrate or whose text changed since.
     """
     calibration = load_calibration(out)
     candidate = candidate if candidate is not None else default_candidate(config)

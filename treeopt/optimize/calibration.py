@@ -28,11 +28,9 @@ class Calibration:
     """Per-node acceptance estimates for a candidate tree.
 
     Attributes:
-        candidate: the candidate tree.
         alpha_sum: ``[N + 1]`` float64 summed per-step acceptance (index 0, the root, unused).
         steps: the denominator: decoding steps (direct) or their importance-weighted estimate (replay).
-        per_prompt: for each finished prompt: id, steps, tokens and its own ``alpha_sum`` (resume,
-            and errors clustered by prompt).
+        per_prompt: per finished prompt its id, steps, tokens and own ``alpha_sum`` (resume, clustered errors).
         metadata: settings, model, timings, version.
     """
 
@@ -48,16 +46,11 @@ class Calibration:
         return self.alpha_sum[1:] / self.steps if self.steps > 0 else np.zeros(self.candidate.num_nodes)
 
     def alpha_stderr(self, groups: np.ndarray | None = None) -> np.ndarray:
-        """Standard error of alpha-hat, clustered by prompt (a prompt's steps are not independent).
+        """Standard error of alpha-hat, clustered by prompt (a prompt's steps are not independent): the
+        ratio-estimator (delta-method) variance of ``sum alpha_sum / sum steps`` over prompts.
 
-        Ratio-estimator (delta-method) variance of ``sum alpha_sum / sum steps`` over prompts.
-
-        Args:
-            groups: ``[N]`` int group of each candidate node (e.g. its depth); None = per node.
-
-        Returns:
-            ``[N]`` per node, or ``[max(groups) + 1]`` for the sum of alpha-hat over each group's
-            nodes; ``inf`` with fewer than 2 prompts.
+        Returns ``[N]`` per node, or with ``groups`` (``[N]`` int group of each node, e.g. its depth)
+        ``[max(groups) + 1]`` for the sum of alpha-hat over each group; ``inf`` with fewer than 2 prompts.
 
         Raises:
             StandError: ``groups`` that are not ``[N]`` integers >= 0.
@@ -88,8 +81,8 @@ class Calibration:
         return 1.0 + float(self.alpha.sum())
 
     def add_prompt(self, prompt_id: str, alpha_sum: np.ndarray, steps: float, tokens: int, text: str | None = None) -> None:
-        """Count one prompt's replay or decode; ``text``: the prompt, kept as a digest so that a resumed
-        run notices a dataset edited since (:func:`prompt_digest`)."""
+        """Count one prompt's replay or decode; ``text``: the prompt, kept as a digest (a resumed run
+        notices a dataset edited since)."""
         self.alpha_sum += alpha_sum
         self.steps += steps
         entry = {"id": prompt_id, "steps": steps, "tokens": tokens, "alpha_sum": alpha_sum.tolist()}
@@ -123,8 +116,7 @@ def resolve_calibration(spec: str | Path) -> Path:
 
 
 def load_calibration(path: str | Path) -> Calibration:
-    """Read a calibration file, or a shipped one by name (``stand-smollm2-humaneval``: the default
-    model's, 30 HumanEval prompts x 256 tokens).
+    """Read a calibration file, or a shipped one by name (:func:`resolve_calibration`).
 
     Raises:
         StandError: missing, not JSON, wrong format or version, or inconsistent contents (one line).
@@ -185,8 +177,8 @@ def prompt_digest(text: str) -> str:
 
 
 def unfinished(calibration: Calibration) -> str | None:
-    """What an interrupted run left out of ``calibration`` ("5 of 12 prompts"), or None when it holds
-    every prompt (or trace group) its run set out to calibrate, or does not say how many that was."""
+    """What an interrupted run left out of ``calibration`` ("5 of 12 prompts"), or None when it holds every
+    prompt (or trace group) it set out to calibrate, or does not say how many."""
     meta = calibration.metadata
     total, unit = (meta.get("groups_total"), "trace groups") if meta.get("source") == "traces" else (meta.get("samples"), "prompts")
     done = len(calibration.per_prompt)
@@ -196,8 +188,8 @@ def unfinished(calibration: Calibration) -> str | None:
 
 
 def step_count(value: float) -> int | float:
-    """A step count as JSON writes it: an integer where it is one (a resumed run reads counts back as
-    floats and must write what an uninterrupted run writes), else rounded to 6 decimals."""
+    """A step count as JSON writes it: an integer where it is one (a resumed run writes what an
+    uninterrupted one writes), else rounded to 6 decimals."""
     value = float(value)
     return int(value) if value.is_integer() else round(value, 6)
 
@@ -214,11 +206,7 @@ def _is_number(value) -> bool:
 
 def _prompt_sums(per_prompt: list, nodes: int) -> np.ndarray:
     """``[nodes]`` the sum of the prompts' ``alpha_sum`` rows, each prompt checked (a unique string id,
-    finite counts >= 0 of the right length, steps >= 0).
-
-    Raises:
-        StandError: the first bad prompt entry (the caller names the file).
-    """
+    finite counts >= 0 of the right length, steps >= 0); StandError names the first bad entry."""
     alpha_sum = np.zeros(nodes)
     seen = set()
     for entry in per_prompt:

@@ -58,16 +58,8 @@ def check_prior(prior) -> None:
 def candidate_tree(
     num_nodes: int = 625, prior: Prior = Prior(), max_width: int = MAX_RANK, max_depth: int = 64
 ) -> DraftTree:
-    """The top ``num_nodes`` rank paths under ``prior``, closed under parent and elder sibling.
-
-    Args:
-        num_nodes: draft nodes (root excluded), >= 1.
-        prior: the rank-product prior.
-        max_width: children per node at most (<= 10, the store's k).
-        max_depth: deepest path allowed.
-
-    Returns:
-        The candidate :class:`DraftTree`.
+    """The top ``num_nodes`` rank paths (root excluded) under ``prior``, closed under parent and elder sibling,
+    at most ``max_width`` children per node (the store's k, <= 10) and ``max_depth`` deep.
 
     Raises:
         StandError: a parameter out of range.
@@ -93,15 +85,13 @@ def candidate_tree(
 
 
 def per_depth_tree(counts: list[int], prior: Prior = Prior(), max_width: int = MAX_RANK) -> DraftTree:
-    """A tree with ``counts[d]`` nodes at depth d + 1, each depth filled by prior value.
-
-    At each depth the nodes are the most valuable children of the previous depth's nodes, taken
-    through a frontier so the result stays closed under parent and elder sibling. Token Recycling's
-    static 80-node tree has the depth profile 8/21/25/15/8/3.
+    """A tree with ``counts[d]`` nodes at depth d + 1, each depth the most valuable children of the one
+    above under ``prior`` (through a frontier, so the tree stays closed under parent and elder sibling);
+    Token Recycling's static 80-node tree has the depth profile 8/21/25/15/8/3.
 
     Raises:
-        StandError: no counts, a count that is not an integer >= 1 or is larger than the previous
-            depth can hold, more than :data:`MAX_CANDIDATE_NODES` in all, a bad prior or max_width.
+        StandError: no counts, a count that is not an integer >= 1 or more than the previous depth can
+            hold, more than :data:`MAX_CANDIDATE_NODES` in all, a bad prior or max_width.
     """
     if isinstance(counts, (str, bytes)) or not hasattr(counts, "__iter__"):
         raise StandError(f"per-depth counts must be a list of integers, got {counts!r}")

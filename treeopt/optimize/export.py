@@ -32,8 +32,8 @@ def export_tree(calibration: Calibration, num_nodes: int, extra_metadata: dict |
     """The best ``num_nodes``-node tree of a calibration, with alpha-hat per node and provenance.
 
     Raises:
-        StandError: not a Calibration, ``num_nodes`` not an integer >= 1 or larger than the
-            candidate, or a calibration with no steps.
+        StandError: what :func:`_exportable_alpha` raises, ``num_nodes`` not an integer >= 1 or larger
+            than the candidate.
     """
     alpha = _exportable_alpha(calibration)
     tree, alpha = prune(calibration.candidate, alpha, num_nodes)
@@ -42,13 +42,11 @@ def export_tree(calibration: Calibration, num_nodes: int, extra_metadata: dict |
 
 
 def export_family(calibration: Calibration, sizes=FAMILY_SIZES) -> TreeFamily:
-    """The best tree of a calibration for each size in ``sizes`` (up to the candidate's size), from
-    one knapsack solve: the file a machine sizes its default tree from
-    (:func:`stand_runtime.sizing.tree_choice.machine_tree`).
+    """The best tree of a calibration for each size in ``sizes`` (up to the candidate's), from one knapsack
+    solve: the file :func:`stand_runtime.sizing.tree_choice.machine_tree` sizes a machine's tree from.
 
     Raises:
-        StandError: not a Calibration, one with no steps, alpha-hat that are not probabilities, or
-            sizes that are not integers.
+        StandError: what :func:`_exportable_alpha` raises, or sizes that are not integers.
     """
     alpha = _exportable_alpha(calibration)
     if isinstance(sizes, (str, bytes)) or not hasattr(sizes, "__iter__"):
@@ -104,11 +102,7 @@ def _metadata(calibration: Calibration, nodes: int | None, alpha_sum: float | No
 
 
 def parse_nodes(text: str) -> int | None:
-    """``--nodes``: a count of draft nodes, or None for ``auto``.
-
-    Raises:
-        StandError: neither ``auto`` nor an integer >= 1 in digits 0-9.
-    """
+    """``--nodes``: a count of draft nodes, or None for ``auto`` (StandError otherwise)."""
     from stand_runtime.checks import parse_count
 
     if text == "auto":
@@ -126,13 +120,8 @@ def latency_model(calibration: Calibration, model: str | None = None) -> str:
 
 @dataclass(frozen=True)
 class SizeChoice:
-    """The tree size ``--nodes auto`` chose.
-
-    Attributes:
-        nodes: the chosen K (0: no tree beats plain decoding).
-        curve: one row per size considered (:func:`stand_runtime.target.latency.choose_size`'s curve).
-        metadata: provenance for the exported tree file (``nodes_auto``: the profile, K and the batch).
-    """
+    """The tree size ``--nodes auto`` chose: ``nodes`` (0: no tree beats plain decoding), the ``curve``
+    (:func:`stand_runtime.target.latency.choose_size`'s), and the tree file's ``metadata`` (``nodes_auto``)."""
 
     nodes: int
     curve: list

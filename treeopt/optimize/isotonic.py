@@ -23,37 +23,21 @@ import heapq
 
 import numpy as np
 
-from stand_runtime import DraftTree, StandError
+from stand_runtime import DraftTree
+
+from .prune import check_alpha
 
 
 def tree_isotonic(tree: DraftTree, alpha) -> np.ndarray:
-    """The least-squares fit to ``alpha`` with every node at most its parent (equal weights).
-
-    Args:
-        tree: the draft tree whose nodes ``alpha`` describes.
-        alpha: ``[N]`` finite numbers, one per draft node in ``tree.paths`` order (breadth-first).
-
-    Returns:
-        ``[N]`` float64 with ``out[child] <= out[parent]`` for every node below depth 1, each value
-        the mean of ``alpha`` over the connected block of nodes that share it; ``alpha`` itself
-        where it is already ordered. Depth-1 nodes have no constraint above them (the root is not drafted).
+    """The least-squares fit to ``alpha`` (``[N]``, one per draft node, breadth-first) with every node at
+    most its parent (equal weights): ``[N]`` float64, each value the mean of ``alpha`` over the connected
+    block of nodes that share it; ``alpha`` itself where it is already ordered (depth-1 nodes have no
+    constraint above them: the root is not drafted).
 
     Raises:
-        StandError: ``tree`` is not a DraftTree, or ``alpha`` is not ``[N]`` finite real numbers
-            (text, complex numbers and tensors that need grad are refused).
+        StandError: as :func:`treeopt.optimize.prune.check_alpha`.
     """
-    if not isinstance(tree, DraftTree):
-        raise StandError(f"tree_isotonic needs a DraftTree, not {type(tree).__name__}")
-    try:
-        raw = np.asarray(alpha)
-        values = raw.astype(np.float64) if raw.dtype.kind in "biuf" else None
-    except (TypeError, ValueError, OverflowError, RuntimeError):  # ragged, huge ints, a tensor needing grad
-        values = None
-    if values is None or values.shape != (tree.num_nodes,):
-        shape = list(values.shape) if values is not None else type(alpha).__name__
-        raise StandError(f"alpha must be [{tree.num_nodes}] real numbers, one per draft node, got {shape}")
-    if not np.all(np.isfinite(values)):
-        raise StandError("alpha must be finite (no NaN or infinity)")
+    values = check_alpha(tree, alpha, "tree_isotonic")
     parent = (tree.parents[1:] - 1).tolist()  # 0-based like alpha; -1 at depth 1 (the root's children)
     owner = list(range(tree.num_nodes))  # union-find: a block is named by its top node
 

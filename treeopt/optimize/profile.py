@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import numpy as np
 
@@ -12,20 +12,14 @@ from stand_runtime.trees.families import load_family
 from stand_runtime.trees.families import is_family
 
 from .calibration import CALIBRATION_FORMAT, load_calibration, resolve_calibration
+from .prune import check_alpha
 
 
 @dataclass(frozen=True)
 class DepthProfile:
-    """Per-depth shape of a tree and, with alpha-hat, its expected accepted tokens.
-
-    Attributes:
-        nodes_per_depth: nodes at depth 1 .. max_depth.
-        width_per_depth: widest fan-out into each depth.
-        alpha_per_depth: sum of alpha-hat per depth (expected accepted tokens at that depth), or None.
-        max_depth: depth of the deepest node.
-        num_nodes: draft nodes (root excluded).
-        expected_acceptance_length: 1 + sum alpha-hat (tokens per target forward), or None.
-    """
+    """Per-depth shape of a tree: nodes and widest fan-out into each depth 1 .. ``max_depth``, and with
+    alpha-hat the sum per depth (expected accepted tokens there) and ``expected_acceptance_length``
+    (1 + sum alpha-hat, tokens per target forward), else None."""
 
     nodes_per_depth: list[int]
     width_per_depth: list[int]
@@ -35,14 +29,7 @@ class DepthProfile:
     expected_acceptance_length: float | None
 
     def as_dict(self) -> dict:
-        return {
-            "nodes_per_depth": self.nodes_per_depth,
-            "width_per_depth": self.width_per_depth,
-            "alpha_per_depth": self.alpha_per_depth,
-            "max_depth": self.max_depth,
-            "num_nodes": self.num_nodes,
-            "expected_acceptance_length": self.expected_acceptance_length,
-        }
+        return asdict(self)
 
 
 def depth_profile(tree: DraftTree, alpha: np.ndarray | None = None) -> DepthProfile:
@@ -57,13 +44,8 @@ def depth_profile(tree: DraftTree, alpha: np.ndarray | None = None) -> DepthProf
     alpha_per_depth = None
     expected = None
     if alpha is not None:
-        try:
-            alpha = np.asarray(alpha, dtype=np.float64)
-        except (TypeError, ValueError):
-            raise StandError(f"alpha must be numbers, got {type(alpha).__name__}") from None
-        if alpha.shape != (tree.num_nodes,):
-            raise StandError(f"alpha must hold one value per node ({tree.num_nodes}), got shape {list(alpha.shape)}")
-        if not (np.isfinite(alpha).all() and (alpha >= 0).all()):
+        alpha = check_alpha(tree, alpha, "a depth profile")
+        if (alpha < 0).any():
             raise StandError("alpha must be finite numbers >= 0")
         sums = np.bincount(tree.depths[1:], weights=alpha, minlength=tree.max_depth + 1)
         alpha_per_depth = [float(x) for x in sums[1:]]

@@ -97,19 +97,11 @@ def _improve(merged: np.ndarray, split: np.ndarray, start: int, values: np.ndarr
 
 
 def prune(tree: DraftTree, alpha: np.ndarray, num_nodes: int) -> tuple[DraftTree, np.ndarray]:
-    """The valid ``num_nodes``-node subtree of ``tree`` with the largest ``sum alpha``.
-
-    Args:
-        tree: the candidate tree.
-        alpha: ``[N]`` alpha-hat per candidate draft node, breadth-first order.
-        num_nodes: K, the size of the result.
-
-    Returns:
-        ``(pruned tree, [K] alpha of its nodes in its breadth-first order)``.
+    """The valid ``num_nodes``-node subtree of ``tree`` with the largest ``sum alpha`` (``alpha``: ``[N]``
+    alpha-hat per candidate draft node, breadth-first); ``(pruned tree, [K] alpha of its nodes)``.
 
     Raises:
-        StandError: K not an integer >= 1, K larger than the candidate, not a DraftTree, or alpha
-            not ``[N]`` finite numbers.
+        StandError: K not an integer >= 1 or larger than the candidate, or what :func:`check_alpha` raises.
     """
     alpha, num_nodes = _check(tree, alpha, num_nodes)
     solution = KnapsackSolution(tree, alpha, num_nodes)
@@ -129,22 +121,32 @@ def subtree(tree: DraftTree, alpha: np.ndarray, nodes: list[int]) -> tuple[Draft
     return pruned, np.array([lookup[p] for p in pruned.paths])
 
 
-def _check(tree: DraftTree, alpha, num_nodes) -> tuple[np.ndarray, int]:
-    """``(alpha as float64, num_nodes as int)`` once both fit ``tree``.
+def check_alpha(tree: DraftTree, alpha, what: str) -> np.ndarray:
+    """``alpha`` as ``[N]`` float64: one finite real number per draft node of ``tree``, breadth-first (a NaN
+    or infinite alpha-hat would choose a tree arbitrarily).
 
     Raises:
-        StandError: see :func:`prune`.
+        StandError: ``tree`` not a DraftTree (``what`` names who needs one), or ``alpha`` not ``[N]`` finite
+            real numbers (text, complex numbers and tensors that need grad are refused).
     """
     if not isinstance(tree, DraftTree):
-        raise StandError(f"the candidate must be a DraftTree, not {type(tree).__name__}")
+        raise StandError(f"{what} needs a DraftTree, not {type(tree).__name__}")
     try:
-        alpha = np.asarray(alpha, dtype=np.float64)
-    except (TypeError, ValueError):
-        raise StandError(f"alpha must be numbers, got {type(alpha).__name__}") from None
-    if alpha.ndim != 1 or len(alpha) != tree.num_nodes:
-        raise StandError(f"alpha has shape {list(alpha.shape)} for {tree.num_nodes} candidate nodes")
-    if not np.isfinite(alpha).all():
-        raise StandError("alpha must be finite (a NaN or infinite alpha-hat would choose the tree arbitrarily)")
+        raw = np.asarray(alpha)
+        values = raw.astype(np.float64) if raw.dtype.kind in "biuf" else None
+    except (TypeError, ValueError, OverflowError, RuntimeError):  # ragged, huge ints, a tensor needing grad
+        values = None
+    if values is None or values.shape != (tree.num_nodes,):
+        shape = list(values.shape) if values is not None else type(alpha).__name__
+        raise StandError(f"alpha must be [{tree.num_nodes}] real numbers, one per draft node, got {shape}")
+    if not np.all(np.isfinite(values)):
+        raise StandError("alpha must be finite (no NaN or infinity)")
+    return values
+
+
+def _check(tree: DraftTree, alpha, num_nodes) -> tuple[np.ndarray, int]:
+    """``(alpha as float64, num_nodes as int)`` once both fit ``tree`` (StandError: see :func:`prune`)."""
+    alpha = check_alpha(tree, alpha, "pruning")
     num_nodes = check_int("nodes", num_nodes, 1)
     if num_nodes > tree.num_nodes:
         raise StandError(f"nodes {num_nodes} is larger than the candidate tree ({tree.num_nodes} nodes)")

@@ -36,11 +36,7 @@ from stand_runtime.verify import acceptance_chain
 
 
 def _check_replay(prompt, tokens, recorded: RecordedDistributions, tree: DraftTree, alpha_sum, segmentations) -> int:
-    """:func:`replay_trajectory`'s inputs checked; returns ``segmentations`` as an int.
-
-    Raises:
-        StandError: see :func:`replay_trajectory`.
-    """
+    """:func:`replay_trajectory`'s inputs checked (StandError as it says); ``segmentations`` as an int."""
     if not len(prompt) or not len(tokens):
         raise StandError(f"a replay needs a prompt and tokens, got {len(prompt)} and {len(tokens)} tokens")
     rows = len(prompt) - 1 + len(tokens)
@@ -66,27 +62,19 @@ def replay_trajectory(
     budget: int | None = None,
     segmentations: int = 4,
 ) -> int:
-    """Replay the drafter along one trajectory, adding per-step acceptance to ``alpha_sum`` (module
-    docstring): ``alpha_sum`` receives the contributions of the visited step starts, and the return
-    value counts them, so alpha-hat = accepted per step.
+    """Replay the drafter along one trajectory (``prompt`` and generated ``tokens``, ids), adding each
+    visited step start's acceptance to ``alpha_sum`` (``[N + 1]``, in place; module docstring); returns
+    the steps replayed, so alpha-hat = accepted per step.
 
     Args:
-        prompt: the trajectory's prompt token ids.
-        tokens: its generated tokens.
         recorded: the target's distributions along it (a ``record_probs`` completion's).
-        tree: the candidate tree.
-        store: the n-gram store as the engine would hold it (fed here as decoding would feed it:
-            prompt positions first, then each position after the steps starting there).
+        store: the n-gram store as the engine would hold it, fed here as decoding feeds it.
         randomness: Gumbel noise for stochastic drafting and uniforms for drawing step ends.
-        alpha_sum: ``[N + 1]`` accumulator, updated in place.
         stochastic: Gumbel-Top-K drafts and recursive rejection sampling; False: q's top-m and the
             deterministic-draft rule.
-        budget: the max_new_tokens the engine would run with (it drafts no deeper than the tokens
-            left); None = the trajectory's length.
+        budget: the engine's max_new_tokens (it drafts no deeper than the tokens left); None: the
+            trajectory's length.
         segmentations: independent step sequences walked per trajectory (variance reduction).
-
-    Returns:
-        The number of steps replayed.
 
     Raises:
         StandError: an empty prompt or trajectory, recorded rows that do not cover it

@@ -1,4 +1,4 @@
-"""Calibrating a tree from recorded traces, with no model (issue 13 part 4; docs/trees.md §6.4).
+"""Calibrating a tree from recorded traces, with no model (docs/trees.md §6.4).
 
 A recorded trace is the target's output under greedy decoding: p is one-hot on the trace's next
 token at every position. Greedy replay calibration (:func:`treeopt.optimize.replay.replay_trajectory` with
@@ -29,13 +29,9 @@ from ..data.traces import TraceGroup
 
 def trace_recording(prompt: list[int], trace: list[int], store_rows: tuple[np.ndarray, np.ndarray] | None = None
                     ) -> RecordedDistributions:
-    """The greedy recording of ``prompt + trace``: p one-hot on each next token.
-
-    Args:
-        prompt, trace: token ids (the prompt non-empty).
-        store_rows: optional ``([P - 1 + G, k] ids, [P - 1 + G, k] probs)`` rows the store records
-            along the sequence (e.g. a model's softmax top-10); None = the one-hot next tokens.
-    """
+    """The greedy recording of ``prompt + trace`` (token ids, the prompt non-empty): p one-hot on each next
+    token; ``store_rows``: ``([P - 1 + G, k] ids, [P - 1 + G, k] probs)`` the store records instead of the
+    one-hot next tokens (e.g. a model's softmax top-10)."""
     sequence = list(prompt) + list(trace)
     following = np.asarray(sequence[1:], dtype=np.int64)
     if store_rows is None:
@@ -50,16 +46,9 @@ def trace_recording(prompt: list[int], trace: list[int], store_rows: tuple[np.nd
 def calibrate_traces(groups: list[TraceGroup], candidate: DraftTree, *,
                      on_group: Callable[[Calibration, TraceGroup], None] | None = None,
                      on_tokens: Callable[[int], None] | None = None) -> Calibration:
-    """Greedy replay calibration of ``candidate`` on tokenized trace groups.
-
-    Args:
-        groups: groups with ``prompt_ids`` and ``trace_ids`` (:func:`treeopt.data.traces.tokenize_groups`).
-        candidate: the candidate tree.
-        on_group: called after each group with the calibration so far (to save it).
-        on_tokens: called with each trace's token count (progress).
-
-    Returns:
-        The :class:`Calibration`: one entry per group, alpha-hat = accepted per step.
+    """Greedy replay calibration of ``candidate`` on tokenized trace groups
+    (:func:`treeopt.data.traces.tokenize_groups`): one entry per group, alpha-hat = accepted per step.
+    ``on_group(calibration so far, group)`` after each group, ``on_tokens(count)`` after each trace.
 
     Raises:
         StandError: no groups, or a group that was not tokenized.
