@@ -39,10 +39,8 @@ def bench_traces(
                                           "suffix with its limit at K, pld's chain at K, recycle and stand-static on "
                                           "their tree's first K nodes); reports τ and τ per drafted token against K, "
                                           "--png plots τ against K."),
-    cross_prompt: bool = typer.Option(False, "--cross-prompt", help="Groups replayed in order learn from the ones "
-                                      "before them: STAND's store of each group over a cross-prompt memory of every "
-                                      "group so far, the other methods' memory shared by all groups (SuffixDecoding's "
-                                      "global tree)."),
+    cross_prompt: bool = typer.Option(False, "--cross-prompt", help="Each group learns from the ones before it: STAND "
+                                      "over a cross-prompt memory, the others' memory shared (SuffixDecoding's global tree)."),
 ) -> None:
     """Replay recorded traces through the drafters (greedy verification, no model) and compare them."""
     from stand_runtime import load_tokenizer

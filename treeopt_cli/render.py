@@ -18,13 +18,13 @@ if TYPE_CHECKING:  # annotations only: importing them would load torch for every
     from treeopt import DepthProfile
 
 
-def _table(columns, *, no_wrap: bool = False, min_width: int | None = None, **options) -> Table:
-    """A rich Table (``options``: title, caption, ...; a caption left-justified) whose first column is
-    left-justified (at least ``min_width`` wide) and the others right-justified."""
+def _table(columns, *, no_wrap: bool = False, label_width: int | None = None, **options) -> Table:
+    """A rich Table (``options``: title, caption, min_width, ...; a caption left-justified) whose first
+    column is left-justified (at least ``label_width`` wide) and the others right-justified."""
     table = Table(**({"caption_justify": "left"} if "caption" in options else {}), **options)
     for index, column in enumerate(columns):
         table.add_column(column, justify="right" if index else "left", no_wrap=no_wrap,
-                         min_width=None if index else min_width)
+                         min_width=None if index else label_width)
     return table
 
 
@@ -115,7 +115,7 @@ def bench_tables(results, speedups: dict, title: str, intervals: dict | None = N
     intervals, bounds = intervals or {}, bounds or {}
     label_width = max((len(result.label) for result in results), default=6)  # a label never wraps its "]"
     speed = _table(("method", "τ", "tokens/s", "× ar", "95% interval", *(["bound"] if bounds else []), "host"),
-                   no_wrap=True, min_width=label_width, title=title,
+                   no_wrap=True, label_width=label_width, title=title,
                    caption="τ: tokens per target forward · × ar: tokens/s over plain decoding, 95% bootstrap interval "
                    "over prompts · bound: τ·t(1)/t(d+1), the speedup τ gives at d drafted nodes per step (the work "
                    "table's drafted column) with this machine's cached latency profile and no host work (an "
@@ -137,7 +137,7 @@ def bench_tables(results, speedups: dict, title: str, intervals: dict | None = N
     caption += " · τ by trajectory: τ of the t-th trajectory of every prompt" if by_trajectory else ""
     trajectory = ["τ by trajectory"] if by_trajectory else []
     work = _table(("method", "K", "drafted", "tokens", "steps", "seconds", *trajectory), no_wrap=True,
-                  min_width=label_width, title="work per method", caption=caption)
+                  label_width=label_width, title="work per method", caption=caption)
     for result in results:
         row = [result.label, str(result.tree_nodes), f"{result.mean_drafted:.1f}", str(result.tokens), str(result.steps),
                f"{result.decode_s:.1f}"]
@@ -427,7 +427,7 @@ def budget_table(block: dict, title: str) -> Table:
     """The trace bench's budget sweep (:func:`treeopt.evaluate.trace_bench.budget_rows`): per method a
     row, per budget K a column of τ pooled and τ per drafted token; the highest τ at each K in bold."""
     table = _table(("method", *(f"K={k}" for k in block["budgets"])), no_wrap=True,
-                   min_width=max(len(m) for m in block["methods"]), title=title,
+                   label_width=max(len(m) for m in block["methods"]), title=title,
                    caption="K: drafted tokens per step at most · cell: τ pooled (tokens per step, greedy replay) / τ "
                    "per drafted token (tokens / drafted nodes) · bold: the highest τ at that K")
     cells = {(r["label"], r["budget"]): r for r in block["rows"]}

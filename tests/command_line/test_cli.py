@@ -494,7 +494,7 @@ def test_each_bench_command_lists_only_its_own_options():
     decoding = {"--model", "--dataset", "--field", "--samples", "--offset", "--temperature", "--top-p",
                 "--max-new-tokens", "--seed", "--trajectories", "--ignore-eos", "--dtype"}
     trace = {"--tree", "--group-field", "--text-field", "--prompt-field", "--max-tokens", "--min-group-size",
-             "--tokenizer", "--copy-tokens", "--png", "--latency", "--budgets"}
+             "--tokenizer", "--copy-tokens", "--png", "--latency", "--budgets", "--cross-prompt"}
     assert _options("bench") == shared | decoding | {"--tree", "--share-store", "--png", "--prior", "--no-prior", "--verification"}
     assert _options("bench-traces") == shared | trace
     assert _options("bench-vllm") == shared | decoding | {"--k", "--prior", "--no-prior"}

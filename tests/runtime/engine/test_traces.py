@@ -193,6 +193,29 @@ def test_bench_traces_cli_writes_table_json_and_png(tmp_path):
     assert result.exit_code == 2 and "no field 'nope'" in result.output
 
 
+def test_a_cross_prompt_memory_reaches_a_later_groups_first_trace(tmp_path):
+    """Two groups of one body (different problems): with ``cross_prompt`` the second group's first trace
+    drafts from the first group's (STAND over the memory, SuffixDecoding's memory shared) and takes fewer
+    steps; prompt lookup has no memory. (STAND's first group drafts over a memory of its own
+    observations, which weighs them twice in the blend: its steps may differ.)"""
+    body = " ".join(f"w{i % 7}{i % 5}" for i in range(80))
+    lines = [json.dumps({"sample_group": f"g{g}", "problem": f"problem {g} alone", "trace": body + f" answer {g} {t}"})
+             for g in range(2) for t in range(2)]
+    (tmp_path / "t.jsonl").write_text("\n".join(lines))
+    groups, _ = load_traces(tmp_path / "t.jsonl")
+    tokenize_groups(groups, WordTokenizer(), max_tokens=90)
+    methods = parse_trace_methods("stand,pld" + ("" if needs_arctic.args[0] else ",suffix-tuned"))
+    alone, shared = (run_trace_bench(groups, methods, cross_prompt=on) for on in (False, True))
+    for a, b in zip(alone, shared):
+        steps = a.runs[:, 0, 1], b.runs[:, 0, 1]  # steps of each group's first trace
+        if a.spec.label == "pld":
+            assert np.array_equal(*steps)
+        else:
+            assert steps[1][1] < steps[0][1] and (a.spec.label == "stand" or steps[1][0] == steps[0][0]), a.spec.label
+    with pytest.raises(StandError, match="cross_prompt must be True or False"):
+        run_trace_bench(groups, methods, cross_prompt="yes")
+
+
 @pytest.mark.skipif(not (SHARED / "traces_skythought.jsonl").is_file(), reason="shared trace data not present")
 def test_real_traces_replay_a_few_groups():
     """Two AIME groups of the shared Sky-T1 traces, 400 tokens: every drafter accepts drafts."""
