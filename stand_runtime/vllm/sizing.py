@@ -18,7 +18,9 @@ from typing import Callable
 
 import numpy as np
 
+from ..checks import check_int
 from ..errors import StandError
+from ..limits import MAX_CHAIN_TOKENS
 from ..target.latency import LatencyProfile, choose_size, profile_from_rounds
 from ..sizing.tree_choice import DEFAULT_FAMILY
 from ..trees.tree_io import load_family
@@ -29,18 +31,9 @@ VLLM_SIZES = (1, 2, 4, 8, 16, 32, 64, 128)
 
 
 def chain_acceptance(family: str = DEFAULT_FAMILY) -> np.ndarray:
-    """Expected accepted drafts of a K-token STAND chain, from a calibrated tree family.
-
-    Args:
-        family: a tree family file or bundled name (its largest member is read).
-
-    Returns:
-        ``[D + 1]`` float64: entry K = Σ α̂ over the first K nodes of the first-child path (entry
-        0 = 0), D that path's depth.
-
-    Raises:
-        StandError: the family cannot be loaded.
-    """
+    """Expected accepted drafts of a K-token STAND chain, from a calibrated tree ``family`` (a file or
+    bundled name; its largest member is read): ``[D + 1]`` float64, entry K = Σ α̂ over the first K
+    nodes of the first-child path, D that path's depth. Raises StandError when it cannot be loaded."""
     members = load_family(family)
     member = members.members[max(members.members)]
     tree, alpha = member.tree, member.expected_acceptance
@@ -89,9 +82,6 @@ def choose_k(profile: LatencyProfile, batch: int = 1, family: str = DEFAULT_FAMI
     Raises:
         StandError: a profile that is not a LatencyProfile, or batch or max_k out of range.
     """
-    from ..checks import check_int
-    from ..limits import MAX_CHAIN_TOKENS
-
     if not isinstance(profile, LatencyProfile):
         raise StandError(f"profile must be a LatencyProfile, not {type(profile).__name__}")
     batch = check_int("batch", batch, 1)
