@@ -1,5 +1,5 @@
 """The top-p cut of vLLM's CPU sampler on the default model's own logits: vLLM's full sort, the torch
-probe and the native cut (stand_runtime/target/nucleus.py, csrc/nucleus.cpp), interleaved.
+probe and the native cut (stand_runtime/target/sampling.py, csrc/nucleus.cpp), interleaved.
 
 The logits are the default model's at every position of the first ``--prompts`` HumanEval prompts
 (one forward each), divided by the temperature; a call cuts ``--rows`` of them at top-p 0.95, as

@@ -98,7 +98,7 @@ def start(names: list[str], ids: list[list[int]], n: int) -> dict:
     from stand_runtime.files import write_bytes_atomic
     from stand_runtime.vllm import default_model_folder, load_llm
     from stand_runtime.vllm import engine as vllm_engine
-    from stand_runtime.vllm.config import speculative_config
+    from stand_runtime.vllm.options import speculative_config
     from treeopt.evaluate.vllm_bench import start_engines
     from treeopt_cli import loading
 

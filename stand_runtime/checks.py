@@ -19,11 +19,8 @@ from .errors import StandError
 
 
 def check_bool(name: str, value) -> bool:
-    """``value`` if it is True or False (numpy bools too).
-
-    Raises:
-        StandError: anything else (``"no"``, 1, None): a truthy non-bool must not pass as True.
-    """
+    """``value`` if it is True or False (numpy bools too); StandError for anything else (``"no"``, 1,
+    None: a truthy non-bool must not pass as True)."""
     if isinstance(value, (bool, np.bool_)):
         return bool(value)
     raise StandError(f"{name} must be True or False, got {value!r}")
@@ -73,11 +70,7 @@ def parse_count(name: str, text: str, minimum: int | None = None, maximum: int |
 
 
 def check_callable(name: str, value):
-    """``value`` if it is None or callable.
-
-    Raises:
-        StandError: anything else (e.g. ``on_tokens=5``), before the first step runs.
-    """
+    """``value`` if it is None or callable; StandError for anything else (e.g. ``on_tokens=5``)."""
     if value is not None and not callable(value):
         raise StandError(f"{name} must be a function or None, got {value!r}")
     return value
@@ -116,11 +109,7 @@ def env_switch(name: str, environ=None) -> bool | None:
 
 
 def check_env_switches(environ=None) -> None:
-    """Every variable of :data:`ENV_SWITCHES` checked by :func:`env_switch`, so that a bad value is
-    refused on every path, also on one that never reads it (the CLI calls this before any command).
-
-    Raises:
-        StandError: the first variable set to anything but 0 or 1.
-    """
+    """Every variable of :data:`ENV_SWITCHES` checked by :func:`env_switch` (StandError for the first
+    set to anything but 0 or 1), so that a bad value is refused also on a path that never reads it."""
     for name in ENV_SWITCHES:
         env_switch(name, environ)

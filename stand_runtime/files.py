@@ -26,41 +26,31 @@ def _folder(path: Path) -> Path:
 
 
 def _target(path: Path) -> tuple[Path, bool]:
-    """``(the file a write to path replaces, whether it is written in place)``.
-
-    A symbolic link is followed to its target (a dangling one to the file it names). Written in place
-    (appended to, never renamed over or truncated): a path that exists and is not a regular file or a
-    folder (a device, a FIFO), and anything under /dev or /proc (``/dev/stdout`` is a link to
-    ``/proc/self/fd/1``: a pipe, or the file the shell redirected output to, which the table printed
-    before must not lose).
+    """``(the file a write to path replaces, whether it is written in place)``: a symbolic link is
+    followed (a dangling one to the file it names); a device, a FIFO or anything under /dev or /proc
+    is appended to in place (``/dev/stdout`` is a link to ``/proc/self/fd/1``: a pipe, or the file the
+    shell redirected output to, which the table printed before must not lose).
 
     Raises:
         StandError: a loop of symbolic links, a name the file system refuses (too long), or a file of
             the kernel's (under /proc or /sys).
     """
     try:
-        target, in_place = _resolve_target(path)
+        if path.is_symlink():
+            try:
+                target = Path(os.path.realpath(path, strict=True))
+            except FileNotFoundError:
+                target = Path(os.path.realpath(path))
+        else:
+            target = path
+        special = target.exists() and not target.is_file() and not target.is_dir()
+        in_place = special or (os.path.exists(path) and (str(path.absolute()).startswith(("/dev/", "/proc/"))
+                                                          or str(target).startswith(("/dev/", "/proc/"))))
         kernel = in_place and str(target).startswith(("/proc/", "/sys/")) and target.is_file()
     except OSError as error:
         raise StandError(f"cannot write {path}: {error.strerror}") from None
     if kernel:  # /proc/version, /proc/sys/...: a write would fail late, or change the kernel's settings
         raise StandError(f"cannot write {path}: a kernel interface file, not a place for output")
-    return target, in_place
-
-
-def _resolve_target(path: Path) -> tuple[Path, bool]:
-    """:func:`_target` without its error handling."""
-    if path.is_symlink():
-        try:
-            target = Path(os.path.realpath(path, strict=True))
-        except FileNotFoundError:
-            target = Path(os.path.realpath(path))
-    else:
-        target = path
-    absolute = str(path.absolute())
-    special = target.exists() and not target.is_file() and not target.is_dir()
-    in_place = special or (os.path.exists(path)
-                           and (absolute.startswith(("/dev/", "/proc/")) or str(target).startswith(("/dev/", "/proc/"))))
     return target, in_place
 
 
@@ -83,9 +73,8 @@ def standard_stream(path: str | os.PathLike) -> int | None:
 
 
 def written_in_place(path: str | os.PathLike) -> bool:
-    """Whether a write to ``path`` appends in place (a device, a FIFO, ``/dev/stdout``: :func:`_target`)
-    rather than replacing the file: a caller that saves a growing document after every unit of work
-    writes it there once, at the end, or the reader gets one document per save.
+    """Whether a write to ``path`` appends in place (:func:`_target`) rather than replacing the file: a
+    caller that saves a growing document after every unit of work writes it there once, at the end.
 
     Raises:
         StandError: a loop of symbolic links.
@@ -94,8 +83,8 @@ def written_in_place(path: str | os.PathLike) -> bool:
 
 
 def _temporary(path: Path, target: Path, suffix: str) -> tuple[int, str]:
-    """A new temporary file beside ``target`` (``(descriptor, name)``), the one-line error naming
-    ``path`` when its folder is missing, is not a folder, or refuses new files."""
+    """A new temporary file beside ``target``: ``(descriptor, name)``; a StandError naming ``path``
+    when its folder is missing, is not a folder, or refuses new files."""
     folder = _folder(target)
     if not folder.exists():
         raise StandError(f"cannot write {path}: folder {folder} does not exist")
@@ -109,21 +98,14 @@ def _temporary(path: Path, target: Path, suffix: str) -> tuple[int, str]:
 
 
 def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
-    """Write ``text`` (UTF-8) to ``path`` through a temporary file in the same folder and a rename
-    (a link's target is replaced, keeping its mode; a device, FIFO or /dev/stdout is written in place:
-    :func:`_target`).
-
-    Returns:
-        The path written.
-
-    Raises:
-        StandError: the folder does not exist or is not writable, a loop of links, or the write failed.
-    """
+    """:func:`write_bytes_atomic` of ``text`` in UTF-8."""
     return write_bytes_atomic(path, text.encode("utf-8"))
 
 
 def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> Path:
-    """Write ``data`` to ``path`` as :func:`write_text_atomic` writes text.
+    """Write ``data`` to ``path`` through a temporary file in the same folder and a rename (a link's
+    target is replaced, keeping its mode; a device, FIFO or /dev/stdout is written in place:
+    :func:`_target`). Returns the path written.
 
     Raises:
         StandError: a path that is not a str or os.PathLike, the folder does not exist or is not
@@ -169,14 +151,11 @@ def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> Path:
 
 
 def write_cache_file(path: str | os.PathLike, data: bytes) -> str | None:
-    """Store a cache entry: ``data`` written atomically to ``path``, its folders made first.
-
-    Unlike :func:`write_bytes_atomic`, only a regular file (or nothing) at ``path`` is replaced: a
-    FIFO, device or folder there is left alone (written in place, a FIFO would wait for a reader).
+    """Store a cache entry: ``data`` written atomically to ``path``, its folders made first; only a
+    regular file (or nothing) there is replaced (written in place, a FIFO would wait for a reader).
 
     Returns:
-        None when written, else why not (one line naming the path): the caller keeps what it
-        measured in memory and says so.
+        None when written, else why not (one line naming the path).
     """
     path = Path(path)
     if os.path.lexists(path) and not path.is_file():
@@ -202,9 +181,8 @@ def cache_or_warn(path: str | os.PathLike, data: bytes, what: str) -> bool:
 
 
 def json_bytes(data: Any, indent: int | None = 1) -> bytes:
-    """``data`` as a JSON file's UTF-8 bytes (a final line break), as :func:`write_json_atomic` writes it:
-    strict JSON, a NaN or infinite float written as ``null`` (Python's ``NaN`` is no JSON a strict
-    parser reads)."""
+    """``data`` as a JSON file's UTF-8 bytes (a final line break): strict JSON, a NaN or infinite float
+    written as ``null`` (Python's ``NaN`` is no JSON a strict parser reads)."""
     return (json.dumps(_strict_json(data), indent=indent, allow_nan=False) + "\n").encode("utf-8")
 
 
@@ -220,19 +198,13 @@ def _strict_json(data: Any) -> Any:
 
 
 def write_json_atomic(path: str | os.PathLike, data: Any, indent: int | None = 1) -> Path:
-    """Write ``data`` as JSON atomically (see :func:`write_text_atomic`).
-
-    Raises:
-        StandError: the folder does not exist or is not writable.
-    """
+    """:func:`write_bytes_atomic` of :func:`json_bytes`."""
     return write_bytes_atomic(path, json_bytes(data, indent))
 
 
 def check_writable(path: str | os.PathLike) -> None:
-    """Fail early, with one line, when ``path`` could not be written later.
-
-    The folder is probed by creating and removing a temporary file in it (permission bits do not
-    tell: root may "write" to /sys or /proc, which refuse new files).
+    """Fail early, with one line, when ``path`` could not be written later: the folder is probed by
+    creating and removing a temporary file (permission bits do not tell: root may "write" to /sys).
 
     Raises:
         StandError: not a path, the folder does not exist or refuses new files, the path is a folder,
@@ -256,11 +228,7 @@ def check_writable(path: str | os.PathLike) -> None:
 
 
 def checked_path(path) -> Path:
-    """``path`` as a Path once it is a non-empty str or os.PathLike without a NUL character.
-
-    Raises:
-        StandError: anything else.
-    """
+    """``path`` as a Path; raises StandError unless it is a non-empty str or os.PathLike without a NUL."""
     if not isinstance(path, (str, os.PathLike)) or not str(path):
         raise StandError(f"a file path must be a non-empty str or os.PathLike, got {path!r}")
     if "\0" in str(path):

@@ -6,7 +6,7 @@ TREE_FORMAT = "stand-tree"
 """One draft tree (:mod:`stand_runtime.trees.tree_io`)."""
 
 FAMILY_FORMAT = "stand-tree-family"
-"""A family of trees, one per size (:mod:`stand_runtime.trees.families`)."""
+"""A family of trees, one per size (the same module)."""
 
 ACCEPTANCE_FORMAT = "stand-acceptance"
 """An acceptance seed of the value-sized trees (:mod:`stand_runtime.sizing.acceptance_seed`)."""

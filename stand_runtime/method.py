@@ -32,8 +32,7 @@ from .target.model_facts import check_model
 from .target.sampling import SamplingParams
 from .sizing.tree_choice import AUTO, DEFAULT_FAMILY, check_auto_available, machine_tree
 from .trees.tree import DraftTree
-from .trees.families import is_family
-from .trees.tree_io import TreeFile, resolve_tree
+from .trees.tree_io import TreeFile, is_family, resolve_tree
 from .verify import check_verification
 
 DEFAULT_TREES = {"stand": "dynamic-auto", "stand-det": AUTO, "recycle": "heuristic-80"}

@@ -1,14 +1,9 @@
 """The randomness of decoding: a stream of fresh draws (:class:`RandomStream`) and noise fixed by position (:class:`PositionNoise`).
 
-:class:`RandomStream` serves recursive rejection verification, whose draws must be fresh and used once:
-
-drafting needs Gumbel noise for every drafted node and verification needs uniforms for every
-acceptance test and every residual sample: tens of draws per decoding step. Drawing them one by one
-from torch costs microseconds each, so it draws blocks ahead and hands values out in order. Each
-value is used exactly once: reusing Gumbel noise would correlate draft tokens across nodes and steps,
-and reusing a uniform would correlate accept decisions, either of which breaks the losslessness of
-speculative sampling. A seeded stream repeats a run only while the drafts repeat (every draft
-consumes the stream differently).
+:class:`RandomStream` serves recursive rejection verification: Gumbel noise for every drafted node,
+uniforms for every acceptance test and residual sample, drawn from torch in blocks ahead (one by one
+costs microseconds each) and each used exactly once: reused noise would correlate drafts or accept
+decisions and break losslessness. A seeded stream repeats a run only while the drafts repeat.
 
 :class:`PositionNoise` serves drafter-invariant verification (docs/seeds.md): standard Gumbel noise
 ``G[t, v]`` that is a pure function of (the row's key, sequence position t, token v), counter-based
@@ -47,8 +42,8 @@ def check_seed(seed) -> None:
 
 
 def check_seed_span(seed: int | None, count: int, what: str) -> None:
-    """Raises StandError when ``count`` draws seeded ``seed``, ``seed + 1``, ... (``what`` names them:
-    "rows", "samples", ...) would run past the last seed, 2**64 - 1; naming the largest seed that fits."""
+    """Raises StandError when ``count`` ``what`` ("rows", "samples") seeded ``seed``, ``seed + 1``, ...
+    would run past the last seed, 2**64 - 1, naming the largest seed that fits."""
     if seed is not None and count > SEED_LIMIT:
         raise StandError(f"{count} {what} need more than 2**64 seeds: ask for fewer")
     if seed is not None and seed + count - 1 >= SEED_LIMIT:
@@ -67,8 +62,7 @@ class _Pool:
         self.lent: tuple | None = None  # (count, next, values, generator state) of the last lend
 
     def lend(self, n: int, get_state) -> np.ndarray:
-        """``[n]`` values (a copy) taken as by :meth:`take`; :meth:`give_back` returns the unused ones.
-        ``get_state()`` is the generator's state, saved before a refill this take causes."""
+        """``[n]`` values (a copy) as :meth:`take`; ``get_state()`` saved before a refill it causes."""
         before = (n, self._next, self._values, get_state() if self._next + n > len(self._values) else None)
         out = self.take(n).copy()
         self.lent = before
@@ -76,7 +70,7 @@ class _Pool:
 
     def give_back(self, unused: int):
         """Return the last ``unused`` values of the last lend; returns the generator state to restore
-        (the refill the lend drew turned out not needed, as one-by-one draws would not have made it) or None."""
+        where the lend's refill turned out not needed, else None."""
         if self.lent is None or not 0 <= unused <= self.lent[0]:
             raise StandError(f"cannot give back {unused} uniforms: "
                              + ("none were lent" if self.lent is None else f"{self.lent[0]} were lent"))
@@ -109,14 +103,12 @@ class _Pool:
 
 
 class RandomStream:
-    """All randomness of a decoding run: U[0, 1) uniforms and standard Gumbel noise.
+    """All randomness of a decoding run: float64 U[0, 1) uniforms and standard Gumbel noise
+    ``-log(-log(u))`` of their own uniforms (Kool et al., 2019, §2), each pool refilled by blocks.
 
     Args:
         generator: the source of every draw; ``None`` makes a fresh unseeded CPU generator.
-        block: values drawn from the generator per refill of each pool.
-
-    Both pools are float64. Gumbel values are ``-log(-log(u))`` of their own uniforms (u clamped
-    away from 0), precomputed per block, as in the Gumbel-Top-K trick (Kool et al., 2019, §2).
+        block: values drawn per refill of each pool.
     """
 
     def __init__(self, generator: torch.Generator | None = None, block: int = 4096) -> None:
@@ -154,12 +146,10 @@ class RandomStream:
         return self._uniforms.take_one()
 
     def lend_uniforms(self, n: int) -> np.ndarray:
-        """``[n]`` float64 uniforms (a copy): the next ``n`` that :meth:`uniform` would give, lent so
-        that a caller that uses only the first ``k`` (the batched verifier: one per visited node's
-        outcome, then one sample) hands the other ``n - k`` back with :meth:`give_back_uniforms`. The
-        stream then continues exactly as if ``k`` uniforms had been drawn one by one (a refill the lend
-        drew but ``k`` draws would not have made is undone by restoring the generator's state), for
-        ``n`` up to the pool's block; no Gumbel draw may come between the lend and the give-back.
+        """``[n]`` float64 uniforms (a copy): the next ``n`` :meth:`uniform` would give, lent so that a
+        caller using only the first ``k`` (the batched verifier) hands ``n - k`` back with
+        :meth:`give_back_uniforms`; the stream then continues exactly as after ``k`` single draws
+        (for ``n`` up to the block; no Gumbel draw between the lend and the give-back).
 
         Raises:
             StandError: ``n`` is not an int >= 0.
@@ -193,13 +183,9 @@ class RandomStream:
 
 
 def drafting_seed(seed: int) -> int:
-    """The seed of a seeded vLLM request's drafting noise (STAND's proposer): ``seed`` (in [0, 2**64))
-    mixed by SHA-256, in [0, 2**64) (docs/vllm.md §7.11).
-
-    vLLM draws a seeded request's samples, acceptance uniforms and recovered tokens from a torch
-    generator seeded with ``seed`` itself; a drafting stream seeded alike would draw the same uniforms,
-    so drafts would be correlated with the draws that verify them and the output would leave the
-    target's distribution (docs/decisions.md). Lossless needs the drafts independent of the verification's draws given what was committed."""
+    """The seed of a seeded vLLM request's drafting noise: ``seed`` (in [0, 2**64)) mixed by SHA-256,
+    in [0, 2**64) (docs/vllm.md §7.11). vLLM verifies with a generator seeded ``seed`` itself: drafts
+    drawn alike would be correlated with the draws that verify them, and the output lossy."""
     digest = hashlib.sha256(b"stand-vllm-drafting-noise" + int(seed).to_bytes(8, "little")).digest()
     return int.from_bytes(digest[:8], "little")
 
@@ -256,11 +242,9 @@ class PositionNoise:
     """Standard Gumbel noise fixed by a key, a sequence position and a token: ``G[t, v]``.
 
     ``G[t, v] = -log(-log(u))`` with ``u`` the top 53 bits of ``mix(mix(key ^ mix(t)) ^ v·φ)``, ``mix``
-    SplitMix64's finaliser and φ its odd constant (a bijection of the token id): i.i.d. across
-    positions and tokens as far as the hash is, and the same value for the same (key, t, v) however
-    often or in whatever order it is read: counter-based randomness (Salmon et al., 2011, "Parallel
-    random numbers: as easy as 1, 2, 3"). The host (numpy), C++ drafting and the device (torch) compute
-    the same bits; the float64 logarithm may differ by an ulp between them.
+    SplitMix64's finaliser and φ its odd constant: counter-based randomness (Salmon et al., 2011),
+    the same value however often or in whatever order it is read. numpy, C++ drafting and torch
+    compute the same bits (the float64 logarithm may differ by an ulp).
 
     Args:
         key: the row's key, an int in [0, 2**64).
@@ -320,12 +304,8 @@ def position_gumbel(position_keys: torch.Tensor, ids: torch.Tensor) -> torch.Ten
 
 
 class PositionedNoise:
-    """:class:`PositionNoise` for one draft: a node's children at ``depth`` are the tokens at position
-    ``base + depth`` (:class:`DraftNoise`).
-
-    Attributes:
-        noise: the row's noise; base: the committed tokens before the draft's first drafted token.
-    """
+    """:class:`PositionNoise` for one draft (``base`` tokens committed): a node's children at
+    ``depth`` are the tokens at position ``base + depth`` (:class:`DraftNoise`)."""
 
     def __init__(self, noise: PositionNoise, base: int) -> None:
         self.noise, self.base = noise, base

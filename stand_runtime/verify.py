@@ -53,10 +53,8 @@ from .randomness import PositionNoise, RandomStream
 from .target.sampling import TargetRow, sample_index
 
 VERIFICATION_RULES = ("invariant", "rejection")
-"""The rules that verify sampled drafts: ``"invariant"`` (drafter-invariant Gumbel-max coupling, :func:`verify_invariant`:
-a seed fixes the output whatever drafts) and ``"rejection"`` (recursive rejection sampling, the STAND
-paper's, :func:`verify_sampling`). Both keep the target's law; greedy decoding is exact match under either."""
-
+"""The rules that verify sampled drafts: drafter-invariant Gumbel-max coupling (:func:`verify_invariant`)
+and recursive rejection sampling (:func:`verify_sampling`); greedy decoding is exact match under either."""
 
 
 def check_verification(rule) -> str:
@@ -99,14 +97,8 @@ walk of a step can then be advanced level by level, the rows of one level comput
 (:func:`stand_runtime.engine.row.walk_rows`)."""
 
 
-def _target_at(target: TargetAt, node: int) -> TargetRow:
-    """p at ``node``, checked (:func:`checked_row`)."""
-    return checked_row(target(node), node)
-
-
 def checked_row(row: "TargetRow | np.ndarray", node: int) -> TargetRow:
-    """``row`` (p at draft position ``node``) as a :class:`TargetRow`, checked: a NaN or infinite p would
-    be silently accepted (``min(1, nan)`` is 1).
+    """``row`` (p at draft position ``node``) as a checked :class:`TargetRow` (``min(1, nan)`` is 1).
 
     Raises:
         StandError: p is not finite or has no mass; an array that is not a non-empty ``[vocab]`` vector
@@ -140,7 +132,7 @@ def verify_greedy(draft: Draft, argmax_at: ArgmaxAt) -> Verification:
 
 
 def _check_draft(draft: Draft, read, name: str, randomness: RandomStream | None = None, sampling: bool = False) -> None:
-    """Raises StandError unless ``draft`` is a Draft, ``read`` a callable and (sampling) ``randomness`` a RandomStream."""
+    """Raises StandError unless ``draft`` is a Draft, ``read`` callable and (sampling) ``randomness`` a RandomStream."""
     if not isinstance(draft, Draft):
         raise StandError(f"draft must be a Draft (stand_runtime.trees.draft), not {type(draft).__name__}")
     if not callable(read):
@@ -207,12 +199,11 @@ def verify_invariant(draft: Draft, target: TargetAt, noise: PositionNoise, base:
     _check_draft(draft, target, "target")
     if not isinstance(noise, PositionNoise):
         raise StandError(f"noise must be a PositionNoise (PositionNoise.seeded(seed)), not {type(noise).__name__}")
-    return run_walk(gumbel_walk(draft, noise, int(base)), lambda node: _target_at(target, node))
+    return run_walk(gumbel_walk(draft, noise, int(base)), lambda node: checked_row(target(node), node))
 
 
 def run_walk(walk: Walk, read: Callable[[int], object]) -> Verification:
-    """Run ``walk`` to its end, sending it ``read(position)`` for each position it yields (the argmax
-    token for a greedy walk, p as a checked :class:`TargetRow` otherwise: :func:`checked_row`)."""
+    """Run ``walk`` to its end, sending it ``read(position)`` for each position it yields."""
     node = next(walk)
     while True:
         try:
@@ -222,33 +213,24 @@ def run_walk(walk: Walk, read: Callable[[int], object]) -> Verification:
 
 
 def verify_sampling(draft: Draft, target: TargetAt, randomness: RandomStream) -> Verification:
-    """Lossless sampling verification of a drafted tree.
-
-    Uses recursive rejection sampling without replacement when ``draft.stochastic`` (children drawn
-    from q by Gumbel-Top-K) and the deterministic-draft rule otherwise (see the module docstring).
-    At each node the outcome (child i accepted, or none) is drawn in one shot from the probabilities
-    :func:`acceptance_chain` gives, which is the same law as running the stages one by one; an
-    outcome of probability 0 is never drawn.
+    """Lossless sampling verification of a drafted tree (module docstring): at each node the outcome
+    (child i accepted, or none) is drawn in one shot from :func:`acceptance_chain`'s probabilities, the
+    same law as running the stages one by one.
 
     Args:
         draft: the drafted tree (tokens, q per node with children).
         target: p per draft position (:data:`TargetAt`), each summing to 1.
         randomness: fresh uniforms for the outcome at each node and for recovered/bonus samples.
 
-    Returns:
-        The accepted path and the emitted token; the emitted sequence is distributed as plain
-        sampling from p.
-
     Raises:
-        StandError: p is not finite at a visited node.
+        StandError: p is not finite at a visited node; arguments of the wrong type.
     """
     _check_draft(draft, target, "target", randomness, sampling=True)
-    return run_walk(sampling_walk(draft, randomness), lambda node: _target_at(target, node))
+    return run_walk(sampling_walk(draft, randomness), lambda node: checked_row(target(node), node))
 
 
 def sampling_walk(draft: Draft, randomness: RandomStream) -> Walk:
-    """:func:`verify_sampling` as a :data:`Walk`: sent p at each position it yields (a :class:`TargetRow`
-    checked finite, :func:`checked_row`); draws from ``randomness`` in the same order."""
+    """:func:`verify_sampling` as a :data:`Walk` (sent p at each position, a checked :class:`TargetRow`)."""
     node, accepted = 0, []
     while True:
         row = yield node
@@ -311,11 +293,9 @@ def acceptance_chain(
     target_on_support: list[float], q: list[float] | None, slots: list[int], stochastic: bool,
     outside: float | None = None, copied: list[bool] | None = None,
 ) -> ChainOutcome:
-    """Probability that each child is the accepted one, and the final residual.
-
-    Runs the stages of the verification rule (module docstring) analytically. Only the entries of
-    p on q's support change from stage to stage (q is 0 elsewhere), so p enters as its values on the
-    support plus the mass ``outside`` it, carried explicitly rather than as ``1 - sum``.
+    """Probability that each child is the accepted one, and the final residual: the stages of the
+    verification rule (module docstring) run analytically. Only p on q's support changes between
+    stages, so p enters as its values there plus the mass ``outside`` it.
 
     Args:
         target_on_support: ``[k]`` p at the support ids.
@@ -324,12 +304,8 @@ def acceptance_chain(
         stochastic: True for recursive rejection sampling without replacement (Jeon et al. 2024),
             False for the deterministic-draft rule (q_i one-hot on the i-th child).
         outside: p's mass off the support; None = ``max(0, 1 - sum(target_on_support))``.
-        copied: per child, True when it was fixed before drafting rather than drawn from q (a
-            copied child, :class:`stand_runtime.trees.draft.Draft`): its stage uses the deterministic-draft
-            rule. Copied children come after every drawn one. None = none copied.
-
-    Returns:
-        The :class:`ChainOutcome`.
+        copied: per child, True for a copied child (:class:`stand_runtime.trees.draft.Draft`, after
+            every drawn one): its stage uses the deterministic-draft rule. None = none copied.
     """
     weights = [max(0.0, w) for w in target_on_support]
     outside = max(0.0, 1.0 - sum(weights)) if outside is None else outside

@@ -16,13 +16,11 @@ all rows of a batch at once instead of walking each tree node by node on the hos
    a sample of p there (bonus) or of the node's residual (recovered), in the order :class:`stand_runtime.target.sampling.TargetRow` holds p.
 
 A node's outcome depends only on its own p and q, so computing it for nodes the walk never reaches
-changes nothing, and the node at depth d of the path gets the row's d-th uniform, as in the walk.
-Each row lends ``max depth + 1`` uniforms (the most a walk draws) from its :class:`stand_runtime.randomness.RandomStream`
-and gives back what the walk would not have drawn, so both verifiers consume the same uniforms and
-agree except where float rounding (a different order of summation) flips a draw. One transfer to
-the host ends a call. A row whose path visits a node with a nucleus wider than the probe
-(:data:`stand_runtime.target.sampling.NUCLEUS_PROBE`, rare) is verified again by the reference walk
-with the uniforms given back, so its outcome is the reference's.
+changes nothing; the node at depth d of the path gets the row's d-th uniform, as in the walk. Each
+row lends ``max depth + 1`` uniforms from its :class:`stand_runtime.randomness.RandomStream` and gives
+back what the walk would not have drawn, so both verifiers agree except where float rounding flips a
+draw. One transfer to the host ends a call. A row whose path meets a nucleus wider than the probe
+(:data:`stand_runtime.target.sampling.NUCLEUS_PROBE`, rare) is verified again by the reference walk.
 """
 
 from __future__ import annotations
@@ -35,11 +33,9 @@ import torch
 
 from .errors import StandError
 from .randomness import PositionedNoise, RandomStream, position_gumbel
-from .target.device_rows import DeviceRows
-from .target.sampling import SamplingParams, target_row
+from .target.sampling import DeviceRows, SamplingParams, target_row
 from .trees.draft import Draft
 from .verify import EMPTY_RESIDUAL, Verification, verify_invariant, verify_sampling
-
 
 
 @dataclass
@@ -162,9 +158,8 @@ class _Logits:
 
 
 def sample_indices(weights: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
-    """:func:`stand_runtime.target.sampling.sample_index` for every row: ``[R, C]`` float64 non-negative
-    weights and ``[R]`` float64 uniforms → ``[R]`` int64 indices (inverse CDF; past the end, the last
-    index of positive weight). Indices stay in range for non-finite weights (their rows are refused)."""
+    """:func:`stand_runtime.target.sampling.sample_index` for every row: ``[R, C]`` float64 weights and
+    ``[R]`` float64 uniforms → ``[R]`` int64 indices, in range even for non-finite weights."""
     cdf = weights.cumsum(-1)
     index = torch.searchsorted(cdf, (uniforms * cdf[:, -1])[:, None], right=True)[:, 0]
     columns = torch.arange(weights.shape[1], device=weights.device).expand_as(weights)
@@ -264,7 +259,7 @@ def _gumbel_max(logits: torch.Tensor, params: SamplingParams, noises: Sequence[P
     score = torch.log(p.values.double()) + position_gumbel(torch.as_tensor(keys).to(logits.device), ids)
     column = score.argmax(-1)
     tokens = column if p.ids is None else p.ids.gather(1, column[:, None])[:, 0]
-    return tokens, (~torch.isfinite(p.total)).long() + (0 if p.wide is None else 2 * p.wide.long())
+    return tokens, p.flags()
 
 
 def _sampling(layout: _Layout, logits: _Logits, params: SamplingParams, uniforms: torch.Tensor):
@@ -281,8 +276,7 @@ def _sampling(layout: _Layout, logits: _Logits, params: SamplingParams, uniforms
     rows = np.asarray(layout.rows, dtype=np.int64)
     at = to(rows * uniforms.shape[1] + layout.depth[rows, layout.nodes])
     outcome = sample_indices(probs, uniforms.reshape(-1).index_select(0, at))
-    flag = (~torch.isfinite(p.total)).long() + (0 if p.wide is None else 2 * p.wide.long())
-    return outcome, residual, support, _put(batch * width, rows * width + np.asarray(layout.nodes), flag, 0)
+    return outcome, residual, support, _put(batch * width, rows * width + np.asarray(layout.nodes), p.flags(), 0)
 
 
 def _walk(layout: _Layout, outcome: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -321,29 +315,24 @@ def _emit(layout: _Layout, logits: _Logits, params: SamplingParams, uniforms: to
     at = torch.arange(batch, device=device) * uniforms.shape[1] + depth + (inner >= 0).long()
     index = sample_indices(weights, uniforms.reshape(-1).index_select(0, at))
     token = index if p.ids is None else p.ids.gather(1, index[:, None])[:, 0]
-    flag = (~torch.isfinite(p.total)).long() + (0 if p.wide is None else 2 * p.wide.long())
-    return token, flag
+    return token, p.flags()
 
 
 def verify_batch(drafts: Sequence[Draft], logits: Sequence[torch.Tensor], params: SamplingParams,
                  streams: Sequence[RandomStream] | None = None,
                  noises: Sequence[PositionedNoise] | None = None) -> list[Verification]:
     """Verify every row's draft at once (module docstring): what :func:`stand_runtime.verify.verify_greedy`,
-    :func:`stand_runtime.verify.verify_invariant` (``noises`` given) or
-    :func:`stand_runtime.verify.verify_sampling` gives each row, with one transfer to the host.
+    :func:`~stand_runtime.verify.verify_invariant` (``noises`` given) or
+    :func:`~stand_runtime.verify.verify_sampling` gives each row.
 
     Args:
         drafts: per row its draft tree.
         logits: per row its ``[len(draft.tokens), vocab]`` raw target logits (any float dtype, one
             device; slices of one padded forward are read without a copy).
         params: the rows' sampling distribution (one for all; :func:`verify_rows` groups rows).
-        streams: per row its own random stream (sampling; each lends ``max depth + 1`` uniforms and
-            gets back those the walk would not have drawn).
+        streams: per row its own random stream (recursive rejection).
         noises: per row its position noise at the draft (``noise.at(committed)``): drafter-invariant
-            verification, the greedy walk with each node's Gumbel-max token; None = with ``streams``.
-
-    Returns:
-        One :class:`stand_runtime.verify.Verification` per row.
+            verification; None = with ``streams``.
 
     Raises:
         StandError: rows and logits or streams of different counts, a stream shared by two rows, or
@@ -396,15 +385,13 @@ def _finish(drafts, logits, params, streams, lent, layout: _Layout, host: np.nda
                     "the target distribution at draft node {} is not finite (NaN or inf logits)")
             raise StandError(what.format(marked[0]))
         leaf = not draft.children[int(end[b])]
-        if lent is not None and marked:  # a wide nucleus on the path: the reference walk, same uniforms
-            streams[b].give_back_uniforms(len(lent[b]))
-            rows = logits[b]
-            out.append(verify_sampling(draft, lambda node, rows=rows: target_row(rows[node], params), streams[b]))
-            continue
-        if noises is not None and marked:  # a wide nucleus on the path: the reference walk
-            rows = logits[b]
-            out.append(verify_invariant(draft, lambda node, rows=rows: target_row(rows[node], params), noises[b].noise,
-                                        noises[b].base))
+        if marked:  # a wide nucleus on the path (sampling only): the reference walk, on the same uniforms
+            read = lambda node, rows=logits[b]: target_row(rows[node], params)  # noqa: E731
+            if lent is not None:
+                streams[b].give_back_uniforms(len(lent[b]))
+                out.append(verify_sampling(draft, read, streams[b]))
+            else:
+                out.append(verify_invariant(draft, read, noises[b].noise, noises[b].base))
             continue
         if lent is not None:
             streams[b].give_back_uniforms(len(lent[b]) - int(draft.depths[int(end[b])]) - (0 if leaf else 1) - 1)

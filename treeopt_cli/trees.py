@@ -99,7 +99,7 @@ def export(
 def _export_family(result, out: Path) -> None:
     """``export --format family``: the best tree of every size, in one file."""
     from stand_runtime.files import write_json_atomic
-    from stand_runtime.trees.families import family_to_json
+    from stand_runtime.trees.tree_io import family_to_json
     from treeopt import export_family
 
     family = export_family(result)
@@ -124,8 +124,7 @@ def _auto_size(result, model: Optional[str], batch: int) -> tuple[int, dict]:
 
 def _note_families(files: list[str]) -> None:
     """A line for each tree family among ``files``: how many trees it holds (show profiles its largest)."""
-    from stand_runtime.trees.families import is_family, load_family
-    from stand_runtime.trees.tree_io import bundled_calibrations
+    from stand_runtime.trees.tree_io import bundled_calibrations, is_family, load_family
 
     for spec in files:  # a bundled name of a calibration and a family both shows the calibration
         if is_family(spec) and (Path(spec).is_file() or spec not in bundled_calibrations()):

@@ -24,7 +24,7 @@ class Drafter:
     Attributes:
         reads_prompt: False for a drafter whose :meth:`observe_prompt` ignores the prompt's logits (a
             batch then prefills a kept prompt prefix for it without feeding it,
-            :mod:`stand_runtime.target.prefix_cache`).
+            :class:`stand_runtime.target.kv_cache.PrefixCache`).
         drafts_in_batch: True when a batch's rows of this drafter draft in one call
             (:meth:`batch_request` → :func:`stand_runtime.store.native_draft.native_best_first_rows`
             → :meth:`batch_drafted`).

@@ -187,7 +187,7 @@ def measure_prior(model, context: list[int], params: SamplingParams, vocab: int,
     Raises:
         StandError: the target's logits are not finite (naming the tokens measured).
     """
-    from ..target.batch_kv import BatchedCache
+    from ..target.kv_cache import BatchedCache
     from ..target.forward import model_device, prefill, with_cache
     from ..target.kv_cache import new_cache
 

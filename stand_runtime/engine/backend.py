@@ -35,7 +35,7 @@ from ..errors import StandError
 from ..limits import MAX_ROWS, MAX_SAMPLES
 from .metrics import DecodeStats, GenerationResult
 from ..target.model_facts import check_model, check_positions, check_tokenizer, default_eos_ids, vocab_size
-from ..target.prefix_cache import PrefixCache
+from ..target.kv_cache import PrefixCache
 from ..target.prompts import check_prompt, encode_prompt
 from ..randomness import check_seed, check_seed_span
 from ..target.sampling import SamplingParams

@@ -35,7 +35,7 @@ from ..method import Method, as_method
 from ..randomness import check_seed, check_seed_span
 from ..sizing.session import SizingSession
 from ..target.model_facts import attention_layout, check_model, check_tokenizer, vocab_size
-from ..target.prefix_cache import PrefixCache
+from ..target.kv_cache import PrefixCache
 from ..target.prompts import encode_prompt
 from ..target.sampling import SamplingParams
 from .loop import BatchCache, Loop, SequenceCache
@@ -135,7 +135,7 @@ def decode_rows(
         slots: rows in one forward at most (None = all): the others wait in order and each takes the
             place of a finished row (continuous batching, :class:`stand_runtime.engine.loop.Loop`); a
             method given by name is parsed for this many rows.
-        prefixes: prompt prefixes kept from earlier calls (:class:`stand_runtime.target.prefix_cache.PrefixCache`):
+        prefixes: prompt prefixes kept from earlier calls (:class:`stand_runtime.target.kv_cache.PrefixCache`):
             a prompt that extends one is prefilled from it, and every prompt prefilled is kept there.
         sizing: the sizing session of a value-sized tree (as in :func:`stand_runtime.generate`); its
             rule prices forwards of ``slots`` rows.

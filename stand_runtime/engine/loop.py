@@ -27,10 +27,8 @@ from ..sizing.allocation import BatchAllocator
 from ..sizing.value import ValueRule
 from ..store.drafting import best_first_rows
 from ..store.native_store import update_sequences
-from ..target.batch_kv import BatchedCache
 from ..target.forward import draft_forward, model_device, prefill, with_cache
-from ..target.kv_cache import keep_tree_entries, new_cache
-from ..target.prefix_cache import PrefixCache, copied_cache
+from ..target.kv_cache import BatchedCache, PrefixCache, copied_cache, keep_tree_entries, new_cache
 from ..target.sampling import SamplingParams
 from ..trees.draft import Draft
 from ..verify_batch import verify_rows
@@ -104,7 +102,7 @@ class SequenceCache:
 
 
 class BatchCache:
-    """B rows in one padded forward (:class:`stand_runtime.target.batch_kv.BatchedCache`).
+    """B rows in one padded forward (:class:`stand_runtime.target.kv_cache.BatchedCache`).
 
     Drafts are padded to a common node count N (padding nodes attend only to themselves, are never
     visited by verification and are dropped from the cache); one forward over ``[B, N]`` tokens with

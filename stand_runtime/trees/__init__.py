@@ -1,2 +1,2 @@
-"""Draft trees: the static tree (``tree``), tree files (``tree_io``), tree families (``families``), sizing
-a family for this machine (``tree_choice``), and one step's drafted token tree (``draft``)."""
+"""Draft trees: the static tree (``tree``), one step's drafted token tree (``draft``), filling a static tree
+from a proposer (``tree_walk``), and tree files and tree families (``tree_io``)."""

@@ -1,13 +1,11 @@
 """What a drafter hands to the engine for one decoding step: a token tree with its draft distributions.
 
 A :class:`Draft` is a tree of tokens, root first, in the order its drafter added them (breadth-first
-for a static tree, best-first for STAND's dynamic tree). The root is the last committed token
-(sampled, not yet in the KV cache); every other node is a drafted token whose parent comes before it
-(``parents[i] < i``) and whose elder siblings come before it. A static tree (:class:`stand_runtime.trees.tree.DraftTree`) is one
-way to produce a draft (``nodes`` then records which static node each token fills); a dynamic
-drafter builds the parent array itself. Verification (:mod:`stand_runtime.verify`) and the tree
-forward (:mod:`stand_runtime.target.forward`) read only ``tokens``, ``parents``, ``depths``, ``children``
-and the per-node draft distributions, so every drafter goes through the same lossless path.
+for a static tree, best-first for STAND's dynamic tree): the root is the last committed token
+(sampled, not yet in the KV cache), and every other node's parent and elder siblings come before it.
+Verification (:mod:`stand_runtime.verify`) and the tree forward (:mod:`stand_runtime.target.forward`)
+read only ``tokens``, ``parents``, ``depths``, ``children`` and the per-node draft distributions, so
+every drafter goes through the same lossless path.
 
 Per node with children, the draft distribution q the children were drawn from (docs/algorithms.md §3.1, §4.3):
 ``draft_ids[v]`` its support ``[k]`` and ``draft_probs[v]`` q on it; ``slots[c]`` is the index of
@@ -52,17 +50,14 @@ class Draft:
         copied: positions of copied children: tokens fixed before drafting (not drawn from the
             parent's q), placed after their drawn siblings and verified by the deterministic-draft rule.
         scores: ``[n]`` float64 the drafter's estimate that the path to each node is accepted, or
-            None: the dynamic tree's best-first key the node was added with (its parent's path
-            score x confidence x q *at the node's rank*, never q of its own drawn token, so a rule
-            sizing the draft by it never reads the draw it decides on; a copied node: its parent's
-            path score, or in a value-sized draft its chain position's score,
+            None: the dynamic tree's best-first key (its parent's path score x confidence x q *at the
+            node's rank*, never q of its own drawn token, so a rule sizing the draft by it never reads
+            the draw it decides on; a copied node: its parent's path score, or its chain position's,
             :func:`stand_runtime.sizing.value.value_scores`); ``scores[0] = 1``.
-        pending_chain: a copy chain continuing the context that is not grafted yet (empty: none): a
-            value-sized draft keeps it apart until the expected-value rule decides how many of its
-            tokens to graft (:func:`stand_runtime.sizing.value.candidates`); cutting a draft
-            (:func:`truncate_draft`) drops it.
-        copy_rate: the factor r of a value-sized draft's copy chain: its j-th token is scored ``r ** j``
-            (r from the length of the suffix the chain matched,
+        pending_chain: a copy chain not grafted yet (empty: none), kept apart in a value-sized draft
+            until the expected-value rule decides how many tokens to graft
+            (:func:`stand_runtime.sizing.value.candidates`); :func:`truncate_draft` drops it.
+        copy_rate: the factor r of a value-sized draft's copy chain (its j-th token scored ``r ** j``,
             :func:`stand_runtime.sizing.value.match_rate`); None = the default decay
             (:data:`stand_runtime.store.drafting.COPY_DECAY`).
     """
@@ -88,10 +83,8 @@ class Draft:
         return len(self.tokens) - 1
 
     def ancestor_mask(self) -> torch.Tensor:
-        """``[n, n]`` bool, ``[i, j]`` True iff j is i or an ancestor of i (computed once, cached).
-
-        Built from the parent array: a node's row is its parent's row plus its own bit (EAGLE-2).
-        """
+        """``[n, n]`` bool, ``[i, j]`` True iff j is i or an ancestor of i (cached): a node's row is its
+        parent's row plus its own bit (EAGLE-2)."""
         if not self._mask:
             n = len(self.tokens)
             mask = np.zeros((n, n), dtype=bool)
@@ -195,9 +188,8 @@ class DraftBuilder:
         return position
 
     def add_copy(self, parent: int, token: int) -> int:
-        """Append ``token`` as a copied child of ``parent`` (fixed before drafting, not drawn from
-        q; see the module docstring) after the children already there; returns its position. When
-        ``parent`` has a q that lacks the token, the token joins q's support with probability 0."""
+        """Append ``token`` as a copied child of ``parent`` (module docstring) after the children already
+        there; returns its position. A q of ``parent`` that lacks the token gets it with probability 0."""
         ids = self.draft_ids[parent] if 0 <= parent < len(self.tokens) else None
         slot = -1
         if ids is not None:
@@ -238,11 +230,9 @@ class DraftBuilder:
 
 
 def truncate_draft(draft: Draft, max_nodes: int) -> Draft:
-    """The first ``max_nodes`` drafted nodes of ``draft`` (parents and elder siblings come first, so
-    every kept node keeps its parent: breadth-first for a static tree, the best-scoring nodes for a
-    dynamic one), with the same draft distributions: a prefix of each node's children in drawing
-    order, so verification stays lossless (a stochastic node's first children are still a
-    without-replacement draw from q; copied children come after the drawn ones)."""
+    """The first ``max_nodes`` drafted nodes of ``draft`` (every kept node keeps its parent), with the
+    same draft distributions: a prefix of each node's children in drawing order, so verification stays
+    lossless (a stochastic node's first children are still a without-replacement draw from q)."""
     n = max_nodes + 1
     children = [[c for c in kids if c < n] for kids in draft.children[:n]]
     return Draft(

@@ -9,9 +9,8 @@ sampled, not yet in the KV cache.
 Nodes are stored in breadth-first order (depth, then path lexicographically), so ``parents[i] < i``
 and siblings follow their rank. A valid tree is closed under parent and elder sibling: a node with m
 children uses the first m draws. From this one structure come the parent/depth/rank arrays, the
-children lists used by drafting and verification, the ancestor mask (a node attends to itself and its
-ancestors; EAGLE-2 builds it the same way, row = parent's row + own bit), and the 4D attention mask
-and position ids of a tree forward.
+children lists, the ancestor mask (row = parent's row + own bit, as EAGLE-2 builds it), and the 4D
+attention mask and position ids of a tree forward.
 """
 
 from __future__ import annotations
@@ -40,15 +39,8 @@ def _format_path(path: Sequence[int]) -> str:
 
 
 def validate_paths(paths: Iterable[Sequence[int]], *, max_rank: int = MAX_RANK, max_depth: int = MAX_DEPTH) -> list[tuple[int, ...]]:
-    """Check rank paths and return them as tuples in breadth-first order.
-
-    Args:
-        paths: rank paths, each a non-empty sequence of ints in [0, max_rank).
-        max_rank: exclusive bound on every rank (the widest a node may be).
-        max_depth: longest allowed path.
-
-    Returns:
-        The paths as tuples sorted by (depth, path).
+    """Check rank paths (each a non-empty sequence of ints in [0, max_rank), at most ``max_depth``
+    long) and return them as tuples sorted by (depth, path).
 
     Raises:
         StandError: naming the first offending path: not a list of ints, empty, negative rank, rank
@@ -86,9 +78,9 @@ def validate_paths(paths: Iterable[Sequence[int]], *, max_rank: int = MAX_RANK, 
 
 @dataclass(frozen=True, eq=False)
 class DraftTree:
-    """A static draft tree, root included as node 0, nodes in breadth-first order.
+    """A static draft tree, root included as node 0, nodes in breadth-first order (:meth:`from_paths`).
 
-    Build it with :meth:`from_paths`. Attributes (``N`` = number of draft nodes, root excluded):
+    Attributes (``N`` = number of draft nodes, root excluded):
         paths: ``N`` rank paths in breadth-first order (node i + 1 has path ``paths[i]``).
         parents: ``[N + 1]`` int64 parent index per node; ``parents[0] = -1``; ``parents[i] < i``.
         depths: ``[N + 1]`` int64 depth per node (root 0).
@@ -106,11 +98,7 @@ class DraftTree:
 
     @classmethod
     def from_paths(cls, paths: Iterable[Sequence[int]]) -> "DraftTree":
-        """Validate rank paths (see :func:`validate_paths`) and build the tree.
-
-        Raises:
-            StandError: an invalid path, named in the message.
-        """
+        """The tree of rank paths checked by :func:`validate_paths` (StandError naming a bad one)."""
         ordered = validate_paths(paths)
         index = {path: i + 1 for i, path in enumerate(ordered)}
         size = len(ordered) + 1
@@ -216,8 +204,7 @@ def tree_attention_mask(
 
     Returns:
         ``[1, 1, n, prefix_len + n]`` of ``dtype``: 0 where attention is allowed, ``finfo.min`` where
-        not. (transformers' eager attention needs this additive form; SDPA accepts it too. A boolean
-        or 0/1 float mask would be silently misread.)
+        not (the additive form eager attention needs; a boolean or 0/1 mask would be misread).
     """
     n = ancestor_mask.shape[0]
     device = ancestor_mask.device

@@ -1,4 +1,5 @@
-"""Tree files: the versioned ``stand-tree`` JSON schema, the plain ``choices`` list, bundled trees.
+"""Tree files: the versioned ``stand-tree`` JSON schema, the plain ``choices`` list, tree families,
+bundled trees.
 
 The versioned format (docs/trees.md §8.1)::
 
@@ -13,8 +14,13 @@ checks the structure with a JSON schema and then the tree itself (see
 Saving is atomic (:mod:`stand_runtime.files`). :func:`resolve_tree` turns any tree spec (a tree, a
 tree file, a path or a bundled name) into a :class:`DraftTree`, loading each file once.
 
-Tree families (one tree per size) live in :mod:`stand_runtime.trees.families`; their names still
-import from here.
+A tree family (``treeopt export --format family``) holds the best tree of a calibration for each of
+several sizes; a machine picks its member from its own latency profile
+(:mod:`stand_runtime.sizing.tree_choice`)::
+
+    {"format": "stand-tree-family", "version": 1,
+     "trees": [{"paths": [...], "expected_acceptance": [...]}, ...],   # one per size, each a tree file's
+     "metadata": {...}}
 """
 
 from __future__ import annotations
@@ -33,14 +39,14 @@ import jsonschema
 
 from ..errors import StandError
 from ..files import write_text_atomic
-from ..formats import FILE_KINDS, TREE_FORMAT, file_kind
+from ..formats import FAMILY_FORMAT, FILE_KINDS, TREE_FORMAT, file_kind
 from .tree import DraftTree
 
 FORMAT_NAME = TREE_FORMAT
 FORMAT_VERSION = 1
 BUNDLED_PACKAGE = "stand_trees"
-"""The package of the bundled trees: the folder ``trees/`` of the source, installed under this name
-(setup.py), so that a ``trees/`` folder where the user runs does not hide it."""
+"""The package of the bundled trees: the source's folder ``trees/``, installed under this name
+(setup.py) so that a ``trees/`` folder where the user runs does not hide it."""
 
 _PATHS_SCHEMA = {"type": "array", "items": {"type": "array", "items": {"type": "integer"}}}
 _TREE_SCHEMA = {
@@ -113,10 +119,8 @@ def parse_tree(data: Any, source: str = "tree") -> TreeFile:
             raise StandError(
                 f"bad tree JSON {source}: expected_acceptance has {len(alpha)} values for {tree.num_nodes} paths"
             )
-        if not all(math.isfinite(a) for a in alpha):
+        if not all(math.isfinite(a) for a in alpha):  # the schema bounds them to [0, 1], but passes NaN
             raise StandError(f"bad tree JSON {source}: expected_acceptance holds a non-finite value")
-        if any(a > 1.0 for a in alpha):
-            raise StandError(f"bad tree JSON {source}: expected_acceptance holds a value above 1 (not a probability)")
         order = {tuple(p): a for p, a in zip(data["paths"], alpha)}
         alpha = tuple(float(order[p]) for p in tree.paths)
     return TreeFile(tree, alpha, dict(data.get("metadata") or {}))
@@ -242,8 +246,8 @@ def save_tree(tree_file: TreeFile, path: str | os.PathLike, fmt: str = "stand") 
 
 
 def bundled_files(suffix: str) -> dict[str, Path]:
-    """Files shipped in the bundled trees' package (:data:`BUNDLED_PACKAGE`) whose name ends in ``suffix``: name (before it) → path
-    (``.json`` alone matches plain tree files only, not ``NAME.family.json`` and the like)."""
+    """Bundled files whose name ends in ``suffix``: name (before it) → path (``.json`` alone matches
+    plain tree files only, not ``NAME.family.json`` and the like)."""
     out = {}
     root = bundled_root()
     for entry in root.iterdir():
@@ -254,9 +258,8 @@ def bundled_files(suffix: str) -> dict[str, Path]:
 
 
 def bundled_root():
-    """The bundled trees' folder: the package :data:`BUNDLED_PACKAGE`, else (a source checkout, or an
-    install made while the folder was the package ``trees``) the folder ``trees/`` beside the
-    ``stand_runtime`` package.
+    """The bundled trees' folder: the package :data:`BUNDLED_PACKAGE`, else (a source checkout) the
+    folder ``trees/`` beside the ``stand_runtime`` package.
 
     Raises:
         StandError: neither is there (the install is damaged: run ``pip install -e .`` again).
@@ -281,9 +284,8 @@ def bundled_calibrations() -> dict[str, Path]:
 
 
 def bundled_names() -> str:
-    """Every bundled name and what it is, for errors: the trees, then each calibration with its family
-    (``heuristic-80, stand-smollm2-humaneval-80 (trees); stand-smollm2-humaneval (a calibration and
-    its tree family)``)."""
+    """Every bundled name and what it is, for errors (``heuristic-80, ... (trees); stand-smollm2-humaneval
+    (a calibration and its tree family)``)."""
     trees = ", ".join(sorted(bundled_trees())) or "none"
     calibrations, families = set(bundled_calibrations()), set(bundled_files(".family.json"))
     kinds = []
@@ -310,14 +312,89 @@ def resolve_tree(tree: "DraftTree | TreeFile | str | os.PathLike") -> DraftTree:
     return load_tree(tree).tree
 
 
-_FAMILY_NAMES = frozenset({"TreeFamily", "bundled_families", "family_to_json", "is_family",
-                           "load_family"})
+def bundled_families() -> dict[str, Path]:
+    """Tree families shipped with the bundled trees (``NAME.family.json``): name → path."""
+    return bundled_files(".family.json")
 
 
-def __getattr__(name: str):
-    """The tree-family names this module held, now :mod:`stand_runtime.trees.families`' (PEP 562)."""
-    if name in _FAMILY_NAMES:
-        from . import families
+def is_family(spec) -> bool:
+    """Whether ``spec`` names a tree family: a bundled family's name, or a file whose JSON says
+    ``"format": "stand-tree-family"`` (from ``treeopt export --format family``)."""
+    if not isinstance(spec, (str, os.PathLike)):
+        return False
+    if str(spec) in bundled_families():
+        return True
+    path = Path(spec)
+    if not path.is_file():
+        return False
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+        return False  # not a family; loading it as a tree gives the error
+    return isinstance(data, dict) and data.get("format") == FAMILY_FORMAT
 
-        return getattr(families, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+@dataclass(frozen=True, eq=False)
+class TreeFamily:
+    """The best tree of a calibration for each of several sizes (one knapsack solve, many budgets).
+
+    Attributes:
+        members: tree files by size K (draft nodes), each with its alpha-hat.
+        metadata: provenance (model, calibration settings, ...).
+    """
+
+    members: dict[int, TreeFile]
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    def best_sum(self) -> "list[float]":
+        """``[K_max + 1]`` expected accepted tokens per step of the member of each size (``-inf``
+        where the family has none; 0 for K = 0, plain decoding)."""
+        top = max(self.members, default=0)
+        out = [float("-inf")] * (top + 1)
+        out[0] = 0.0
+        for k, member in self.members.items():
+            out[k] = float(sum(member.expected_acceptance or ()))
+        return out
+
+
+def family_to_json(family: TreeFamily) -> dict:
+    """The JSON value of a family (``format: stand-tree-family``, version 1)."""
+    trees = []
+    for k in sorted(family.members):
+        member = family.members[k]
+        trees.append({"paths": [list(p) for p in member.tree.paths],
+                      "expected_acceptance": [round(float(a), 6) for a in member.expected_acceptance or ()]})
+    return {"format": FAMILY_FORMAT, "version": FORMAT_VERSION, "trees": trees, "metadata": family.metadata}
+
+
+def load_family(path_or_name: str | os.PathLike) -> TreeFamily:
+    """Load a tree family file, or a bundled one by name (see :func:`bundled_families`).
+
+    Raises:
+        StandError: missing, not JSON, or not a valid family (one line naming the file and problem).
+    """
+    spec = str(path_or_name)
+    path = Path(spec)
+    if not path.exists():
+        bundled = bundled_families()
+        if spec not in bundled:
+            raise StandError(f"tree family not found: {spec!r} is neither a file nor a bundled family "
+                             f"({', '.join(sorted(bundled)) or 'none'})")
+        path = bundled[spec]
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as error:
+        raise StandError(f"bad tree family {path}: {error}") from None
+    if not isinstance(data, dict) or data.get("format") != FAMILY_FORMAT or data.get("version") != FORMAT_VERSION:
+        raise StandError(f"bad tree family {path}: not a {FAMILY_FORMAT} version {FORMAT_VERSION} file")
+    if not isinstance(data.get("trees"), list) or not data["trees"]:
+        raise StandError(f"bad tree family {path}: no trees")
+    members = {}
+    for number, entry in enumerate(data["trees"]):
+        if not isinstance(entry, dict):
+            raise StandError(f"bad tree family {path}: tree {number} is not an object")
+        member = parse_tree({"format": FORMAT_NAME, "version": FORMAT_VERSION, **entry}, f"{path} tree {number}")
+        if member.expected_acceptance is None:
+            raise StandError(f"bad tree family {path}: tree {number} has no expected_acceptance")
+        members[member.tree.num_nodes] = member
+    return TreeFamily(members, dict(data.get("metadata") or {}))

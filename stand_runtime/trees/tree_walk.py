@@ -2,9 +2,8 @@
 
 Every tree drafter (STAND's store, Token Recycling's matrix) fills a static tree the same way: walk
 the tree breadth-first from the root; at a node with m static children, ask the drafter's
-``propose(context, m)`` for up to m child tokens; a node whose proposal is empty gets no children
-and the static nodes below it are dropped from the step (the forward shrinks, it is never padded
-with junk). context(v) = committed tokens + the drafted tokens on the path to v.
+``propose(context, m)`` for up to m child tokens; a node whose proposal is empty gets no children and
+the static nodes below it are dropped from the step (the forward shrinks, never padded with junk).
 
 STAND's proposals choose children by :func:`stand_runtime.store.gumbel.choose_children`, the rule
 replay calibration (:mod:`treeopt.optimize.replay`) also uses.
@@ -67,8 +66,7 @@ def fill_tree(tree: DraftTree, context: list[int], max_n: int, propose: Propose,
             the drafted path it matches (see :func:`graft_chain`); None = none.
 
     Returns:
-        The :class:`Draft` (root plus every node whose ancestors' proposals hit), with ``nodes``
-        (-1 for nodes an extension added).
+        The :class:`Draft` (root plus every node whose ancestors' proposals hit), with ``nodes``.
     """
     deepest = tree.max_depth if max_depth is None else min(max_depth, tree.max_depth)
     builder = DraftBuilder(context[-1], static=True)
@@ -93,17 +91,14 @@ def fill_tree(tree: DraftTree, context: list[int], max_n: int, propose: Propose,
 
 
 def graft_chain(builder: DraftBuilder, suffixes: list, scores: list, chain, max_n: int, max_depth: int) -> int:
-    """Graft a deterministic chain (a copy of what followed the same suffix earlier) onto a draft.
+    """Graft a deterministic chain (a copy of what followed the same suffix earlier) onto a draft;
+    returns the number of nodes added.
 
     The chain's tokens are followed down the drafted children that equal them; from the first node
-    whose children lack the next token, the rest hangs there as copied nodes, one child each
-    (:meth:`DraftBuilder.add_copy`): after the node's drawn children, with no draft distribution of
-    their own, so verification applies the deterministic-draft rule to them once the drawn
-    siblings are rejected, and the output stays p's (the copy is fixed before any draw). Each copied
-    node's suffix and score (its parent's path score) are appended to ``suffixes`` and ``scores``.
-
-    Returns:
-        The number of nodes added.
+    whose children lack the next token, the rest hangs there as copied nodes
+    (:meth:`DraftBuilder.add_copy`), verified by the deterministic-draft rule once the drawn siblings
+    are rejected (the copy is fixed before any draw). Each copied node's suffix and score (its
+    parent's path score) are appended to ``suffixes`` and ``scores``.
     """
     added = 0
     for node in attach_chain(builder, chain, max_depth):
@@ -148,13 +143,10 @@ def _add_children(builder: DraftBuilder, suffixes: list, scores: list, parent: i
 class Extension:
     """Reassign the node budget that misses left unused: best-first chains beyond the static tree.
 
-    A static tree spends its nodes where calibration found acceptance on average; in a step where a
-    lookup misses, its whole subtree is dropped and the step is smaller than the budget the tree
-    size was chosen for. The extension grows the draft back towards ``budget`` nodes: repeatedly the
-    leaf whose path is most probable under q (the product of q along it) gets one child drawn from
-    its own q (Gumbel-Top-1, or q's mode for deterministic drafts, recorded with q so verification
-    stays lossless), as long as that path probability is at least ``min_score``. A long store match
-    so becomes a long chain, and a miss costs no more than the nodes actually forwarded.
+    Where a lookup misses, a static tree drops the whole subtree below it; the extension grows the
+    draft back towards ``budget`` nodes: repeatedly the leaf whose path is most probable under q (the
+    product of q along it) gets one child drawn from its own q (recorded with q, so verification
+    stays lossless), as long as that path probability is at least ``min_score``.
 
     Attributes:
         budget: draft nodes per step at most (the static tree's size).

@@ -14,7 +14,7 @@ All of vLLM's private runner state the proposer touches is in :mod:`stand_runtim
 from ..lazy import lazy_exports
 
 _EXPORTS = {
-    "AUTO_K": ".config", "AUTO_MAX_K": ".config", "PROPOSER": ".config", "speculative_config": ".config",
+    "AUTO_K": ".options", "AUTO_MAX_K": ".options", "PROPOSER": ".options", "speculative_config": ".options",
     "DEFAULT_OPTIONS": ".options", "OPTIONS_ENV": ".options",
     "DEFAULT_K": ".engine", "VLLM_METHODS": ".engine", "check_model_folder": ".engine", "check_vllm_dtype": ".engine",
     "default_model_folder": ".engine",

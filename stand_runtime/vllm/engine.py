@@ -3,36 +3,78 @@
 ``ar`` is vLLM's plain decoding; ``ngram`` (prompt lookup) and ``suffix`` (SuffixDecoding, needs
 arctic-inference) are vLLM's built-in model-free methods; ``stand`` is this package's proposer.
 Engines run on the platform vLLM picks: ``VLLM_TARGET_DEVICE=cpu`` is set only on a machine without a
-CUDA device where the user did not set it (:func:`stand_runtime.vllm.cpu_cores.cpu_environment`). A
-script that builds one must guard its entry point with ``if __name__ == "__main__":`` (vLLM starts its
-engine in a new process).
+CUDA device where the user did not set it (:func:`cpu_environment`). A script that builds one must
+guard its entry point with ``if __name__ == "__main__":`` (vLLM starts its engine in a new process).
+
+Cores for vLLM's CPU worker: vLLM 0.32 keeps cores out of its CPU worker's OpenMP threads for the
+engine core (scheduler) process (``VLLM_CPU_NUM_OF_RESERVED_CPU``, by default one per local worker on
+x86: ``vllm/utils/ompmultiprocessing.py``); on a 2-core machine that halves the forward's compute.
+The engine core's work between steps is small (scheduling, and a busy-wait on the worker that yields
+the core whenever a worker thread wants it), so on a machine of at most :data:`SMALL_MACHINE_CORES`
+usable cores none is kept back unless the caller set the variable (docs/decisions.md).
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import MutableMapping
 
 import numpy as np
 
 from ..checks import check_bool, check_int
 from ..errors import StandError
 from ..limits import MAX_CHAIN_TOKENS
-from .config import AUTO_K, speculative_config
-from .cpu_cores import cpu_environment
+from .options import AUTO_K, speculative_config
 
 VLLM_METHODS = ("ar", "ngram", "suffix", "stand")
-"""Methods a vLLM engine runs: plain decoding, vLLM's n-gram (prompt lookup) and suffix proposers,
-and STAND."""
+"""Methods a vLLM engine runs (module docstring)."""
 
 VLLM_DTYPES = ("float32", "bfloat16")
 """Weights a vLLM engine of this package runs the target in (as generate, bench and serve take)."""
 
 DEFAULT_K = {"ngram": 5, "suffix": 16, "stand": 4}
-"""Draft tokens per step when none is given: vLLM's examples for ngram, its suffix default depth
-cap (its trees are sized per step by the spec factor), and a chain length for STAND when none is
-chosen (``treeopt bench-vllm --k auto`` sizes it from the calibration and vLLM's latency
-here: :func:`stand_runtime.vllm.choose_k`)."""
+"""Draft tokens per step when none is given: vLLM's examples for ngram, its suffix default depth cap,
+and a chain length for STAND (:func:`stand_runtime.vllm.choose_k` sizes one for this machine)."""
+
+TARGET_ENV = "VLLM_TARGET_DEVICE"
+"""vLLM's variable: the platform it runs on (``cpu``, ``cuda``, ...); vLLM does not second-guess it."""
+
+RESERVED_ENV = "VLLM_CPU_NUM_OF_RESERVED_CPU"
+"""vLLM's variable: cores kept out of its CPU worker's OpenMP threads."""
+
+SMALL_MACHINE_CORES = 4
+"""Usable cores up to which :func:`cpu_environment` reserves none (module docstring)."""
+
+
+def usable_cores() -> int:
+    """Cores this process may run on (its CPU affinity; the CPU count where that is not known)."""
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
+    return max(1, os.cpu_count() or 1)
+
+
+def cpu_environment(env: MutableMapping[str, str]) -> MutableMapping[str, str]:
+    """Set vLLM's CPU settings in ``env`` (in place; returned), each only where ``env`` does not set it
+    already: ``VLLM_TARGET_DEVICE=cpu`` only without a CUDA device (vLLM takes the variable as final)
+    and, for the CPU target on at most :data:`SMALL_MACHINE_CORES` usable cores,
+    ``VLLM_CPU_NUM_OF_RESERVED_CPU=0``."""
+    if TARGET_ENV not in env:
+        import torch
+
+        if not torch.cuda.is_available():
+            env[TARGET_ENV] = "cpu"
+    if env.get(TARGET_ENV) == "cpu" and RESERVED_ENV not in env and usable_cores() <= SMALL_MACHINE_CORES:
+        env[RESERVED_ENV] = "0"
+    return env
+
+
+def worker_threads(env: MutableMapping[str, str] | None = None) -> int:
+    """OpenMP threads of vLLM's CPU worker under ``env`` (default: this process's) once
+    :func:`cpu_environment` applied: the usable cores less the reserved ones."""
+    value = cpu_environment(dict(os.environ if env is None else env)).get(RESERVED_ENV, "").strip()
+    reserved = int(value) if value.isdigit() else 1  # vLLM's own default: one core per local worker
+    return max(1, usable_cores() - reserved)
 
 
 def check_vllm_dtype(dtype: str) -> None:
@@ -61,7 +103,7 @@ def method_config(method: str, k: int | str | None = None, **stand_options) -> d
     """
     check_vllm_method(method)
     if stand_options and method != "stand":
-        raise StandError(f"options {sorted(stand_options)} apply to method 'stand' only")
+        raise StandError(f"STAND options {sorted(stand_options)} apply to method 'stand' only")
     if method == "ar":
         if k is not None:
             raise StandError(f"k (draft tokens per step) does not apply to plain decoding (method 'ar'), got {k!r}")
@@ -117,8 +159,7 @@ def default_model_folder() -> Path:
 def load_llm(model: str | os.PathLike, method: str = "ar", *, k: int | str | None = None, dtype: str = "float32",
              max_model_len: int = 2048, kv_cache_gib: int = 1, seed: int = 0, tokenizer: bool = True,
              **stand_options):
-    """A vLLM ``LLM`` decoding with ``method`` (on vLLM's CPU backend where this machine has no CUDA
-    device and ``VLLM_TARGET_DEVICE`` is unset).
+    """A vLLM ``LLM`` decoding with ``method`` (module docstring: the platform it runs on).
 
     Args:
         model: a Hugging Face model folder (see :func:`default_model_folder`).
@@ -132,8 +173,7 @@ def load_llm(model: str | os.PathLike, method: str = "ar", *, k: int | str | Non
         **stand_options: STAND proposer options.
 
     Raises:
-        StandError: a bad method/option, a folder that is not a model, a bad dtype, cache size,
-            context length, seed or ``tokenizer`` flag (all before vLLM starts), or vLLM not installed.
+        StandError: any bad argument (before vLLM starts), or vLLM not installed.
     """
     check_vllm_dtype(dtype)
     kv_cache_gib = check_int("kv_cache_gib", kv_cache_gib, 1, 1024)
@@ -171,14 +211,10 @@ process that made it and ``<namespace>`` its process-id namespace (:func:`_pid_n
 def private_ipc_folder(env) -> str:
     """The folder the vLLM engines this process starts make their IPC sockets in, set in ``env`` (in
     place) unless the caller set :data:`IPC_ENV`: one temporary folder per process, removed when it
-    exits. vLLM's default, the system's temporary folder, kept every engine's socket files
-    (``/tmp/<uuid>``, a few per engine) after the engine stopped: a run of the test suite left 50-80.
-    A process that ends without its exit handlers (killed, or ``treeopt serve``, which hands its
-    process to vLLM's server) leaves its folder; the next call in any process removes the folders of
-    processes that are gone (:func:`remove_orphan_ipc_folders`). A process started with this
-    process's environment uses the same folder (vLLM's engine processes, which never call this); one
-    that calls this makes its own (:func:`_inherited_ipc_folder`): the folder it inherited is removed
-    when its maker ends, or by the next call anywhere if its maker is killed."""
+    exits (vLLM's default, the system's temporary folder, keeps every engine's socket files after the
+    engine stopped). The folders of processes gone without their exit handlers are removed by the
+    next call in any process (:func:`remove_orphan_ipc_folders`); vLLM's engine processes inherit
+    the folder, and a process that calls this makes its own (:func:`_inherited_ipc_folder`)."""
     global _IPC_FOLDER
     if IPC_ENV in env and not _inherited_ipc_folder(env[IPC_ENV]):
         return env[IPC_ENV]
@@ -195,8 +231,7 @@ def private_ipc_folder(env) -> str:
 
 
 def _inherited_ipc_folder(path: str) -> bool:
-    """Whether ``path`` is another process's private IPC folder (named for another process id or
-    process-id namespace), not one the caller chose."""
+    """Whether ``path`` is another process's private IPC folder, not one the caller chose."""
     name = os.path.basename(os.path.normpath(path))
     return name.startswith(IPC_PREFIX) and not name.startswith(_own_ipc_prefix())
 
@@ -210,9 +245,8 @@ def remove_orphan_ipc_folders(parent: str) -> list[str]:
     """Remove this user's private IPC folders in ``parent`` whose process no longer runs.
 
     Returns:
-        The folders removed. A folder whose process id is alive (or taken again by another process)
-        is kept, and so is one made in another process-id namespace (a container sharing the
-        temporary folder: its pids say nothing here); nothing raises.
+        The folders removed (a folder whose pid is alive, or made in another pid namespace, is kept);
+        nothing raises.
     """
     import re
     import shutil
@@ -237,8 +271,7 @@ def remove_orphan_ipc_folders(parent: str) -> list[str]:
 
 
 def _pid_namespace() -> str:
-    """This process's process-id namespace (the inode of ``/proc/self/ns/pid``; ``"0"`` where there is
-    none to read): a pid names a process only within it."""
+    """This process's pid namespace: the inode of ``/proc/self/ns/pid``, ``"0"`` where there is none."""
     try:
         return str(os.stat("/proc/self/ns/pid").st_ino)
     except OSError:

@@ -1,18 +1,31 @@
-"""The STAND proposer's options: read from ``STAND_VLLM_OPTIONS`` (JSON) in vLLM's engine process.
+"""STAND's ``speculative_config`` for vLLM and the proposer's options.
 
-:func:`stand_runtime.vllm.speculative_config` writes them in the parent process; the proposer reads
-them when vLLM builds it. Every option is checked when the config is built, before vLLM starts.
+:func:`speculative_config` checks the options (before vLLM starts) and writes them as JSON to
+``STAND_VLLM_OPTIONS`` in the parent process; the proposer reads them in vLLM's engine process.
 """
 
 from __future__ import annotations
+
+import json
+import os
 
 from ..checks import check_int
 from ..store.drafting import DYNAMIC_MAX_N
 from ..drafters.chain_budget import profile_function
 from ..errors import StandError
 from ..files import check_writable, parse_json_object
-from ..limits import MAX_PROMPT_STORES
+from ..limits import MAX_CHAIN_TOKENS, MAX_PROMPT_STORES
 from ..store.ngram_store import MAX_CONTEXT
+
+PROPOSER = "stand_runtime.vllm.proposer.StandProposer"
+"""The dotted class path vLLM's ``custom_class`` method loads."""
+
+AUTO_K = "auto"
+"""``k="auto"``: per-request chain lengths by the expected-value rule (option ``sized``), at most
+:data:`AUTO_MAX_K` tokens."""
+
+AUTO_MAX_K = 16
+"""The longest chain of ``k="auto"`` (the largest K the calibrated chain sizing considers)."""
 
 OPTIONS_ENV = "STAND_VLLM_OPTIONS"
 DEFAULT_OPTIONS = {"stochastic": True, "q_aware": True, "copy": True, "max_prompts": 64, "max_n": DYNAMIC_MAX_N,
@@ -46,33 +59,28 @@ def _check_latency(value) -> None:
         raise StandError(f"STAND vLLM option latency: {error}") from None
 
 
-def _check_stats_path(value) -> None:
+def _check_path(name: str, value) -> None:
+    """Option ``stats_path`` (a writable file) or ``prior`` (a prior file that loads), or null."""
     if value is None:
         return
     if not isinstance(value, str) or not value:
-        raise StandError(f"STAND vLLM option stats_path must be a path or null, got {value!r}")
+        raise StandError(f"STAND vLLM option {name} must be a path or null, got {value!r}")
+    if name == "prior":
+        load_prior(value)
+        return
     try:
         check_writable(value)
     except StandError as error:
         raise StandError(f"STAND vLLM option stats_path: {error}") from None
 
 
-def _check_prior(value) -> None:
-    if value is None:
-        return
-    if not isinstance(value, str) or not value:
-        raise StandError(f"STAND vLLM option prior must be a path or null, got {value!r}")
-    load_prior(value)
-
-
 _LOADED_PRIORS: dict[str, tuple[tuple[int, int], object]] = {}
-"""Prior files read in this process, by path: ((mtime ns, size), the prior); vLLM's engine checks the
-option (:func:`read_options`) and then loads it (the proposer): one read of the ~4 MB file, not two."""
+"""Prior files read in this process, by path: ((mtime ns, size), the prior)."""
 
 
 def load_prior(path: str):
-    """The successor prior in file ``path`` (:class:`stand_runtime.drafters.prior.SuccessorPrior`);
-    read once per process while the file is unchanged (same modification time and size).
+    """The successor prior in file ``path`` (:class:`stand_runtime.drafters.prior.SuccessorPrior`), read
+    once per process while the file is unchanged (vLLM's engine checks the option, then loads it).
 
     Raises:
         StandError: the file cannot be read or is not a successor prior file (one line naming it).
@@ -117,10 +125,8 @@ def read_options(text: str | None) -> dict:
             raise StandError(f"STAND vLLM option {name} must be true or false, got {value!r}")
         if name == "latency":
             _check_latency(value)
-        if name == "stats_path":
-            _check_stats_path(value)
-        if name == "prior":
-            _check_prior(value)
+        if name in ("stats_path", "prior"):
+            _check_path(name, value)
         options[name] = value
     return options
 
@@ -149,3 +155,45 @@ def _prior_words(path: str | None) -> str:
         return f"from {path}"
     greedy = " and greedy ones" if served.temperature == 1 and served.top_p == 1 and not served.top_k else ""
     return f"from {path} (for requests sampled at temperature {served.temperature:g}, top-p {served.top_p:g}{greedy})"
+
+
+def _plain(value):
+    """JSON for option values Python code naturally passes: paths as text, numpy scalars as numbers."""
+    import numpy as np
+
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
+    if isinstance(value, np.generic):
+        return value.item()
+    raise TypeError(f"{value!r} ({type(value).__name__}) is not a JSON value")
+
+
+def speculative_config(k: int | str = 4, **options) -> dict:
+    """vLLM's ``speculative_config`` for STAND, and the proposer's options in the environment.
+
+    Args:
+        k: chain length (draft tokens per request and step), ``1 <= k <= 128``; or ``"auto"``:
+            each request's chain cut where the expected-value rule says (option ``sized``), at most
+            :data:`AUTO_MAX_K` tokens (with ``sized=True`` an integer k is that cap).
+        **options: proposer options (:data:`DEFAULT_OPTIONS`), passed to the engine process as JSON
+            in ``STAND_VLLM_OPTIONS``: call this before building the ``LLM``.
+
+    Returns:
+        ``{"method": "custom_class", "model": PROPOSER, "num_speculative_tokens": k}``.
+
+    Raises:
+        StandError: ``k`` out of range or a bad option.
+    """
+    if k == AUTO_K:
+        if "sized" in options and options["sized"] is not True:
+            raise StandError(f'k="auto" sizes each chain (sized): it takes sized=True or no sized, '
+                             f'got sized={options["sized"]!r}')
+        k, options = AUTO_MAX_K, {**options, "sized": True}
+    k = check_int("k (draft tokens per step)", k, 1, MAX_CHAIN_TOKENS)
+    try:
+        text = json.dumps(options, default=_plain)
+    except (TypeError, ValueError) as error:
+        raise StandError(f"STAND vLLM options must be JSON values: {error}") from None
+    read_options(text)
+    os.environ[OPTIONS_ENV] = text
+    return {"method": "custom_class", "model": PROPOSER, "num_speculative_tokens": k}

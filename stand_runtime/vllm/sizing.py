@@ -18,29 +18,22 @@ from typing import Callable
 
 import numpy as np
 
+from ..checks import check_int
 from ..errors import StandError
+from ..limits import MAX_CHAIN_TOKENS
 from ..target.latency import LatencyProfile, choose_size, profile_from_rounds
 from ..sizing.tree_choice import DEFAULT_FAMILY
-from ..trees.families import load_family
-from .cpu_cores import worker_threads
+from ..trees.tree_io import load_family
+from .engine import worker_threads
 
 VLLM_SIZES = (1, 2, 4, 8, 16, 32, 64, 128)
 """Tokens per engine step measured for vLLM's latency profile."""
 
 
 def chain_acceptance(family: str = DEFAULT_FAMILY) -> np.ndarray:
-    """Expected accepted drafts of a K-token STAND chain, from a calibrated tree family.
-
-    Args:
-        family: a tree family file or bundled name (its largest member is read).
-
-    Returns:
-        ``[D + 1]`` float64: entry K = Σ α̂ over the first K nodes of the first-child path (entry
-        0 = 0), D that path's depth.
-
-    Raises:
-        StandError: the family cannot be loaded.
-    """
+    """Expected accepted drafts of a K-token STAND chain, from a calibrated tree ``family`` (a file or
+    bundled name; its largest member is read): ``[D + 1]`` float64, entry K = Σ α̂ over the first K
+    nodes of the first-child path, D that path's depth. Raises StandError when it cannot be loaded."""
     members = load_family(family)
     member = members.members[max(members.members)]
     tree, alpha = member.tree, member.expected_acceptance
@@ -53,21 +46,11 @@ def chain_acceptance(family: str = DEFAULT_FAMILY) -> np.ndarray:
 
 def measure_vllm_latency(llm, prompt_ids: list[int], sizes=VLLM_SIZES, short: int = 4, long: int = 24,
                          rounds: int = 3) -> LatencyProfile:
-    """Seconds per vLLM engine step against tokens per step, with plain decoding.
-
-    A step over n tokens is timed as n requests decoding one token each: ``(t(long) - t(short)) /
-    (long - short)`` for n copies of ``prompt_ids`` (prefill and start-up cancel out), median of
-    ``rounds``. A speculative step of B requests with K drafts is read as ``t(B (K + 1))``.
-
-    Args:
-        llm: a vLLM ``LLM`` without speculative decoding.
-        prompt_ids: a prompt's token ids.
-        sizes: tokens per step to measure.
-        short, long: the two generation lengths (tokens).
-        rounds: repetitions per size.
-
-    Returns:
-        The fitted (non-decreasing) :class:`stand_runtime.target.latency.LatencyProfile`.
+    """Seconds per vLLM engine step against tokens per step, with plain decoding (``llm`` without
+    speculative decoding): a step over n tokens is timed as n copies of ``prompt_ids`` decoding one
+    token each, ``(t(long) - t(short)) / (long - short)`` (prefill and start-up cancel out), median of
+    ``rounds``, fitted non-decreasing (:class:`stand_runtime.target.latency.LatencyProfile`). A
+    speculative step of B requests with K drafts is read as ``t(B (K + 1))``.
     """
     from vllm import SamplingParams, TokensPrompt
 
@@ -99,9 +82,6 @@ def choose_k(profile: LatencyProfile, batch: int = 1, family: str = DEFAULT_FAMI
     Raises:
         StandError: a profile that is not a LatencyProfile, or batch or max_k out of range.
     """
-    from ..checks import check_int
-    from ..limits import MAX_CHAIN_TOKENS
-
     if not isinstance(profile, LatencyProfile):
         raise StandError(f"profile must be a LatencyProfile, not {type(profile).__name__}")
     batch = check_int("batch", batch, 1)
@@ -113,7 +93,7 @@ def choose_k(profile: LatencyProfile, batch: int = 1, family: str = DEFAULT_FAMI
 
 def _cache_path(folder, dtype: str) -> Path:
     """``<cache>/latency/vllm-<folder>-<dtype>-<threads>w-<cpu>.json``, threads those of vLLM's CPU
-    worker (:func:`stand_runtime.vllm.cpu_cores.worker_threads`)."""
+    worker (:func:`stand_runtime.vllm.engine.worker_threads`)."""
     import torch
 
     from ..target.models import cache_root
@@ -144,9 +124,8 @@ def latency_option(profile: LatencyProfile | None) -> dict | None:
 
 def cached_vllm_latency(llm, folder, dtype: str, prompt_ids: list[int], *, refresh: bool = False,
                         on_measure: Callable[[], None] | None = None) -> LatencyProfile:
-    """:func:`measure_vllm_latency` cached on disk per model folder, dtype, thread count and CPU
-    (``<cache>/latency/vllm-<folder>-<dtype>-<threads>w-<cpu>.json``, threads those of vLLM's
-    worker); measured under load, a profile misleads: delete the file then.
+    """:func:`measure_vllm_latency` cached on disk per model folder, dtype, worker threads and CPU
+    (:func:`_cache_path`; measured under load, a profile misleads: delete the file then).
 
     Args:
         llm: a plain-decoding vLLM ``LLM`` of ``folder``.
@@ -156,11 +135,9 @@ def cached_vllm_latency(llm, folder, dtype: str, prompt_ids: list[int], *, refre
         refresh: measure even when cached.
         on_measure: called before measuring (e.g. to tell the user).
 
-    With vLLM's engine in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``) a profile measured while a
-    Python profiler or tracer runs (:func:`stand_runtime.target.timing.timing_disturbed`) is returned
-    with a :class:`StandWarning` and not cached, as :func:`stand_runtime.target.latency.cached_latency`
-    does: the tracer's cost per Python call would be in every engine step. With the engine in its own
-    process (vLLM's default) the caller's profiler does not slow its steps.
+    With vLLM's engine in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``) a profile measured under a
+    Python profiler or tracer (:func:`stand_runtime.target.timing.timing_disturbed`) is returned with a
+    :class:`StandWarning` and not cached; an engine in its own process is not slowed by it.
     """
     import torch
 

@@ -353,7 +353,7 @@ def test_the_batched_verifier_is_on_by_default_for_a_batch_on_an_accelerator(tin
 
 @pytest.mark.parametrize("params", PARAMS[:4], ids=lambda p: f"T{p.temperature}-p{p.top_p}-k{p.top_k}")
 def test_device_rows_hold_the_hosts_target_rows(params):
-    from stand_runtime.target.device_rows import DeviceRows
+    from stand_runtime.target.sampling import DeviceRows
     from stand_runtime.target.sampling import target_rows
 
     logits = torch.randn(6, 3000, generator=torch.Generator().manual_seed(0)) * 4

@@ -18,7 +18,7 @@ import numpy as np
 
 from stand_runtime import StandError, TreeFile, __version__
 from stand_runtime.checks import check_int
-from stand_runtime.trees.families import TreeFamily
+from stand_runtime.trees.tree_io import TreeFamily
 
 from .calibration import Calibration, step_count
 from .isotonic import tree_isotonic

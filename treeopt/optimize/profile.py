@@ -8,8 +8,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from stand_runtime import DraftTree, StandError, load_tree
-from stand_runtime.trees.families import load_family
-from stand_runtime.trees.families import is_family
+from stand_runtime.trees.tree_io import is_family, load_family
 
 from .calibration import CALIBRATION_FORMAT, load_calibration, resolve_calibration
 from .prune import check_alpha

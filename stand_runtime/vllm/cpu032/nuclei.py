@@ -1,16 +1,13 @@
 """The top-p nuclei vLLM's sampler cut in one step, kept for the STAND proposer's store feed.
 
-The proposer records p's top-k at every verified position (:mod:`stand_runtime.vllm.proposer`,
-STAND paper §3.1). Computing them from the logits costs a partial top-k and a log-sum-exp over the
-vocabulary per row, and vLLM's sampler has just done exactly that for the same rows: on the CPU platform this package's
-plugin cuts top-p from a probe (:func:`stand_runtime.vllm.cpu032.cpu_sampling.top_p_by_probe`). While
-:func:`recording` is active (the runner access wraps each ``_sample`` call in it), every such cut
-leaves a :class:`NucleusCall`: each row's k most likely tokens and their probabilities renormalised
-over the nucleus, the same arithmetic as :func:`stand_runtime.target.sampling.top_target_probs`.
-:func:`step_nuclei` puts the calls of one step in the order of the step's logits rows; a step whose
-calls are not the expected ones (a top-k, bfloat16 logits, every row at top-p 1, greedy requests)
-gives None or rows marked unknown, and the proposer computes those rows itself. The store only
-drafts: any q keeps verification lossless, so a row taken from here is never a correctness risk.
+The proposer records p's top-k at every verified position (:mod:`stand_runtime.vllm.proposer`), the
+partial top-k and log-sum-exp vLLM's sampler has just computed for the same rows on the CPU platform
+(:func:`stand_runtime.vllm.cpu032.cpu_sampling.top_p_by_probe`). While :func:`recording` is active
+(the runner access wraps each ``_sample`` call in it), every such cut leaves a :class:`NucleusCall`:
+each row's k most likely tokens and their probabilities renormalised over the nucleus, the arithmetic
+of :func:`stand_runtime.target.sampling.top_target_probs`. :func:`step_nuclei` orders one step's calls
+as its logits rows; calls not of the expected kind give None or rows marked unknown, which the
+proposer computes itself. The store only drafts, so a row taken from here is never a correctness risk.
 """
 
 from __future__ import annotations
@@ -78,9 +75,8 @@ def record(call: NucleusCall) -> None:
 def top_of_cut(values: torch.Tensor, ids: torch.Tensor, k: int, mass: torch.Tensor | None = None
                ) -> tuple[torch.Tensor, torch.Tensor]:
     """The first ``k`` of a sorted, cut nucleus (``[r, w]`` p before top-p, zero past the nucleus;
-    ``[r, w]`` ids) as ``([r, k] ids, [r, k] probabilities renormalised over the nucleus)``; ``mass``
-    (``[r, 1]``) is each nucleus's total p where ``values`` hold only its first w tokens (None: their
-    sum)."""
+    ``[r, w]`` ids) as ``([r, k] ids, [r, k] probabilities over the nucleus)``; ``mass``: ``[r, 1]``
+    each nucleus's total p where ``values`` hold only part of it (None: their sum)."""
     mass = values.sum(dim=-1, keepdim=True) if mass is None else mass
     ids, probs = ids[:, :k].clone(), values[:, :k] / mass
     if ids.shape[-1] < k:  # a vocabulary smaller than k: pad with probability 0

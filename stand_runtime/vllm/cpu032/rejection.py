@@ -1,24 +1,17 @@
 """vLLM's rejection sampler on the CPU platform with its draft rows verified in a few passes (speed, lossless).
 
-vLLM 0.32's ``RejectionSampler.forward`` verifies a step's draft tokens with whole-vocabulary work on
-every draft row: it gathers the rows' logits, clones them (kept for logprobs even when none are
-asked for), scales them by temperature, cuts top-p, takes the softmax of every row, draws recovery
-noise and runs its accept kernel; the bonus rows' sampler also clones its logits for logprobs
-(timed by ``benchmarks/bench_rejection.py``).
-
-:func:`rejection_forward` verifies the same way with less work: the draft rows are gathered once and
-scaled in place, the top-p cut (the native one of :func:`stand_runtime.target.nucleus.logits_nucleus`
-where built) gives each row's normaliser, p is read only at the drafted tokens for the accept test,
-and the residual is formed only at each request's first rejected position, which is the only one a
-step uses. The rule is speculative sampling's (Leviathan et al., 2023, §2.3; Chen et al., 2023,
-Algorithm 2), with vLLM's acceptance test ``q(x) > 0 and p(x) / q(x) >= u`` on vLLM's uniforms
-(``generate_uniform_probs``: per-request generators for seeded requests): a draft token x is kept
-with probability min(1, p(x)/q(x)); at the first rejection a token is drawn from max(p - q, 0)
-normalised, by an exponential race over the tokens where it is positive (seeded requests from their
-own generator, after their uniforms); when every draft is kept the bonus token, sampled from p by
-vLLM's sampler, follows. p is vLLM's: the request's logits processors, temperature and top-p nucleus,
-renormalised. The output distribution is p at every position whatever q is (``tests/runtime/vllm/test_vllm_rejection.py``
-checks the law by chi-square); the tokens differ from vLLM's own for the same seed (other draws).
+vLLM 0.32's ``RejectionSampler.forward`` does whole-vocabulary work on every draft row: it clones the
+rows' logits (for logprobs even when none are asked for), scales them, cuts top-p, takes the softmax
+of every row and draws recovery noise (timed by ``benchmarks/bench_rejection.py``).
+:func:`rejection_forward` gathers the draft rows once and scales them in place; the top-p cut gives
+each row's normaliser, p is read only at the drafted tokens for the accept test, and the residual is
+formed only at each request's first rejected position, the only one a step uses. The rule is
+speculative sampling's (Leviathan et al., 2023, §2.3; Chen et al., 2023, Algorithm 2) with vLLM's test
+``q(x) > 0 and p(x) / q(x) >= u`` on vLLM's uniforms (``generate_uniform_probs``); at the first
+rejection a token is drawn from max(p - q, 0) by an exponential race; when every draft is kept
+vLLM's sampler draws the bonus token from p. p is vLLM's (logits processors, temperature, top-p).
+The output is p at every position whatever q is (``tests/runtime/vllm/test_vllm_rejection.py``, by
+chi-square); the tokens differ from vLLM's own for the same seed (other draws).
 
 Only the common case takes this path: CPU float32 logits, every request sampled (no greedy one), no
 top-k, no logprobs, no synthetic acceptance; any other step goes to vLLM's own ``forward``
@@ -32,7 +25,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from ...target.nucleus import logits_nucleus
+from ...target.sampling import logits_nucleus
 from . import nuclei
 from .cpu_sampling import VLLM_ORIGINALS, finish_native_cut, top_p_by_probe
 
@@ -42,9 +35,8 @@ FORWARD = "RejectionSampler.forward"
 
 def takes_fast_path(sampler, metadata, draft_probs: torch.Tensor | None, logits: torch.Tensor,
                     sampling_metadata) -> bool:
-    """True when :func:`rejection_forward` verifies this step itself (else vLLM's ``forward`` does):
-    CPU float32 ``[rows, vocab]`` logits, every request sampled, no top-k, no logprobs of any kind,
-    no synthetic acceptance, q (if given) float32 and contiguous."""
+    """True when :func:`rejection_forward` verifies this step itself (the common case of the module
+    docstring; q, if given, float32 and contiguous), else vLLM's ``forward`` does."""
     return (logits.device.type == "cpu" and logits.dtype == torch.float32 and logits.dim() == 2
             and bool(sampling_metadata.all_random) and sampling_metadata.temperature is not None
             and sampling_metadata.top_k is None and sampling_metadata.max_num_logprobs is None
@@ -110,16 +102,8 @@ class CutRows(NamedTuple):
 
 def cut_rows(target: torch.Tensor, top_p: torch.Tensor | None) -> CutRows:
     """Cut each row of ``target`` (``[n, vocab]`` float32 logits after temperature) to its top-p
-    nucleus, in place (-inf outside it), and return each row's normaliser.
-
-    Args:
-        target: the rows; rows with p < 1 are masked in place.
-        top_p: ``[n]`` nucleus mass per row, or None (no cut).
-
-    Returns:
-        The :class:`CutRows`. The cut is recorded for the STAND proposer's store feed while a
-        :func:`stand_runtime.vllm.cpu032.nuclei.recording` is open, as vLLM's own path would record it.
-    """
+    nucleus (``top_p``: ``[n]`` or None, no cut), in place, -inf outside it; returns :class:`CutRows`.
+    The cut is recorded while a :func:`stand_runtime.vllm.cpu032.nuclei.recording` is open."""
     cut = None if top_p is None else top_p < 1.0
     if cut is None or not bool(cut.any()):
         wanted = nuclei.recording_k()
@@ -203,11 +187,9 @@ def assemble(target: torch.Tensor, rows: CutRows, ids: torch.Tensor, draft_probs
 def recovered(target: torch.Tensor, rows: CutRows, at: torch.Tensor, ids: torch.Tensor,
               draft_probs: torch.Tensor | None, generators: list) -> torch.Tensor:
     """One token from the residual max(p - q, 0) of each draft row ``at`` (Leviathan et al., 2023,
-    §2.3): ``argmax(residual / E)`` over the tokens where it is positive, E ~ Exp(1) independent (from
-    the row's own ``generators`` entry where not None, else the global generator). The residual is
-    positive only inside p's nucleus, so a row whose whole nucleus the cut listed (``rows.whole``) is
-    raced over those tokens alone; the others over the vocabulary. A row whose residual is 0
-    everywhere (p equal to q up to rounding: a rejection of probability ~0) draws from p.
+    §2.3): ``argmax(residual / E)``, E ~ Exp(1) (from the row's own generator where not None). A row
+    whose whole nucleus the cut listed (``rows.whole``) is raced over those tokens alone, the others
+    over the vocabulary; a row whose residual is 0 everywhere (p = q up to rounding) draws from p.
 
     Args:
         target, rows: the cut draft rows and :func:`cut_rows`' result.

@@ -7,7 +7,7 @@ import torch
 from stand_runtime import Method, RowSpec, SamplingParams, SizingSession, StandError, decode_rows, generate
 from stand_runtime.engine import loop as engine_loop
 from stand_runtime.target.latency import LatencyProfile
-from stand_runtime.target.batch_kv import BatchedCache
+from stand_runtime.target.kv_cache import BatchedCache
 from stand_runtime.target.model_facts import vocab_size
 
 LONG_PROMPT = [3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 9, 3, 2, 3, 8, 4, 6, 2, 6, 4, 3, 3, 8, 3, 2, 7, 9] * 2
@@ -82,7 +82,7 @@ def test_a_kept_prefix_gives_the_prefill_a_full_prefill_gives(tiny_qwen2):
     float rounding), and the kept entry is not changed by the extension."""
     from stand_runtime.target.forward import prefill
     from stand_runtime.target.kv_cache import new_cache
-    from stand_runtime.target.prefix_cache import PrefixCache, copied_cache
+    from stand_runtime.target.kv_cache import PrefixCache, copied_cache
 
     prompt = LONG_PROMPT[:40]
     full, kept = new_cache(tiny_qwen2), new_cache(tiny_qwen2)
@@ -100,7 +100,7 @@ def test_a_kept_prefix_gives_the_prefill_a_full_prefill_gives(tiny_qwen2):
 
 
 def test_prefixes_are_kept_per_memory_fed_and_dropped_least_recently_used():
-    from stand_runtime.target.prefix_cache import PrefixCache
+    from stand_runtime.target.kv_cache import PrefixCache
 
     store, other = object(), object()
     def cache(tokens, fill):  # one layer of 1 x 1 x tokens x 2 float32: 16 bytes a token
@@ -127,7 +127,7 @@ def test_a_search_round_prefills_only_what_extends_the_round_before(tiny_qwen2, 
     """Round 2's prompts extend round 1's (a DVTS round): they are prefilled from round 1's kept
     prompt, greedy rows still decode as plain decoding, and a row whose memory was not fed the
     prompt (its own, memory None) is prefilled in full."""
-    from stand_runtime.target.prefix_cache import PrefixCache
+    from stand_runtime.target.kv_cache import PrefixCache
 
     parsed = _parse(tiny_qwen2, method, tree, 2, monkeypatch)
     shared = parsed.new_memory(vocab_size(tiny_qwen2))

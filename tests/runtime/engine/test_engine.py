@@ -340,7 +340,7 @@ def test_tree_attention_packs_grouped_query_heads_exactly(tiny_qwen2):
     own SDPA, and tree logits still equal each path run alone."""
     import copy
 
-    from stand_runtime.target.tree_attention import use_tree_attention
+    from stand_runtime.target.forward import use_tree_attention
 
     assert tiny_qwen2.config.num_attention_heads // tiny_qwen2.config.num_key_value_heads == 2
     packed = copy.deepcopy(tiny_qwen2)
@@ -358,7 +358,7 @@ def test_tree_attention_repeats_each_forwards_own_mask():
     another mask of the same shape: each call equals SDPA on the heads expanded."""
     from types import SimpleNamespace
 
-    from stand_runtime.target.tree_attention import tree_sdpa_attention
+    from stand_runtime.target.forward import tree_sdpa_attention
 
     generator = torch.Generator().manual_seed(0)
     module = SimpleNamespace(num_key_value_groups=2, training=False)

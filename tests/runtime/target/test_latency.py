@@ -11,7 +11,7 @@ from stand_runtime.errors import StandWarning
 from stand_runtime.target import latency
 from stand_runtime.target.latency import cached_latency
 from stand_runtime.sizing.tree_choice import machine_tree
-from stand_runtime.trees.families import family_to_json
+from stand_runtime.trees.tree_io import family_to_json
 from stand_runtime.target.latency import choose_size, monotone_fit, profile_from_rounds
 from treeopt import candidate_tree, export_family
 from test_treeopt import fake_calibration

@@ -1,4 +1,4 @@
-"""The native top-p nucleus (csrc/nucleus.cpp, stand_runtime/target/nucleus.py) against the
+"""The native top-p nucleus (csrc/nucleus.cpp, stand_runtime/target/sampling.py) against the
 torch reference (stand_runtime.target.sampling.nucleus after a log-sum-exp) on the same rows."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from stand_runtime.target.nucleus import logits_nucleus, native_nucleus_available
-from stand_runtime.target.nucleus import NUCLEUS_PROBE, nucleus
+from stand_runtime.target.sampling import logits_nucleus, native_nucleus_available
+from stand_runtime.target.sampling import NUCLEUS_PROBE, nucleus
 
 pytestmark = pytest.mark.skipif(not native_nucleus_available(), reason="native extension not built")
 

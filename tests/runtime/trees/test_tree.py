@@ -150,7 +150,7 @@ def test_a_trees_folder_where_the_user_runs_does_not_hide_the_bundled_trees(tmp_
     own.mkdir()
     (own / "__init__.py").write_text("")
     (own / "mine.json").write_text("{}")
-    code = ("from stand_runtime import bundled_trees; from stand_runtime.trees.families import bundled_families; "
+    code = ("from stand_runtime import bundled_trees; from stand_runtime.trees.tree_io import bundled_families; "
             "print(sorted(bundled_trees()), sorted(bundled_families()))")
     out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == f"{sorted(BUNDLED)} ['stand-smollm2-humaneval']"
@@ -191,8 +191,7 @@ def test_bundled_trees_load():
 def test_a_family_where_one_tree_belongs_is_named_a_family():
     """``calibrate --candidate FAMILY`` and every other single-tree input: said to be a family, not a
     schema error about a missing 'paths'."""
-    from stand_runtime.trees.families import bundled_families
-    from stand_runtime.trees.tree_io import load_tree
+    from stand_runtime.trees.tree_io import bundled_families, load_tree
 
     family = next(iter(bundled_families().values()))
     with pytest.raises(StandError, match=r"a tree family \(one tree per size; treeopt export CALIBRATION --nodes K "

@@ -1,4 +1,4 @@
-"""Linear kernels per row count (stand_runtime.target.kernel_choice, fast_linear): the stock kernel for
+"""Linear kernels per row count (stand_runtime.target.fast_linear): the stock kernel for
 forwards of at most S tokens, the packed one beyond, S measured on whole forwards and cached."""
 
 import copy
@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from conftest import tiny_model
-from stand_runtime.target import kernel_choice
+from stand_runtime.target import fast_linear
 from stand_runtime.target.fast_linear import PackedLinear, dispatch_signature, prepack_linears, use_stock_up_to
 from stand_runtime.target.forward import tree_forward, with_cache
 from stand_runtime.target.kv_cache import new_cache
@@ -53,40 +53,40 @@ def test_the_choice_is_measured_once_then_read_from_the_cache(tmp_path, monkeypa
     folder, and releases the stock weights when S is 0."""
     model, _ = packed_tiny()
     use_stock_up_to(model, 2)
-    rows, timings = kernel_choice.measure_stock_rows(model, rounds=1)
+    rows, timings = fast_linear.measure_stock_rows(model, rounds=1)
     assert all(m.stock_up_to == 2 for m in model.modules() if isinstance(m, PackedLinear))
-    assert rows == 0 or rows in kernel_choice.SIZES
+    assert rows == 0 or rows in fast_linear.SIZES
     faster = [s < p for s, p in zip(timings["stock_s"], timings["packed_s"])]
-    taken = kernel_choice.SIZES.index(rows) + 1 if rows else 0
+    taken = fast_linear.SIZES.index(rows) + 1 if rows else 0
     assert all(faster[:taken]) and (taken == len(faster) or not faster[taken])
     with pytest.raises(ValueError, match="rounds"):
-        kernel_choice.measure_stock_rows(model, rounds=0)
+        fast_linear.measure_stock_rows(model, rounds=0)
 
     calls = []
 
-    def measured(model, sizes=kernel_choice.SIZES, rounds=kernel_choice.ROUNDS, seed=0):
+    def measured(model, sizes=fast_linear.SIZES, rounds=fast_linear.ROUNDS, seed=0):
         calls.append(1)
         return 2, {"sizes": list(sizes), "stock_s": [], "packed_s": []}
 
-    monkeypatch.setattr(kernel_choice, "measure_stock_rows", measured)
-    monkeypatch.setattr(kernel_choice, "timing_disturbed", lambda: None)  # cached even under `pytest --cov`
-    assert kernel_choice.choose_kernels(model, tmp_path) == 2 and len(calls) == 1
+    monkeypatch.setattr(fast_linear, "measure_stock_rows", measured)
+    monkeypatch.setattr(fast_linear, "timing_disturbed", lambda: None)  # cached even under `pytest --cov`
+    assert fast_linear.choose_kernels(model, tmp_path) == 2 and len(calls) == 1
     [path] = tmp_path.glob("linears-*.json")
     assert json.loads(path.read_text())["stock_rows"] == 2
     fresh, _ = packed_tiny()
-    assert kernel_choice.choose_kernels(fresh, tmp_path) == 2 and len(calls) == 1  # read, not measured
+    assert fast_linear.choose_kernels(fresh, tmp_path) == 2 and len(calls) == 1  # read, not measured
     assert dispatch_signature(fresh) == "packed=True|stock_up_to=2"
     for bad in ("{not json", "[]", '{"stock_rows": Infinity}', '{"stock_rows": 1e9}', '{"stock_rows": -1}',
                 '{"stock_rows": 7}', '{"stock_rows": true}', '{"stock_rows": 3.0}'):
         path.write_text(bad)
-        assert kernel_choice.choose_kernels(fresh, tmp_path) == 2, bad  # measured again
+        assert fast_linear.choose_kernels(fresh, tmp_path) == 2, bad  # measured again
     assert len(calls) == 9
     blocked = tmp_path / "file"
     blocked.write_text("")
-    assert kernel_choice.choose_kernels(fresh, blocked / "latency") == 2  # no folder can be made there: uncached
+    assert fast_linear.choose_kernels(fresh, blocked / "latency") == 2  # no folder can be made there: uncached
 
     path.write_text(json.dumps({"stock_rows": 0}))
-    kernel_choice.choose_kernels(fresh, tmp_path)
+    fast_linear.choose_kernels(fresh, tmp_path)
     layer = next(m for m in fresh.modules() if isinstance(m, PackedLinear))
     assert layer.stock_up_to == 0 and layer.stock_weight is None
     assert dispatch_signature(fresh) == "packed=True"
@@ -94,7 +94,7 @@ def test_the_choice_is_measured_once_then_read_from_the_cache(tmp_path, monkeypa
         use_stock_up_to(fresh, 1)
     assert layer.stock_up_to == 0  # unchanged, and a forward still runs
     chain_logits(fresh, [1, 2, 3], [4, 5])
-    assert kernel_choice.choose_kernels(tiny_model("llama", vocab=64), tmp_path) == 0  # nothing packed: left alone
+    assert fast_linear.choose_kernels(tiny_model("llama", vocab=64), tmp_path) == 0  # nothing packed: left alone
     assert dispatch_signature(tiny_model("llama", vocab=64)) == "packed=False"
 
 
@@ -103,13 +103,13 @@ def test_a_choice_timed_under_a_profiler_is_not_cached(tmp_path, monkeypatch):
     and is measured again next time."""
     model, _ = packed_tiny()
     calls = []
-    monkeypatch.setattr(kernel_choice, "measure_stock_rows",
+    monkeypatch.setattr(fast_linear, "measure_stock_rows",
                         lambda model: (calls.append(1), (2, {"stock_s": [], "packed_s": []}))[1])
-    monkeypatch.setattr(kernel_choice, "timing_disturbed", lambda: "a Python profiler is active")
-    assert kernel_choice.choose_kernels(model, tmp_path) == 2 and not list(tmp_path.glob("linears-*.json"))
-    monkeypatch.setattr(kernel_choice, "timing_disturbed", lambda: None)
+    monkeypatch.setattr(fast_linear, "timing_disturbed", lambda: "a Python profiler is active")
+    assert fast_linear.choose_kernels(model, tmp_path) == 2 and not list(tmp_path.glob("linears-*.json"))
+    monkeypatch.setattr(fast_linear, "timing_disturbed", lambda: None)
     fresh, _ = packed_tiny()
-    assert kernel_choice.choose_kernels(fresh, tmp_path) == 2 and len(calls) == 2
+    assert fast_linear.choose_kernels(fresh, tmp_path) == 2 and len(calls) == 2
     assert len(list(tmp_path.glob("linears-*.json"))) == 1
 
 
@@ -117,19 +117,18 @@ def test_the_choice_is_keyed_by_the_architecture_not_the_folder(monkeypatch):
     """A model loaded from another folder (a moved or copied cache) keeps its kernel choice; other
     shapes do not."""
     model, _ = packed_tiny()
-    key = kernel_choice.machine_key(model)
+    key = fast_linear.machine_key(model)
     monkeypatch.setattr(model.config, "_name_or_path", "/somewhere/else", raising=False)
-    assert kernel_choice.machine_key(model) == key
+    assert fast_linear.machine_key(model) == key
     other = tiny_model("llama", vocab=80, seed=1)
     prepack_linears(other)
-    assert kernel_choice.machine_key(other) != key
+    assert fast_linear.machine_key(other) != key
 
 
 def test_bfloat16_linears_are_packed_only_where_the_cpu_computes_bfloat16(monkeypatch):
     """A bfloat16 model's linears are packed where the CPU has native bfloat16 (the packed layers then
     give the stock bfloat16 model's very logits at every row count, and the kernel choice is keyed
     apart from float32's); without it they stay stock."""
-    from stand_runtime.target import fast_linear
 
     model = tiny_model("llama", vocab=64, seed=1).to(torch.bfloat16)
     monkeypatch.setattr(fast_linear, "native_bf16", lambda: False)
@@ -149,5 +148,5 @@ def test_bfloat16_linears_are_packed_only_where_the_cpu_computes_bfloat16(monkey
         assert (fast.float() - reference.float()).abs().max().item() <= 1e-2 * reference.float().abs().max().item()
         assert torch.equal(fast.argmax(-1), reference.argmax(-1))
     fp32, _ = packed_tiny()
-    assert kernel_choice.machine_key(model) != kernel_choice.machine_key(fp32)
+    assert fast_linear.machine_key(model) != fast_linear.machine_key(fp32)
 
