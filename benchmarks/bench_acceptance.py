@@ -7,6 +7,9 @@ script from two checkouts, or with two ``--confidence`` values, on the same prom
 tokens/s column is meaningful only on a quiet machine, configurations interleaved, so plain decoding
 (``ar``) runs beside STAND on every prompt.
 
+``stand+cross`` runs STAND over a cross-prompt memory, one per dataset and workload, fed by every
+prompt before (docs/algorithms.md §2.6).
+
 Run: ``python benchmarks/bench_acceptance.py --gsm8k 150 --humaneval 10 --prompts 10 --tree dynamic-16 --json out.json``
 """
 
@@ -17,11 +20,12 @@ import time
 from datetime import date
 
 
-def run(model, tokenizer, text: str, workload: str, method, params, tokens: int, seed: int) -> list:
-    """The :class:`DecodeStats` of one workload on one prompt."""
+def run(model, tokenizer, text: str, workload: str, method, params, tokens: int, seed: int, base=None) -> list:
+    """The :class:`DecodeStats` of one workload on one prompt (``base``: a cross-prompt memory under its store)."""
     from stand_runtime import generate
 
-    memory = method.new_memory(model.config.vocab_size) if workload == "x4" else None
+    vocab = model.config.vocab_size
+    memory = method.new_memory(vocab, base=base) if workload == "x4" or base is not None else None
     return [generate(model, tokenizer, text, method=method, sampling=params, max_new_tokens=tokens, seed=seed + t,
                      eos_token_ids=[], store=memory).stats for t in range(4 if workload == "x4" else 1)]
 
@@ -52,7 +56,8 @@ def main() -> None:
     parser.add_argument("--tree", default="dynamic-16")
     parser.add_argument("--confidence", type=float, default=None, help="the dynamic tree's confidence (default: its own)")
     parser.add_argument("--workloads", default="x1,x4")
-    parser.add_argument("--methods", default="ar,stand", help="ar,stand, or stand alone when only τ and α matter")
+    parser.add_argument("--methods", default="ar,stand", help="ar,stand, or stand alone when only τ and α matter; "
+                        "stand+cross: STAND over a cross-prompt memory of the dataset's prompts so far")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
 
@@ -70,8 +75,9 @@ def main() -> None:
     tree = parse_dynamic(args.tree)
     if tree is not None and args.confidence is not None:
         tree = replace(tree, confidence=args.confidence)
-    methods = {name: Method.parse("stand", tree or args.tree) if name == "stand" else Method.parse(name)
+    methods = {name: Method.parse("stand", tree or args.tree) if name.startswith("stand") else Method.parse(name)
                for name in args.methods.split(",")}
+    bases: dict = {}  # (workload, dataset) -> the cross-prompt memory of stand+cross
     prompts = ([("gsm8k", p) for p in load_prompts(args.gsm8k_file, samples=args.prompts, offset=args.gsm8k)]
                + [("humaneval", p) for p in load_prompts("humaneval", samples=args.prompts, offset=args.humaneval)])
     totals: dict = {}
@@ -79,7 +85,10 @@ def main() -> None:
         for index, (dataset, prompt) in enumerate(prompts):
             order = list(methods) if index % 2 == 0 else list(methods)[::-1]
             for name in order:
-                stats = run(model, tokenizer, prompt.text, workload, methods[name], params, args.tokens, 1000 * index)
+                base = (bases.setdefault((workload, dataset), methods[name].new_memory(model.config.vocab_size))
+                        if name == "stand+cross" else None)
+                stats = run(model, tokenizer, prompt.text, workload, methods[name], params, args.tokens, 1000 * index,
+                            base)
                 totals.setdefault((workload, dataset, name), []).extend(stats)
     table = Table(title=f"{args.tree} (confidence {args.confidence or 'default'}), T {args.temperature}, "
                         f"top-p 0.95, {args.tokens} tokens")

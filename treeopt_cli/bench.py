@@ -11,7 +11,7 @@ from typing import Optional
 import typer
 
 from stand_runtime.limits import METHODS
-from stand_runtime.errors import counted
+from stand_runtime.errors import StandError, counted
 
 from . import loading, render
 from .app import app, console, err_console, one_line_errors
@@ -41,6 +41,7 @@ def bench(
     verification: Verification = typer.Option(Verification.invariant, help=VERIFICATION_HELP),
     trajectories: int = typer.Option(1, help="Trajectories per prompt (1 to 4096), sharing one drafter memory (best-of-N)."),
     share_store: bool = typer.Option(False, "--share-store", metavar="", help="One drafter memory per method for all prompts (default: per prompt)."),
+    cross_prompt: bool = typer.Option(False, "--cross-prompt", metavar="", help="Each prompt's STAND store over a cross-prompt memory of every prompt so far (other methods: one memory for all prompts)."),
     ignore_eos: bool = typer.Option(False, "--ignore-eos", metavar="", help="Decode every trajectory to --max-new-tokens (equal token counts for speed; answers are read before the first EOS)."),
     json_out: Optional[Path] = typer.Option(None, "--json", callback=json_path, help="Write the results as JSON (after every prompt; to -, /dev/stdout or a pipe once, at the end, the tables then on stderr)."),
     dtype: str = typer.Option("float32", callback=dtype_name, help=DTYPE_HELP),
@@ -50,7 +51,7 @@ def bench(
     """Decode the same prompts with several methods, interleaved, and compare them (recorded traces:
     bench-traces; vLLM: bench-vllm)."""
     from stand_runtime.engine.row import check_budget
-    from stand_runtime.drafters import MEMORY_METHODS, STORE_METHODS
+    from stand_runtime.drafters import STORE_METHODS
     from stand_runtime.method import check_tree_spec
     from treeopt import load_prompts, parse_methods
     from treeopt.evaluate.bench import check_bench_settings, default_offset
@@ -61,8 +62,7 @@ def bench(
     specs = parse_methods(methods, tree)
     check_prior_option(ctx, [spec.label for spec in specs], prior, [spec.method in STORE_METHODS for spec in specs],
                        [not spec.prior for spec in specs])
-    if not any(spec.method in MEMORY_METHODS for spec in specs):
-        refuse_options(ctx, ["share_store"], f"--methods {methods} (none of them keeps a drafter memory)")
+    _check_memory_options(ctx, methods, specs, share_store and cross_prompt)
     for spec in specs:
         check_tree_spec(spec.method, spec.tree)
         if tree and spec.tree is None and spec.tree_name is not None:  # no tree given applies (recycle: static only)
@@ -76,12 +76,22 @@ def bench(
     prompts = load_prompts(dataset, field=field, samples=samples, offset=offset)
     settings = {"model": model, "dtype": dtype, "dataset": dataset, "samples": samples, "offset": offset, "seed": seed,
                 "temperature": temperature, "top_p": top_p, "max_new_tokens": max_new_tokens, "prior": prior,
-                "trajectories": trajectories, "share_store": share_store, "ignore_eos": ignore_eos, "verification": verification.value}
+                "trajectories": trajectories, "share_store": share_store, "cross_prompt": cross_prompt, "ignore_eos": ignore_eos, "verification": verification.value}
     results, profile = _decode(prompts, specs, sampling, settings, out)
     title = (f"{counted(len(prompts), 'prompt')} from {dataset} (offset {offset}) x "
              f"{counted(trajectories, 'trajectory', 'trajectories')}, "
              f"{max_new_tokens} tokens, T={temperature}, top-p={top_p}")
     _report(results, profile, title, json_out, png)
+
+
+def _check_memory_options(ctx: typer.Context, methods: str, specs: list, both: bool) -> None:
+    """Refuse --share-store / --cross-prompt for methods without a drafter memory, and the two together."""
+    from stand_runtime.drafters import MEMORY_METHODS
+
+    if not any(spec.method in MEMORY_METHODS for spec in specs):
+        refuse_options(ctx, ["share_store", "cross_prompt"], f"--methods {methods} (none of them keeps a drafter memory)")
+    if both:
+        raise StandError("--share-store and --cross-prompt both share a memory across prompts: choose one")
 
 
 def _decode(prompts: list, specs: list, sampling, settings: dict, out: ResultsFile):
@@ -109,7 +119,8 @@ def _decode(prompts: list, specs: list, sampling, settings: dict, out: ResultsFi
                             max_new_tokens=settings["max_new_tokens"], seed=settings["seed"], trajectories=trajectories,
                             on_run=lambda *_: bar.advance(task), on_prompt=save,
                             share_across_prompts=settings["share_store"], ignore_eos=settings["ignore_eos"],
-                            priors=settings["prior"], verification=settings["verification"])
+                            priors=settings["prior"], verification=settings["verification"],
+                            cross_prompt=settings["cross_prompt"])
     out.done(lambda: results_json(results, {**settings, "prompts_done": len(prompts)}, profile))
     return results, profile
 

@@ -10,7 +10,9 @@ same :class:`DecodingBackend` protocol.
 Memory sharing follows the STAND paper's best-of-N setting (§3.1): the n samples of one request share
 one drafter memory (the n-gram store, Token Recycling's matrix); requests that name the same
 ``group`` share one (every request of one problem in a tree search); ``share_memory=True`` shares one
-across every request the backend ever serves.
+across every request the backend ever serves; ``cross_prompt=True`` keeps one cross-prompt memory under
+every request's (or group's) own: a STAND store drafts over it (:class:`stand_runtime.NGramStore`'s
+``base``), another method's memory is the one memory.
 
 With ``max_batch > 1`` the samples of every request are decoded together, ``max_batch`` rows per
 target forward (:func:`stand_runtime.engine.decode.decode_rows`); rows sharing a memory then share it
@@ -28,6 +30,7 @@ from .batch_sampling import RecordedDistributions, sample_recorded
 from ..checks import check_bool, check_callable, check_int
 from .decode import generate
 from ..drafters import Memory
+from ..store.ngram_store import NGramStore
 from ..method import Method, as_method
 from ..sizing.session import SizingSession, check_sizing
 from .row import RowSpec, check_budget
@@ -158,6 +161,8 @@ class HFBackend:
         method: a :class:`stand_runtime.Method` (its tree, STAND options and ``max_nodes``), or a
             method name parsed with its defaults for ``max_batch`` rows.
         share_memory: one drafter memory for every request instead of one per request.
+        cross_prompt: each request's (or group's) STAND store over one cross-prompt memory fed by every
+            request (other methods: one memory for every request, as ``share_memory``).
         batch_size: rows sampled together for ``record_probs`` requests (batched plain sampling).
         max_batch: rows decoded together per target forward (1 = one sample after another through
             :func:`stand_runtime.generate`; more = :func:`stand_runtime.engine.decode.decode_rows`).
@@ -175,14 +180,18 @@ class HFBackend:
 
     Raises:
         StandError: an unknown method or bad tree (a name), ``diagnose`` or ``max_nodes`` with a
-            ``max_batch`` they do not apply to, ``batch_size`` without method ``ar``.
+            ``max_batch`` they do not apply to, ``batch_size`` without method ``ar``, ``share_memory``
+            with ``cross_prompt``.
     """
 
     def __init__(self, model, tokenizer, method: Method | str = "ar", *, share_memory: bool = False,
-                 batch_size: int = RECORD_BATCH, max_batch: int = 1, sizing: SizingSession | None = None) -> None:
+                 batch_size: int = RECORD_BATCH, max_batch: int = 1, sizing: SizingSession | None = None,
+                 cross_prompt: bool = False) -> None:
         check_model(model)
         check_tokenizer(tokenizer)
         share_memory = check_bool("share_memory", share_memory)
+        if check_bool("cross_prompt", cross_prompt) and share_memory:
+            raise StandError("share_memory and cross_prompt both share a memory across requests: choose one")
         batch_size = check_int("batch_size", batch_size, 1, MAX_ROWS)
         max_batch = check_int("max_batch", max_batch, 1, MAX_ROWS)
         method = as_method(method, model, max_batch)
@@ -199,6 +208,7 @@ class HFBackend:
         self.batch_size = batch_size
         self.max_batch = max_batch
         self.shared_memory: Memory | None = method.new_memory(vocab_size(model)) if share_memory else None
+        self.cross_memory: Memory | None = method.new_memory(vocab_size(model)) if cross_prompt else None
         self.prefixes = PrefixCache()  # prompts a batch prefilled, for later prompts that extend them
         self._groups: OrderedDict[str, Memory | None] = OrderedDict()
 
@@ -208,13 +218,21 @@ class HFBackend:
         if self.shared_memory is not None:
             return self.shared_memory
         if request.group is None:
-            return self.method.new_memory(vocab_size(self.model))
+            return self._fresh_memory()
         if request.group not in self._groups:
-            self._groups[request.group] = self.method.new_memory(vocab_size(self.model))
+            self._groups[request.group] = self._fresh_memory()
             while len(self._groups) > MEMORY_GROUPS:
                 self._groups.popitem(last=False)
         self._groups.move_to_end(request.group)
         return self._groups[request.group]
+
+    def _fresh_memory(self) -> Memory | None:
+        """A new request's (or group's) memory: fresh, a STAND store over the cross-prompt memory, or
+        another method's cross-prompt memory itself."""
+        vocab = vocab_size(self.model)
+        if isinstance(self.cross_memory, NGramStore):
+            return self.method.new_memory(vocab, base=self.cross_memory)
+        return self.method.new_memory(vocab) if self.cross_memory is None else self.cross_memory
 
     def generate(self, requests: Sequence[DecodeRequest], *, on_completion: OnCompletion | None = None,
                  on_tokens: OnTokens | None = None) -> list[list[Completion]]:

@@ -495,7 +495,8 @@ def test_each_bench_command_lists_only_its_own_options():
                 "--max-new-tokens", "--seed", "--trajectories", "--ignore-eos", "--dtype"}
     trace = {"--tree", "--group-field", "--text-field", "--prompt-field", "--max-tokens", "--min-group-size",
              "--tokenizer", "--copy-tokens", "--png", "--latency", "--budgets", "--cross-prompt"}
-    assert _options("bench") == shared | decoding | {"--tree", "--share-store", "--png", "--prior", "--no-prior", "--verification"}
+    assert _options("bench") == shared | decoding | {"--tree", "--share-store", "--cross-prompt", "--png", "--prior", "--no-prior",
+                                                     "--verification"}
     assert _options("bench-traces") == shared | trace
     assert _options("bench-vllm") == shared | decoding | {"--k", "--prior", "--no-prior"}
     code, output = run("--help")
@@ -546,6 +547,7 @@ def test_export_nodes_auto_sizes_the_tree_from_the_latency_profile(tmp_path, mon
     (["bench", "--methods", "ar,stand+noprior", "--prior"],
      "--prior does not apply to --methods ar,stand+noprior (every STAND method there says +noprior)"),
     (["bench", "--methods", "ar,pld", "--share-store"], "--share-store does not apply to --methods ar,pld (none of them"),
+    (["bench", "--methods", "ar,stand", "--share-store", "--cross-prompt"], "--share-store and --cross-prompt both share"),
     (["search", "--dataset", "DATA", "--methods", "ar", "--subtrees", "2"],
      "--subtrees does not apply to --strategy best-of-n (options of --strategy dvts)"),
     (["search", "--dataset", "DATA", "--samples", "1", "--methods", "ar", "--in-flight", "2"],

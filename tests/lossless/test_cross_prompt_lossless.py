@@ -4,7 +4,9 @@ target's exact law (chi-square), with drafts accepted."""
 
 from __future__ import annotations
 
-from stand_runtime import Method, NGramStore, SamplingParams, generate, generate_batch
+import pytest
+
+from stand_runtime import DecodeRequest, HFBackend, Method, NGramStore, SamplingParams, StandError, generate, generate_batch
 from test_engine import REPEAT_PROMPT, chi_square_against, exact_continuations
 
 GREEDY = SamplingParams(temperature=0)
@@ -58,3 +60,21 @@ def test_sampling_over_a_cross_prompt_memory_keeps_the_targets_law(tiny_qwen2):
         accepted += result.stats.new_tokens - result.stats.target_forwards
     assert accepted >= samples // 4, f"drafts were rarely accepted ({accepted} in {samples} runs)"
     assert chi_square_against(counts, exact, samples).pvalue > 0.001
+
+
+def test_a_backend_keeps_one_cross_prompt_memory_under_every_request(tiny_qwen2):
+    """``HFBackend(cross_prompt=True)``: each request's fresh store drafts over the one memory every
+    request feeds; greedy completions are plain decoding's; another method shares its one memory."""
+    backend = HFBackend(tiny_qwen2, None, Method.parse("stand", "dynamic-6"), cross_prompt=True)
+    prompts = [REPEAT_PROMPT[:12], REPEAT_PROMPT[2:14]]
+    done = [backend.generate([DecodeRequest(p, max_new_tokens=16, sampling=GREEDY, ignore_eos=True)])[0][0]
+            for p in prompts]
+    for prompt, completion in zip(prompts, done):
+        assert completion.tokens == generate(tiny_qwen2, None, prompt, method="ar", sampling=GREEDY,
+                                             max_new_tokens=16, eos_token_ids=[]).tokens
+    first, second = (backend.memory_for(DecodeRequest(p)) for p in prompts)
+    assert first is not second and first.base is second.base is backend.cross_memory and len(backend.cross_memory) > 0
+    suffixless = HFBackend(tiny_qwen2, None, "recycle", cross_prompt=True)
+    assert suffixless.memory_for(DecodeRequest(prompts[0])) is suffixless.memory_for(DecodeRequest(prompts[1]))
+    with pytest.raises(StandError, match="share_memory and cross_prompt both share a memory"):
+        HFBackend(tiny_qwen2, None, "stand", share_memory=True, cross_prompt=True)

@@ -205,12 +205,13 @@ def run_bench(
     model, tokenizer, prompts: list[Prompt], methods: list[BenchMethod], *, sampling: SamplingParams,
     max_new_tokens: int, seed: int, trajectories: int = 1, on_run: Callable[[str, str, object], None] | None = None,
     on_prompt: Callable[[int, list[MethodResult]], None] | None = None, share_across_prompts: bool = False,
-    ignore_eos: bool = False, priors: bool = False, verification: str = "invariant",
+    ignore_eos: bool = False, priors: bool = False, verification: str = "invariant", cross_prompt: bool = False,
 ) -> list[MethodResult]:
     """Decode every prompt with every method (N trajectories each), interleaved; per-method totals.
 
     Each method is one :class:`stand_runtime.HFBackend`; a prompt is one request of n = N samples sharing
-    one drafter memory (one for every prompt with ``share_across_prompts``). ``on_run(prompt_id, label,
+    one drafter memory (one for every prompt with ``share_across_prompts``; with ``cross_prompt`` each
+    prompt's over one cross-prompt memory, :class:`stand_runtime.HFBackend`). ``on_run(prompt_id, label,
     completion)`` is called after every trajectory, ``on_prompt(prompts_done, results)`` after every
     prompt. ``ignore_eos``: every trajectory decodes to ``max_new_tokens`` (answers are read before the
     first EOS). ``priors``: STAND configurations without ``+noprior`` draft with the target's successor
@@ -244,7 +245,8 @@ def run_bench(
             result.reliability = ReliabilityLog()
             sizing = SizingSession.for_model(model)
             sizing.on_outcome = result.reliability.add
-        backend = HFBackend(model, tokenizer, method, share_memory=share_across_prompts, sizing=sizing)
+        backend = HFBackend(model, tokenizer, method, share_memory=share_across_prompts, sizing=sizing,
+                            cross_prompt=cross_prompt)
         result.by_trajectory = [[0, 0] for _ in range(trajectories)]
         backends.append(backend)
         results.append(result)
