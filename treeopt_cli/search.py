@@ -45,6 +45,7 @@ def search(
     json_out: Optional[Path] = typer.Option(None, "--json", callback=json_path, help="Write the results as JSON (after every problem; to -, /dev/stdout or a pipe once, at the end, the tables then on stderr)."),
     dtype: str = typer.Option("float32", callback=dtype_name, help=DTYPE_HELP),
     prior: bool = typer.Option(True, "--prior/--no-prior", help=PRIOR_HELP),
+    cross_prompt: bool = typer.Option(False, "--cross-prompt", metavar="", help="Each problem's STAND store over a cross-prompt memory of every problem so far."),
 ) -> None:
     """Test-time scaling: best-of-N or DVTS on a dataset, each problem decoded by every method (interleaved)."""
     from treeopt import load_prompts
@@ -69,7 +70,7 @@ def search(
               "in_flight": in_flight, "model": model, "dtype": dtype, "samples": samples, "offset": offset, "max_new_tokens": max_new_tokens,
               "step_tokens": step_tokens, "max_rounds": max_rounds, "verifier": verifier if judge else None,
               "temperature": temperature, "top_p": top_p, "seed": seed, "tree": tree or _default_trees(names),
-              "prior": prior, "verification": verification.value}
+              "prior": prior, "verification": verification.value, "cross_prompt": cross_prompt}
     data = _search(model, dtype, names, tree, max_batch, problems, settings, judge, config, out)
     title = (f"{strategy} n={n}" + (f", {subtrees} subtrees" if strategy == "dvts" else "")
              + f", {counted(len(problems), 'problem')} from {Path(dataset).name}, "
@@ -134,7 +135,8 @@ def _search(model: str, dtype: str, names: list, tree: Optional[str], max_batch:
             announced.add(spec)
     prior = loading.successor_prior(target, tokenizer, names, settings.sampling, config["prior"])
     config["prior"] = prior is not None  # whether any method drafts with it
-    backends = method_backends(target, tokenizer, names, tree, max_batch, prior, config["verification"])
+    backends = method_backends(target, tokenizer, names, tree, max_batch, prior, config["verification"],
+                               config["cross_prompt"])
     profile = loading.cached_profile(target, model) if any(name != "ar" for name in names) else None  # the ceiling's t(n)
     batch = min(max_batch, settings.n * settings.in_flight)  # rows per forward
     forwards = {name: ForwardLog() for name, backend in backends.items() if backend.sizing is not None}

@@ -171,6 +171,11 @@ def test_search_cli_runs_both_strategies_and_rejects_bad_input(tmp_path, monkeyp
     assert code == 0, output
     report = json.loads(out.read_text())
     assert report["settings"]["in_flight"] == 2 and report["settings"]["problems_done"] == 2
+    code, output = run("search", "--dataset", str(data), "--samples", "2", "--n", "2", "--max-new-tokens", "6",
+                       "--methods", "ar,stand", "--tree", "dynamic-6", "--cross-prompt", "--json", str(out))
+    assert code == 0, output  # each problem's store over one cross-prompt memory (tests/lossless: the identity)
+    report = json.loads(out.read_text())
+    assert report["settings"]["cross_prompt"] and report["summary"]["stand"]["problems"] == 2
     code, output = run("search", "--dataset", str(data), "--samples", "2", "--n", "4", "--max-new-tokens", "24",
                        "--methods", "ar,stand", "--tree", "dynamic-auto-8", "--max-batch", "4", "--json", str(out))
     assert code == 0, output

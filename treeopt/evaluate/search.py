@@ -423,17 +423,18 @@ def parse_search_methods(methods: str, tree: str | None = None) -> list[str]:
 
 
 def method_backends(target, tokenizer, names: Sequence[str], tree: str | None, max_batch: int,
-                    prior=None, verification: str = "invariant") -> dict:
+                    prior=None, verification: str = "invariant", cross_prompt: bool = False) -> dict:
     """One :class:`stand_runtime.HFBackend` per method (``tree`` only for the methods that take it;
     ``prior``: the successor prior STAND drafts with, :mod:`stand_runtime.drafters.prior`;
-    ``verification``: :data:`stand_runtime.verify.VERIFICATION_RULES`)."""
+    ``verification``: :data:`stand_runtime.verify.VERIFICATION_RULES`; ``cross_prompt``: each problem's
+    store over one cross-prompt memory, docs/algorithms.md §2.6)."""
     from stand_runtime import HFBackend, Method
     from stand_runtime.drafters import STORE_METHODS, takes_tree
 
     return {name: HFBackend(target, tokenizer, Method.parse(name, tree if takes_tree(name, tree) else None, target,
                                                             max_batch, prior=prior if name in STORE_METHODS else None,
                                                             verification=verification),
-                            max_batch=max_batch)
+                            max_batch=max_batch, cross_prompt=cross_prompt)
             for name in names}
 
 
