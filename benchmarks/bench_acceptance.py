@@ -85,8 +85,9 @@ def main() -> None:
         for index, (dataset, prompt) in enumerate(prompts):
             order = list(methods) if index % 2 == 0 else list(methods)[::-1]
             for name in order:
-                base = (bases.setdefault((workload, dataset), methods[name].new_memory(model.config.vocab_size))
-                        if name == "stand+cross" else None)
+                if name == "stand+cross" and (workload, dataset) not in bases:
+                    bases[workload, dataset] = methods[name].new_memory(model.config.vocab_size)
+                base = bases.get((workload, dataset)) if name == "stand+cross" else None
                 stats = run(model, tokenizer, prompt.text, workload, methods[name], params, args.tokens, 1000 * index,
                             base)
                 totals.setdefault((workload, dataset, name), []).extend(stats)

@@ -79,6 +79,11 @@ class Ablation:
         if not isinstance(self.allocation, str) or self.allocation not in ALLOCATIONS:
             raise StandError(f"allocation must be one of {', '.join(ALLOCATIONS)}, got {self.allocation!r}")
 
+    @property
+    def stand_switches(self) -> tuple[str, ...]:
+        """The STAND-only switches set away from their defaults, as words (``"diagnose"``, ``"extend=False"``)."""
+        return tuple(word for word, on in (("diagnose", self.diagnose), ("extend=False", not self.extend)) if on)
+
 
 @dataclass(frozen=True)
 class Method:
@@ -129,13 +134,10 @@ class Method:
         check_verification(self.verification)
         if self.copy_tokens is None:
             object.__setattr__(self, "copy_tokens", VALUE_COPY_TOKENS if self.value_sized else COPY_TOKENS)
-        check_method(self.name, tree=self.tree, feed_rejected=self.feed_rejected, copy_tokens=self.copy_tokens)
         if not isinstance(self.ablation, Ablation):
             raise StandError(f"ablation must be an Ablation, not {type(self.ablation).__name__}")
-        off = [word for word, on in (("diagnose", self.ablation.diagnose), ("extend=False", not self.ablation.extend))
-               if on]
-        if off and self.name not in STORE_METHODS:
-            raise StandError(f"{', '.join(off)} applies to {' and '.join(STORE_METHODS)}, not {self.name!r}")
+        check_method(self.name, tree=self.tree, feed_rejected=self.feed_rejected, copy_tokens=self.copy_tokens,
+                     stand_switches=self.ablation.stand_switches)
         object.__setattr__(self, "copy_tokens", int(self.copy_tokens))
         if self.name in TREE_METHODS and not isinstance(self.tree, (DraftTree, DynamicTree)):
             raise StandError(f"method {self.name!r} needs a resolved tree: build it with Method.parse")
@@ -231,6 +233,18 @@ class Method:
             StandError: ``vocab`` (the target's vocabulary size) not an integer >= 1; a bad ``base``.
         """
         return new_memory(self.name, vocab, self.tree, base)
+
+    def problem_memory(self, vocab: int, cross: Memory | None = None) -> Memory | None:
+        """A new problem's drafter memory: a fresh one (``cross`` None); with a cross-prompt memory
+        ``cross`` (one of :meth:`new_memory`'s), a fresh STAND store over it (its ``base``), another
+        method's ``cross`` itself (shared by every problem).
+
+        Raises:
+            StandError: what :meth:`new_memory` raises.
+        """
+        if cross is None:
+            return self.new_memory(vocab)
+        return self.new_memory(vocab, base=cross) if isinstance(cross, NGramStore) else cross
 
     def check_target(self, model) -> None:
         """Raises StandError when this method was sized for another target (architecture, dtype or

@@ -16,6 +16,7 @@ verified by the same lossless rules (:mod:`stand_runtime.verify`):
 from __future__ import annotations
 
 import importlib.util
+from typing import Sequence
 
 from ..checks import check_bool, check_int
 from ..errors import StandError
@@ -62,18 +63,19 @@ OPTIONAL_PACKAGES = {"suffix": ("arctic_inference", "pip install --no-deps arcti
 
 
 def check_method(method: str, *, tree=None, memory=None, feed_rejected: bool = False,
-                 copy_tokens: int | None = None) -> None:
+                 copy_tokens: int | None = None, stand_switches: Sequence[str] = ()) -> None:
     """Check that ``method`` exists, can run here and takes the options given (before any model work).
 
     The one home of the method options' checks: every entry point (``generate``, ``generate_batch``,
     ``decode_rows``, :class:`stand_runtime.HFBackend`, the benches, the CLI) calls it, so none
-    accepts what another refuses.
+    accepts what another refuses. ``stand_switches``: the STAND-only expert switches set, as words
+    (:attr:`stand_runtime.method.Ablation.stand_switches`).
 
     Raises:
         StandError: unknown method; a method whose optional package is missing (naming the install
             command); a non-bool ``feed_rejected``; ``copy_tokens`` not None
             (the method's default) or an integer in [0, 64]; a STAND option (``feed_rejected``,
-            ``copy_tokens`` other than the default) for another method; a tree for a method without
+            ``copy_tokens`` other than the default, ``stand_switches``) for another method; a tree for a method without
             one; a memory of the wrong kind; a store whose contexts are shorter than a dynamic tree's.
     """
     if not isinstance(method, str) or method not in METHODS:
@@ -82,7 +84,7 @@ def check_method(method: str, *, tree=None, memory=None, feed_rejected: bool = F
     feed_rejected = check_bool("feed_rejected", feed_rejected)
     copy_tokens = None if copy_tokens is None else check_int("copy_tokens", copy_tokens, 0, MAX_COPY_TOKENS)
     if method not in STORE_METHODS:
-        given = ["feed_rejected"] if feed_rejected else []
+        given = (["feed_rejected"] if feed_rejected else []) + list(stand_switches)
         if copy_tokens not in (None, COPY_TOKENS):
             given.append(f"copy_tokens={copy_tokens}")
         if given:

@@ -30,7 +30,6 @@ from .batch_sampling import RecordedDistributions, sample_recorded
 from ..checks import check_bool, check_callable, check_int
 from .decode import generate
 from ..drafters import Memory
-from ..store.ngram_store import NGramStore
 from ..method import Method, as_method
 from ..sizing.session import SizingSession, check_sizing
 from .row import RowSpec, check_budget
@@ -218,21 +217,13 @@ class HFBackend:
         if self.shared_memory is not None:
             return self.shared_memory
         if request.group is None:
-            return self._fresh_memory()
+            return self.method.problem_memory(vocab_size(self.model), self.cross_memory)
         if request.group not in self._groups:
-            self._groups[request.group] = self._fresh_memory()
+            self._groups[request.group] = self.method.problem_memory(vocab_size(self.model), self.cross_memory)
             while len(self._groups) > MEMORY_GROUPS:
                 self._groups.popitem(last=False)
         self._groups.move_to_end(request.group)
         return self._groups[request.group]
-
-    def _fresh_memory(self) -> Memory | None:
-        """A new request's (or group's) memory: fresh, a STAND store over the cross-prompt memory, or
-        another method's cross-prompt memory itself."""
-        vocab = vocab_size(self.model)
-        if isinstance(self.cross_memory, NGramStore):
-            return self.method.new_memory(vocab, base=self.cross_memory)
-        return self.method.new_memory(vocab) if self.cross_memory is None else self.cross_memory
 
     def generate(self, requests: Sequence[DecodeRequest], *, on_completion: OnCompletion | None = None,
                  on_tokens: OnTokens | None = None) -> list[list[Completion]]:

@@ -27,7 +27,7 @@ from ..checks import env_switch
 from ..errors import StandError
 from .blend import BLEND_WIDTH, check_blend
 from .entry import BYTES_PER_ENTRY, BYTES_PER_RESERVE_ID, StoreEntry, StoreStats
-from .ngram_store import MAX_CONTEXT, MAX_ENTRIES, MAX_TOP_K, NGramStore, _check_size, check_base, check_base_shape
+from .ngram_store import MAX_CONTEXT, MAX_ENTRIES, MAX_TOP_K, NGramStore, _check_size, check_base
 from .entry import top_observation
 
 try:
@@ -90,12 +90,11 @@ class NativeNGramStore(NGramStore):
                  base: "NativeNGramStore | None" = None) -> None:
         if _native is None:
             raise StandError("NativeNGramStore: the native core stand_runtime._native is not built (pip install -e .)")
-        self.base = check_base(self, base)
         self.top_k = _check_size("top_k", top_k, 1, MAX_TOP_K)
         self.max_n = _check_size("max_n", max_n, 1, MAX_CONTEXT)
         self.max_entries_per_n = _check_size("max_entries_per_n", max_entries_per_n, 1, MAX_ENTRIES)
         self.reserve = _check_size("reserve", reserve, 0, MAX_TOP_K)
-        check_base_shape(self, base)
+        self.base = check_base(self, base)
         self.core = _native.Store(self.top_k, self.max_n, self.max_entries_per_n, self.reserve, _COMPENSATED_SUM)
         if base is not None:
             self.core.set_base(base.core)

@@ -52,7 +52,8 @@ MAX_ENTRIES = 10**9
 
 def check_base(store: "NGramStore", base) -> "NGramStore | None":
     """``base`` when it can be ``store``'s cross-prompt memory: None, or a store of exactly ``store``'s
-    class (a native store's memory is native) without a base of its own.
+    class (a native store's memory is native) keeping its ``max_n`` and ``top_k`` (so that it takes the
+    store's observations and contexts as they are), without a base of its own.
 
     Raises:
         StandError: anything else (one line).
@@ -64,15 +65,10 @@ def check_base(store: "NGramStore", base) -> "NGramStore | None":
                          f"not {type(base).__name__}")
     if base.base is not None:
         raise StandError("a cross-prompt memory (base) cannot have a base of its own")
-    return base
-
-
-def check_base_shape(store: "NGramStore", base: "NGramStore | None") -> None:
-    """Raises StandError unless ``base`` (when given) keeps ``store``'s context length and top k, so
-    that it takes the store's observations and contexts as they are."""
-    if base is not None and (base.max_n, base.top_k) != (store.max_n, store.top_k):
+    if (base.max_n, base.top_k) != (store.max_n, store.top_k):
         raise StandError(f"a cross-prompt memory (base) must keep the store's max_n and top_k "
                          f"({store.max_n}, {store.top_k}), not ({base.max_n}, {base.top_k})")
+    return base
 
 
 def _check_size(name: str, value, minimum: int, maximum: int) -> int:
@@ -97,13 +93,12 @@ class NGramStore:
             problem's first sample. :meth:`lookup` (static trees) reads this store alone. None = none.
 
     Raises:
-        StandError: a parameter is out of range; a base that is not a store of this store's kind or
-            has a base of its own.
+        StandError: a parameter is out of range; a base that is not a store of this store's kind, keeps
+            another ``max_n`` or ``top_k``, or has a base of its own (:func:`check_base`).
     """
 
     def __init__(self, top_k: int = 10, max_n: int = 3, max_entries_per_n: int = 500_000, reserve: int = 10,
                  base: "NGramStore | None" = None) -> None:
-        self.base = check_base(self, base)
         top_k = _check_size("top_k", top_k, 1, MAX_TOP_K)
         max_n = _check_size("max_n", max_n, 1, MAX_CONTEXT)
         max_entries_per_n = _check_size("max_entries_per_n", max_entries_per_n, 1, MAX_ENTRIES)
@@ -123,7 +118,7 @@ class NGramStore:
         self._max_token_id = -1
         self._reserve_ids = 0  # reserve ids held over all entries (memory estimate)
         self._unigram = UnigramTable()
-        check_base_shape(self, base)
+        self.base = check_base(self, base)
 
     @property
     def max_token_id(self) -> int:

@@ -7,7 +7,7 @@ percentile-bootstrap intervals over groups, draft nodes per step, µs per step d
 and the drafter memory's size at the end of each group. With budgets (:func:`budget_methods`) each
 method is replayed at each budget K of drafted tokens per step (:func:`budget_rows`). With
 ``cross_prompt`` (``--cross-prompt``) the groups, replayed in order, learn from the ones before them
-(:func:`group_memory`).
+(:meth:`stand_runtime.Method.problem_memory`).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Callable
 
 import numpy as np
 
-from stand_runtime import Method, NGramStore, SamplingParams, SizingSession, StandError, SuffixSettings, replay_trace
+from stand_runtime import Method, SamplingParams, SizingSession, StandError, SuffixSettings, replay_trace
 from stand_runtime.checks import check_bool, check_callable, check_int
 from stand_runtime.drafters import (MAX_COPY_TOKENS, STORE_METHODS, SUFFIX_TUNED, TREE_METHODS, PromptLookupDrafter,
                                     parse_dynamic, takes_tree)
@@ -291,7 +291,7 @@ def run_trace_bench(groups: list[TraceGroup], methods: list[TraceMethod], vocab:
     """Replay every group's traces (tokenized: :func:`load_replay_groups`) through every method
     (:func:`parse_trace_methods` or :func:`budget_methods`); ``vocab``: the tokenizer's vocabulary size
     (Token Recycling's matrix rows; None: the largest token id + 1); ``on_trace(label)`` after every trace;
-    ``cross_prompt``: each group learns from the groups before it (:func:`group_memory`; False: each alone).
+    ``cross_prompt``: each group learns from the groups before it (:meth:`stand_runtime.Method.problem_memory`; False: each alone).
 
     Raises:
         StandError: a bad tree, a token id outside ``vocab``, or a missing arctic-inference for suffix.
@@ -307,7 +307,7 @@ def run_trace_bench(groups: list[TraceGroup], methods: list[TraceMethod], vocab:
         value = None if spec.sizing is None else spec.sizing.rule(method.tree.num_nodes)  # one rule, every trace
         shared = method.new_memory(vocab) if cross_prompt else None
         for g, group in enumerate(groups):
-            memory = group_memory(method, vocab, shared)
+            memory = method.problem_memory(vocab, shared)
             drafter = None
             for t, trace in enumerate(group.trace_ids):
                 drafter = trace_drafter(spec, memory, t, vocab, value)
@@ -320,15 +320,6 @@ def run_trace_bench(groups: list[TraceGroup], methods: list[TraceMethod], vocab:
             memories.append(None if store is None else store.get("approx_bytes"))
         results.append(TraceResult(spec, runs, memories))
     return results
-
-
-def group_memory(method: Method, vocab: int, shared):
-    """The drafter memory one group replays with: a fresh one (``shared`` None); with a cross-prompt
-    ``shared`` memory, STAND's fresh store over it (:class:`stand_runtime.NGramStore`'s ``base``: its
-    own observations first, every group's so far below), another method's ``shared`` memory itself."""
-    if shared is None:
-        return method.new_memory(vocab)
-    return method.new_memory(vocab, base=shared) if isinstance(shared, NGramStore) else shared
 
 
 def _check_bench(groups, methods, vocab, on_trace) -> int:
